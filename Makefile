@@ -1,0 +1,219 @@
+# kvpager - plain GNU make, no configure step.
+#
+#   make                 libkvpager (static and shared), the preload shim, tools
+#   make check           build and run every test (tests/run-tests.sh)
+#   make demo            the main job on its default (a temporary backing file)
+#   make bench           the benchmarks, short form
+#   make install         PREFIX=/usr/local DESTDIR=
+#   make SANITIZE=address,undefined check   (or SANITIZE=thread) into build-<san>/
+#   make V=1             show the commands
+#
+# Sources are found by folder: kmod-helpers/, pager/ and lib/ make
+# libkvpager; lib/preload/ the LD_PRELOAD shim; tools/X.c (or tools/X/*.c)
+# the program X; tests/test_*.c one test binary each; tests/progs/*.c plain
+# programs that know nothing of kvpager; lib/cuda/*.cu the CUDA objects.
+
+PREFIX ?= /usr/local
+DESTDIR ?=
+CC ?= cc
+CFLAGS ?= -O2 -g
+LDFLAGS ?=
+SANITIZE ?=
+VERSION := 0.1.0
+SOVERSION := 0
+
+comma := ,
+ifeq ($(SANITIZE),)
+BUILD ?= build
+else
+BUILD ?= build-$(subst $(comma),-,$(SANITIZE))
+override CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
+override LDFLAGS += -fsanitize=$(SANITIZE)
+endif
+
+ifeq ($(V),1)
+Q :=
+msg = @true
+else
+Q := @
+msg = @printf '  %-6s %s\n' $(1) $(2)
+endif
+
+DEPS_PKGS := fuse3 liburing check
+DEBIAN_PKGS := libfuse3-dev fuse3 liburing-dev check pkg-config
+# Expanded when a recipe runs, after the deps stamp has installed them.
+PKG_CFLAGS = $(shell pkg-config --cflags $(DEPS_PKGS) 2>/dev/null)
+PKG_LIBS = $(shell pkg-config --libs fuse3 liburing 2>/dev/null)
+CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null)
+
+override CFLAGS += -std=c11 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -fPIC \
+	-pthread -Wall -Wextra -Wno-unused-parameter -Wno-type-limits -Wshadow \
+	-Wstrict-prototypes -Wmissing-prototypes -I. -MMD -MP
+override LDFLAGS += -pthread
+
+LIB_SRCS := $(sort $(wildcard kmod-helpers/*.c pager/*.c lib/*.c))
+PRELOAD_SRCS := $(sort $(wildcard lib/preload/*.c))
+TOOL_SINGLE := $(sort $(wildcard tools/*.c))
+TOOL_DIRS := $(sort $(patsubst %/,%,$(dir $(wildcard tools/*/*.c))))
+TEST_SRCS := $(sort $(wildcard tests/test_*.c))
+TEST_HELPER_SRCS := $(sort $(wildcard tests/helpers/*.c))
+PROG_SRCS := $(sort $(wildcard tests/progs/*.c))
+CUDA_SRCS := $(sort $(wildcard lib/cuda/*.cu))
+
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
+PRELOAD_OBJS := $(PRELOAD_SRCS:%.c=$(BUILD)/obj/%.o)
+TEST_HELPER_OBJS := $(TEST_HELPER_SRCS:%.c=$(BUILD)/obj/%.o)
+TOOLS := $(patsubst tools/%.c,$(BUILD)/bin/%,$(TOOL_SINGLE)) \
+	$(patsubst tools/%,$(BUILD)/bin/%,$(TOOL_DIRS))
+TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
+PROGS := $(patsubst tests/progs/%.c,$(BUILD)/tests/progs/%,$(PROG_SRCS))
+
+STATIC_LIB := $(BUILD)/lib/libkvpager.a
+SHARED_LIB := $(BUILD)/lib/libkvpager.so.$(VERSION)
+PRELOAD_LIB := $(BUILD)/lib/libkvpager-preload.so
+PC_FILE := $(BUILD)/lib/kvpager.pc
+DEPS_STAMP := $(BUILD)/.deps-ok
+
+NVCC ?= $(firstword $(shell command -v nvcc 2>/dev/null) \
+	$(wildcard /usr/local/cuda/bin/nvcc))
+NVCCFLAGS ?= -O2
+ifneq ($(NVCC),)
+CUDA_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/obj/%.o)
+CUDA_LIB := $(if $(CUDA_SRCS),$(BUILD)/lib/libkvpager-cuda.a)
+endif
+
+ALL := $(STATIC_LIB) $(SHARED_LIB) $(if $(PRELOAD_SRCS),$(PRELOAD_LIB)) \
+	$(PC_FILE) $(TOOLS) $(CUDA_LIB)
+
+.PHONY: all check demo bench install uninstall clean deps format
+all: $(ALL)
+ifeq ($(NVCC),)
+	@echo "  CUDA   skipped: nvcc not found on PATH or at /usr/local/cuda/bin/nvcc"
+endif
+
+# The Debian packages the build needs: installed when missing and we are
+# root, else the one command to run is printed.
+deps: $(DEPS_STAMP)
+$(DEPS_STAMP):
+	$(Q)missing=""; \
+	command -v pkg-config >/dev/null 2>&1 || missing="pkg-config"; \
+	for p in $(DEPS_PKGS); do \
+		pkg-config --exists $$p 2>/dev/null || missing="$$missing $$p"; \
+	done; \
+	command -v fusermount3 >/dev/null 2>&1 || missing="$$missing fusermount3"; \
+	if [ -n "$$missing" ]; then \
+		echo "kvpager: missing build dependencies:$$missing"; \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			echo "kvpager: installing $(DEBIAN_PKGS) with apt-get"; \
+			{ DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+				$(DEBIAN_PKGS) || { apt-get update -q && \
+				DEBIAN_FRONTEND=noninteractive apt-get install \
+				-y -q $(DEBIAN_PKGS); }; } >$(BUILD)/.deps.log 2>&1 \
+			|| { cat $(BUILD)/.deps.log; \
+			     echo "kvpager: apt-get failed; see above"; exit 1; }; \
+		else \
+			echo "kvpager: run: sudo apt-get install -y $(DEBIAN_PKGS)"; \
+			exit 1; \
+		fi; \
+	fi; \
+	touch $@
+
+$(BUILD)/.dir-stamp:
+	$(Q)mkdir -p $(BUILD) && touch $@
+$(DEPS_STAMP): | $(BUILD)/.dir-stamp
+
+$(BUILD)/obj/%.o: %.c | $(DEPS_STAMP)
+	$(call msg,CC,$<)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) $(PKG_CFLAGS) -c -o $@ $<
+
+$(BUILD)/obj/%.o: %.cu | $(DEPS_STAMP)
+	$(call msg,NVCC,$<)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(NVCC) $(NVCCFLAGS) -I. -Xcompiler -fPIC -c -o $@ $<
+
+$(STATIC_LIB): $(LIB_OBJS)
+	$(call msg,AR,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(SHARED_LIB): $(LIB_OBJS)
+	$(call msg,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) -shared -Wl,-soname,libkvpager.so.$(SOVERSION) $(LDFLAGS) \
+		-o $@ $^ $(PKG_LIBS) -lm
+	$(Q)ln -sf libkvpager.so.$(VERSION) $(BUILD)/lib/libkvpager.so.$(SOVERSION)
+	$(Q)ln -sf libkvpager.so.$(SOVERSION) $(BUILD)/lib/libkvpager.so
+
+$(PRELOAD_LIB): $(PRELOAD_OBJS) $(LIB_OBJS)
+	$(call msg,LD,$@)
+	$(Q)$(CC) -shared $(LDFLAGS) -o $@ $^ $(PKG_LIBS) -ldl -lm
+
+$(CUDA_LIB): $(CUDA_OBJS)
+	$(call msg,AR,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(PC_FILE): lib/kvpager.pc.in Makefile
+	$(Q)mkdir -p $(@D)
+	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' $< >$@
+
+# tools/X.c or tools/X/*.c -> bin/X
+.SECONDEXPANSION:
+$(BUILD)/bin/%: $$(patsubst %.c,$(BUILD)/obj/%.o,$$(wildcard tools/%.c tools/%/*.c)) $(STATIC_LIB)
+	$(call msg,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(STATIC_LIB) $(PKG_LIBS) -lm
+
+$(BUILD)/tests/test_%: $(BUILD)/obj/tests/test_%.o $(TEST_HELPER_OBJS) $(STATIC_LIB)
+	$(call msg,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(STATIC_LIB) \
+		$(CHECK_LIBS) $(PKG_LIBS) -lm
+
+# Programs that know nothing of kvpager: no library, no project headers.
+$(BUILD)/tests/progs/%: tests/progs/%.c | $(DEPS_STAMP)
+	$(call msg,CC,$<)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) -O2 -g -std=c11 -D_GNU_SOURCE -pthread $(filter -fsanitize=%,$(CFLAGS)) -o $@ $<
+
+check: $(ALL) $(TESTS) $(PROGS)
+	$(Q)BUILD=$(BUILD) tests/run-tests.sh
+
+demo: $(ALL)
+	$(Q)$(BUILD)/bin/kvp-probe
+	$(Q)if [ -x $(BUILD)/bin/kvpager ]; then $(BUILD)/bin/kvpager run; fi
+
+bench: $(ALL)
+	$(Q)$(BUILD)/bin/kvpbench --short
+
+install: $(ALL)
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
+		$(DESTDIR)$(PREFIX)/include/kvpager/pager \
+		$(DESTDIR)$(PREFIX)/include/kvpager/lib
+	install -m 0755 $(TOOLS) $(DESTDIR)$(PREFIX)/bin/
+	install -m 0644 $(STATIC_LIB) $(DESTDIR)$(PREFIX)/lib/
+	install -m 0755 $(SHARED_LIB) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf libkvpager.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libkvpager.so.$(SOVERSION)
+	ln -sf libkvpager.so.$(SOVERSION) $(DESTDIR)$(PREFIX)/lib/libkvpager.so
+	$(if $(PRELOAD_SRCS),install -m 0755 $(PRELOAD_LIB) $(DESTDIR)$(PREFIX)/lib/)
+	install -m 0644 lib/kvpager.h $(DESTDIR)$(PREFIX)/include/kvpager/
+	install -m 0644 pager/config.h pager/stats.h pager/store.h pager/pager.h \
+		$(DESTDIR)$(PREFIX)/include/kvpager/pager/
+	install -m 0644 $(filter-out lib/kvpager.h,$(wildcard lib/*.h)) \
+		$(DESTDIR)$(PREFIX)/include/kvpager/lib/
+	install -m 0644 $(PC_FILE) $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+
+uninstall:
+	rm -rf $(DESTDIR)$(PREFIX)/include/kvpager
+	rm -f $(DESTDIR)$(PREFIX)/lib/libkvpager* \
+		$(DESTDIR)$(PREFIX)/lib/pkgconfig/kvpager.pc
+	rm -f $(patsubst $(BUILD)/bin/%,$(DESTDIR)$(PREFIX)/bin/%,$(TOOLS))
+
+format:
+	clang-format -i $(wildcard */*.c */*.h lib/*/*.c lib/*/*.h)
+
+clean:
+	rm -rf build build-*
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,109 @@
+/*
+ * mem.c - address-space helpers; contracts in mem.h.
+ */
+#include "kmod-helpers/mem.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+int kvp_mem_reserve(size_t len, size_t align, bool huge, void **addr)
+{
+	uintptr_t start, aligned;
+	size_t span;
+	void *p;
+
+	if (!len || align < KVP_PAGE_SIZE || (align & (align - 1)) ||
+	    len % KVP_PAGE_SIZE)
+		return -EINVAL;
+	/* Over-reserve by one alignment and trim both ends. */
+	span = len + align - KVP_PAGE_SIZE;
+	if (span < len)
+		return -EOVERFLOW;
+	p = mmap(NULL, span, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	start = (uintptr_t)p;
+	aligned = (start + align - 1) & ~(uintptr_t)(align - 1);
+	if (aligned > start)
+		munmap(p, aligned - start);
+	if (aligned + len < start + span)
+		munmap((void *)(aligned + len), start + span - (aligned + len));
+	if (huge)
+		(void)madvise((void *)aligned, len, MADV_HUGEPAGE);
+	*addr = (void *)aligned;
+	return 0;
+}
+
+int kvp_mem_release(void *addr, size_t len)
+{
+	return munmap(addr, len) ? -errno : 0;
+}
+
+int kvp_mem_populate(void *addr, size_t len)
+{
+	volatile char *p = addr;
+
+	if (!madvise(addr, len, MADV_POPULATE_WRITE))
+		return 0;
+	if (errno != EINVAL)
+		return -errno;
+	for (size_t off = 0; off < len; off += KVP_PAGE_SIZE)
+		p[off] = p[off];
+	return 0;
+}
+
+int kvp_mem_advise(void *addr, size_t len, int advice)
+{
+	return madvise(addr, len, advice) ? -errno : 0;
+}
+
+int kvp_mem_memfd(const char *name, size_t len, int *fd)
+{
+	int f = memfd_create(name, MFD_CLOEXEC);
+
+	if (f < 0)
+		return -errno;
+	if (ftruncate(f, (off_t)len)) {
+		int err = -errno;
+
+		close(f);
+		return err;
+	}
+	*fd = f;
+	return 0;
+}
+
+int kvp_thp_mode(char *buf, size_t len)
+{
+	char line[128], *open_br, *close_br;
+	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "re");
+	size_t n;
+
+	if (!f)
+		return -errno;
+	if (!fgets(line, sizeof(line), f)) {
+		fclose(f);
+		return -EIO;
+	}
+	fclose(f);
+	open_br = strchr(line, '[');
+	close_br = open_br ? strchr(open_br, ']') : NULL;
+	if (!close_br)
+		return -EIO;
+	n = (size_t)(close_br - open_br - 1);
+	if (n + 1 > len)
+		return -ENAMETOOLONG;
+	memcpy(buf, open_br + 1, n);
+	buf[n] = '\0';
+	return 0;
+}

@@ -1,0 +1,46 @@
+/*
+ * mem.h - address-space helpers: aligned reservations, THP, memfd, madvise.
+ *
+ * All calls return 0 or -errno.  No locks are taken.
+ */
+#ifndef KVP_MEM_H
+#define KVP_MEM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define KVP_PAGE_SIZE 4096UL
+#define KVP_HUGE_SIZE (2UL << 20) /* PMD size on x86-64 */
+
+/*
+ * kvp_mem_reserve - map @len bytes of private anonymous memory (read/write,
+ * MAP_NORESERVE, nothing populated) whose start is a multiple of @align (a
+ * power of two >= 4 KiB).  With @huge, the range is madvised MADV_HUGEPAGE.
+ * On success *addr is the start; on failure nothing stays mapped.
+ */
+int kvp_mem_reserve(size_t len, size_t align, bool huge, void **addr);
+
+/* kvp_mem_release - unmap a range from kvp_mem_reserve. */
+int kvp_mem_release(void *addr, size_t len);
+
+/*
+ * kvp_mem_populate - fault the range in for writing now (MADV_POPULATE_WRITE,
+ * or a touch per page where the kernel lacks it), so that its first use does
+ * not pay the first-touch cost.
+ */
+int kvp_mem_populate(void *addr, size_t len);
+
+/* kvp_mem_advise - madvise(2) returning -errno. */
+int kvp_mem_advise(void *addr, size_t len, int advice);
+
+/* kvp_mem_memfd - memfd_create(@name, MFD_CLOEXEC) sized to @len. */
+int kvp_mem_memfd(const char *name, size_t len, int *fd);
+
+/*
+ * kvp_thp_mode - the transparent huge page mode of
+ * /sys/kernel/mm/transparent_hugepage/enabled: "always", "madvise" or
+ * "never", copied into @buf.  Returns 0 or -errno (-ENOENT without THP).
+ */
+int kvp_thp_mode(char *buf, size_t len);
+
+#endif /* KVP_MEM_H */

@@ -1,0 +1,284 @@
+/*
+ * uffd.c - userfaultfd wrappers; the conventions are in uffd.h.
+ */
+#include "kmod-helpers/uffd.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#ifndef __NR_userfaultfd
+#error "this architecture has no userfaultfd syscall number"
+#endif
+
+static int uffd_syscall(int flags)
+{
+	long fd = syscall(__NR_userfaultfd, flags);
+
+	return fd < 0 ? -errno : (int)fd;
+}
+
+static int uffd_from_device(int flags)
+{
+	int dev, fd, err;
+
+	dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
+	if (dev < 0)
+		return -errno;
+	fd = ioctl(dev, USERFAULTFD_IOC_NEW, flags);
+	err = fd < 0 ? -errno : fd;
+	close(dev);
+	return err;
+}
+
+int kvp_uffd_open(struct kvp_uffd *u, unsigned flags)
+{
+	const int oflags = O_CLOEXEC | O_NONBLOCK;
+	int fd, first_err;
+
+	memset(u, 0, sizeof(*u));
+	u->fd = -1;
+
+	fd = uffd_syscall(oflags);
+	if (fd >= 0) {
+		u->source = "syscall";
+		goto out_full;
+	}
+	first_err = fd;
+	fd = uffd_from_device(oflags);
+	if (fd >= 0) {
+		u->source = "/dev/userfaultfd";
+		goto out_full;
+	}
+	if (flags & KVP_UFFD_REQUIRE_FULL)
+		return first_err == -ENOSYS ? -ENOSYS : -EPERM;
+	fd = uffd_syscall(oflags | UFFD_USER_MODE_ONLY);
+	if (fd < 0)
+		return first_err == -ENOSYS ? -ENOSYS : fd;
+	u->fd = fd;
+	u->mode = KVP_UFFD_USER_ONLY;
+	u->source = "syscall (user-mode-only)";
+	return 0;
+out_full:
+	u->fd = fd;
+	u->mode = KVP_UFFD_FULL;
+	return 0;
+}
+
+int kvp_uffd_supported(uint64_t *features, uint64_t *ioctls)
+{
+	struct uffdio_api api = { .api = UFFD_API, .features = 0 };
+	struct kvp_uffd u;
+	int err;
+
+	err = kvp_uffd_open(&u, 0);
+	if (err)
+		return err;
+	err = 0;
+	if (ioctl(u.fd, UFFDIO_API, &api))
+		err = -errno;
+	kvp_uffd_close(&u);
+	if (err)
+		return err;
+	if (features)
+		*features = api.features;
+	if (ioctls)
+		*ioctls = api.ioctls;
+	return 0;
+}
+
+int kvp_uffd_api(struct kvp_uffd *u, uint64_t wanted, uint64_t required)
+{
+	struct uffdio_api api = { .api = UFFD_API };
+	uint64_t supported;
+	int err;
+
+	err = kvp_uffd_supported(&supported, NULL);
+	if (err)
+		return err;
+	if ((required & supported) != required)
+		return -EOPNOTSUPP;
+	api.features = wanted & supported;
+	if (ioctl(u->fd, UFFDIO_API, &api))
+		return -errno;
+	u->features = api.features;
+	u->ioctls = api.ioctls;
+	return 0;
+}
+
+void kvp_uffd_close(struct kvp_uffd *u)
+{
+	if (u->fd >= 0)
+		close(u->fd);
+	u->fd = -1;
+}
+
+int kvp_uffd_register(struct kvp_uffd *u, void *addr, size_t len,
+		      uint64_t mode, uint64_t *ioctls)
+{
+	struct uffdio_register reg = {
+		.range = { .start = (uintptr_t)addr, .len = len },
+		.mode = mode,
+	};
+
+	if (ioctl(u->fd, UFFDIO_REGISTER, &reg))
+		return -errno;
+	if (ioctls)
+		*ioctls = reg.ioctls;
+	return 0;
+}
+
+int kvp_uffd_unregister(struct kvp_uffd *u, void *addr, size_t len)
+{
+	struct uffdio_range range = { .start = (uintptr_t)addr, .len = len };
+
+	return ioctl(u->fd, UFFDIO_UNREGISTER, &range) ? -errno : 0;
+}
+
+/*
+ * The kernel reports progress in a signed field: bytes done, or -errno when
+ * nothing was done.  Fold it into the convention of uffd.h.
+ */
+static int resolve_result(int rc, int64_t progress, size_t *done)
+{
+	int err = rc ? -errno : 0;
+
+	if (done)
+		*done = progress > 0 ? (size_t)progress : 0;
+	return err;
+}
+
+int kvp_uffd_copy(struct kvp_uffd *u, void *dst, const void *src, size_t len,
+		  bool wp, bool dontwake, size_t *done)
+{
+	struct uffdio_copy c = {
+		.dst = (uintptr_t)dst,
+		.src = (uintptr_t)src,
+		.len = len,
+		.mode = (wp ? UFFDIO_COPY_MODE_WP : 0) |
+			(dontwake ? UFFDIO_COPY_MODE_DONTWAKE : 0),
+	};
+	int rc = ioctl(u->fd, UFFDIO_COPY, &c);
+
+	return resolve_result(rc, c.copy, done);
+}
+
+int kvp_uffd_zeropage(struct kvp_uffd *u, void *dst, size_t len,
+		      bool dontwake, size_t *done)
+{
+	struct uffdio_zeropage z = {
+		.range = { .start = (uintptr_t)dst, .len = len },
+		.mode = dontwake ? UFFDIO_ZEROPAGE_MODE_DONTWAKE : 0,
+	};
+	int rc = ioctl(u->fd, UFFDIO_ZEROPAGE, &z);
+
+	return resolve_result(rc, z.zeropage, done);
+}
+
+int kvp_uffd_move(struct kvp_uffd *u, void *dst, void *src, size_t len,
+		  uint64_t mode, size_t *done)
+{
+	struct uffdio_move m = {
+		.dst = (uintptr_t)dst,
+		.src = (uintptr_t)src,
+		.len = len,
+		.mode = mode,
+	};
+	int rc = ioctl(u->fd, UFFDIO_MOVE, &m);
+
+	return resolve_result(rc, m.move, done);
+}
+
+int kvp_uffd_continue(struct kvp_uffd *u, void *addr, size_t len, bool wp,
+		      bool dontwake, size_t *done)
+{
+	struct uffdio_continue c = {
+		.range = { .start = (uintptr_t)addr, .len = len },
+		.mode = (wp ? UFFDIO_CONTINUE_MODE_WP : 0) |
+			(dontwake ? UFFDIO_CONTINUE_MODE_DONTWAKE : 0),
+	};
+	int rc = ioctl(u->fd, UFFDIO_CONTINUE, &c);
+
+	return resolve_result(rc, c.mapped, done);
+}
+
+int kvp_uffd_poison(struct kvp_uffd *u, void *addr, size_t len,
+		    bool dontwake, size_t *done)
+{
+	struct uffdio_poison p = {
+		.range = { .start = (uintptr_t)addr, .len = len },
+		.mode = dontwake ? UFFDIO_POISON_MODE_DONTWAKE : 0,
+	};
+	int rc = ioctl(u->fd, UFFDIO_POISON, &p);
+
+	return resolve_result(rc, p.updated, done);
+}
+
+int kvp_uffd_writeprotect(struct kvp_uffd *u, void *addr, size_t len,
+			  bool wp, bool dontwake)
+{
+	struct uffdio_writeprotect w = {
+		.range = { .start = (uintptr_t)addr, .len = len },
+		.mode = (wp ? UFFDIO_WRITEPROTECT_MODE_WP : 0) |
+			(dontwake ? UFFDIO_WRITEPROTECT_MODE_DONTWAKE : 0),
+	};
+
+	return ioctl(u->fd, UFFDIO_WRITEPROTECT, &w) ? -errno : 0;
+}
+
+int kvp_uffd_wake(struct kvp_uffd *u, void *addr, size_t len)
+{
+	struct uffdio_range r = { .start = (uintptr_t)addr, .len = len };
+
+	return ioctl(u->fd, UFFDIO_WAKE, &r) ? -errno : 0;
+}
+
+int kvp_uffd_read(struct kvp_uffd *u, struct uffd_msg *msgs, size_t max,
+		  size_t *n)
+{
+	ssize_t r;
+
+	*n = 0;
+	do {
+		r = read(u->fd, msgs, max * sizeof(*msgs));
+	} while (r < 0 && errno == EINTR);
+	if (r < 0)
+		return -errno;
+	if (r == 0 || (size_t)r % sizeof(*msgs))
+		return -EIO;
+	*n = (size_t)r / sizeof(*msgs);
+	return 0;
+}
+
+const char *kvp_uffd_feature_name(uint64_t bit)
+{
+	static const struct {
+		uint64_t bit;
+		const char *name;
+	} names[] = {
+		{ UFFD_FEATURE_PAGEFAULT_FLAG_WP, "PAGEFAULT_FLAG_WP" },
+		{ UFFD_FEATURE_EVENT_FORK, "EVENT_FORK" },
+		{ UFFD_FEATURE_EVENT_REMAP, "EVENT_REMAP" },
+		{ UFFD_FEATURE_EVENT_REMOVE, "EVENT_REMOVE" },
+		{ UFFD_FEATURE_MISSING_HUGETLBFS, "MISSING_HUGETLBFS" },
+		{ UFFD_FEATURE_MISSING_SHMEM, "MISSING_SHMEM" },
+		{ UFFD_FEATURE_EVENT_UNMAP, "EVENT_UNMAP" },
+		{ UFFD_FEATURE_SIGBUS, "SIGBUS" },
+		{ UFFD_FEATURE_THREAD_ID, "THREAD_ID" },
+		{ UFFD_FEATURE_MINOR_HUGETLBFS, "MINOR_HUGETLBFS" },
+		{ UFFD_FEATURE_MINOR_SHMEM, "MINOR_SHMEM" },
+		{ UFFD_FEATURE_EXACT_ADDRESS, "EXACT_ADDRESS" },
+		{ UFFD_FEATURE_WP_HUGETLBFS_SHMEM, "WP_HUGETLBFS_SHMEM" },
+		{ UFFD_FEATURE_WP_UNPOPULATED, "WP_UNPOPULATED" },
+		{ UFFD_FEATURE_POISON, "POISON" },
+		{ UFFD_FEATURE_WP_ASYNC, "WP_ASYNC" },
+		{ UFFD_FEATURE_MOVE, "MOVE" },
+	};
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (names[i].bit == bit)
+			return names[i].name;
+	return NULL;
+}

@@ -1,0 +1,120 @@
+/*
+ * uffd.h - userfaultfd: opening, the API handshake and the resolving ioctls.
+ *
+ * This is the only interface to userfaultfd in kvpager.  Every call returns 0
+ * or a negative errno and never leaves the result in errno.  The resolving
+ * calls (copy, zeropage, move, continue, poison) share one convention,
+ * written once here:
+ *
+ *   0        the whole range was resolved (and woken unless DONTWAKE);
+ *   -EEXIST  some page of the range was already present: another thread or
+ *            an earlier call resolved it.  *done says how much of the range
+ *            before that page this call resolved; the caller wakes the range.
+ *   -EAGAIN  the kernel stopped part-way (the mm is changing, or a signal);
+ *            *done bytes were resolved, retry the rest.
+ *   -ENOENT  the mapping changed under us (unmapped or remapped); forget it.
+ *   -ESRCH   the process that owns the mm is gone.
+ *   other    a real error: -EINVAL for a bad range, -ENOMEM, -EFAULT ...
+ *
+ * Locks: none taken; these calls are safe from any thread.
+ */
+#ifndef KVP_UFFD_H
+#define KVP_UFFD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kmod-helpers/uapi_compat.h"
+
+/* How the descriptor was obtained; decides which faults it sees. */
+enum kvp_uffd_mode {
+	KVP_UFFD_FULL = 0,  /* sees faults taken inside the kernel too */
+	KVP_UFFD_USER_ONLY, /* UFFD_USER_MODE_ONLY: kernel faults get EFAULT */
+};
+
+struct kvp_uffd {
+	int fd;                  /* the userfaultfd, O_CLOEXEC|O_NONBLOCK */
+	enum kvp_uffd_mode mode; /* full or user-mode-only */
+	const char *source;      /* "syscall", "/dev/userfaultfd", ... */
+	uint64_t features;       /* features granted by UFFDIO_API */
+	uint64_t ioctls;         /* ioctls the handshake advertised */
+};
+
+/* Open flags. */
+#define KVP_UFFD_REQUIRE_FULL (1u << 0) /* fail rather than fall back */
+
+/*
+ * kvp_uffd_open - open a userfaultfd, preferring full mode.
+ *
+ * Tries, in order: the syscall without UFFD_USER_MODE_ONLY (root,
+ * CAP_SYS_PTRACE or vm.unprivileged_userfaultfd=1), /dev/userfaultfd with
+ * USERFAULTFD_IOC_NEW, then the syscall with UFFD_USER_MODE_ONLY (unless
+ * KVP_UFFD_REQUIRE_FULL).  The descriptor is non-blocking and close-on-exec.
+ * No handshake is done.  Returns 0, or -EPERM / -ENOSYS / ... with *u left
+ * closed (fd = -1).
+ */
+int kvp_uffd_open(struct kvp_uffd *u, unsigned flags);
+
+/*
+ * kvp_uffd_supported - the features and ioctls this kernel offers, learnt
+ * from a handshake on a throw-away descriptor.  Returns 0 or -errno.
+ */
+int kvp_uffd_supported(uint64_t *features, uint64_t *ioctls);
+
+/*
+ * kvp_uffd_api - the UFFDIO_API handshake.
+ *
+ * Asks for @wanted & what the kernel supports; fails with -EOPNOTSUPP if any
+ * bit of @required is not supported (the descriptor stays usable for a
+ * second open only by closing it: a handshake happens once per fd).  The
+ * granted features are left in u->features.
+ */
+int kvp_uffd_api(struct kvp_uffd *u, uint64_t wanted, uint64_t required);
+
+/* kvp_uffd_close - close the descriptor; safe on a closed one. */
+void kvp_uffd_close(struct kvp_uffd *u);
+
+/*
+ * kvp_uffd_register - register [addr, addr+len) with @mode
+ * (UFFDIO_REGISTER_MODE_MISSING | _WP | _MINOR).  *ioctls, if not NULL,
+ * receives the ioctls allowed on the range.  Returns 0 or -errno (-EINVAL
+ * for misalignment or an unsupported mode, -ENOMEM when the kernel cannot
+ * split more VMAs: see vm.max_map_count).
+ */
+int kvp_uffd_register(struct kvp_uffd *u, void *addr, size_t len,
+		      uint64_t mode, uint64_t *ioctls);
+int kvp_uffd_unregister(struct kvp_uffd *u, void *addr, size_t len);
+
+/* The resolving ioctls; see the convention above.  @done may be NULL. */
+int kvp_uffd_copy(struct kvp_uffd *u, void *dst, const void *src, size_t len,
+		  bool wp, bool dontwake, size_t *done);
+int kvp_uffd_zeropage(struct kvp_uffd *u, void *dst, size_t len,
+		      bool dontwake, size_t *done);
+/* @mode: UFFDIO_MOVE_MODE_DONTWAKE | UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES. */
+int kvp_uffd_move(struct kvp_uffd *u, void *dst, void *src, size_t len,
+		  uint64_t mode, size_t *done);
+int kvp_uffd_continue(struct kvp_uffd *u, void *addr, size_t len, bool wp,
+		      bool dontwake, size_t *done);
+int kvp_uffd_poison(struct kvp_uffd *u, void *addr, size_t len,
+		    bool dontwake, size_t *done);
+
+/* Set (@wp true) or clear write protection; clearing wakes unless DONTWAKE. */
+int kvp_uffd_writeprotect(struct kvp_uffd *u, void *addr, size_t len,
+			  bool wp, bool dontwake);
+
+/* Wake threads waiting on faults in the range. */
+int kvp_uffd_wake(struct kvp_uffd *u, void *addr, size_t len);
+
+/*
+ * kvp_uffd_read - read up to @max messages without blocking.  Returns 0 with
+ * *n >= 1, or -EAGAIN when none is queued (POLLIN can be spurious after
+ * another thread read the message), or -errno.
+ */
+int kvp_uffd_read(struct kvp_uffd *u, struct uffd_msg *msgs, size_t max,
+		  size_t *n);
+
+/* Name of one UFFD_FEATURE_* bit ("MOVE", "POISON", ...), or NULL. */
+const char *kvp_uffd_feature_name(uint64_t bit);
+
+#endif /* KVP_UFFD_H */

@@ -1,0 +1,16 @@
+/*
+ * kvpager.h - the public face of kvpager.
+ *
+ * Compile with: cc prog.c $(pkg-config --cflags --libs kvpager)
+ *
+ * One umbrella header: the paging engine (regions, stores, prefetch,
+ * statistics) and, as they land, the KV layer, the tunables registry and
+ * the debug view.  Every function returns 0 or -errno; kvp_strerror()
+ * explains the codes.
+ */
+#ifndef KVPAGER_H
+#define KVPAGER_H
+
+#include "pager/pager.h"
+
+#endif /* KVPAGER_H */

@@ -1,0 +1,113 @@
+/*
+ * store.h - where a block lives when it is not resident.
+ *
+ * A store is a byte-addressed backing (a file on NVMe, memory, later remote
+ * tiers) with synchronous pread/pwrite and an asynchronous queue interface
+ * for batched I/O.  Each thread that issues asynchronous I/O owns one queue
+ * (an io_uring ring for the file store); queues are not shared between
+ * threads.  The caller owns a store: it must outlive every region backed by
+ * it.  All calls return 0 (or a count, where said) or -errno.
+ */
+#ifndef KVP_STORE_H
+#define KVP_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct kvp_store;
+struct kvp_store_queue;
+
+enum kvp_io_op { KVP_IO_READ, KVP_IO_WRITE };
+
+/* One asynchronous I/O.  Owned by the submitter until it is reaped. */
+struct kvp_io {
+	enum kvp_io_op op; /* read or write */
+	void *buf;         /* aligned to kvp_store.mem_align */
+	size_t len;        /* a multiple of kvp_store.offset_align */
+	uint64_t off;      /* store offset, likewise aligned */
+	int64_t result;    /* on completion: bytes done, or -errno */
+	uint64_t submit_ns; /* CLOCK_MONOTONIC at submit, set by the store */
+	void *cookie;      /* the submitter's */
+};
+
+struct kvp_store_ops {
+	const char *kind; /* "file", "memory", "faulty", ... */
+	int (*pread)(struct kvp_store *s, void *buf, size_t len, uint64_t off);
+	int (*pwrite)(struct kvp_store *s, const void *buf, size_t len,
+		      uint64_t off);
+	int (*queue_create)(struct kvp_store *s, unsigned depth,
+			    struct kvp_store_queue **q);
+	void (*queue_destroy)(struct kvp_store_queue *q);
+	/* Queue @n I/Os and submit them; returns how many were accepted. */
+	int (*submit)(struct kvp_store_queue *q, struct kvp_io *const *ios,
+		      unsigned n);
+	/* Up to @max completions into @out; waits for one if @wait. */
+	int (*reap)(struct kvp_store_queue *q, struct kvp_io **out,
+		    unsigned max, bool wait);
+	/* A descriptor that polls readable when completions wait, or -1. */
+	int (*queue_fd)(struct kvp_store_queue *q);
+	/* Forget [off, off+len): later reads may return zeros.  Optional. */
+	int (*discard)(struct kvp_store *s, uint64_t off, uint64_t len);
+	void (*destroy)(struct kvp_store *s);
+};
+
+struct kvp_store {
+	const struct kvp_store_ops *ops;
+	uint64_t size;         /* bytes addressable */
+	uint32_t mem_align;    /* buffer alignment I/O needs */
+	uint32_t offset_align; /* offset and length alignment I/O needs */
+	bool direct;           /* I/O bypasses the page cache */
+	char desc[128];        /* "file /tmp/kvp-1234 (O_DIRECT)", ... */
+};
+
+/* Flags of kvp_store_file_open. */
+#define KVP_STORE_CREATE (1u << 0)   /* create the file if missing */
+#define KVP_STORE_TRUNCATE (1u << 1) /* size it to @size, dropping data */
+
+/*
+ * kvp_store_file_open - a file store on @path of @size bytes (0: the file's
+ * size), read and written with io_uring and O_DIRECT.  A filesystem that
+ * refuses O_DIRECT (tmpfs) gets buffered I/O, a warning on stderr and the
+ * buffered_io_total statistic.  Returns 0 and *out, or -errno with nothing
+ * created.
+ */
+int kvp_store_file_open(const char *path, uint64_t size, unsigned flags,
+			struct kvp_store **out);
+
+/*
+ * kvp_store_file_temp - an anonymous backing file of @size bytes in @dir
+ * (NULL: $TMPDIR or /tmp), mode 0600, unlinked once open (O_TMPFILE where
+ * the filesystem supports it).  Its blocks vanish with the store.
+ */
+int kvp_store_file_temp(const char *dir, uint64_t size, struct kvp_store **out);
+
+/* kvp_store_memory_create - a store in anonymous memory (tests, RAM tier). */
+int kvp_store_memory_create(uint64_t size, struct kvp_store **out);
+
+/*
+ * kvp_store_faulty_create - a store that forwards to @inner and injects
+ * faults as set by kvp_store_faulty_set; for tests of the error paths.
+ * @inner stays owned by the caller and must outlive the faulty store.
+ */
+int kvp_store_faulty_create(struct kvp_store *inner, struct kvp_store **out);
+
+struct kvp_fault_plan {
+	uint64_t read_fail_off;  /* reads overlapping [off, off+len) fail */
+	uint64_t read_fail_len;
+	int read_errno;          /* e.g. EIO; 0: short read instead */
+	int write_errno;         /* writes fail with this (ENOSPC ...), 0: ok */
+	uint64_t write_fail_after; /* ... once this many bytes were written */
+	uint64_t delay_us;       /* added latency per I/O */
+};
+int kvp_store_faulty_set(struct kvp_store *s, const struct kvp_fault_plan *p);
+
+/* kvp_store_destroy - release the store; no region may still use it. */
+void kvp_store_destroy(struct kvp_store *s);
+
+/* Synchronous I/O of the whole range; a short transfer is -EIO. */
+int kvp_store_pread(struct kvp_store *s, void *buf, size_t len, uint64_t off);
+int kvp_store_pwrite(struct kvp_store *s, const void *buf, size_t len,
+		     uint64_t off);
+
+#endif /* KVP_STORE_H */
