@@ -9,7 +9,29 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+/*
+ * Raw syscalls, not libc's mmap/munmap: under the LD_PRELOAD shim those
+ * symbols are interposed, and the pager's own reservations must not be
+ * turned into regions.
+ */
+static void *raw_mmap(void *addr, size_t len, int prot, int flags)
+{
+	long r = syscall(SYS_mmap, addr, len, prot, flags, -1, 0L);
+
+	if (r < 0 && r > -4096) {
+		errno = (int)-r;
+		return MAP_FAILED;
+	}
+	return (void *)r;
+}
+
+static int raw_munmap(void *addr, size_t len)
+{
+	return (int)syscall(SYS_munmap, addr, len);
+}
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
@@ -28,16 +50,17 @@ int kvp_mem_reserve(size_t len, size_t align, bool huge, void **addr)
 	span = len + align - KVP_PAGE_SIZE;
 	if (span < len)
 		return -EOVERFLOW;
-	p = mmap(NULL, span, PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	p = raw_mmap(NULL, span, PROT_READ | PROT_WRITE,
+		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE);
 	if (p == MAP_FAILED)
 		return -errno;
 	start = (uintptr_t)p;
 	aligned = (start + align - 1) & ~(uintptr_t)(align - 1);
 	if (aligned > start)
-		munmap(p, aligned - start);
+		raw_munmap(p, aligned - start);
 	if (aligned + len < start + span)
-		munmap((void *)(aligned + len), start + span - (aligned + len));
+		raw_munmap((void *)(aligned + len),
+			   start + span - (aligned + len));
 	if (huge)
 		(void)madvise((void *)aligned, len, MADV_HUGEPAGE);
 	*addr = (void *)aligned;
@@ -46,7 +69,7 @@ int kvp_mem_reserve(size_t len, size_t align, bool huge, void **addr)
 
 int kvp_mem_release(void *addr, size_t len)
 {
-	return munmap(addr, len) ? -errno : 0;
+	return raw_munmap(addr, len) ? -errno : 0;
 }
 
 int kvp_mem_populate(void *addr, size_t len)
