@@ -26,7 +26,13 @@ enum kvp_predictor_kind {
 	X(sink_tokens, KVP_T_UINT, 0, 1024, 4, true, NULL,                     \
 	  "leading tokens the window predictor always keeps")                  \
 	X(lowrank_rank, KVP_T_UINT, 4, 512, 128, false, NULL,                  \
-	  "rank r of the low-rank key projection")
+	  "rank r of the low-rank key projection")                             \
+	X(lowrank_fit_tokens, KVP_T_UINT, 64, 1u << 20, 2048, false, NULL,     \
+	  "prefill keys the low-rank projection is learnt from")               \
+	X(kv_block_tokens, KVP_T_UINT, 1, 1024, 4, false, NULL,                \
+	  "tokens per KV block (G), the unit of prediction and of reads")      \
+	X(attention_threads, KVP_T_UINT, 0, 256, 0, false, NULL,               \
+	  "threads of the CPU attention, counting the caller (0: all CPUs)")
 
 #define KVP_KV_CONFIG_FIELD(name, type, min, max, def, runtime, choices, doc) \
 	uint64_t name;
