@@ -59,18 +59,31 @@ struct kvp_store {
 	uint32_t offset_align; /* offset and length alignment I/O needs */
 	bool direct;           /* I/O bypasses the page cache */
 	char desc[128];        /* "file /tmp/kvp-1234 (O_DIRECT)", ... */
+	uint64_t buffered_ios; /* I/Os done buffered because the file refused
+				  O_DIRECT (buffered_io_total); kept by the
+				  store, read it with __atomic_load_n */
 };
 
 /* Flags of kvp_store_file_open. */
 #define KVP_STORE_CREATE (1u << 0)   /* create the file if missing */
 #define KVP_STORE_TRUNCATE (1u << 1) /* size it to @size, dropping data */
+#define KVP_STORE_BUFFERED (1u << 2) /* do not ask for O_DIRECT (tests) */
 
 /*
  * kvp_store_file_open - a file store on @path of @size bytes (0: the file's
  * size), read and written with io_uring and O_DIRECT.  A filesystem that
- * refuses O_DIRECT (tmpfs) gets buffered I/O, a warning on stderr and the
- * buffered_io_total statistic.  Returns 0 and *out, or -errno with nothing
- * created.
+ * refuses O_DIRECT (ramfs; tmpfs before Linux 6.6) gets buffered I/O, a
+ * warning on stderr and the buffered_io_total statistic.  A file shorter
+ * than @size is extended with fallocate(2), so that a full disk fails here
+ * with -ENOSPC rather than at a later write-back.  Alignment comes from
+ * statx(STATX_DIOALIGN) (kvp_dio_alignment).  Each queue is an io_uring
+ * ring of the depth asked for, with an eventfd as its queue_fd; submit
+ * returns 0 (not an error) when the queue already holds depth I/Os, and
+ * queue_destroy waits for the I/Os still in flight.  Synchronous calls
+ * accept any buffer address (misaligned ones go through a bounce buffer);
+ * offsets and lengths must be multiples of offset_align (-EINVAL).
+ * discard punches a hole (fallocate PUNCH_HOLE).  Returns 0 and *out, or
+ * -errno with nothing created (a file created by this call is removed).
  */
 int kvp_store_file_open(const char *path, uint64_t size, unsigned flags,
 			struct kvp_store **out);
@@ -78,7 +91,9 @@ int kvp_store_file_open(const char *path, uint64_t size, unsigned flags,
 /*
  * kvp_store_file_temp - an anonymous backing file of @size bytes in @dir
  * (NULL: $TMPDIR or /tmp), mode 0600, unlinked once open (O_TMPFILE where
- * the filesystem supports it).  Its blocks vanish with the store.
+ * the filesystem supports it, else mkstemp(3) and unlink(2)), fallocated
+ * to @size (-ENOSPC when the disk is too small).  Its blocks vanish with
+ * the store.
  */
 int kvp_store_file_temp(const char *dir, uint64_t size, struct kvp_store **out);
 
