@@ -27,7 +27,7 @@ enum kvp_predictor_kind {
 	  "leading tokens the window predictor always keeps")                  \
 	X(lowrank_rank, KVP_T_UINT, 4, 512, 128, false, NULL,                  \
 	  "rank r of the low-rank key projection")                             \
-	X(lowrank_fit_tokens, KVP_T_UINT, 64, 1u << 20, 2048, false, NULL,     \
+	X(lowrank_fit_tokens, KVP_T_UINT, 64, 1u << 20, 1024, false, NULL,     \
 	  "prefill keys the low-rank projection is learnt from")               \
 	X(kv_block_tokens, KVP_T_UINT, 1, 1024, 4, false, NULL,                \
 	  "tokens per KV block (G), the unit of prediction and of reads")      \

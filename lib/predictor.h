@@ -65,7 +65,7 @@ struct kvp_predictor_opts {
 
 /*
  * Defaults from lib/kv_tunables.h: M = 400, sink 4, r = 128, fit_tokens
- * 2048, power_iters 4, max_seqs 64, seed 1; kind as given.
+ * 1024, power_iters 4, max_seqs 64, seed 1; kind as given.
  */
 void kvp_predictor_opts_default(struct kvp_predictor_opts *o,
 				enum kvp_predictor_kind kind);

@@ -1,0 +1,671 @@
+/*
+ * predict_lowrank.c - KVSwap-style grouped prediction from low-rank keys.
+ *
+ * Per layer: P, row x r with orthonormal columns (row = kv_heads *
+ * head_dim), the top-r eigenvectors of the sample keys' second moment
+ * C = K^T K, found by subspace iteration (Z = C Q, re-orthonormalise,
+ * power_iters times, from a seeded Gaussian start).  Per (seq, layer): the
+ * projected keys P^T k of every observed token, fp16, r per token.
+ *
+ * A select folds the query per KV head (qbar_j = sum of the group's query
+ * heads: then qbar . k = sum over heads of q_h . k_j), projects it, scores
+ * each observed token by (P^T qbar) . (P^T k), max-pools the scores per
+ * block, and keeps the top blocks; the blocks holding tokens not observed
+ * yet, and the last block, are always kept.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/cuda/attn_common.h"
+#include "lib/predict_i.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define KVP_HAVE_X86 1
+#endif
+
+struct lr_seq {
+	uint16_t *pk;   /* tokens * r, fp16 */
+	uint64_t n;     /* tokens projected */
+	uint64_t cap;   /* tokens room */
+	uint64_t next;  /* next token expected by observe */
+};
+
+struct lr_layer {
+	float *P;        /* row * r, row-major: P[i * r + c]; NULL: not fitted */
+	float *pend;     /* fit_tokens * row raw keys awaiting the fit */
+	uint32_t *pseq;  /* their sequences */
+	uint32_t npend;
+};
+
+struct lowrank {
+	uint32_t row, r;
+	struct lr_layer *layers;  /* [layer] */
+	struct lr_seq *seqs;      /* [seq * layers + layer] */
+};
+
+static bool have_simd(void)
+{
+#ifdef KVP_HAVE_X86
+	static int cached = -1;
+
+	if (cached < 0)
+		cached = __builtin_cpu_supports("avx2") &&
+			 __builtin_cpu_supports("f16c") &&
+			 __builtin_cpu_supports("fma");
+	return cached;
+#else
+	return false;
+#endif
+}
+
+/* ---- C[M x N] = A[M x K] B[K x N], all row-major ---- */
+
+static void gemm_scalar(size_t M, size_t N, size_t K, const float *A,
+			size_t lda, const float *B, size_t ldb, float *C,
+			size_t ldc)
+{
+	size_t i, j, k;
+
+	for (i = 0; i < M; i++) {
+		for (j = 0; j < N; j++) {
+			float s = 0;
+
+			for (k = 0; k < K; k++)
+				s += A[i * lda + k] * B[k * ldb + j];
+			C[i * ldc + j] = s;
+		}
+	}
+}
+
+#ifdef KVP_HAVE_X86
+__attribute__((target("avx2,fma"))) static void
+gemm_avx2(size_t M, size_t N, size_t K, const float *A, size_t lda,
+	  const float *B, size_t ldb, float *C, size_t ldc)
+{
+	size_t i, j, k, Mb = M / 4 * 4, Nb = N / 16 * 16;
+
+	for (i = 0; i < Mb; i += 4) {
+		for (j = 0; j < Nb; j += 16) {
+			__m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00,
+			       c11 = c00, c20 = c00, c21 = c00, c30 = c00,
+			       c31 = c00;
+			const float *a0 = A + i * lda, *a1 = a0 + lda,
+				    *a2 = a1 + lda, *a3 = a2 + lda;
+
+			for (k = 0; k < K; k++) {
+				__m256 b0 = _mm256_loadu_ps(B + k * ldb + j);
+				__m256 b1 = _mm256_loadu_ps(B + k * ldb + j + 8);
+				__m256 x;
+
+				x = _mm256_broadcast_ss(a0 + k);
+				c00 = _mm256_fmadd_ps(x, b0, c00);
+				c01 = _mm256_fmadd_ps(x, b1, c01);
+				x = _mm256_broadcast_ss(a1 + k);
+				c10 = _mm256_fmadd_ps(x, b0, c10);
+				c11 = _mm256_fmadd_ps(x, b1, c11);
+				x = _mm256_broadcast_ss(a2 + k);
+				c20 = _mm256_fmadd_ps(x, b0, c20);
+				c21 = _mm256_fmadd_ps(x, b1, c21);
+				x = _mm256_broadcast_ss(a3 + k);
+				c30 = _mm256_fmadd_ps(x, b0, c30);
+				c31 = _mm256_fmadd_ps(x, b1, c31);
+			}
+			_mm256_storeu_ps(C + i * ldc + j, c00);
+			_mm256_storeu_ps(C + i * ldc + j + 8, c01);
+			_mm256_storeu_ps(C + (i + 1) * ldc + j, c10);
+			_mm256_storeu_ps(C + (i + 1) * ldc + j + 8, c11);
+			_mm256_storeu_ps(C + (i + 2) * ldc + j, c20);
+			_mm256_storeu_ps(C + (i + 2) * ldc + j + 8, c21);
+			_mm256_storeu_ps(C + (i + 3) * ldc + j, c30);
+			_mm256_storeu_ps(C + (i + 3) * ldc + j + 8, c31);
+		}
+	}
+	/* the edges: rows past Mb (all columns), columns past Nb */
+	for (i = 0; i < M; i++) {
+		for (j = i < Mb ? Nb : 0; j < N; j++) {
+			float s = 0;
+
+			for (k = 0; k < K; k++)
+				s += A[i * lda + k] * B[k * ldb + j];
+			C[i * ldc + j] = s;
+		}
+	}
+}
+#endif
+
+static void gemm(size_t M, size_t N, size_t K, const float *A, size_t lda,
+		 const float *B, size_t ldb, float *C, size_t ldc)
+{
+#ifdef KVP_HAVE_X86
+	if (have_simd()) {
+		gemm_avx2(M, N, K, A, lda, B, ldb, C, ldc);
+		return;
+	}
+#endif
+	gemm_scalar(M, N, K, A, lda, B, ldb, C, ldc);
+}
+
+/* ---- fitting ---- */
+
+static uint64_t mix(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ULL;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+	return x ^ (x >> 31);
+}
+
+static float gauss(uint64_t *st)
+{
+	uint64_t a = mix((*st)++), b = mix((*st)++);
+	double u1 = ((a >> 11) + 1.0) / 9007199254740993.0;
+	double u2 = (b >> 11) / 9007199254740992.0;
+
+	return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+/*
+ * Orthonormalise the r rows (length n) of V in place: modified
+ * Gram-Schmidt, twice for stability; a row that vanishes is replaced by a
+ * random one and redone.
+ */
+static void orthonormalise(float *V, uint32_t r, uint32_t n, uint64_t *st)
+{
+	uint32_t i, j, d, pass, tries;
+
+	for (i = 0; i < r; i++) {
+		float *v = V + (size_t)i * n;
+
+		for (tries = 0; tries < 4; tries++) {
+			double nn = 0, before = 0;
+
+			for (d = 0; d < n; d++)
+				before += (double)v[d] * v[d];
+			for (pass = 0; pass < 2; pass++) {
+				for (j = 0; j < i; j++) {
+					const float *u = V + (size_t)j * n;
+					double dot = 0;
+
+					for (d = 0; d < n; d++)
+						dot += (double)v[d] * u[d];
+					for (d = 0; d < n; d++)
+						v[d] -= (float)dot * u[d];
+				}
+			}
+			for (d = 0; d < n; d++)
+				nn += (double)v[d] * v[d];
+			if (nn > 1e-10 * (before > 0 ? before : 1) && nn > 0) {
+				nn = 1.0 / sqrt(nn);
+				for (d = 0; d < n; d++)
+					v[d] = (float)(v[d] * nn);
+				break;
+			}
+			for (d = 0; d < n; d++)
+				v[d] = gauss(st);
+		}
+	}
+}
+
+/* P (row x r) from keys K (n x row): top-r eigenvectors of K^T K. */
+static int fit_from(struct kvp_predictor *p, struct lr_layer *L,
+		    const float *K, uint32_t n)
+{
+	struct lowrank *lr = p->priv;
+	uint32_t row = lr->row, r = lr->r, i, j, it;
+	float *Kt, *C, *Q, *Z, *P;
+	uint64_t st = mix(p->o.seed ^ ((uint64_t)(L - lr->layers) << 32));
+	int err = -ENOMEM;
+
+	Kt = malloc(sizeof(float) * (size_t)row * n);
+	C = malloc(sizeof(float) * (size_t)row * row);
+	Q = malloc(sizeof(float) * (size_t)r * row);  /* Q^T: r x row */
+	Z = malloc(sizeof(float) * (size_t)row * r);
+	P = malloc(sizeof(float) * (size_t)row * r);
+	if (!Kt || !C || !Q || !Z || !P)
+		goto out;
+	for (i = 0; i < n; i++)
+		for (j = 0; j < row; j++)
+			Kt[(size_t)j * n + i] = K[(size_t)i * row + j];
+	gemm(row, row, n, Kt, n, K, row, C, row);
+	for (i = 0; i < r * row; i++)
+		Q[i] = gauss(&st);
+	orthonormalise(Q, r, row, &st);
+	for (it = 0; it < p->o.power_iters; it++) {
+		/* Z^T = Q^T C (C is symmetric): r x row */
+		gemm(r, row, row, Q, row, C, row, Z, row);
+		memcpy(Q, Z, sizeof(float) * (size_t)r * row);
+		orthonormalise(Q, r, row, &st);
+	}
+	for (i = 0; i < row; i++)
+		for (j = 0; j < r; j++)
+			P[(size_t)i * r + j] = Q[(size_t)j * row + i];
+	free(L->P);
+	L->P = P;
+	P = NULL;
+	err = 0;
+out:
+	free(Kt);
+	free(C);
+	free(Q);
+	free(Z);
+	free(P);
+	return err;
+}
+
+/* The key row (all KV heads) of slot `slot` of a KV block, as fp32. */
+static void key_row(const struct kvp_kv_geometry *g, const void *blk,
+		    uint32_t slot, float *out)
+{
+	uint32_t j;
+
+	for (j = 0; j < g->kv_heads; j++)
+		kvp_kv_to_f32(g->dtype,
+			      (const char *)blk + kvp_kv_k_offset(g, j, slot),
+			      out + (size_t)j * g->head_dim, g->head_dim);
+}
+
+/* Append projections of n key rows to s. */
+static int project_append(struct kvp_predictor *p, struct lr_layer *L,
+			  struct lr_seq *s, const float *K, uint32_t n)
+{
+	struct lowrank *lr = p->priv;
+	uint32_t r = lr->r;
+	uint32_t done, m;
+	float *y;
+
+	if (s->n + n > s->cap) {
+		uint64_t cap = s->cap ? s->cap : 1024;
+		uint16_t *pk;
+
+		while (cap < s->n + n)
+			cap *= 2;
+		pk = realloc(s->pk, sizeof(uint16_t) * r * cap);
+		if (!pk)
+			return -ENOMEM;
+		s->pk = pk;
+		s->cap = cap;
+	}
+	y = malloc(sizeof(float) * 64 * r);
+	if (!y)
+		return -ENOMEM;
+	for (done = 0; done < n; done += m) {
+		m = n - done < 64 ? n - done : 64;
+		gemm(m, r, lr->row, K + (size_t)done * lr->row, lr->row, L->P,
+		     r, y, r);
+		kvp_kv_from_f32(KVP_KV_FP16, y, s->pk + (size_t)(s->n + done) * r,
+				(size_t)m * r);
+	}
+	free(y);
+	s->n += n;
+	return 0;
+}
+
+/* Fit L from what is pending (or from K if given), then project pending. */
+static int fit_and_flush(struct kvp_predictor *p, uint32_t layer,
+			 const float *K, uint32_t n)
+{
+	struct lowrank *lr = p->priv;
+	struct lr_layer *L = &lr->layers[layer];
+	uint32_t i;
+	int err;
+
+	err = fit_from(p, L, K ? K : L->pend, K ? n : L->npend);
+	if (err)
+		return err;
+	for (i = 0; i < L->npend; i++) {
+		struct lr_seq *s =
+			&lr->seqs[(size_t)L->pseq[i] * p->g.layers + layer];
+
+		err = project_append(p, L, s, L->pend + (size_t)i * lr->row, 1);
+		if (err)
+			return err;
+	}
+	free(L->pend);
+	free(L->pseq);
+	L->pend = NULL;
+	L->pseq = NULL;
+	L->npend = 0;
+	return 0;
+}
+
+/* ---- ops ---- */
+
+static int lr_init(struct kvp_predictor *p)
+{
+	struct lowrank *lr = calloc(1, sizeof(*lr));
+
+	if (!lr)
+		return -ENOMEM;
+	lr->row = p->g.kv_heads * p->g.head_dim;
+	lr->r = p->o.rank;
+	lr->layers = calloc(p->g.layers, sizeof(*lr->layers));
+	lr->seqs = calloc((size_t)p->o.max_seqs * p->g.layers,
+			  sizeof(*lr->seqs));
+	if (!lr->layers || !lr->seqs) {
+		free(lr->layers);
+		free(lr->seqs);
+		free(lr);
+		return -ENOMEM;
+	}
+	p->priv = lr;
+	return 0;
+}
+
+static void lr_fini(struct kvp_predictor *p)
+{
+	struct lowrank *lr = p->priv;
+	size_t i;
+
+	for (i = 0; i < p->g.layers; i++) {
+		free(lr->layers[i].P);
+		free(lr->layers[i].pend);
+		free(lr->layers[i].pseq);
+	}
+	for (i = 0; i < (size_t)p->o.max_seqs * p->g.layers; i++)
+		free(lr->seqs[i].pk);
+	free(lr->layers);
+	free(lr->seqs);
+	free(lr);
+}
+
+static int lr_fit(struct kvp_predictor *p, uint32_t layer,
+		  const struct kvp_attn_blocks *sample)
+{
+	struct lowrank *lr = p->priv;
+	const struct kvp_kv_geometry *g = &p->g;
+	size_t i, tok = 0, total = 0;
+	uint32_t s;
+	float *K;
+	int err;
+
+	for (i = 0; i < (size_t)p->o.max_seqs; i++)
+		if (lr->seqs[i * g->layers + layer].n)
+			return -EBUSY;
+	for (i = 0; i < sample->n; i++)
+		total += sample->ntokens ? sample->ntokens[i] : g->block_tokens;
+	K = malloc(sizeof(float) * total * lr->row);
+	if (!K)
+		return -ENOMEM;
+	for (i = 0; i < sample->n; i++) {
+		uint32_t nt = sample->ntokens ? sample->ntokens[i]
+					      : g->block_tokens;
+
+		for (s = 0; s < nt; s++, tok++)
+			key_row(g, sample->ptrs[i], s, K + tok * lr->row);
+	}
+	err = fit_and_flush(p, layer, K, (uint32_t)total);
+	free(K);
+	return err;
+}
+
+static int lr_observe(struct kvp_predictor *p, uint32_t seq, uint32_t layer,
+		      uint64_t token, uint32_t ntokens, const void *kvblock)
+{
+	struct lowrank *lr = p->priv;
+	struct lr_layer *L = &lr->layers[layer];
+	struct lr_seq *s = &lr->seqs[(size_t)seq * p->g.layers + layer];
+	uint32_t G = p->g.block_tokens, i = 0;
+	float *K;
+	int err = 0;
+
+	if (token != s->next)
+		return -EINVAL;
+	/* not fitted: buffer; fit once fit_tokens arrived */
+	while (!L->P && i < ntokens) {
+		if (!L->pend) {
+			L->pend = malloc(sizeof(float) * lr->row *
+					 (size_t)p->o.fit_tokens);
+			L->pseq = malloc(sizeof(uint32_t) * p->o.fit_tokens);
+			if (!L->pend || !L->pseq) {
+				free(L->pend);
+				free(L->pseq);
+				L->pend = NULL;
+				L->pseq = NULL;
+				return -ENOMEM;
+			}
+		}
+		key_row(&p->g, kvblock, (uint32_t)((token + i) % G),
+			L->pend + (size_t)L->npend * lr->row);
+		L->pseq[L->npend++] = seq;
+		s->next++;
+		i++;
+		if (L->npend == p->o.fit_tokens) {
+			err = fit_and_flush(p, layer, NULL, 0);
+			if (err)
+				return err;
+		}
+	}
+	if (i == ntokens)
+		return 0;
+	K = malloc(sizeof(float) * lr->row * (ntokens - i));
+	if (!K)
+		return -ENOMEM;
+	for (uint32_t t = i; t < ntokens; t++)
+		key_row(&p->g, kvblock, (uint32_t)((token + t) % G),
+			K + (size_t)(t - i) * lr->row);
+	err = project_append(p, L, s, K, ntokens - i);
+	if (!err)
+		s->next += ntokens - i;
+	free(K);
+	return err;
+}
+
+static void lr_forget(struct kvp_predictor *p, uint32_t seq)
+{
+	struct lowrank *lr = p->priv;
+	uint32_t l;
+
+	for (l = 0; l < p->g.layers; l++) {
+		struct lr_seq *s = &lr->seqs[(size_t)seq * p->g.layers + l];
+
+		free(s->pk);
+		memset(s, 0, sizeof(*s));
+	}
+}
+
+/* scores[t] = pq . pk[t] over n tokens of r fp16 values */
+static void score_scalar(const float *pq, const uint16_t *pk, uint64_t n,
+			 uint32_t r, float *scores)
+{
+	uint64_t t;
+	uint32_t c;
+
+	for (t = 0; t < n; t++) {
+		float s = 0;
+
+		for (c = 0; c < r; c++)
+			s += pq[c] * kvp_attn_f16_to_f32(pk[t * r + c]);
+		scores[t] = s;
+	}
+}
+
+#ifdef KVP_HAVE_X86
+__attribute__((target("avx2,f16c,fma"))) static void
+score_simd(const float *pq, const uint16_t *pk, uint64_t n, uint32_t r,
+	   float *scores)
+{
+	uint64_t t;
+	uint32_t c, rb = r / 8 * 8;
+
+	for (t = 0; t < n; t++) {
+		const uint16_t *row = pk + t * r;
+		__m256 a = _mm256_setzero_ps();
+		__m128 lo, hi;
+		float s;
+
+		for (c = 0; c < rb; c += 8)
+			a = _mm256_fmadd_ps(
+				_mm256_loadu_ps(pq + c),
+				_mm256_cvtph_ps(_mm_loadu_si128(
+					(const __m128i *)(row + c))),
+				a);
+		lo = _mm256_castps256_ps128(a);
+		hi = _mm256_extractf128_ps(a, 1);
+		lo = _mm_add_ps(lo, hi);
+		lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+		lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+		s = _mm_cvtss_f32(lo);
+		for (; c < r; c++)
+			s += pq[c] * kvp_attn_f16_to_f32(row[c]);
+		scores[t] = s;
+	}
+}
+#endif
+
+/* Min-heap of (score, block) of size k: keeps the k largest. */
+struct cand {
+	float s;
+	uint32_t b;
+};
+
+static void heap_down(struct cand *h, size_t n, size_t i)
+{
+	for (;;) {
+		size_t l = 2 * i + 1, m = i;
+		struct cand t;
+
+		if (l < n && h[l].s < h[m].s)
+			m = l;
+		if (l + 1 < n && h[l + 1].s < h[m].s)
+			m = l + 1;
+		if (m == i)
+			return;
+		t = h[i];
+		h[i] = h[m];
+		h[m] = t;
+		i = m;
+	}
+}
+
+static int lr_select(struct kvp_predictor *p, uint32_t seq, uint32_t layer,
+		     const struct kvp_block_table *bt, const float *q,
+		     uint32_t *lblocks, size_t *n)
+{
+	struct lowrank *lr = p->priv;
+	struct lr_layer *L = &lr->layers[layer];
+	struct lr_seq *s = &lr->seqs[(size_t)seq * p->g.layers + layer];
+	const struct kvp_kv_geometry *g = &p->g;
+	uint32_t nb = kvp_block_table_blocks(bt), G = g->block_tokens;
+	uint32_t budget = kvp_predict_budget_blocks(p), grp = kvp_kv_group(g);
+	uint32_t scored, i, j, d, k = 0, want;
+	uint64_t ntok;
+	float *qbar, *pq, *scores;
+	struct cand *heap;
+	size_t nheap = 0;
+	int err;
+
+	if (!L->P && L->npend) {
+		err = fit_and_flush(p, layer, NULL, 0);
+		if (err)
+			return err;
+	}
+	ntok = s->n < kvp_block_table_tokens(bt) ? s->n
+						  : kvp_block_table_tokens(bt);
+	scored = (uint32_t)(ntok / G); /* whole blocks fully observed */
+	if (nb <= budget) {
+		for (i = 0; i < nb; i++)
+			lblocks[i] = i;
+		*n = nb;
+		return 0;
+	}
+	/* forced: blocks not wholly observed, and the last block */
+	if (scored >= nb)
+		scored = nb - 1;
+	for (i = scored; i < nb; i++)
+		lblocks[k++] = i;
+	if (k >= budget || scored == 0 || !L->P) {
+		/* nothing to score: the newest blocks within the budget */
+		k = 0;
+		for (i = nb - (budget > nb ? nb : budget); i < nb; i++)
+			lblocks[k++] = i;
+		*n = k;
+		return 0;
+	}
+	want = budget - k;
+	qbar = malloc(sizeof(float) * (lr->row + lr->r + (size_t)scored * G));
+	heap = malloc(sizeof(*heap) * want);
+	if (!qbar || !heap) {
+		free(qbar);
+		free(heap);
+		return -ENOMEM;
+	}
+	pq = qbar + lr->row;
+	scores = pq + lr->r;
+	for (j = 0; j < g->kv_heads; j++) {
+		for (d = 0; d < g->head_dim; d++) {
+			float a = 0;
+
+			for (i = 0; i < grp; i++)
+				a += q[(size_t)(j * grp + i) * g->head_dim + d];
+			qbar[(size_t)j * g->head_dim + d] = a;
+		}
+	}
+	gemm(1, lr->r, lr->row, qbar, lr->row, L->P, lr->r, pq, lr->r);
+#ifdef KVP_HAVE_X86
+	if (have_simd())
+		score_simd(pq, s->pk, (uint64_t)scored * G, lr->r, scores);
+	else
+#endif
+		score_scalar(pq, s->pk, (uint64_t)scored * G, lr->r, scores);
+	for (i = 0; i < scored; i++) {
+		float mx = scores[(size_t)i * G];
+
+		for (j = 1; j < G; j++)
+			if (scores[(size_t)i * G + j] > mx)
+				mx = scores[(size_t)i * G + j];
+		if (nheap < want) {
+			size_t c = nheap++;
+
+			heap[c].s = mx;
+			heap[c].b = i;
+			/* sift up */
+			while (c && heap[(c - 1) / 2].s > heap[c].s) {
+				struct cand t = heap[c];
+
+				heap[c] = heap[(c - 1) / 2];
+				heap[(c - 1) / 2] = t;
+				c = (c - 1) / 2;
+			}
+		} else if (mx > heap[0].s) {
+			heap[0].s = mx;
+			heap[0].b = i;
+			heap_down(heap, nheap, 0);
+		}
+	}
+	for (i = 0; i < nheap; i++)
+		lblocks[k++] = heap[i].b;
+	free(qbar);
+	free(heap);
+	*n = k;
+	return 0;
+}
+
+static size_t lr_metadata_bytes(const struct kvp_predictor *p)
+{
+	const struct lowrank *lr = p->priv;
+	size_t b = 0, i;
+
+	for (i = 0; i < p->g.layers; i++) {
+		if (lr->layers[i].P)
+			b += sizeof(float) * lr->row * lr->r;
+		if (lr->layers[i].pend)
+			b += sizeof(float) * lr->row * (size_t)p->o.fit_tokens;
+	}
+	for (i = 0; i < (size_t)p->o.max_seqs * p->g.layers; i++)
+		b += sizeof(uint16_t) * lr->r * lr->seqs[i].n;
+	return b;
+}
+
+const struct kvp_predict_ops kvp_predict_lowrank_ops = {
+	.name = "lowrank",
+	.init = lr_init,
+	.fini = lr_fini,
+	.fit = lr_fit,
+	.observe = lr_observe,
+	.forget = lr_forget,
+	.select = lr_select,
+	.metadata_bytes = lr_metadata_bytes,
+};
