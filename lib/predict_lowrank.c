@@ -371,32 +371,85 @@ static void lr_fini(struct kvp_predictor *p)
 	free(lr);
 }
 
+static int cmp_fdesc(const void *x, const void *y)
+{
+	float a = *(const float *)x, b = *(const float *)y;
+
+	return a < b ? 1 : a > b ? -1 : 0;
+}
+
+/*
+ * Fit from a sample.  Up to fit_tokens tokens are used as they are; from a
+ * larger sample, the fit_tokens / 4 keys of largest norm (the rare, strong
+ * directions: sinks, heavy hitters, which a uniform subsample misses) plus
+ * evenly spaced others.
+ */
 static int lr_fit(struct kvp_predictor *p, uint32_t layer,
 		  const struct kvp_attn_blocks *sample)
 {
 	struct lowrank *lr = p->priv;
 	const struct kvp_kv_geometry *g = &p->g;
-	size_t i, tok = 0, total = 0;
-	uint32_t s;
-	float *K;
-	int err;
+	size_t i, tok = 0, total = 0, want, k1, kept = 0, row = lr->row;
+	float *K, *norms = NULL, *sorted = NULL, thr = 0;
+	uint32_t s, d;
+	int err = -ENOMEM;
 
 	for (i = 0; i < (size_t)p->o.max_seqs; i++)
 		if (lr->seqs[i * g->layers + layer].n)
 			return -EBUSY;
 	for (i = 0; i < sample->n; i++)
 		total += sample->ntokens ? sample->ntokens[i] : g->block_tokens;
-	K = malloc(sizeof(float) * total * lr->row);
+	want = total < p->o.fit_tokens ? total : p->o.fit_tokens;
+	k1 = total > want ? want / 4 : 0;
+	K = malloc(sizeof(float) * (want + 1) * row);
 	if (!K)
 		return -ENOMEM;
-	for (i = 0; i < sample->n; i++) {
+	if (k1) {
+		norms = malloc(sizeof(float) * total);
+		sorted = malloc(sizeof(float) * total);
+		if (!norms || !sorted)
+			goto out;
+		for (i = 0; i < sample->n; i++) {
+			uint32_t nt = sample->ntokens ? sample->ntokens[i]
+						      : g->block_tokens;
+
+			for (s = 0; s < nt; s++, tok++) {
+				float nn = 0;
+
+				key_row(g, sample->ptrs[i], s, K);
+				for (d = 0; d < row; d++)
+					nn += K[d] * K[d];
+				norms[tok] = sorted[tok] = nn;
+			}
+		}
+		qsort(sorted, total, sizeof(float), cmp_fdesc);
+		thr = sorted[k1 - 1];
+	}
+	tok = 0;
+	for (i = 0; i < sample->n && kept < want; i++) {
 		uint32_t nt = sample->ntokens ? sample->ntokens[i]
 					      : g->block_tokens;
 
-		for (s = 0; s < nt; s++, tok++)
-			key_row(g, sample->ptrs[i], s, K + tok * lr->row);
+		for (s = 0; s < nt && kept < want; s++, tok++) {
+			bool take = !k1;
+
+			if (k1 && norms[tok] >= thr && k1) {
+				take = true;
+			} else if (k1) {
+				/* evenly spaced: about want - k1 of total */
+				size_t a = tok * (want - k1) / total;
+				size_t b = (tok + 1) * (want - k1) / total;
+
+				take = b > a;
+			}
+			if (take)
+				key_row(g, sample->ptrs[i], s, K + kept++ * row);
+		}
 	}
-	err = fit_and_flush(p, layer, K, (uint32_t)total);
+	err = fit_and_flush(p, layer, K, (uint32_t)kept);
+out:
+	free(norms);
+	free(sorted);
 	free(K);
 	return err;
 }

@@ -91,8 +91,10 @@ bool kvp_predictor_needs_keys(const struct kvp_predictor *p);
 
 /*
  * kvp_predictor_fit - learn layer's key projection from the keys of the
- * sample blocks (any blocks of the prefill, e.g. evenly spaced ones; a few
- * thousand tokens are plenty).  lowrank only; others return 0 and do
+ * sample blocks (best: all of the prefill's blocks of that layer).  Up to
+ * fit_tokens keys are used: from a larger sample, the fit_tokens / 4 keys
+ * of largest norm (rare strong directions such as sinks and heavy hitters,
+ * which a uniform subsample misses) plus evenly spaced others.  lowrank only; others return 0 and do
  * nothing.  Refitting a layer that already holds projected keys fails with
  * -EBUSY.  Returns 0, -EINVAL (layer, empty sample), -ENOMEM; the layer is
  * unchanged on failure.
