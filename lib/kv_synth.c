@@ -73,7 +73,7 @@ void kvp_kv_synth_opts_default(struct kvp_kv_synth_opts *o)
 	o->topic_run_tokens = 256;
 	o->heavy_every = 2048;
 	o->recent_tokens = 32;
-	o->sink_logit = 7;
+	o->sink_logit = 10;
 	o->heavy_logit = 9;
 	o->topic_logit = 6;
 	o->recent_logit = 3;

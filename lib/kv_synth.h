@@ -47,7 +47,7 @@ struct kvp_kv_synth_opts {
 	uint32_t topic_run_tokens; /* mean tokens of one topic run: 256 */
 	uint32_t heavy_every;      /* one heavy hitter per this many: 2048 */
 	uint32_t recent_tokens;    /* the recent window queries favour: 32 */
-	float sink_logit;          /* 7 */
+	float sink_logit;          /* 10 */
 	float heavy_logit;         /* 9 */
 	float topic_logit;         /* 6 */
 	float recent_logit;        /* 3 */
