@@ -241,6 +241,43 @@ SIMD static inline void block_simd_t(int t, const struct kvp_kv_geometry *g,
 			}
 			/* acc_h += sum_t w_ht v_t, dims outer so that acc
 			 * stays in registers over the block's tokens */
+			if (nh == 4) {
+				float *a0p = acc + (size_t)h0 * dim;
+
+				for (d = 0; d < dim; d += 8) {
+					__m256 a0 = _mm256_loadu_ps(a0p + d);
+					__m256 a1 = _mm256_loadu_ps(a0p + dim + d);
+					__m256 a2 = _mm256_loadu_ps(a0p + 2 * dim + d);
+					__m256 a3 = _mm256_loadu_ps(a0p + 3 * dim + d);
+
+					for (tok = 0; tok < ntok; tok++) {
+						__m256 vv = load8(
+							t, v + (size_t)tok * dim * es,
+							d);
+
+						a0 = _mm256_fmadd_ps(
+							_mm256_broadcast_ss(&w[tok]),
+							vv, a0);
+						a1 = _mm256_fmadd_ps(
+							_mm256_broadcast_ss(
+								&w[ntok + tok]),
+							vv, a1);
+						a2 = _mm256_fmadd_ps(
+							_mm256_broadcast_ss(
+								&w[2 * ntok + tok]),
+							vv, a2);
+						a3 = _mm256_fmadd_ps(
+							_mm256_broadcast_ss(
+								&w[3 * ntok + tok]),
+							vv, a3);
+					}
+					_mm256_storeu_ps(a0p + d, a0);
+					_mm256_storeu_ps(a0p + dim + d, a1);
+					_mm256_storeu_ps(a0p + 2 * dim + d, a2);
+					_mm256_storeu_ps(a0p + 3 * dim + d, a3);
+				}
+				continue;
+			}
 			for (d = 0; d < dim; d += 8) {
 				__m256 a[4];
 

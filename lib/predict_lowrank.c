@@ -167,12 +167,59 @@ static float gauss(uint64_t *st)
 	return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
+static float dot_scalar(const float *a, const float *b, uint32_t n)
+{
+	float s = 0;
+	uint32_t i;
+
+	for (i = 0; i < n; i++)
+		s += a[i] * b[i];
+	return s;
+}
+
+#ifdef KVP_HAVE_X86
+/* n a multiple of 8 */
+__attribute__((target("avx2,fma"))) static float
+dot_avx2(const float *a, const float *b, uint32_t n)
+{
+	__m256 s0 = _mm256_setzero_ps(), s1 = s0;
+	__m128 lo;
+	uint32_t i;
+
+	for (i = 0; i + 16 <= n; i += 16) {
+		s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i),
+				     _mm256_loadu_ps(b + i), s0);
+		s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8),
+				     _mm256_loadu_ps(b + i + 8), s1);
+	}
+	for (; i < n; i += 8)
+		s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i),
+				     _mm256_loadu_ps(b + i), s0);
+	s0 = _mm256_add_ps(s0, s1);
+	lo = _mm_add_ps(_mm256_castps256_ps128(s0),
+			_mm256_extractf128_ps(s0, 1));
+	lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+	lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+	return _mm_cvtss_f32(lo);
+}
+#endif
+
+static float dotf(const float *a, const float *b, uint32_t n)
+{
+#ifdef KVP_HAVE_X86
+	if (have_simd() && n % 8 == 0)
+		return dot_avx2(a, b, n);
+#endif
+	return dot_scalar(a, b, n);
+}
+
 /*
  * Orthonormalise the r rows (length n) of V in place: modified
- * Gram-Schmidt, twice for stability; a row that vanishes is replaced by a
- * random one and redone.
+ * Gram-Schmidt, one pass (the iteration repeats it; the last call makes
+ * two); a row that vanishes is replaced by a random one and redone.
  */
-static void orthonormalise(float *V, uint32_t r, uint32_t n, uint64_t *st)
+static void orthonormalise(float *V, uint32_t r, uint32_t n, uint64_t *st,
+			   uint32_t passes)
 {
 	uint32_t i, j, d, pass, tries;
 
@@ -180,27 +227,22 @@ static void orthonormalise(float *V, uint32_t r, uint32_t n, uint64_t *st)
 		float *v = V + (size_t)i * n;
 
 		for (tries = 0; tries < 4; tries++) {
-			double nn = 0, before = 0;
+			float nn, before = dotf(v, v, n);
 
-			for (d = 0; d < n; d++)
-				before += (double)v[d] * v[d];
-			for (pass = 0; pass < 2; pass++) {
+			for (pass = 0; pass < passes; pass++) {
 				for (j = 0; j < i; j++) {
 					const float *u = V + (size_t)j * n;
-					double dot = 0;
+					float dot = dotf(v, u, n);
 
 					for (d = 0; d < n; d++)
-						dot += (double)v[d] * u[d];
-					for (d = 0; d < n; d++)
-						v[d] -= (float)dot * u[d];
+						v[d] -= dot * u[d];
 				}
 			}
-			for (d = 0; d < n; d++)
-				nn += (double)v[d] * v[d];
-			if (nn > 1e-10 * (before > 0 ? before : 1) && nn > 0) {
-				nn = 1.0 / sqrt(nn);
+			nn = dotf(v, v, n);
+			if (nn > 1e-10f * (before > 0 ? before : 1) && nn > 0) {
+				nn = 1.0f / sqrtf(nn);
 				for (d = 0; d < n; d++)
-					v[d] = (float)(v[d] * nn);
+					v[d] *= nn;
 				break;
 			}
 			for (d = 0; d < n; d++)
@@ -232,12 +274,13 @@ static int fit_from(struct kvp_predictor *p, struct lr_layer *L,
 	gemm(row, row, n, Kt, n, K, row, C, row);
 	for (i = 0; i < r * row; i++)
 		Q[i] = gauss(&st);
-	orthonormalise(Q, r, row, &st);
+	orthonormalise(Q, r, row, &st, 1);
 	for (it = 0; it < p->o.power_iters; it++) {
 		/* Z^T = Q^T C (C is symmetric): r x row */
 		gemm(r, row, row, Q, row, C, row, Z, row);
 		memcpy(Q, Z, sizeof(float) * (size_t)r * row);
-		orthonormalise(Q, r, row, &st);
+		orthonormalise(Q, r, row, &st,
+			       it + 1 == p->o.power_iters ? 2 : 1);
 	}
 	for (i = 0; i < row; i++)
 		for (j = 0; j < r; j++)
