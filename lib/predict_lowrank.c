@@ -670,9 +670,7 @@ static int lr_select(struct kvp_predictor *p, uint32_t seq, uint32_t layer,
 	/* forced: blocks not wholly observed, and the last block */
 	if (scored >= nb)
 		scored = nb - 1;
-	for (i = scored; i < nb; i++)
-		lblocks[k++] = i;
-	if (k >= budget || scored == 0 || !L->P) {
+	if (nb - scored >= budget || scored == 0 || !L->P) {
 		/* nothing to score: the newest blocks within the budget */
 		k = 0;
 		for (i = nb - (budget > nb ? nb : budget); i < nb; i++)
@@ -680,6 +678,8 @@ static int lr_select(struct kvp_predictor *p, uint32_t seq, uint32_t layer,
 		*n = k;
 		return 0;
 	}
+	for (i = scored; i < nb; i++)
+		lblocks[k++] = i;
 	want = budget - k;
 	qbar = malloc(sizeof(float) * (lr->row + lr->r + (size_t)scored * G));
 	heap = malloc(sizeof(*heap) * want);
