@@ -65,12 +65,16 @@ static bool have_simd(void)
 {
 #ifdef KVP_HAVE_X86
 	static int cached = -1;
+	int c = __atomic_load_n(&cached, __ATOMIC_RELAXED);
 
-	if (cached < 0)
-		cached = __builtin_cpu_supports("avx2") &&
+	/* racing first callers compute the same value */
+	if (c < 0) {
+		c = __builtin_cpu_supports("avx2") &&
 			 __builtin_cpu_supports("f16c") &&
 			 __builtin_cpu_supports("fma");
-	return cached;
+		__atomic_store_n(&cached, c, __ATOMIC_RELAXED);
+	}
+	return c;
 #else
 	return false;
 #endif

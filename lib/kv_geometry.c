@@ -152,11 +152,15 @@ uint16_t kvp_kv_f32_to_bf16(float f)
 static bool have_f16c(void)
 {
 	static int cached = -1;
+	int c = __atomic_load_n(&cached, __ATOMIC_RELAXED);
 
-	if (cached < 0)
-		cached = __builtin_cpu_supports("f16c") &&
+	/* racing first callers compute the same value */
+	if (c < 0) {
+		c = __builtin_cpu_supports("f16c") &&
 			 __builtin_cpu_supports("avx2");
-	return cached;
+		__atomic_store_n(&cached, c, __ATOMIC_RELAXED);
+	}
+	return c;
 }
 
 __attribute__((target("f16c,avx2"))) static size_t

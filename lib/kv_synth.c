@@ -177,11 +177,17 @@ uint32_t kvp_kv_synth_query_topic(const struct kvp_kv_synth *s, uint32_t seq,
 	return kvp_kv_synth_topic(s, seq, layer, t);
 }
 
-/* dst = a * u + sig * nz (+ b * w when w): one row, vectorised. */
-__attribute__((target_clones("avx2", "default"))) static void
-compose(float *restrict dst, const float *restrict u, float a,
-	const float *restrict w, float b, const float *restrict nz, float sig,
-	uint32_t n)
+/*
+ * dst = a * u + sig * nz (+ b * w when w): one row.  Two copies of the
+ * same loop, one compiled for AVX2 (picked at run time; not an ifunc, whose
+ * resolver runs before sanitizer runtimes are up).
+ */
+#define COMPOSE_ARGS                                                         \
+	float *restrict dst, const float *restrict u, float a,               \
+		const float *restrict w, float b, const float *restrict nz, \
+		float sig, uint32_t n
+
+static void compose_generic(COMPOSE_ARGS)
 {
 	uint32_t i;
 
@@ -192,6 +198,40 @@ compose(float *restrict dst, const float *restrict u, float a,
 		for (i = 0; i < n; i++)
 			dst[i] = a * u[i] + sig * nz[i];
 	}
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+__attribute__((target("avx2,fma"), optimize("tree-vectorize"))) static void
+compose_avx2(COMPOSE_ARGS)
+{
+	uint32_t i;
+
+	if (w) {
+		for (i = 0; i < n; i++)
+			dst[i] = a * u[i] + b * w[i] + sig * nz[i];
+	} else {
+		for (i = 0; i < n; i++)
+			dst[i] = a * u[i] + sig * nz[i];
+	}
+}
+#endif
+
+static void compose(COMPOSE_ARGS)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	static int cached = -1;
+	int c = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+
+	if (c < 0) {
+		c = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+		__atomic_store_n(&cached, c, __ATOMIC_RELAXED);
+	}
+	if (c) {
+		compose_avx2(dst, u, a, w, b, nz, sig, n);
+		return;
+	}
+#endif
+	compose_generic(dst, u, a, w, b, nz, sig, n);
 }
 
 int kvp_kv_synth_fill(const struct kvp_kv_synth *s, uint32_t seq,
