@@ -35,25 +35,25 @@ struct job {
 	enum job_kind kind;
 	const struct kvp_kv_geometry *g;
 	const struct kvp_attn_blocks *b;
-	const float *qs;   /* q * 1/sqrt(dim) */
-	bool scalar;       /* force the portable path */
-	unsigned nparts;   /* ranges */
-	float *part;       /* nparts * (2 * qh + qh * dim): m, l, acc */
-	float *bml;        /* JOB_MASS: n * qh * 2: per block m, l */
+	const float *qs; /* q * 1/sqrt(dim) */
+	bool scalar;	 /* force the portable path */
+	unsigned nparts; /* ranges */
+	float *part;	 /* nparts * (2 * qh + qh * dim): m, l, acc */
+	float *bml;	 /* JOB_MASS: n * qh * 2: per block m, l */
 };
 
 struct kvp_attn_pool {
-	unsigned nthreads;        /* counting the caller */
-	pthread_t *tids;          /* nthreads - 1 workers */
-	pthread_mutex_t call;     /* one call at a time */
-	pthread_mutex_t lock;     /* protects the fields below */
-	pthread_cond_t go;        /* gen changed or stop */
-	pthread_cond_t done;      /* pending reached 0 */
-	uint64_t gen;             /* bumped per job */
-	unsigned pending;         /* workers still running the job */
+	unsigned nthreads;    /* counting the caller */
+	pthread_t *tids;      /* nthreads - 1 workers */
+	pthread_mutex_t call; /* one call at a time */
+	pthread_mutex_t lock; /* protects the fields below */
+	pthread_cond_t go;    /* gen changed or stop */
+	pthread_cond_t done;  /* pending reached 0 */
+	uint64_t gen;	      /* bumped per job */
+	unsigned pending;     /* workers still running the job */
 	bool stop;
 	struct job *job;
-	unsigned nworkers_job;    /* workers taking part in this job */
+	unsigned nworkers_job; /* workers taking part in this job */
 };
 
 static size_t part_floats(const struct kvp_kv_geometry *g)
@@ -70,8 +70,8 @@ static bool have_simd(void)
 	/* racing first callers compute the same value */
 	if (c < 0) {
 		c = __builtin_cpu_supports("avx2") &&
-			 __builtin_cpu_supports("f16c") &&
-			 __builtin_cpu_supports("fma");
+		    __builtin_cpu_supports("f16c") &&
+		    __builtin_cpu_supports("fma");
 		__atomic_store_n(&cached, c, __ATOMIC_RELAXED);
 	}
 	return c;
@@ -111,14 +111,15 @@ static void scores_scalar(const struct kvp_kv_geometry *g, const void *blk,
 	size_t es = kvp_kv_dtype_size(g->dtype);
 
 	for (h = 0; h < g->q_heads; h++) {
-		const char *k = (const char *)blk + kvp_kv_k_offset(g, h / grp, 0);
-		float s[KVP_KV_MAX_BLOCK_TOKENS], mx = KVP_ATTN_NEG_INF, sum = 0;
+		const char *k =
+		    (const char *)blk + kvp_kv_k_offset(g, h / grp, 0);
+		float s[KVP_KV_MAX_BLOCK_TOKENS], mx = KVP_ATTN_NEG_INF,
+						  sum = 0;
 
 		for (t = 0; t < ntok; t++) {
-			s[t] = kvp_attn_dot((int)g->dtype,
-					    qs + (size_t)h * g->head_dim,
-					    k + (size_t)t * g->head_dim * es,
-					    g->head_dim);
+			s[t] = kvp_attn_dot(
+			    (int)g->dtype, qs + (size_t)h * g->head_dim,
+			    k + (size_t)t * g->head_dim * es, g->head_dim);
 			mx = s[t] > mx ? s[t] : mx;
 		}
 		for (t = 0; t < ntok; t++)
@@ -140,11 +141,11 @@ SIMD static inline __m256 load8(int t, const void *base, size_t i)
 		return _mm256_loadu_ps((const float *)base + i);
 	if (t == KVP_ATTN_FP16)
 		return _mm256_cvtph_ps(_mm_loadu_si128(
-			(const __m128i *)((const uint16_t *)base + i)));
+		    (const __m128i *)((const uint16_t *)base + i)));
 	return _mm256_castsi256_ps(_mm256_slli_epi32(
-		_mm256_cvtepu16_epi32(_mm_loadu_si128(
-			(const __m128i *)((const uint16_t *)base + i))),
-		16));
+	    _mm256_cvtepu16_epi32(
+		_mm_loadu_si128((const __m128i *)((const uint16_t *)base + i))),
+	    16));
 }
 
 SIMD static inline float hsum8(__m256 v)
@@ -178,15 +179,13 @@ SIMD static inline void scores4(int t, const char *k, uint32_t ntok,
 			a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qs + d), kv, a0);
 			if (nh > 1)
 				a1 = _mm256_fmadd_ps(
-					_mm256_loadu_ps(qs + dim + d), kv, a1);
+				    _mm256_loadu_ps(qs + dim + d), kv, a1);
 			if (nh > 2)
 				a2 = _mm256_fmadd_ps(
-					_mm256_loadu_ps(qs + 2 * dim + d), kv,
-					a2);
+				    _mm256_loadu_ps(qs + 2 * dim + d), kv, a2);
 			if (nh > 3)
 				a3 = _mm256_fmadd_ps(
-					_mm256_loadu_ps(qs + 3 * dim + d), kv,
-					a3);
+				    _mm256_loadu_ps(qs + 3 * dim + d), kv, a3);
 		}
 		s[tok] = hsum8(a0);
 		if (nh > 1)
@@ -212,8 +211,8 @@ SIMD static inline void block_simd_t(int t, const struct kvp_kv_geometry *g,
 		const char *v = (const char *)blk + kvp_kv_v_offset(g, j, 0);
 
 		for (h0 = j * grp; h0 < (j + 1) * grp; h0 += 4) {
-			uint32_t nh = (j + 1) * grp - h0 < 4 ? (j + 1) * grp - h0
-							     : 4;
+			uint32_t nh =
+			    (j + 1) * grp - h0 < 4 ? (j + 1) * grp - h0 : 4;
 			float w[4 * KVP_KV_MAX_BLOCK_TOKENS];
 
 			scores4(t, k, ntok, dim, qs + (size_t)h0 * dim, nh, s);
@@ -224,22 +223,22 @@ SIMD static inline void block_simd_t(int t, const struct kvp_kv_geometry *g,
 				for (tok = 0; tok < ntok; tok++)
 					mx = sh[tok] > mx ? sh[tok] : mx;
 				if (mx > m[h0 + h]) {
-					float f = kvp_attn_rescale(&m[h0 + h],
-								   mx);
+					float f =
+					    kvp_attn_rescale(&m[h0 + h], mx);
 					__m256 fv = _mm256_set1_ps(f);
 					float *a = acc + (size_t)(h0 + h) * dim;
 
 					l[h0 + h] *= f;
 					for (d = 0; d < dim; d += 8)
 						_mm256_storeu_ps(
-							a + d,
-							_mm256_mul_ps(
-								_mm256_loadu_ps(a + d),
-								fv));
+						    a + d,
+						    _mm256_mul_ps(
+							_mm256_loadu_ps(a + d),
+							fv));
 				}
 				for (tok = 0; tok < ntok; tok++) {
 					w[h * ntok + tok] =
-						kvp_attn_weight(sh[tok], mx);
+					    kvp_attn_weight(sh[tok], mx);
 					l[h0 + h] += w[h * ntok + tok];
 				}
 			}
@@ -250,30 +249,35 @@ SIMD static inline void block_simd_t(int t, const struct kvp_kv_geometry *g,
 
 				for (d = 0; d < dim; d += 8) {
 					__m256 a0 = _mm256_loadu_ps(a0p + d);
-					__m256 a1 = _mm256_loadu_ps(a0p + dim + d);
-					__m256 a2 = _mm256_loadu_ps(a0p + 2 * dim + d);
-					__m256 a3 = _mm256_loadu_ps(a0p + 3 * dim + d);
+					__m256 a1 =
+					    _mm256_loadu_ps(a0p + dim + d);
+					__m256 a2 =
+					    _mm256_loadu_ps(a0p + 2 * dim + d);
+					__m256 a3 =
+					    _mm256_loadu_ps(a0p + 3 * dim + d);
 
 					for (tok = 0; tok < ntok; tok++) {
 						__m256 vv = load8(
-							t, v + (size_t)tok * dim * es,
-							d);
+						    t,
+						    v + (size_t)tok * dim * es,
+						    d);
 
 						a0 = _mm256_fmadd_ps(
-							_mm256_broadcast_ss(&w[tok]),
-							vv, a0);
+						    _mm256_broadcast_ss(
+							&w[tok]),
+						    vv, a0);
 						a1 = _mm256_fmadd_ps(
-							_mm256_broadcast_ss(
-								&w[ntok + tok]),
-							vv, a1);
+						    _mm256_broadcast_ss(
+							&w[ntok + tok]),
+						    vv, a1);
 						a2 = _mm256_fmadd_ps(
-							_mm256_broadcast_ss(
-								&w[2 * ntok + tok]),
-							vv, a2);
+						    _mm256_broadcast_ss(
+							&w[2 * ntok + tok]),
+						    vv, a2);
 						a3 = _mm256_fmadd_ps(
-							_mm256_broadcast_ss(
-								&w[3 * ntok + tok]),
-							vv, a3);
+						    _mm256_broadcast_ss(
+							&w[3 * ntok + tok]),
+						    vv, a3);
 					}
 					_mm256_storeu_ps(a0p + d, a0);
 					_mm256_storeu_ps(a0p + dim + d, a1);
@@ -287,29 +291,29 @@ SIMD static inline void block_simd_t(int t, const struct kvp_kv_geometry *g,
 
 				for (h = 0; h < nh; h++)
 					a[h] = _mm256_loadu_ps(
-						acc + (size_t)(h0 + h) * dim + d);
+					    acc + (size_t)(h0 + h) * dim + d);
 				for (tok = 0; tok < ntok; tok++) {
 					__m256 vv = load8(
-						t, v + (size_t)tok * dim * es, d);
+					    t, v + (size_t)tok * dim * es, d);
 
 					for (h = 0; h < nh; h++)
 						a[h] = _mm256_fmadd_ps(
-							_mm256_set1_ps(
-								w[h * ntok + tok]),
-							vv, a[h]);
+						    _mm256_set1_ps(
+							w[h * ntok + tok]),
+						    vv, a[h]);
 				}
 				for (h = 0; h < nh; h++)
 					_mm256_storeu_ps(
-						acc + (size_t)(h0 + h) * dim + d,
-						a[h]);
+					    acc + (size_t)(h0 + h) * dim + d,
+					    a[h]);
 			}
 		}
 	}
 }
 
 SIMD static void block_simd_f16(const struct kvp_kv_geometry *g,
-				const void *blk, uint32_t ntok,
-				const float *qs, float *m, float *l, float *acc)
+				const void *blk, uint32_t ntok, const float *qs,
+				float *m, float *l, float *acc)
 {
 	block_simd_t(KVP_ATTN_FP16, g, blk, ntok, qs, m, l, acc);
 }
@@ -323,8 +327,8 @@ SIMD static void block_simd_bf16(const struct kvp_kv_geometry *g,
 }
 
 SIMD static void block_simd_f32(const struct kvp_kv_geometry *g,
-				const void *blk, uint32_t ntok,
-				const float *qs, float *m, float *l, float *acc)
+				const void *blk, uint32_t ntok, const float *qs,
+				float *m, float *l, float *acc)
 {
 	block_simd_t(KVP_ATTN_FP32, g, blk, ntok, qs, m, l, acc);
 }
@@ -340,8 +344,8 @@ SIMD static void scores_simd(const struct kvp_kv_geometry *g, const void *blk,
 		const char *k = (const char *)blk + kvp_kv_k_offset(g, j, 0);
 
 		for (h0 = j * grp; h0 < (j + 1) * grp; h0 += 4) {
-			uint32_t nh = (j + 1) * grp - h0 < 4 ? (j + 1) * grp - h0
-							     : 4;
+			uint32_t nh =
+			    (j + 1) * grp - h0 < 4 ? (j + 1) * grp - h0 : 4;
 
 			if (t == KVP_ATTN_FP16)
 				scores4(KVP_ATTN_FP16, k, ntok, dim,
@@ -357,11 +361,11 @@ SIMD static void scores_simd(const struct kvp_kv_geometry *g, const void *blk,
 
 				for (tok = 0; tok < ntok; tok++)
 					mx = s[h * ntok + tok] > mx
-						     ? s[h * ntok + tok]
-						     : mx;
+						 ? s[h * ntok + tok]
+						 : mx;
 				for (tok = 0; tok < ntok; tok++)
-					sum += kvp_attn_weight(s[h * ntok + tok],
-							       mx);
+					sum += kvp_attn_weight(
+					    s[h * ntok + tok], mx);
 				bml[2 * (h0 + h)] = mx;
 				bml[2 * (h0 + h) + 1] = sum;
 			}
@@ -552,7 +556,8 @@ static unsigned parts_for(const struct kvp_kv_geometry *g,
 {
 	unsigned n = kvp_attn_pool_threads(p);
 
-	if ((uint64_t)b->n * kvp_kv_block_bytes(g) < KVP_ATTN_PARALLEL_MIN_BYTES)
+	if ((uint64_t)b->n * kvp_kv_block_bytes(g) <
+	    KVP_ATTN_PARALLEL_MIN_BYTES)
 		return 1;
 	if (n > b->n)
 		n = (unsigned)b->n;
@@ -572,8 +577,7 @@ static int check_blocks(const struct kvp_kv_geometry *g,
 	return 0;
 }
 
-static void scale_q(const struct kvp_kv_geometry *g, const float *q,
-		    float *qs)
+static void scale_q(const struct kvp_kv_geometry *g, const float *q, float *qs)
 {
 	float sc = 1.0f / sqrtf((float)g->head_dim);
 	size_t i, n = (size_t)g->q_heads * g->head_dim;
@@ -754,14 +758,14 @@ size_t kvp_attn_gather(const struct kvp_kv_geometry *g,
 			for (j = 0; j < g->kv_heads; j++) {
 				const char *blk = b->ptrs[i];
 
-				kvp_kv_to_f32(g->dtype,
-					      blk + kvp_kv_k_offset(g, j, t),
-					      K + tok * row + (size_t)j * g->head_dim,
-					      g->head_dim);
-				kvp_kv_to_f32(g->dtype,
-					      blk + kvp_kv_v_offset(g, j, t),
-					      V + tok * row + (size_t)j * g->head_dim,
-					      g->head_dim);
+				kvp_kv_to_f32(
+				    g->dtype, blk + kvp_kv_k_offset(g, j, t),
+				    K + tok * row + (size_t)j * g->head_dim,
+				    g->head_dim);
+				kvp_kv_to_f32(
+				    g->dtype, blk + kvp_kv_v_offset(g, j, t),
+				    V + tok * row + (size_t)j * g->head_dim,
+				    g->head_dim);
 			}
 		}
 	}

@@ -39,8 +39,8 @@ struct kvp_attn_pool;
 
 /* The KV blocks one call reads. */
 struct kvp_attn_blocks {
-	const void *const *ptrs;  /* n KV blocks (K then V, geometry layout) */
-	const uint32_t *ntokens;  /* valid slots of each, 1..G; NULL: all G */
+	const void *const *ptrs; /* n KV blocks (K then V, geometry layout) */
+	const uint32_t *ntokens; /* valid slots of each, 1..G; NULL: all G */
 	size_t n;
 };
 

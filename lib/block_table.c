@@ -15,22 +15,22 @@
 #include "lib/block_table.h"
 
 struct kvp_block_alloc {
-	uint32_t nblocks;      /* capacity */
-	uint32_t nfree;        /* free blocks */
-	uint32_t hint;         /* no free block below this */
-	uint32_t *refs;        /* reference count per block */
-	uint64_t *used;        /* bit set: allocated */
+	uint32_t nblocks;	/* capacity */
+	uint32_t nfree;		/* free blocks */
+	uint32_t hint;		/* no free block below this */
+	uint32_t *refs;		/* reference count per block */
+	uint64_t *used;		/* bit set: allocated */
 	kvp_block_copy_fn copy; /* copy-on-write callback or NULL */
 	void *copy_arg;
 };
 
 struct kvp_block_table {
 	struct kvp_block_alloc *a;
-	uint32_t g;       /* tokens per block */
-	uint64_t tokens;  /* tokens in the sequence */
-	uint32_t nmap;    /* entries in use */
-	uint32_t capmap;  /* entries allocated */
-	uint32_t *map;    /* logical -> physical */
+	uint32_t g;	 /* tokens per block */
+	uint64_t tokens; /* tokens in the sequence */
+	uint32_t nmap;	 /* entries in use */
+	uint32_t capmap; /* entries allocated */
+	uint32_t *map;	 /* logical -> physical */
 };
 
 int kvp_block_alloc_create(uint32_t nblocks, struct kvp_block_alloc **out)
@@ -351,8 +351,7 @@ const uint32_t *kvp_block_table_map(const struct kvp_block_table *bt)
 	return bt->map;
 }
 
-uint32_t kvp_block_table_physical(const struct kvp_block_table *bt,
-				  uint32_t lb)
+uint32_t kvp_block_table_physical(const struct kvp_block_table *bt, uint32_t lb)
 {
 	return lb < bt->nmap ? bt->map[lb] : KVP_BLOCK_NONE;
 }

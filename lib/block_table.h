@@ -39,8 +39,8 @@ struct kvp_block_table;
  * dst is written.  Slots past ntokens in dst are garbage.
  */
 struct kvp_block_copy {
-	uint32_t src;     /* shared block, still referenced by others */
-	uint32_t dst;     /* fresh block, now the writer's */
+	uint32_t src;	  /* shared block, still referenced by others */
+	uint32_t dst;	  /* fresh block, now the writer's */
 	uint32_t ntokens; /* valid slots to copy */
 };
 

@@ -99,7 +99,8 @@ int kvp_kv_dtype_parse(const char *name, enum kvp_kv_dtype *out)
 
 size_t kvp_kv_token_layer_bytes(const struct kvp_kv_geometry *g)
 {
-	return 2 * (size_t)g->kv_heads * g->head_dim * kvp_kv_dtype_size(g->dtype);
+	return 2 * (size_t)g->kv_heads * g->head_dim *
+	       kvp_kv_dtype_size(g->dtype);
 }
 
 size_t kvp_kv_token_bytes(const struct kvp_kv_geometry *g)
@@ -157,7 +158,7 @@ static bool have_f16c(void)
 	/* racing first callers compute the same value */
 	if (c < 0) {
 		c = __builtin_cpu_supports("f16c") &&
-			 __builtin_cpu_supports("avx2");
+		    __builtin_cpu_supports("avx2");
 		__atomic_store_n(&cached, c, __ATOMIC_RELAXED);
 	}
 	return c;
@@ -170,7 +171,7 @@ f16_to_f32_x86(const uint16_t *s, float *d, size_t n)
 
 	for (i = 0; i + 8 <= n; i += 8)
 		_mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128(
-					       (const __m128i *)(s + i))));
+					    (const __m128i *)(s + i))));
 	return i;
 }
 
@@ -193,7 +194,7 @@ bf16_to_f32_x86(const uint16_t *s, float *d, size_t n)
 
 	for (i = 0; i + 8 <= n; i += 8) {
 		__m256i w = _mm256_cvtepu16_epi32(
-			_mm_loadu_si128((const __m128i *)(s + i)));
+		    _mm_loadu_si128((const __m128i *)(s + i)));
 
 		_mm256_storeu_ps(d + i,
 				 _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
@@ -221,8 +222,7 @@ void kvp_kv_to_f32(enum kvp_kv_dtype t, const void *src, float *dst, size_t n)
 					  : kvp_attn_bf16_to_f32(s[i]);
 }
 
-void kvp_kv_from_f32(enum kvp_kv_dtype t, const float *src, void *dst,
-		     size_t n)
+void kvp_kv_from_f32(enum kvp_kv_dtype t, const float *src, void *dst, size_t n)
 {
 	uint16_t *d = dst;
 	size_t i = 0;
@@ -291,5 +291,6 @@ void kvp_kv_layout_pager_span(const struct kvp_kv_layout *l, uint64_t pb,
 	uint64_t per_layer = l->layer_bytes / l->pager_block_bytes;
 
 	*layer = (uint32_t)(pb / per_layer);
-	*first_pblock = (uint32_t)((pb % per_layer) * l->blocks_per_pager_block);
+	*first_pblock =
+	    (uint32_t)((pb % per_layer) * l->blocks_per_pager_block);
 }

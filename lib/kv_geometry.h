@@ -34,17 +34,17 @@ enum kvp_kv_dtype {
 };
 
 /* Limits that every geometry must respect (checked by _check). */
-#define KVP_KV_MAX_HEAD_DIM 512u    /* multiple of 8, 8 .. 512 */
-#define KVP_KV_MAX_Q_HEADS 256u     /* q_heads, a multiple of kv_heads */
+#define KVP_KV_MAX_HEAD_DIM	512u /* multiple of 8, 8 .. 512 */
+#define KVP_KV_MAX_Q_HEADS	256u /* q_heads, a multiple of kv_heads */
 #define KVP_KV_MAX_BLOCK_TOKENS 1024u
 
 struct kvp_kv_geometry {
-	uint32_t layers;       /* transformer layers, >= 1 */
-	uint32_t q_heads;      /* query heads, a multiple of kv_heads */
-	uint32_t kv_heads;     /* KV heads (GQA), >= 1 */
-	uint32_t head_dim;     /* elements per head, a multiple of 8 */
+	uint32_t layers;	 /* transformer layers, >= 1 */
+	uint32_t q_heads;	 /* query heads, a multiple of kv_heads */
+	uint32_t kv_heads;	 /* KV heads (GQA), >= 1 */
+	uint32_t head_dim;	 /* elements per head, a multiple of 8 */
 	enum kvp_kv_dtype dtype; /* element type of K and V */
-	uint32_t block_tokens; /* G: tokens per KV block, 1 .. 1024 */
+	uint32_t block_tokens;	 /* G: tokens per KV block, 1 .. 1024 */
 };
 
 /*
@@ -120,8 +120,7 @@ static inline size_t kvp_kv_v_offset(const struct kvp_kv_geometry *g,
  * F16C/AVX2 when the CPU has them (checked once at run time), else a
  * portable loop with the same results (round to nearest even).
  */
-void kvp_kv_to_f32(enum kvp_kv_dtype t, const void *src, float *dst,
-		   size_t n);
+void kvp_kv_to_f32(enum kvp_kv_dtype t, const void *src, float *dst, size_t n);
 void kvp_kv_from_f32(enum kvp_kv_dtype t, const float *src, void *dst,
 		     size_t n);
 /* Single elements (the same functions the attention code uses). */
@@ -144,13 +143,13 @@ size_t kvp_kv_pager_block_choose(const struct kvp_kv_geometry *g,
 
 /* Where KV blocks live in a region (see the file comment). */
 struct kvp_kv_layout {
-	struct kvp_kv_geometry geo;   /* copy of the geometry */
-	uint32_t capacity_blocks;     /* physical KV blocks per layer */
+	struct kvp_kv_geometry geo;	 /* copy of the geometry */
+	uint32_t capacity_blocks;	 /* physical KV blocks per layer */
 	uint32_t blocks_per_pager_block; /* KV blocks in one pager block */
-	size_t block_stride;          /* kvp_kv_block_stride(geo) */
-	size_t pager_block_bytes;     /* power of two, >= 4 KiB */
-	size_t layer_bytes;           /* capacity_blocks * block_stride */
-	size_t region_bytes;          /* layers * layer_bytes */
+	size_t block_stride;		 /* kvp_kv_block_stride(geo) */
+	size_t pager_block_bytes;	 /* power of two, >= 4 KiB */
+	size_t layer_bytes;		 /* capacity_blocks * block_stride */
+	size_t region_bytes;		 /* layers * layer_bytes */
 };
 
 /*
@@ -178,7 +177,8 @@ static inline uint64_t kvp_kv_layout_offset(const struct kvp_kv_layout *l,
 
 /* Pager block (index in the region) holding KV block (layer, pblock). */
 static inline uint64_t kvp_kv_layout_pager_block(const struct kvp_kv_layout *l,
-						 uint32_t layer, uint32_t pblock)
+						 uint32_t layer,
+						 uint32_t pblock)
 {
 	return kvp_kv_layout_offset(l, layer, pblock) / l->pager_block_bytes;
 }

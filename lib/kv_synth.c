@@ -24,20 +24,20 @@
 
 #include "lib/kv_synth.h"
 
-#define NOISE_BITS 16
-#define NOISE_LEN (1u << NOISE_BITS)
-#define NFREQ 3
+#define NOISE_BITS  16
+#define NOISE_LEN   (1u << NOISE_BITS)
+#define NFREQ	    3
 #define QUERY_NOISE 0.5f
 
 struct kvp_kv_synth {
 	struct kvp_kv_geometry g;
 	struct kvp_kv_synth_opts o;
-	uint32_t row;       /* kv_heads * head_dim */
-	uint32_t ndir;      /* clusters + 2: topics, sink, heavy */
-	float *uk;          /* layers * ndir * row: key directions */
-	float *uv;          /* layers * ndir * row: value vectors */
-	float *noise;       /* NOISE_LEN + row Gaussian numbers */
-	float sigma;        /* key noise per element */
+	uint32_t row;	    /* kv_heads * head_dim */
+	uint32_t ndir;	    /* clusters + 2: topics, sink, heavy */
+	float *uk;	    /* layers * ndir * row: key directions */
+	float *uv;	    /* layers * ndir * row: value vectors */
+	float *noise;	    /* NOISE_LEN + row Gaussian numbers */
+	float sigma;	    /* key noise per element */
 	float omega[NFREQ]; /* positional frequencies */
 };
 
@@ -163,16 +163,18 @@ uint32_t kvp_kv_synth_topic(const struct kvp_kv_synth *s, uint32_t seq,
 {
 	uint64_t run = token / s->o.topic_run_tokens;
 
-	(void)layer; /* a token's topic is its content: the same in all layers */
+	(void)
+	    layer; /* a token's topic is its content: the same in all layers */
 	return (uint32_t)(hash4(s->o.seed, 0x7091c, seq, run) % s->o.clusters);
 }
 
 uint32_t kvp_kv_synth_query_topic(const struct kvp_kv_synth *s, uint32_t seq,
 				  uint32_t layer, uint64_t pos)
 {
-	uint64_t t = pos ? hash4(s->o.seed, 0x9e7, (uint64_t)seq << 32 | layer,
-				 pos) % pos
-			 : 0;
+	uint64_t t =
+	    pos ? hash4(s->o.seed, 0x9e7, (uint64_t)seq << 32 | layer, pos) %
+		      pos
+		: 0;
 
 	return kvp_kv_synth_topic(s, seq, layer, t);
 }
@@ -182,10 +184,10 @@ uint32_t kvp_kv_synth_query_topic(const struct kvp_kv_synth *s, uint32_t seq,
  * same loop, one compiled for AVX2 (picked at run time; not an ifunc, whose
  * resolver runs before sanitizer runtimes are up).
  */
-#define COMPOSE_ARGS                                                         \
-	float *restrict dst, const float *restrict u, float a,               \
-		const float *restrict w, float b, const float *restrict nz, \
-		float sig, uint32_t n
+#define COMPOSE_ARGS                                                           \
+	float *restrict dst, const float *restrict u, float a,                 \
+	    const float *restrict w, float b, const float *restrict nz,        \
+	    float sig, uint32_t n
 
 static void compose_generic(COMPOSE_ARGS)
 {
@@ -223,7 +225,8 @@ static void compose(COMPOSE_ARGS)
 	int c = __atomic_load_n(&cached, __ATOMIC_RELAXED);
 
 	if (c < 0) {
-		c = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+		c = __builtin_cpu_supports("avx2") &&
+		    __builtin_cpu_supports("fma");
 		__atomic_store_n(&cached, c, __ATOMIC_RELAXED);
 	}
 	if (c) {
@@ -276,8 +279,8 @@ int kvp_kv_synth_fill(const struct kvp_kv_synth *s, uint32_t seq,
 		}
 		compose(kr, uk + (size_t)z * row, s->o.topic_logit, extra_k, ek,
 			nk, s->sigma, row);
-		compose(vr, uv + (size_t)z * row, 1.0f, extra_v, 1.0f, nv,
-			0.5f, row);
+		compose(vr, uv + (size_t)z * row, 1.0f, extra_v, 1.0f, nv, 0.5f,
+			row);
 		for (f = 0; f < NFREQ; f++) {
 			float a = s->o.recent_logit / NFREQ;
 			float c = a * cosf(s->omega[f] * (float)t);
@@ -289,14 +292,12 @@ int kvp_kv_synth_fill(const struct kvp_kv_synth *s, uint32_t seq,
 			}
 		}
 		for (j = 0; j < g->kv_heads; j++) {
-			kvp_kv_from_f32(g->dtype, kr + j * dim,
-					(char *)kvblock +
-						kvp_kv_k_offset(g, j, slot),
-					dim);
-			kvp_kv_from_f32(g->dtype, vr + j * dim,
-					(char *)kvblock +
-						kvp_kv_v_offset(g, j, slot),
-					dim);
+			kvp_kv_from_f32(
+			    g->dtype, kr + j * dim,
+			    (char *)kvblock + kvp_kv_k_offset(g, j, slot), dim);
+			kvp_kv_from_f32(
+			    g->dtype, vr + j * dim,
+			    (char *)kvblock + kvp_kv_v_offset(g, j, slot), dim);
 		}
 	}
 	free(heap);
@@ -317,15 +318,16 @@ void kvp_kv_synth_query(const struct kvp_kv_synth *s, uint32_t seq,
 		uint32_t j = h / grp;
 		const float *ut = uk + (size_t)z * row + j * dim;
 		const float *us = uk + (size_t)s->o.clusters * row + j * dim;
-		const float *uh = uk + (size_t)(s->o.clusters + 1) * row + j * dim;
+		const float *uh =
+		    uk + (size_t)(s->o.clusters + 1) * row + j * dim;
 		uint64_t hh = hash4(s->o.seed ^ 0xa11, seq,
 				    (uint64_t)layer << 16 | h, pos);
 		const float *nz = s->noise + (hh & (NOISE_LEN - 1));
 		float *qh = q + (size_t)h * dim;
 
 		for (d = 0; d < dim; d++)
-			qh[d] = sd * (ut[d] + us[d] + uh[d]) +
-				QUERY_NOISE * nz[d];
+			qh[d] =
+			    sd * (ut[d] + us[d] + uh[d]) + QUERY_NOISE * nz[d];
 		for (f = 0; f < NFREQ; f++) {
 			qh[2 * f] += sd * cosf(s->omega[f] * (float)pos);
 			qh[2 * f + 1] += sd * sinf(s->omega[f] * (float)pos);

@@ -42,16 +42,16 @@ struct kvp_kv_synth;
 
 struct kvp_kv_synth_opts {
 	uint64_t seed;
-	uint32_t sink_tokens;      /* 4 */
-	uint32_t clusters;         /* topics per layer: 32 */
+	uint32_t sink_tokens;	   /* 4 */
+	uint32_t clusters;	   /* topics per layer: 32 */
 	uint32_t topic_run_tokens; /* mean tokens of one topic run: 256 */
-	uint32_t heavy_every;      /* one heavy hitter per this many: 2048 */
-	uint32_t recent_tokens;    /* the recent window queries favour: 32 */
-	float sink_logit;          /* 10 */
-	float heavy_logit;         /* 9 */
-	float topic_logit;         /* 6 */
-	float recent_logit;        /* 3 */
-	float noise;               /* std dev of the key noise's logit: 1 */
+	uint32_t heavy_every;	   /* one heavy hitter per this many: 2048 */
+	uint32_t recent_tokens;	   /* the recent window queries favour: 32 */
+	float sink_logit;	   /* 10 */
+	float heavy_logit;	   /* 9 */
+	float topic_logit;	   /* 6 */
+	float recent_logit;	   /* 3 */
+	float noise;		   /* std dev of the key noise's logit: 1 */
 };
 
 void kvp_kv_synth_opts_default(struct kvp_kv_synth_opts *o);

@@ -20,7 +20,8 @@ enum kvp_predictor_kind {
 	X(prefetch_depth_layers, KVP_T_UINT, 0, 16, 2, true, NULL,             \
 	  "layers ahead whose KV blocks are prefetched while one computes")    \
 	X(predictor, KVP_T_CHOICE, 0, 2, KVP_PREDICTOR_EXACT, true,            \
-	  "exact window lowrank", "how the blocks of the next step are chosen") \
+	  "exact window lowrank",                                              \
+	  "how the blocks of the next step are chosen")                        \
 	X(predict_budget_tokens, KVP_T_UINT, 16, 1u << 20, 400, true, NULL,    \
 	  "tokens per layer and sequence a sparse predictor may select (M)")   \
 	X(sink_tokens, KVP_T_UINT, 0, 1024, 4, true, NULL,                     \
@@ -34,7 +35,7 @@ enum kvp_predictor_kind {
 	X(attention_threads, KVP_T_UINT, 0, 256, 0, false, NULL,               \
 	  "threads of the CPU attention, counting the caller (0: all CPUs)")
 
-#define KVP_KV_CONFIG_FIELD(name, type, min, max, def, runtime, choices, doc) \
+#define KVP_KV_CONFIG_FIELD(name, type, min, max, def, runtime, choices, doc)  \
 	uint64_t name;
 struct kvp_kv_config {
 	KVP_KV_TUNABLES(KVP_KV_CONFIG_FIELD)

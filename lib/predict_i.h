@@ -7,10 +7,10 @@
 #include "lib/predictor.h"
 
 struct kvp_predictor {
-	struct kvp_kv_geometry g;     /* copy */
-	struct kvp_predictor_opts o;  /* copy */
+	struct kvp_kv_geometry g;    /* copy */
+	struct kvp_predictor_opts o; /* copy */
 	const struct kvp_predict_ops *ops;
-	void *priv;                   /* the kind's state */
+	void *priv; /* the kind's state */
 };
 
 struct kvp_predict_ops {

@@ -27,23 +27,23 @@
 #endif
 
 struct lr_seq {
-	uint16_t *pk;   /* tokens * r, fp16 */
-	uint64_t n;     /* tokens projected */
-	uint64_t cap;   /* tokens room */
-	uint64_t next;  /* next token expected by observe */
+	uint16_t *pk;  /* tokens * r, fp16 */
+	uint64_t n;    /* tokens projected */
+	uint64_t cap;  /* tokens room */
+	uint64_t next; /* next token expected by observe */
 };
 
 struct lr_layer {
-	float *P;        /* row * r, row-major: P[i * r + c]; NULL: not fitted */
-	float *pend;     /* fit_tokens * row raw keys awaiting the fit */
-	uint32_t *pseq;  /* their sequences */
+	float *P;	/* row * r, row-major: P[i * r + c]; NULL: not fitted */
+	float *pend;	/* fit_tokens * row raw keys awaiting the fit */
+	uint32_t *pseq; /* their sequences */
 	uint32_t npend;
 };
 
 struct lowrank {
 	uint32_t row, r;
-	struct lr_layer *layers;  /* [layer] */
-	struct lr_seq *seqs;      /* [seq * layers + layer] */
+	struct lr_layer *layers; /* [layer] */
+	struct lr_seq *seqs;	 /* [seq * layers + layer] */
 };
 
 static bool have_simd(void)
@@ -55,8 +55,8 @@ static bool have_simd(void)
 	/* racing first callers compute the same value */
 	if (c < 0) {
 		c = __builtin_cpu_supports("avx2") &&
-			 __builtin_cpu_supports("f16c") &&
-			 __builtin_cpu_supports("fma");
+		    __builtin_cpu_supports("f16c") &&
+		    __builtin_cpu_supports("fma");
 		__atomic_store_n(&cached, c, __ATOMIC_RELAXED);
 	}
 	return c;
@@ -101,7 +101,8 @@ gemm_avx2(size_t M, size_t N, size_t K, const float *A, size_t lda,
 
 			for (k = 0; k < K; k++) {
 				__m256 b0 = _mm256_loadu_ps(B + k * ldb + j);
-				__m256 b1 = _mm256_loadu_ps(B + k * ldb + j + 8);
+				__m256 b1 =
+				    _mm256_loadu_ps(B + k * ldb + j + 8);
 				__m256 x;
 
 				x = _mm256_broadcast_ss(a0 + k);
@@ -256,8 +257,8 @@ static void orthonormalise(float *V, uint32_t r, uint32_t n, uint64_t *st,
 }
 
 /* P (row x r) from keys K (n x row): top-r eigenvectors of K^T K. */
-static int fit_from(struct kvp_predictor *p, struct lr_layer *L,
-		    const float *K, uint32_t n)
+static int fit_from(struct kvp_predictor *p, struct lr_layer *L, const float *K,
+		    uint32_t n)
 {
 	struct lowrank *lr = p->priv;
 	uint32_t row = lr->row, r = lr->r, i, j, it;
@@ -267,7 +268,7 @@ static int fit_from(struct kvp_predictor *p, struct lr_layer *L,
 
 	Kt = malloc(sizeof(float) * (size_t)row * n);
 	C = malloc(sizeof(float) * (size_t)row * row);
-	Q = malloc(sizeof(float) * (size_t)r * row);  /* Q^T: r x row */
+	Q = malloc(sizeof(float) * (size_t)r * row); /* Q^T: r x row */
 	Z = malloc(sizeof(float) * (size_t)row * r);
 	P = malloc(sizeof(float) * (size_t)row * r);
 	if (!Kt || !C || !Q || !Z || !P)
@@ -342,7 +343,8 @@ static int project_append(struct kvp_predictor *p, struct lr_layer *L,
 		m = n - done < 64 ? n - done : 64;
 		gemm(m, r, lr->row, K + (size_t)done * lr->row, lr->row, L->P,
 		     r, y, r);
-		kvp_kv_from_f32(KVP_KV_FP16, y, s->pk + (size_t)(s->n + done) * r,
+		kvp_kv_from_f32(KVP_KV_FP16, y,
+				s->pk + (size_t)(s->n + done) * r,
 				(size_t)m * r);
 	}
 	free(y);
@@ -364,7 +366,7 @@ static int fit_and_flush(struct kvp_predictor *p, uint32_t layer,
 		return err;
 	for (i = 0; i < L->npend; i++) {
 		struct lr_seq *s =
-			&lr->seqs[(size_t)L->pseq[i] * p->g.layers + layer];
+		    &lr->seqs[(size_t)L->pseq[i] * p->g.layers + layer];
 
 		err = project_append(p, L, s, L->pend + (size_t)i * lr->row, 1);
 		if (err)
@@ -389,8 +391,8 @@ static int lr_init(struct kvp_predictor *p)
 	lr->row = p->g.kv_heads * p->g.head_dim;
 	lr->r = p->o.rank;
 	lr->layers = calloc(p->g.layers, sizeof(*lr->layers));
-	lr->seqs = calloc((size_t)p->o.max_seqs * p->g.layers,
-			  sizeof(*lr->seqs));
+	lr->seqs =
+	    calloc((size_t)p->o.max_seqs * p->g.layers, sizeof(*lr->seqs));
 	if (!lr->layers || !lr->seqs) {
 		free(lr->layers);
 		free(lr->seqs);
@@ -474,8 +476,8 @@ static int lr_fit(struct kvp_predictor *p, uint32_t layer,
 	}
 	tok = 0;
 	for (i = 0; i < sample->n && kept < want; i++) {
-		uint32_t nt = sample->ntokens ? sample->ntokens[i]
-					      : g->block_tokens;
+		uint32_t nt =
+		    sample->ntokens ? sample->ntokens[i] : g->block_tokens;
 
 		for (s = 0; s < nt && kept < want; s++, tok++) {
 			bool take = !k1;
@@ -490,7 +492,8 @@ static int lr_fit(struct kvp_predictor *p, uint32_t layer,
 				take = b > a;
 			}
 			if (take)
-				key_row(g, sample->ptrs[i], s, K + kept++ * row);
+				key_row(g, sample->ptrs[i], s,
+					K + kept++ * row);
 		}
 	}
 	err = fit_and_flush(p, layer, K, (uint32_t)kept);
@@ -597,11 +600,10 @@ score_simd(const float *pq, const uint16_t *pk, uint64_t n, uint32_t r,
 		float s;
 
 		for (c = 0; c < rb; c += 8)
-			a = _mm256_fmadd_ps(
-				_mm256_loadu_ps(pq + c),
-				_mm256_cvtph_ps(_mm_loadu_si128(
-					(const __m128i *)(row + c))),
-				a);
+			a = _mm256_fmadd_ps(_mm256_loadu_ps(pq + c),
+					    _mm256_cvtph_ps(_mm_loadu_si128(
+						(const __m128i *)(row + c))),
+					    a);
 		lo = _mm256_castps256_ps128(a);
 		hi = _mm256_extractf128_ps(a, 1);
 		lo = _mm_add_ps(lo, hi);
@@ -663,7 +665,7 @@ static int lr_select(struct kvp_predictor *p, uint32_t seq, uint32_t layer,
 			return err;
 	}
 	ntok = s->n < kvp_block_table_tokens(bt) ? s->n
-						  : kvp_block_table_tokens(bt);
+						 : kvp_block_table_tokens(bt);
 	scored = (uint32_t)(ntok / G); /* whole blocks fully observed */
 	if (nb <= budget) {
 		for (i = 0; i < nb; i++)

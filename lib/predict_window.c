@@ -4,9 +4,9 @@
  */
 #include "lib/predict_i.h"
 
-static int window_select(struct kvp_predictor *p, uint32_t seq,
-			 uint32_t layer, const struct kvp_block_table *bt,
-			 const float *q, uint32_t *lblocks, size_t *n)
+static int window_select(struct kvp_predictor *p, uint32_t seq, uint32_t layer,
+			 const struct kvp_block_table *bt, const float *q,
+			 uint32_t *lblocks, size_t *n)
 {
 	uint32_t nb = kvp_block_table_blocks(bt), G = p->g.block_tokens;
 	uint32_t budget = kvp_predict_budget_blocks(p);

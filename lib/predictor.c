@@ -17,7 +17,7 @@ static const struct kvp_predict_ops *const kinds[] = {
 #define NKINDS (sizeof(kinds) / sizeof(kinds[0]))
 
 /* The defaults of lib/kv_tunables.h, by name. */
-#define KV_DEFAULT(name, type, min, max, def, runtime, choices, doc) \
+#define KV_DEFAULT(name, type, min, max, def, runtime, choices, doc)           \
 	static const uint64_t def_##name = (def);
 KVP_KV_TUNABLES(KV_DEFAULT)
 #undef KV_DEFAULT
@@ -68,7 +68,8 @@ int kvp_predictor_create(const struct kvp_kv_geometry *g,
 	if (kvp_kv_geometry_check(g) || !o || (unsigned)o->kind >= NKINDS ||
 	    o->max_seqs == 0)
 		return -EINVAL;
-	if (o->kind != KVP_PREDICTOR_EXACT && o->budget_tokens < g->block_tokens)
+	if (o->kind != KVP_PREDICTOR_EXACT &&
+	    o->budget_tokens < g->block_tokens)
 		return -EINVAL;
 	if (o->kind == KVP_PREDICTOR_LOWRANK &&
 	    (o->rank == 0 || o->rank > g->kv_heads * g->head_dim ||
@@ -123,16 +124,15 @@ int kvp_predictor_fit(struct kvp_predictor *p, uint32_t layer,
 	return p->ops->fit ? p->ops->fit(p, layer, sample) : 0;
 }
 
-int kvp_predictor_observe(struct kvp_predictor *p, uint32_t seq,
-			  uint32_t layer, uint64_t token, uint32_t ntokens,
-			  const void *kvblock)
+int kvp_predictor_observe(struct kvp_predictor *p, uint32_t seq, uint32_t layer,
+			  uint64_t token, uint32_t ntokens, const void *kvblock)
 {
 	if (seq >= p->o.max_seqs || layer >= p->g.layers || ntokens == 0 ||
 	    token % p->g.block_tokens + ntokens > p->g.block_tokens)
 		return -EINVAL;
-	return p->ops->observe ? p->ops->observe(p, seq, layer, token,
-						 ntokens, kvblock)
-			       : 0;
+	return p->ops->observe
+		   ? p->ops->observe(p, seq, layer, token, ntokens, kvblock)
+		   : 0;
 }
 
 void kvp_predictor_forget(struct kvp_predictor *p, uint32_t seq)
@@ -141,8 +141,7 @@ void kvp_predictor_forget(struct kvp_predictor *p, uint32_t seq)
 		p->ops->forget(p, seq);
 }
 
-size_t kvp_predictor_max_blocks(const struct kvp_predictor *p,
-				uint32_t nblocks)
+size_t kvp_predictor_max_blocks(const struct kvp_predictor *p, uint32_t nblocks)
 {
 	uint32_t b;
 
@@ -152,7 +151,6 @@ size_t kvp_predictor_max_blocks(const struct kvp_predictor *p,
 	return nblocks < b ? nblocks : b;
 }
 
-
 static int cmp_phys(const void *a, const void *b, void *arg)
 {
 	const uint32_t *map = arg;
@@ -161,10 +159,9 @@ static int cmp_phys(const void *a, const void *b, void *arg)
 	return x < y ? -1 : x > y;
 }
 
-int kvp_predictor_select(struct kvp_predictor *p, uint32_t seq,
-			 uint32_t layer, const struct kvp_block_table *bt,
-			 const float *q, uint32_t *lblocks, size_t cap,
-			 size_t *n)
+int kvp_predictor_select(struct kvp_predictor *p, uint32_t seq, uint32_t layer,
+			 const struct kvp_block_table *bt, const float *q,
+			 uint32_t *lblocks, size_t cap, size_t *n)
 {
 	uint32_t nb = kvp_block_table_blocks(bt);
 	size_t got = 0;

@@ -55,12 +55,12 @@ struct kvp_predictor;
 struct kvp_predictor_opts {
 	enum kvp_predictor_kind kind;
 	uint32_t budget_tokens; /* M: tokens per layer and sequence (sparse) */
-	uint32_t sink_tokens;   /* window: leading tokens always kept */
-	uint32_t rank;          /* lowrank: r, <= kv_heads * head_dim */
-	uint32_t fit_tokens;    /* lowrank: keys buffered for a lazy fit */
-	uint32_t power_iters;   /* lowrank: subspace iterations */
-	uint32_t max_seqs;      /* sequence ids below this */
-	uint64_t seed;          /* lowrank: the random start of the iteration */
+	uint32_t sink_tokens;	/* window: leading tokens always kept */
+	uint32_t rank;		/* lowrank: r, <= kv_heads * head_dim */
+	uint32_t fit_tokens;	/* lowrank: keys buffered for a lazy fit */
+	uint32_t power_iters;	/* lowrank: subspace iterations */
+	uint32_t max_seqs;	/* sequence ids below this */
+	uint64_t seed;		/* lowrank: the random start of the iteration */
 };
 
 /*
@@ -115,8 +115,8 @@ int kvp_predictor_fit(struct kvp_predictor *p, uint32_t layer,
  * Returns 0, -EINVAL (seq, layer, a range crossing a block, tokens not
  * following the last observed one), -ENOMEM (nothing kept).
  */
-int kvp_predictor_observe(struct kvp_predictor *p, uint32_t seq,
-			  uint32_t layer, uint64_t token, uint32_t ntokens,
+int kvp_predictor_observe(struct kvp_predictor *p, uint32_t seq, uint32_t layer,
+			  uint64_t token, uint32_t ntokens,
 			  const void *kvblock);
 
 /*
@@ -145,10 +145,9 @@ size_t kvp_predictor_max_blocks(const struct kvp_predictor *p,
  * q, empty table), -ENOSPC (cap too small), -ENOMEM; *n untouched on
  * failure.
  */
-int kvp_predictor_select(struct kvp_predictor *p, uint32_t seq,
-			 uint32_t layer, const struct kvp_block_table *bt,
-			 const float *q, uint32_t *lblocks, size_t cap,
-			 size_t *n);
+int kvp_predictor_select(struct kvp_predictor *p, uint32_t seq, uint32_t layer,
+			 const struct kvp_block_table *bt, const float *q,
+			 uint32_t *lblocks, size_t cap, size_t *n);
 
 /*
  * Resident metadata: bytes kept now (projected keys, projections,

@@ -42,11 +42,11 @@ struct shape {
 };
 
 static const struct shape shapes[] = {
-	{ 4, 2, 16, KVP_KV_FP32, 4 },   /* tiny */
-	{ 8, 2, 128, KVP_KV_FP16, 4 },  /* llama-like groups of 4 */
-	{ 8, 8, 64, KVP_KV_BF16, 16 },  /* MHA */
-	{ 12, 2, 32, KVP_KV_FP16, 3 },  /* group 6: 4 + 2 heads in registers */
-	{ 8, 1, 8, KVP_KV_BF16, 1 },    /* one token per block, group 8 */
+	{ 4, 2, 16, KVP_KV_FP32, 4 },  /* tiny */
+	{ 8, 2, 128, KVP_KV_FP16, 4 }, /* llama-like groups of 4 */
+	{ 8, 8, 64, KVP_KV_BF16, 16 }, /* MHA */
+	{ 12, 2, 32, KVP_KV_FP16, 3 }, /* group 6: 4 + 2 heads in registers */
+	{ 8, 1, 8, KVP_KV_BF16, 1 },   /* one token per block, group 8 */
 	{ 5, 5, 24, KVP_KV_FP32, 7 },
 };
 
@@ -86,7 +86,8 @@ START_TEST(against_dense)
 
 		/* a scattered, unordered choice of physical blocks */
 		for (i = 0; i < n; i++) {
-			ptrs[i] = pool + (size_t)((i * 97 + 13 * pass) % nphys) * bb;
+			ptrs[i] =
+			    pool + (size_t)((i * 97 + 13 * pass) % nphys) * bb;
 			ntok[i] = sh->G;
 		}
 		ntok[n - 1] = 1 + (uint32_t)(rng >> 3) % sh->G; /* partial */
@@ -95,7 +96,8 @@ START_TEST(against_dense)
 		b.n = n;
 		ntoks = kvp_attn_gather(&g, &b, K, V);
 		ck_assert_uint_eq(ntoks, (size_t)(n - 1) * sh->G + ntok[n - 1]);
-		ck_assert_int_eq(kvp_attn_dense_ref(&g, K, V, ntoks, q, ref), 0);
+		ck_assert_int_eq(kvp_attn_dense_ref(&g, K, V, ntoks, q, ref),
+				 0);
 		ck_assert_int_eq(kvp_attn_decode(&g, &b, q, out, NULL), 0);
 		ck_assert_msg(max_rel(out, ref, qn) < 2e-5, "simd 1t %g",
 			      max_rel(out, ref, qn));
@@ -130,10 +132,10 @@ START_TEST(large_scores)
 
 	for (t = 0; t < 2; t++)
 		for (i = 0; i < 8; i++) {
-			blk[t][i] = 100.0f * (t + 1);         /* K slot 0 */
-			blk[t][8 + i] = -50.0f;               /* K slot 1 */
+			blk[t][i] = 100.0f * (t + 1);	      /* K slot 0 */
+			blk[t][8 + i] = -50.0f;		      /* K slot 1 */
 			blk[t][16 + i] = (float)(t * 10 + i); /* V slot 0 */
-			blk[t][24 + i] = 7;                   /* V slot 1 */
+			blk[t][24 + i] = 7;		      /* V slot 1 */
 		}
 	for (i = 0; i < 16; i++)
 		q[i] = i < 8 ? 1.0f : -1.0f;
@@ -198,30 +200,36 @@ START_TEST(through_table)
 	for (i = 0; i < qn; i++)
 		q[i] = frand();
 	ck_assert_int_eq(kvp_attn_blocks_from_table(&l, region, t2, 2, NULL, 0,
-						    ptrs, ntok, &b), 0);
+						    ptrs, ntok, &b),
+			 0);
 	ck_assert_uint_eq(b.n, 10);
 	ck_assert_uint_eq(ntok[9], 3);
-	ck_assert_ptr_eq(ptrs[1], region + kvp_kv_layout_offset(
-					  &l, 2, kvp_block_table_map(t2)[1]));
+	ck_assert_ptr_eq(
+	    ptrs[1],
+	    region + kvp_kv_layout_offset(&l, 2, kvp_block_table_map(t2)[1]));
 	n = kvp_attn_gather(&g, &b, K, V);
 	ck_assert_uint_eq(n, 39);
 	kvp_attn_dense_ref(&g, K, V, n, q, ref);
-	ck_assert_int_eq(kvp_attn_decode_table(&l, region, t2, 2, NULL, 0, q,
-					       out, NULL), 0);
+	ck_assert_int_eq(
+	    kvp_attn_decode_table(&l, region, t2, 2, NULL, 0, q, out, NULL), 0);
 	ck_assert(kvp_attn_rel_error(out, ref, qn) < 2e-5);
 	/* chosen blocks, in any order */
-	kvp_attn_blocks_from_table(&l, region, t2, 2, chosen, 3, ptrs, ntok, &b);
+	kvp_attn_blocks_from_table(&l, region, t2, 2, chosen, 3, ptrs, ntok,
+				   &b);
 	n = kvp_attn_gather(&g, &b, K, V);
 	ck_assert_uint_eq(n, 11);
 	kvp_attn_dense_ref(&g, K, V, n, q, ref);
-	ck_assert_int_eq(kvp_attn_decode_table(&l, region, t2, 2, chosen, 3, q,
-					       out, NULL), 0);
+	ck_assert_int_eq(
+	    kvp_attn_decode_table(&l, region, t2, 2, chosen, 3, q, out, NULL),
+	    0);
 	ck_assert(kvp_attn_rel_error(out, ref, qn) < 2e-5);
 	chosen[0] = 10;
-	ck_assert_int_eq(kvp_attn_decode_table(&l, region, t2, 2, chosen, 3, q,
-					       out, NULL), -EINVAL);
-	ck_assert_int_eq(kvp_attn_decode_table(&l, region, t2, 3, NULL, 0, q,
-					       out, NULL), -EINVAL);
+	ck_assert_int_eq(
+	    kvp_attn_decode_table(&l, region, t2, 2, chosen, 3, q, out, NULL),
+	    -EINVAL);
+	ck_assert_int_eq(
+	    kvp_attn_decode_table(&l, region, t2, 3, NULL, 0, q, out, NULL),
+	    -EINVAL);
 	kvp_block_table_destroy(t1, NULL, NULL);
 	kvp_block_table_destroy(t2, NULL, NULL);
 	kvp_block_alloc_destroy(a);
@@ -286,16 +294,17 @@ START_TEST(mass_and_recall)
 		} else if (i != top[0] && mass[i] > mass[top[1]]) {
 			top[2] = top[1];
 			top[1] = i;
-		} else if (i != top[0] && i != top[1] && mass[i] > mass[top[2]]) {
+		} else if (i != top[0] && i != top[1] &&
+			   mass[i] > mass[top[2]]) {
 			top[2] = i;
 		}
 	}
-	ck_assert_double_eq_tol(kvp_attn_recall(mass, n, top, 3, &abs_mass), 1.0,
-				1e-9);
-	ck_assert_double_eq_tol(abs_mass,
-				(double)mass[top[0]] + mass[top[1]] + mass[top[2]],
-				1e-6);
-	top[0] = (top[0] + 1) % n == top[1] ? (top[0] + 2) % n : (top[0] + 1) % n;
+	ck_assert_double_eq_tol(kvp_attn_recall(mass, n, top, 3, &abs_mass),
+				1.0, 1e-9);
+	ck_assert_double_eq_tol(
+	    abs_mass, (double)mass[top[0]] + mass[top[1]] + mass[top[2]], 1e-6);
+	top[0] =
+	    (top[0] + 1) % n == top[1] ? (top[0] + 2) % n : (top[0] + 1) % n;
 	ck_assert(kvp_attn_recall(mass, n, top, 3, NULL) < 1.0);
 	ck_assert_double_eq(kvp_attn_recall(mass, n, top, 0, NULL), 0);
 	ck_assert_double_eq(kvp_attn_rel_error(mass, mass, n), 0);

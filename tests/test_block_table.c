@@ -22,8 +22,9 @@ START_TEST(alloc_basic)
 	uint32_t b, c;
 	bool freed;
 
-	ck_assert_int_eq(kvp_block_alloc_create(0, &(struct kvp_block_alloc *){ 0 }),
-			 -EINVAL);
+	ck_assert_int_eq(
+	    kvp_block_alloc_create(0, &(struct kvp_block_alloc *){ 0 }),
+	    -EINVAL);
 	ck_assert_int_eq(kvp_block_alloc_get(A, &b), 0);
 	ck_assert_int_eq(kvp_block_alloc_get(A, &c), 0);
 	ck_assert_uint_eq(b, 0);
@@ -80,7 +81,8 @@ START_TEST(table_append)
 	ck_assert_uint_eq(kvp_block_table_blocks(t), 3);
 	ck_assert_uint_eq(kvp_block_alloc_free_count(A), 61);
 	/* too many: nothing changes */
-	ck_assert_int_eq(kvp_block_table_append(t, 4 * 62, NULL, NULL), -ENOSPC);
+	ck_assert_int_eq(kvp_block_table_append(t, 4 * 62, NULL, NULL),
+			 -ENOSPC);
 	ck_assert_uint_eq(kvp_block_table_tokens(t), 12);
 	ck_assert_uint_eq(kvp_block_alloc_free_count(A), 61);
 	ck_assert_int_eq(kvp_block_table_append(t, 4 * 61, NULL, NULL), 0);
@@ -117,7 +119,8 @@ START_TEST(fork_cow)
 	uint32_t shared_last;
 
 	kvp_block_table_create(A, 4, &p);
-	kvp_block_table_append(p, 10, NULL, NULL); /* blocks 0 1 2, last partial */
+	kvp_block_table_append(p, 10, NULL,
+			       NULL); /* blocks 0 1 2, last partial */
 	ck_assert_int_eq(kvp_block_table_fork(p, 100, &c), -EINVAL);
 	ck_assert_int_eq(kvp_block_table_fork(p, UINT64_MAX, &c), 0);
 	ck_assert_uint_eq(kvp_block_table_tokens(c), 10);
@@ -167,7 +170,8 @@ START_TEST(fork_prefix_callback)
 	ck_assert_int_eq(kvp_block_table_fork(p, 6, &c), 0);
 	ck_assert_uint_eq(kvp_block_table_blocks(c), 2);
 	ck_assert_uint_eq(kvp_block_table_valid(c, 1), 2);
-	ck_assert_uint_eq(kvp_block_alloc_refcount(A, kvp_block_table_map(p)[1]), 2);
+	ck_assert_uint_eq(
+	    kvp_block_alloc_refcount(A, kvp_block_table_map(p)[1]), 2);
 	/* the callback fails: nothing changes */
 	log.fail = -EIO;
 	ck_assert_int_eq(kvp_block_table_append(c, 3, NULL, NULL), -EIO);
@@ -240,8 +244,8 @@ START_TEST(random_ops)
 		case 2:
 			if (t[k] && !t[(k + 1) % 8])
 				kvp_block_table_fork(
-					t[k], kvp_block_table_tokens(t[k]) / 2,
-					&t[(k + 1) % 8]);
+				    t[k], kvp_block_table_tokens(t[k]) / 2,
+				    &t[(k + 1) % 8]);
 			break;
 		case 3:
 			kvp_block_table_destroy(t[k], freed, &nf);
@@ -254,13 +258,17 @@ START_TEST(random_ops)
 			uint32_t used = 0;
 
 			for (j = 0; j < 8; j++)
-				for (b = 0; t[j] && b < kvp_block_table_blocks(t[j]); b++)
+				for (b = 0;
+				     t[j] && b < kvp_block_table_blocks(t[j]);
+				     b++)
 					cnt[kvp_block_table_map(t[j])[b]]++;
 			for (b = 0; b < 64; b++) {
-				ck_assert_uint_eq(cnt[b], kvp_block_alloc_refcount(A, b));
+				ck_assert_uint_eq(
+				    cnt[b], kvp_block_alloc_refcount(A, b));
 				used += cnt[b] > 0;
 			}
-			ck_assert_uint_eq(64 - used, kvp_block_alloc_free_count(A));
+			ck_assert_uint_eq(64 - used,
+					  kvp_block_alloc_free_count(A));
 		}
 	}
 	for (k = 0; k < 8; k++)

@@ -104,7 +104,7 @@ START_TEST(f16_rounding)
 	}
 	f[0] = 65520.0f; /* rounds to inf */
 	f[1] = 65519.0f; /* to 65504 */
-	f[2] = 1e-8f;    /* to a subnormal or zero */
+	f[2] = 1e-8f;	 /* to a subnormal or zero */
 	kvp_kv_from_f32(KVP_KV_FP16, f, h, N);
 	for (i = 0; i < N; i++)
 		ck_assert_msg(h[i] == kvp_kv_f32_to_f16(f[i]), "%a", f[i]);
@@ -117,8 +117,8 @@ END_TEST
 
 START_TEST(bf16)
 {
-	float in[9] = { 1.0f, -2.5f, 3.14159f, 1e-30f, 65504.f, 0.f, -0.f,
-			1.00390625f, 1.01171875f };
+	float in[9] = { 1.0f, -2.5f, 3.14159f,	  1e-30f,     65504.f,
+			0.f,  -0.f,  1.00390625f, 1.01171875f };
 	uint16_t h[9];
 	float out[9];
 	int i;

@@ -75,7 +75,8 @@ END_TEST
 /* fp16 and bf16 blocks hold the fp32 values, rounded. */
 START_TEST(dtypes)
 {
-	struct kvp_kv_geometry g = { 1, 8, 2, 32, KVP_KV_FP32, 4 }, h = g, b = g;
+	struct kvp_kv_geometry g = { 1, 8, 2, 32, KVP_KV_FP32, 4 }, h = g,
+			       b = g;
 	struct kvp_kv_synth_opts o;
 	struct kvp_kv_synth *s32, *s16, *sb;
 	size_t n = kvp_kv_block_bytes(&g) / 4, i;
@@ -136,7 +137,8 @@ START_TEST(planted_structure)
 	ptrs = malloc(sizeof(*ptrs) * nb);
 	mass = malloc(sizeof(float) * nb);
 	for (i = 0; i < nb; i++) {
-		kvp_kv_synth_fill(s, 0, 0, (uint64_t)i * 4, 4, kv + (size_t)i * bb);
+		kvp_kv_synth_fill(s, 0, 0, (uint64_t)i * 4, 4,
+				  kv + (size_t)i * bb);
 		ptrs[i] = kv + (size_t)i * bb;
 	}
 	all.ptrs = ptrs;

@@ -21,8 +21,8 @@ static double now(void)
 	return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static bool sorted_by_phys(const struct kvp_block_table *bt,
-			   const uint32_t *lb, size_t n)
+static bool sorted_by_phys(const struct kvp_block_table *bt, const uint32_t *lb,
+			   size_t n)
 {
 	size_t i;
 
@@ -62,7 +62,8 @@ START_TEST(names_and_opts)
 
 	ck_assert_int_eq(kvp_predictor_kind_parse("lowrank", &k), 0);
 	ck_assert_int_eq(k, KVP_PREDICTOR_LOWRANK);
-	ck_assert_str_eq(kvp_predictor_kind_name(KVP_PREDICTOR_WINDOW), "window");
+	ck_assert_str_eq(kvp_predictor_kind_name(KVP_PREDICTOR_WINDOW),
+			 "window");
 	ck_assert_int_eq(kvp_predictor_kind_parse("oracle", &k), -EINVAL);
 	kvp_predictor_opts_default(&o, KVP_PREDICTOR_LOWRANK);
 	ck_assert_uint_eq(o.budget_tokens, 400);
@@ -188,18 +189,19 @@ START_TEST(lowrank_constructed)
 				x = x * 1664525u + 1013904223u;
 				/* K of (kv head i/16, slot s, dim i%16) */
 				blk[(i / 16) * 64 + s * 16 + i % 16] =
-					((float)(x >> 8) / (1 << 24) - 0.5f) +
-					(hv && s == 2 ? 3 * dir[i] : 0);
+				    ((float)(x >> 8) / (1 << 24) - 0.5f) +
+				    (hv && s == 2 ? 3 * dir[i] : 0);
 			}
 		}
 		/* one token at a time for the first block, then whole blocks */
 		if (tok == 0) {
 			for (s = 0; s < 4; s++)
-				ck_assert_int_eq(kvp_predictor_observe(p, 0, 0, s, 1,
-								       blk), 0);
+				ck_assert_int_eq(
+				    kvp_predictor_observe(p, 0, 0, s, 1, blk),
+				    0);
 		} else {
-			ck_assert_int_eq(kvp_predictor_observe(p, 0, 0, tok, 4, blk),
-					 0);
+			ck_assert_int_eq(
+			    kvp_predictor_observe(p, 0, 0, tok, 4, blk), 0);
 		}
 	}
 	/* out of order, crossing a block */
@@ -280,8 +282,9 @@ START_TEST(lowrank_recall_planted)
 		char *base = kv + (size_t)layer * nb * bb;
 
 		for (i = 0; i < nb; i++)
-			kvp_kv_synth_fill(sy, 0, layer, (uint64_t)i * 4, 4,
-					  base + (size_t)kvp_block_table_map(t)[i] * bb);
+			kvp_kv_synth_fill(
+			    sy, 0, layer, (uint64_t)i * 4, 4,
+			    base + (size_t)kvp_block_table_map(t)[i] * bb);
 		/* fit from the whole prefill of the layer */
 		for (i = 0; i < nsample; i++)
 			ptrs[i] = base + (size_t)kvp_block_table_map(t)[i] * bb;
@@ -291,9 +294,11 @@ START_TEST(lowrank_recall_planted)
 			ck_assert_int_eq(kvp_predictor_fit(p, layer, &sb), 0);
 		}
 		for (i = 0; i < nb; i++)
-			ck_assert_int_eq(kvp_predictor_observe(
-					     p, 0, layer, (uint64_t)i * 4, 4,
-					     base + (size_t)kvp_block_table_map(t)[i] * bb), 0);
+			ck_assert_int_eq(
+			    kvp_predictor_observe(
+				p, 0, layer, (uint64_t)i * 4, 4,
+				base + (size_t)kvp_block_table_map(t)[i] * bb),
+			    0);
 	}
 	for (layer = 0; layer < layers; layer++) {
 		char *base = kv + (size_t)layer * nb * bb;
@@ -311,12 +316,14 @@ START_TEST(lowrank_recall_planted)
 			/* queries of 4 positions, as if ctx were each */
 			kvp_kv_synth_query(sy, 0, layer, ctx - 1000 * step, q);
 			t0 = now();
-			ck_assert_int_eq(kvp_predictor_select(p, 0, layer, t, q, lb,
-							      128, &n), 0);
+			ck_assert_int_eq(kvp_predictor_select(p, 0, layer, t, q,
+							      lb, 128, &n),
+					 0);
 			tsel += now() - t0;
 			ck_assert_uint_le(n, 100);
 			ck_assert(sorted_by_phys(t, lb, n));
-			ck_assert_int_eq(kvp_attn_block_mass(&g, &all, q, mass, pool), 0);
+			ck_assert_int_eq(
+			    kvp_attn_block_mass(&g, &all, q, mass, pool), 0);
 			r = kvp_attn_recall(mass, nb, lb, n, NULL);
 			rsum += r;
 			for (i = 0; i < n; i++)
@@ -330,7 +337,8 @@ START_TEST(lowrank_recall_planted)
 				bool hv = false, got = false;
 
 				for (s2 = 0; s2 < 4; s2++)
-					hv |= kvp_kv_synth_is_heavy(sy, 0, i * 4 + s2);
+					hv |= kvp_kv_synth_is_heavy(sy, 0,
+								    i * 4 + s2);
 				if (!hv)
 					continue;
 				for (j = 0; j < n; j++)
@@ -338,8 +346,9 @@ START_TEST(lowrank_recall_planted)
 				heavy_total++;
 				heavy_found += got;
 			}
-			ck_assert_int_eq(kvp_predictor_select(pw, 0, layer, t, q, lb,
-							      128, &n), 0);
+			ck_assert_int_eq(kvp_predictor_select(pw, 0, layer, t,
+							      q, lb, 128, &n),
+					 0);
 			wsum += kvp_attn_recall(mass, nb, lb, n, NULL);
 			trials++;
 		}
@@ -348,7 +357,8 @@ START_TEST(lowrank_recall_planted)
 	       "KV): recall %.3f (window %.3f), rel error %.3f, heavy hitters "
 	       "found %d/%d, select %.2f ms per layer, metadata %.4f of KV\n",
 	       ctx, rsum / trials, wsum / trials, esum / trials, heavy_found,
-	       heavy_total, tsel / trials * 1e3, kvp_predictor_metadata_ratio(p));
+	       heavy_total, tsel / trials * 1e3,
+	       kvp_predictor_metadata_ratio(p));
 	fflush(stdout);
 	ck_assert_msg(rsum / trials >= 0.9, "recall %.3f", rsum / trials);
 	ck_assert_int_ge(heavy_found, heavy_total * 9 / 10);

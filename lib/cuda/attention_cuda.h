@@ -23,15 +23,15 @@ extern "C" {
 
 struct kvp_cuda_attn_args {
 	uint32_t q_heads, kv_heads, head_dim, block_tokens;
-	int dtype;                /* KVP_ATTN_FP16 / BF16 / FP32 */
-	const void *kv_base;      /* device: the KV pool */
-	const uint64_t *offsets;  /* device: n byte offsets of the blocks */
-	const uint32_t *ntokens;  /* device: n valid token counts, or NULL */
-	uint32_t n;               /* blocks, >= 1 */
-	const float *q;           /* device: q_heads * head_dim */
-	float *out;               /* device: q_heads * head_dim */
-	float *scratch;           /* device: kvp_cuda_attn_scratch_floats() */
-	uint32_t splits;          /* thread blocks per head, 1 .. 1024 */
+	int dtype;		 /* KVP_ATTN_FP16 / BF16 / FP32 */
+	const void *kv_base;	 /* device: the KV pool */
+	const uint64_t *offsets; /* device: n byte offsets of the blocks */
+	const uint32_t *ntokens; /* device: n valid token counts, or NULL */
+	uint32_t n;		 /* blocks, >= 1 */
+	const float *q;		 /* device: q_heads * head_dim */
+	float *out;		 /* device: q_heads * head_dim */
+	float *scratch;		 /* device: kvp_cuda_attn_scratch_floats() */
+	uint32_t splits;	 /* thread blocks per head, 1 .. 1024 */
 };
 
 /* Floats of scratch a call with these parameters needs. */

@@ -72,7 +72,8 @@ KVP_HD uint16_t kvp_attn_f32_to_f16(float f)
 	sign = (b.u >> 16) & 0x8000u;
 	abs = b.u & 0x7fffffffu;
 	if (abs >= 0x7f800000u) /* inf or nan */
-		return (uint16_t)(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0));
+		return (uint16_t)(sign | 0x7c00u |
+				  (abs > 0x7f800000u ? 0x200u : 0));
 	if (abs >= 0x477ff000u) /* rounds to >= 65520: inf */
 		return (uint16_t)(sign | 0x7c00u);
 	if (abs >= 0x38800000u) { /* normal half */
@@ -178,8 +179,7 @@ KVP_HD void kvp_attn_merge(float *ma, float *la, float *acca, float mb,
 }
 
 /* out = acc / l (zeros if l is 0). */
-KVP_HD void kvp_attn_finish(float l, const float *acc, float *out,
-			    uint32_t dim)
+KVP_HD void kvp_attn_finish(float l, const float *acc, float *out, uint32_t dim)
 {
 	float inv = l > 0.0f ? 1.0f / l : 0.0f;
 	uint32_t i;
@@ -210,7 +210,8 @@ KVP_HD void kvp_attn_block_head(int t, const void *k, const void *v,
 		float mx = *m, f;
 
 		for (j = 0; j < n; j++) {
-			const char *kr = (const char *)k + (size_t)(base + j) * dim * es;
+			const char *kr =
+			    (const char *)k + (size_t)(base + j) * dim * es;
 
 			s[j] = kvp_attn_dot(t, q, kr, dim);
 			if (s[j] > mx)
@@ -221,7 +222,8 @@ KVP_HD void kvp_attn_block_head(int t, const void *k, const void *v,
 		for (i = 0; i < dim; i++)
 			acc[i] *= f;
 		for (j = 0; j < n; j++) {
-			const char *vr = (const char *)v + (size_t)(base + j) * dim * es;
+			const char *vr =
+			    (const char *)v + (size_t)(base + j) * dim * es;
 			float w = kvp_attn_weight(s[j], mx);
 
 			*l += w;
