@@ -91,8 +91,9 @@ gemm_avx2(size_t M, size_t N, size_t K, const float *A, size_t lda,
 {
 	size_t i, j, k, Mb = M / 4 * 4, Nb = N / 16 * 16;
 
-	for (i = 0; i < Mb; i += 4) {
-		for (j = 0; j < Nb; j += 16) {
+	/* columns outer: a 16-column strip of B stays in L2 over all rows */
+	for (j = 0; j < Nb; j += 16) {
+		for (i = 0; i < Mb; i += 4) {
 			__m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00,
 			       c11 = c00, c20 = c00, c21 = c00, c30 = c00,
 			       c31 = c00;
