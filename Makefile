@@ -85,6 +85,7 @@ endif
 ALL := $(STATIC_LIB) $(SHARED_LIB) $(if $(PRELOAD_SRCS),$(PRELOAD_LIB)) \
 	$(PC_FILE) $(TOOLS) $(CUDA_LIB)
 
+.SECONDARY:
 .PHONY: all check demo bench install uninstall clean deps format
 all: $(ALL)
 ifeq ($(NVCC),)
@@ -158,9 +159,8 @@ $(PC_FILE): lib/kvpager.pc.in Makefile
 	$(Q)mkdir -p $(@D)
 	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' $< >$@
 
-# tools/X.c or tools/X/*.c -> bin/X
-.SECONDEXPANSION:
-$(BUILD)/bin/%: $$(patsubst %.c,$(BUILD)/obj/%.o,$$(wildcard tools/%.c tools/%/*.c)) $(STATIC_LIB)
+# tools/X.c -> bin/X
+$(BUILD)/bin/%: $(BUILD)/obj/tools/%.o $(STATIC_LIB)
 	$(call msg,LD,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(STATIC_LIB) $(PKG_LIBS) -lm
