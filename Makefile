@@ -165,6 +165,15 @@ $(BUILD)/bin/%: $(BUILD)/obj/tools/%.o $(STATIC_LIB)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(STATIC_LIB) $(PKG_LIBS) -lm
 
+# tools/X/*.c -> bin/X (an explicit rule per folder wins over the pattern)
+define TOOL_DIR_RULE
+$(BUILD)/bin/$(notdir $(1)): $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard $(1)/*.c)) $(STATIC_LIB)
+	$$(call msg,LD,$$@)
+	$(Q)mkdir -p $$(@D)
+	$(Q)$$(CC) $$(LDFLAGS) -o $$@ $$(filter %.o,$$^) $$(STATIC_LIB) $$(PKG_LIBS) -lm
+endef
+$(foreach d,$(TOOL_DIRS),$(eval $(call TOOL_DIR_RULE,$(d))))
+
 $(BUILD)/tests/test_%: $(BUILD)/obj/tests/test_%.o $(TEST_HELPER_OBJS) $(STATIC_LIB)
 	$(call msg,LD,$@)
 	$(Q)mkdir -p $(@D)
