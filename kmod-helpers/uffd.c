@@ -67,6 +67,39 @@ out_full:
 	return 0;
 }
 
+int kvp_uffd_open_via(struct kvp_uffd *u, enum kvp_uffd_via via)
+{
+	const int oflags = O_CLOEXEC | O_NONBLOCK;
+	int fd;
+
+	memset(u, 0, sizeof(*u));
+	u->fd = -1;
+	switch (via) {
+	case KVP_UFFD_VIA_SYSCALL:
+		fd = uffd_syscall(oflags);
+		u->source = "syscall";
+		break;
+	case KVP_UFFD_VIA_DEVICE:
+		fd = uffd_from_device(oflags);
+		u->source = "/dev/userfaultfd";
+		break;
+	case KVP_UFFD_VIA_SYSCALL_USER:
+		fd = uffd_syscall(oflags | UFFD_USER_MODE_ONLY);
+		u->source = "syscall (user-mode-only)";
+		u->mode = KVP_UFFD_USER_ONLY;
+		break;
+	default:
+		fd = -EINVAL;
+	}
+	if (fd < 0) {
+		memset(u, 0, sizeof(*u));
+		u->fd = -1;
+		return fd;
+	}
+	u->fd = fd;
+	return 0;
+}
+
 int kvp_uffd_supported(uint64_t *features, uint64_t *ioctls)
 {
 	struct uffdio_api api = { .api = UFFD_API, .features = 0 };
@@ -100,10 +133,14 @@ int kvp_uffd_api(struct kvp_uffd *u, uint64_t wanted, uint64_t required)
 		return err;
 	if ((required & supported) != required)
 		return -EOPNOTSUPP;
-	api.features = wanted & supported;
+	api.features = (wanted | required) & supported;
 	if (ioctl(u->fd, UFFDIO_API, &api))
 		return -errno;
-	u->features = api.features;
+	/*
+	 * The kernel answers with every feature it offers, not the ones this
+	 * descriptor was given; what was asked for and accepted is granted.
+	 */
+	u->features = (wanted | required) & supported;
 	u->ioctls = api.ioctls;
 	return 0;
 }
@@ -115,8 +152,8 @@ void kvp_uffd_close(struct kvp_uffd *u)
 	u->fd = -1;
 }
 
-int kvp_uffd_register(struct kvp_uffd *u, void *addr, size_t len,
-		      uint64_t mode, uint64_t *ioctls)
+int kvp_uffd_register(struct kvp_uffd *u, void *addr, size_t len, uint64_t mode,
+		      uint64_t *ioctls)
 {
 	struct uffdio_register reg = {
 		.range = { .start = (uintptr_t)addr, .len = len },
@@ -165,8 +202,8 @@ int kvp_uffd_copy(struct kvp_uffd *u, void *dst, const void *src, size_t len,
 	return resolve_result(rc, c.copy, done);
 }
 
-int kvp_uffd_zeropage(struct kvp_uffd *u, void *dst, size_t len,
-		      bool dontwake, size_t *done)
+int kvp_uffd_zeropage(struct kvp_uffd *u, void *dst, size_t len, bool dontwake,
+		      size_t *done)
 {
 	struct uffdio_zeropage z = {
 		.range = { .start = (uintptr_t)dst, .len = len },
@@ -204,8 +241,8 @@ int kvp_uffd_continue(struct kvp_uffd *u, void *addr, size_t len, bool wp,
 	return resolve_result(rc, c.mapped, done);
 }
 
-int kvp_uffd_poison(struct kvp_uffd *u, void *addr, size_t len,
-		    bool dontwake, size_t *done)
+int kvp_uffd_poison(struct kvp_uffd *u, void *addr, size_t len, bool dontwake,
+		    size_t *done)
 {
 	struct uffdio_poison p = {
 		.range = { .start = (uintptr_t)addr, .len = len },
@@ -216,8 +253,8 @@ int kvp_uffd_poison(struct kvp_uffd *u, void *addr, size_t len,
 	return resolve_result(rc, p.updated, done);
 }
 
-int kvp_uffd_writeprotect(struct kvp_uffd *u, void *addr, size_t len,
-			  bool wp, bool dontwake)
+int kvp_uffd_writeprotect(struct kvp_uffd *u, void *addr, size_t len, bool wp,
+			  bool dontwake)
 {
 	struct uffdio_writeprotect w = {
 		.range = { .start = (uintptr_t)addr, .len = len },

@@ -7,11 +7,13 @@
  * written once here:
  *
  *   0        the whole range was resolved (and woken unless DONTWAKE);
- *   -EEXIST  some page of the range was already present: another thread or
- *            an earlier call resolved it.  *done says how much of the range
- *            before that page this call resolved; the caller wakes the range.
- *   -EAGAIN  the kernel stopped part-way (the mm is changing, or a signal);
- *            *done bytes were resolved, retry the rest.
+ *   -EEXIST  the first page of the range was already present: another
+ *            thread or an earlier call resolved it.  *done is 0; the caller
+ *            wakes the range (or retries past that page).
+ *   -EAGAIN  the kernel stopped part-way: the mm is changing, a signal, or
+ *            a later page of the range was already present (the kernel
+ *            reports a partial EEXIST this way); *done bytes were resolved
+ *            and woken, retry the rest.
  *   -ENOENT  the mapping changed under us (unmapped or remapped); forget it.
  *   -ESRCH   the process that owns the mm is gone.
  *   other    a real error: -EINVAL for a bad range, -ENOMEM, -EFAULT ...
@@ -34,11 +36,11 @@ enum kvp_uffd_mode {
 };
 
 struct kvp_uffd {
-	int fd;                  /* the userfaultfd, O_CLOEXEC|O_NONBLOCK */
+	int fd;			 /* the userfaultfd, O_CLOEXEC|O_NONBLOCK */
 	enum kvp_uffd_mode mode; /* full or user-mode-only */
-	const char *source;      /* "syscall", "/dev/userfaultfd", ... */
-	uint64_t features;       /* features granted by UFFDIO_API */
-	uint64_t ioctls;         /* ioctls the handshake advertised */
+	const char *source;	 /* "syscall", "/dev/userfaultfd", ... */
+	uint64_t features;	 /* features granted by UFFDIO_API */
+	uint64_t ioctls;	 /* ioctls the handshake advertised */
 };
 
 /* Open flags. */
@@ -56,6 +58,22 @@ struct kvp_uffd {
  */
 int kvp_uffd_open(struct kvp_uffd *u, unsigned flags);
 
+/* The ways of obtaining a userfaultfd, for kvp_uffd_open_via. */
+enum kvp_uffd_via {
+	KVP_UFFD_VIA_SYSCALL = 0,  /* userfaultfd(2), full mode */
+	KVP_UFFD_VIA_DEVICE,	   /* /dev/userfaultfd + USERFAULTFD_IOC_NEW */
+	KVP_UFFD_VIA_SYSCALL_USER, /* userfaultfd(UFFD_USER_MODE_ONLY) */
+};
+
+/*
+ * kvp_uffd_open_via - open a userfaultfd in exactly one way, with no
+ * fallback (for probes and tests; the pager uses kvp_uffd_open).  Returns 0,
+ * or -errno with *u left closed (fd = -1): -EPERM where the syscall is
+ * refused (vm.unprivileged_userfaultfd=0 without CAP_SYS_PTRACE), -ENOENT or
+ * -EACCES for the device, -ENOSYS without userfaultfd.
+ */
+int kvp_uffd_open_via(struct kvp_uffd *u, enum kvp_uffd_via via);
+
 /*
  * kvp_uffd_supported - the features and ioctls this kernel offers, learnt
  * from a handshake on a throw-away descriptor.  Returns 0 or -errno.
@@ -65,10 +83,13 @@ int kvp_uffd_supported(uint64_t *features, uint64_t *ioctls);
 /*
  * kvp_uffd_api - the UFFDIO_API handshake.
  *
- * Asks for @wanted & what the kernel supports; fails with -EOPNOTSUPP if any
- * bit of @required is not supported (the descriptor stays usable for a
- * second open only by closing it: a handshake happens once per fd).  The
- * granted features are left in u->features.
+ * Asks for (@wanted | @required) & what the kernel supports.  Fails with
+ * -EOPNOTSUPP, before touching the descriptor, if any bit of @required is
+ * not supported; the descriptor can then still be handshaken with fewer
+ * features.  A successful handshake happens once per descriptor: a second
+ * one fails with -EINVAL.  The features granted (those asked for that the
+ * kernel supports, not everything the kernel offers) are left in
+ * u->features, the ioctls in u->ioctls.
  */
 int kvp_uffd_api(struct kvp_uffd *u, uint64_t wanted, uint64_t required);
 
@@ -82,26 +103,26 @@ void kvp_uffd_close(struct kvp_uffd *u);
  * for misalignment or an unsupported mode, -ENOMEM when the kernel cannot
  * split more VMAs: see vm.max_map_count).
  */
-int kvp_uffd_register(struct kvp_uffd *u, void *addr, size_t len,
-		      uint64_t mode, uint64_t *ioctls);
+int kvp_uffd_register(struct kvp_uffd *u, void *addr, size_t len, uint64_t mode,
+		      uint64_t *ioctls);
 int kvp_uffd_unregister(struct kvp_uffd *u, void *addr, size_t len);
 
 /* The resolving ioctls; see the convention above.  @done may be NULL. */
 int kvp_uffd_copy(struct kvp_uffd *u, void *dst, const void *src, size_t len,
 		  bool wp, bool dontwake, size_t *done);
-int kvp_uffd_zeropage(struct kvp_uffd *u, void *dst, size_t len,
-		      bool dontwake, size_t *done);
+int kvp_uffd_zeropage(struct kvp_uffd *u, void *dst, size_t len, bool dontwake,
+		      size_t *done);
 /* @mode: UFFDIO_MOVE_MODE_DONTWAKE | UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES. */
 int kvp_uffd_move(struct kvp_uffd *u, void *dst, void *src, size_t len,
 		  uint64_t mode, size_t *done);
 int kvp_uffd_continue(struct kvp_uffd *u, void *addr, size_t len, bool wp,
 		      bool dontwake, size_t *done);
-int kvp_uffd_poison(struct kvp_uffd *u, void *addr, size_t len,
-		    bool dontwake, size_t *done);
+int kvp_uffd_poison(struct kvp_uffd *u, void *addr, size_t len, bool dontwake,
+		    size_t *done);
 
 /* Set (@wp true) or clear write protection; clearing wakes unless DONTWAKE. */
-int kvp_uffd_writeprotect(struct kvp_uffd *u, void *addr, size_t len,
-			  bool wp, bool dontwake);
+int kvp_uffd_writeprotect(struct kvp_uffd *u, void *addr, size_t len, bool wp,
+			  bool dontwake);
 
 /* Wake threads waiting on faults in the range. */
 int kvp_uffd_wake(struct kvp_uffd *u, void *addr, size_t len);
