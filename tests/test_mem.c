@@ -1,0 +1,320 @@
+/*
+ * test_mem.c - kmod-helpers/mem.c: aligned reservations, populate,
+ * madvise, memfd, the THP mode.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kmod-helpers/mem.h"
+
+#define PG   KVP_PAGE_SIZE
+#define HUGE KVP_HUGE_SIZE
+#define GIG  (1UL << 30)
+
+static size_t resident_pages(void *addr, size_t len)
+{
+	size_t n = len / PG, count = 0;
+	unsigned char *vec = malloc(n);
+
+	ck_assert_ptr_nonnull(vec);
+	ck_assert_int_eq(mincore(addr, len, vec), 0);
+	for (size_t i = 0; i < n; i++)
+		count += vec[i] & 1;
+	free(vec);
+	return count;
+}
+
+/* The value of field @key ("AnonHugePages:", "VmFlags:") of the VMA at @addr. */
+static bool smaps_field(void *addr, const char *key, char *out, size_t len)
+{
+	FILE *f = fopen("/proc/self/smaps", "re");
+	char line[512];
+	bool in = false, found = false;
+
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		char *sp = strchr(line, ' ');
+
+		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && sp &&
+		    strchr(line, '-') < sp) {
+			in = (uintptr_t)addr >= lo && (uintptr_t)addr < hi;
+			continue;
+		}
+		if (in && !strncmp(line, key, strlen(key))) {
+			snprintf(out, len, "%s", line + strlen(key));
+			found = true;
+			break;
+		}
+	}
+	fclose(f);
+	return found;
+}
+
+static bool is_mapped(void *addr)
+{
+	unsigned char v;
+
+	return mincore(addr, PG, &v) == 0;
+}
+
+static void check_reserve(size_t len, size_t align, bool huge)
+{
+	char *p = NULL;
+
+	ck_assert_int_eq(kvp_mem_reserve(len, align, huge, (void **)&p), 0);
+	ck_assert_ptr_nonnull(p);
+	ck_assert_uint_eq((uintptr_t)p % align, 0);
+	/* Nothing populated; reads zeros; writable end to end. */
+	ck_assert_uint_eq(resident_pages(p, len), 0);
+	ck_assert_int_eq(p[0], 0);
+	ck_assert_int_eq(p[len - 1], 0);
+	p[0] = 1;
+	p[len - 1] = 2;
+	ck_assert_int_eq(p[0] + p[len - 1], 3);
+	ck_assert(is_mapped(p + len - PG));
+	ck_assert_int_eq(kvp_mem_release(p, len), 0);
+	ck_assert(!is_mapped(p));
+	ck_assert(!is_mapped(p + len - PG));
+}
+
+START_TEST(test_reserve_4k)
+{
+	check_reserve(PG, PG, false);
+	check_reserve(10 * PG, PG, false);
+}
+END_TEST
+
+START_TEST(test_reserve_2m)
+{
+	check_reserve(HUGE, HUGE, false);
+	check_reserve(3 * HUGE + 5 * PG, HUGE, true);
+}
+END_TEST
+
+START_TEST(test_reserve_1g)
+{
+	/* Address space only (MAP_NORESERVE): cheap even at 1 GiB. */
+	check_reserve(4 * PG, GIG, false);
+	check_reserve(GIG, GIG, true);
+}
+END_TEST
+
+START_TEST(test_reserve_trims)
+{
+	/*
+	 * The over-reservation is trimmed: a second reservation of the same
+	 * size fits where a leak would have been, and many in a row do not
+	 * exhaust anything.  The pages just past the end are not ours.
+	 */
+	for (int i = 0; i < 64; i++) {
+		char *p;
+
+		ck_assert_int_eq(
+		    kvp_mem_reserve(HUGE, HUGE, false, (void **)&p), 0);
+		ck_assert_uint_eq((uintptr_t)p % HUGE, 0);
+		ck_assert_int_eq(kvp_mem_release(p, HUGE), 0);
+		ck_assert(!is_mapped(p));
+	}
+}
+END_TEST
+
+START_TEST(test_reserve_huge_flag)
+{
+	char mode[32], flags[256];
+	char *p;
+
+	if (kvp_thp_mode(mode, sizeof(mode))) {
+		printf("reserve_huge_flag: skipped: no THP in this kernel\n");
+		return;
+	}
+	ck_assert_int_eq(kvp_mem_reserve(2 * HUGE, HUGE, true, (void **)&p), 0);
+	ck_assert(smaps_field(p, "VmFlags:", flags, sizeof(flags)));
+	ck_assert_msg(strstr(flags, " hg"), "VmFlags:%s", flags);
+	ck_assert_int_eq(kvp_mem_release(p, 2 * HUGE), 0);
+
+	ck_assert_int_eq(kvp_mem_reserve(2 * HUGE, HUGE, false, (void **)&p),
+			 0);
+	ck_assert(smaps_field(p, "VmFlags:", flags, sizeof(flags)));
+	ck_assert_msg(!strstr(flags, " hg"), "VmFlags:%s", flags);
+	ck_assert_int_eq(kvp_mem_release(p, 2 * HUGE), 0);
+}
+END_TEST
+
+START_TEST(test_reserve_errors)
+{
+	void *p = (void *)0x1234;
+
+	ck_assert_int_eq(kvp_mem_reserve(0, PG, false, &p), -EINVAL);
+	ck_assert_int_eq(kvp_mem_reserve(PG, 0, false, &p), -EINVAL);
+	ck_assert_int_eq(kvp_mem_reserve(PG, 2048, false, &p), -EINVAL);
+	ck_assert_int_eq(kvp_mem_reserve(PG, 3 * PG, false, &p), -EINVAL);
+	ck_assert_int_eq(kvp_mem_reserve(PG, HUGE + PG, false, &p), -EINVAL);
+	ck_assert_int_eq(kvp_mem_reserve(PG + 1, PG, false, &p), -EINVAL);
+	/* Too large to reserve at all. */
+	ck_assert_int_lt(kvp_mem_reserve(SIZE_MAX & ~(PG - 1), HUGE, false, &p),
+			 0);
+	ck_assert_int_lt(kvp_mem_reserve(1UL << 62, PG, false, &p), 0);
+	ck_assert_ptr_eq(p, (void *)0x1234); /* untouched on failure */
+}
+END_TEST
+
+START_TEST(test_populate)
+{
+	char mode[32], huge_kb[64];
+	char *p;
+
+	ck_assert_int_eq(kvp_mem_reserve(64 * PG, PG, false, (void **)&p), 0);
+	ck_assert_int_eq(kvp_mem_populate(p + 8 * PG, 16 * PG), 0);
+	ck_assert_uint_eq(resident_pages(p, 64 * PG), 16);
+	ck_assert_uint_eq(resident_pages(p + 8 * PG, 16 * PG), 16);
+	ck_assert_int_eq(p[8 * PG], 0); /* populated pages are zero */
+	ck_assert_int_eq(kvp_mem_release(p, 64 * PG), 0);
+	/* An unmapped range is an error, not a crash. */
+	ck_assert_int_lt(kvp_mem_populate(p, 4 * PG), 0);
+
+	/* A THP range populates as huge pages where THP is on. */
+	ck_assert_int_eq(kvp_mem_reserve(2 * HUGE, HUGE, true, (void **)&p), 0);
+	ck_assert_int_eq(kvp_mem_populate(p, 2 * HUGE), 0);
+	ck_assert_uint_eq(resident_pages(p, 2 * HUGE), 2 * HUGE / PG);
+	if (kvp_thp_mode(mode, sizeof(mode)) == 0 && strcmp(mode, "never") &&
+	    smaps_field(p, "AnonHugePages:", huge_kb, sizeof(huge_kb)))
+		ck_assert_msg(atol(huge_kb) > 0, "AnonHugePages:%s", huge_kb);
+	ck_assert_int_eq(kvp_mem_release(p, 2 * HUGE), 0);
+}
+END_TEST
+
+START_TEST(test_advise)
+{
+	char *p;
+
+	ck_assert_int_eq(kvp_mem_reserve(8 * PG, PG, false, (void **)&p), 0);
+	memset(p, 0xab, 8 * PG);
+	ck_assert_uint_eq(resident_pages(p, 8 * PG), 8);
+	/* DONTNEED drops private anonymous pages: zeros after. */
+	ck_assert_int_eq(kvp_mem_advise(p + 2 * PG, 4 * PG, MADV_DONTNEED), 0);
+	ck_assert_uint_eq(resident_pages(p, 8 * PG), 4);
+	ck_assert_int_eq(p[3 * PG], 0);
+	ck_assert_int_eq((unsigned char)p[PG], 0xab);
+	ck_assert_int_eq(kvp_mem_advise(p, 8 * PG, MADV_NOHUGEPAGE), 0);
+	ck_assert_int_eq(kvp_mem_advise(p, 8 * PG, MADV_WILLNEED), 0);
+	/* Errors come back as -errno. */
+	ck_assert_int_eq(kvp_mem_advise(p + 1, PG, MADV_DONTNEED), -EINVAL);
+	ck_assert_int_eq(kvp_mem_advise(p, PG, 12345), -EINVAL);
+	ck_assert_int_eq(kvp_mem_release(p, 8 * PG), 0);
+	ck_assert_int_eq(kvp_mem_advise(p, PG, MADV_WILLNEED), -ENOMEM);
+}
+END_TEST
+
+START_TEST(test_memfd)
+{
+	struct stat st;
+	char link[64], target[256];
+	ssize_t n;
+	char *a, *b;
+	int fd = -1;
+
+	ck_assert_int_eq(kvp_mem_memfd("kvp-test", 16 * PG, &fd), 0);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	ck_assert_int_eq(st.st_size, 16 * PG);
+	ck_assert(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	n = readlink(link, target, sizeof(target) - 1);
+	ck_assert_int_gt(n, 0);
+	target[n] = '\0';
+	ck_assert_msg(strstr(target, "memfd:kvp-test"), "%s", target);
+	/* Two shared mappings see the same pages. */
+	a = mmap(NULL, 16 * PG, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	b = mmap(NULL, 16 * PG, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	ck_assert(a != MAP_FAILED && b != MAP_FAILED);
+	a[5 * PG + 3] = 42;
+	ck_assert_int_eq(b[5 * PG + 3], 42);
+	munmap(a, 16 * PG);
+	munmap(b, 16 * PG);
+	close(fd);
+
+	ck_assert_int_eq(kvp_mem_memfd("kvp-empty", 0, &fd), 0);
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	ck_assert_int_eq(st.st_size, 0);
+	close(fd);
+	/* A name too long for memfd_create (249 bytes max). */
+	{
+		char name[400];
+		int keep = -7;
+
+		memset(name, 'n', sizeof(name) - 1);
+		name[sizeof(name) - 1] = '\0';
+		ck_assert_int_eq(kvp_mem_memfd(name, PG, &keep), -EINVAL);
+		ck_assert_int_eq(keep, -7);
+	}
+}
+END_TEST
+
+START_TEST(test_thp_mode)
+{
+	char mode[32], tiny[3];
+	int rc = kvp_thp_mode(mode, sizeof(mode));
+
+	if (rc == -ENOENT) {
+		printf("thp_mode: skipped: no THP in this kernel\n");
+		return;
+	}
+	ck_assert_int_eq(rc, 0);
+	ck_assert_msg(!strcmp(mode, "always") || !strcmp(mode, "madvise") ||
+			  !strcmp(mode, "never"),
+		      "mode '%s'", mode);
+	/* The sysfs file says the same, the selected one in brackets. */
+	{
+		char line[128], want[40];
+		FILE *f =
+		    fopen("/sys/kernel/mm/transparent_hugepage/enabled", "re");
+
+		ck_assert_ptr_nonnull(f);
+		ck_assert_ptr_nonnull(fgets(line, sizeof(line), f));
+		fclose(f);
+		snprintf(want, sizeof(want), "[%s]", mode);
+		ck_assert_ptr_nonnull(strstr(line, want));
+	}
+	ck_assert_int_eq(kvp_thp_mode(tiny, sizeof(tiny)), -ENAMETOOLONG);
+}
+END_TEST
+
+static Suite *mem_suite(void)
+{
+	Suite *s = suite_create("mem");
+	TCase *tc = tcase_create("core");
+
+	tcase_set_timeout(tc, 20);
+	tcase_add_test(tc, test_reserve_4k);
+	tcase_add_test(tc, test_reserve_2m);
+	tcase_add_test(tc, test_reserve_1g);
+	tcase_add_test(tc, test_reserve_trims);
+	tcase_add_test(tc, test_reserve_huge_flag);
+	tcase_add_test(tc, test_reserve_errors);
+	tcase_add_test(tc, test_populate);
+	tcase_add_test(tc, test_advise);
+	tcase_add_test(tc, test_memfd);
+	tcase_add_test(tc, test_thp_mode);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(mem_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
