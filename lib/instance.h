@@ -1,0 +1,70 @@
+/*
+ * instance.h - the registry of running pagers, for kvpctl.
+ *
+ * A process that serves a pager's debug view writes one small file, named
+ * by its pid, into the registry folder:
+ *
+ *   $KVP_RUNTIME_DIR                  if set (tests)
+ *   $XDG_RUNTIME_DIR/kvpager          if XDG_RUNTIME_DIR is set
+ *   /run/kvpager                      otherwise
+ *
+ * The file holds `key value` lines: pid, start (the process's start time in
+ * clock ticks since boot, /proc/PID/stat field 22, so that a reused pid is
+ * not mistaken for the pager), mount (the view's mount point) and comm.
+ * Entries of processes that are gone are stale: listing reports them as
+ * such and can remove them; their mount points are left for the FUSE view
+ * to clean up (kvp_fuse_view_cleanup_stale).
+ *
+ * Calls return 0 or -errno and take no locks; the folder is created 0700.
+ */
+#ifndef KVP_INSTANCE_H
+#define KVP_INSTANCE_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+struct kvp_instance_entry {
+	pid_t pid;		  /* the pager's process */
+	bool alive;		  /* false: the process is gone */
+	unsigned long long start; /* its start time, in clock ticks */
+	char comm[32];		  /* its command name */
+	char mount[PATH_MAX];	  /* its view's mount point */
+};
+
+/* kvp_instance_dir - the registry folder (see above) into @buf.
+ * 0, or -ENAMETOOLONG. */
+int kvp_instance_dir(char *buf, size_t len);
+
+/*
+ * kvp_instance_register - record this process as serving a view at @mount
+ * (an absolute path).  Replaces an earlier entry of this process.  Written
+ * to a temporary file and renamed, so that a reader never sees half an
+ * entry.  Returns 0 or -errno (the folder could not be made or written);
+ * on failure no entry is left.
+ */
+int kvp_instance_register(const char *mount);
+
+/* kvp_instance_unregister - remove this process's entry.  0 (also when
+ * there was none) or -errno. */
+int kvp_instance_unregister(void);
+
+/* Flags of kvp_instance_list. */
+#define KVP_INSTANCE_REMOVE_STALE                                              \
+	(1u << 0) /* delete the files of stale
+					       entries (still reported) */
+
+/*
+ * kvp_instance_list - every entry of the registry, sorted by pid, into a
+ * malloc'd array *out of *n entries (NULL and 0 when empty; free with
+ * free(3)).  Unreadable or malformed files are skipped.  A missing folder
+ * is an empty registry.  Returns 0, or -ENOMEM with nothing allocated.
+ */
+int kvp_instance_list(unsigned flags, struct kvp_instance_entry **out,
+		      size_t *n);
+
+/* kvp_instance_pid_alive - @pid exists and started at @start (0: any). */
+bool kvp_instance_pid_alive(pid_t pid, unsigned long long start);
+
+#endif /* KVP_INSTANCE_H */

@@ -1,0 +1,172 @@
+/*
+ * test_instance.c - lib/instance.c: the registry of running pagers.
+ *
+ * Each test points KVP_RUNTIME_DIR at a fresh folder: register, list,
+ * unregister, stale entries of dead processes and of reused pids, junk.
+ */
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "lib/instance.h"
+
+static char dir[64];
+
+static void setup(void)
+{
+	snprintf(dir, sizeof(dir), "/tmp/kvp-inst-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	strcat(dir, "/reg"); /* made by register */
+	setenv("KVP_RUNTIME_DIR", dir, 1);
+}
+
+static void teardown(void)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%.*s'", (int)strlen(dir) - 4, dir);
+	if (system(cmd))
+		fprintf(stderr, "cleanup of %s failed\n", dir);
+}
+
+static void write_file(const char *name, const char *text)
+{
+	char path[256];
+	FILE *f;
+
+	mkdir(dir, 0700);
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+static pid_t dead_pid(void)
+{
+	pid_t pid = fork();
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0)
+		_exit(0);
+	waitpid(pid, NULL, 0);
+	return pid;
+}
+
+START_TEST(dir_choice)
+{
+	char buf[256];
+
+	ck_assert_int_eq(kvp_instance_dir(buf, sizeof(buf)), 0);
+	ck_assert_str_eq(buf, dir);
+	unsetenv("KVP_RUNTIME_DIR");
+	setenv("XDG_RUNTIME_DIR", "/run/user/4242", 1);
+	ck_assert_int_eq(kvp_instance_dir(buf, sizeof(buf)), 0);
+	ck_assert_str_eq(buf, "/run/user/4242/kvpager");
+	unsetenv("XDG_RUNTIME_DIR");
+	ck_assert_int_eq(kvp_instance_dir(buf, sizeof(buf)), 0);
+	ck_assert_str_eq(buf, "/run/kvpager");
+	ck_assert_int_eq(kvp_instance_dir(buf, 4), -ENAMETOOLONG);
+}
+END_TEST
+
+START_TEST(register_list_unregister)
+{
+	struct kvp_instance_entry *e;
+	struct stat st;
+	size_t n;
+
+	ck_assert_int_eq(kvp_instance_list(0, &e, &n), 0); /* no folder yet */
+	ck_assert_uint_eq(n, 0);
+	ck_assert_ptr_null(e);
+	ck_assert_int_eq(kvp_instance_register("relative/path"), -EINVAL);
+	ck_assert_int_eq(kvp_instance_register("/mnt/kvp-a"), 0);
+	ck_assert_int_eq(stat(dir, &st), 0);
+	ck_assert_uint_eq(st.st_mode & 0777, 0700);
+	ck_assert_int_eq(kvp_instance_register("/mnt/kvp-b"), 0); /* replaces */
+	ck_assert_int_eq(kvp_instance_list(0, &e, &n), 0);
+	ck_assert_uint_eq(n, 1);
+	ck_assert_int_eq(e[0].pid, getpid());
+	ck_assert(e[0].alive);
+	ck_assert_uint_gt(e[0].start, 0);
+	ck_assert_str_eq(e[0].mount, "/mnt/kvp-b");
+	ck_assert_str_eq(e[0].comm, "test_instance");
+	free(e);
+	ck_assert_int_eq(kvp_instance_unregister(), 0);
+	ck_assert_int_eq(kvp_instance_unregister(), 0);
+	ck_assert_int_eq(kvp_instance_list(0, &e, &n), 0);
+	ck_assert_uint_eq(n, 0);
+}
+END_TEST
+
+START_TEST(stale_entries)
+{
+	struct kvp_instance_entry *e;
+	char name[32], text[256];
+	pid_t dead = dead_pid();
+	size_t n;
+
+	snprintf(name, sizeof(name), "%d", (int)dead);
+	snprintf(text, sizeof(text), "pid %d\nstart 1\nmount /mnt/dead\n",
+		 (int)dead);
+	write_file(name, text);
+	/* pid 1 is alive but did not start at tick 7: a reused pid */
+	write_file("1", "pid 1\nstart 7\nmount /mnt/reused\n");
+	/* junk is skipped */
+	write_file("notapid", "pid 5\n");
+	write_file("12", "no pid line\n");
+	write_file("13", "pid 14\n"); /* name and content disagree */
+	ck_assert_int_eq(kvp_instance_register("/mnt/me"), 0);
+
+	ck_assert_int_eq(kvp_instance_list(0, &e, &n), 0);
+	ck_assert_uint_eq(n, 3);
+	ck_assert_int_eq(e[0].pid, 1); /* sorted */
+	ck_assert(!e[0].alive);
+	ck_assert_str_eq(e[0].mount, "/mnt/reused");
+	ck_assert(e[1].pid == dead || e[2].pid == dead);
+	free(e);
+
+	ck_assert_int_eq(kvp_instance_list(KVP_INSTANCE_REMOVE_STALE, &e, &n),
+			 0);
+	ck_assert_uint_eq(n, 3); /* still reported, once */
+	free(e);
+	ck_assert_int_eq(kvp_instance_list(0, &e, &n), 0);
+	ck_assert_uint_eq(n, 1);
+	ck_assert_int_eq(e[0].pid, getpid());
+	ck_assert(e[0].alive);
+	free(e);
+	ck_assert(!kvp_instance_pid_alive(dead, 0));
+	ck_assert(kvp_instance_pid_alive(getpid(), 0));
+	ck_assert(!kvp_instance_pid_alive(0, 0));
+}
+END_TEST
+
+static Suite *instance_suite(void)
+{
+	Suite *s = suite_create("instance");
+	TCase *tc = tcase_create("registry");
+
+	tcase_set_timeout(tc, 30);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, dir_choice);
+	tcase_add_test(tc, register_list_unregister);
+	tcase_add_test(tc, stale_entries);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(instance_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
