@@ -1,0 +1,522 @@
+/*
+ * io.c - the scenarios stream and random, and the modes raw and mmap.
+ *
+ * raw:  io_uring O_DIRECT reads into reused buffers (one set per thread,
+ *       THP-backed and pre-touched), the file registered as a fixed file,
+ *       at the job's depth: the limit of the disk.
+ * mmap: the kernel's mmap of the same file, cold (fadvise DONTNEED before),
+ *       touched one word per 4 KiB page; for stream the pages more than a
+ *       budget behind the scan are dropped (MADV_DONTNEED and fadvise), so
+ *       that it runs with the same memory as the pager.
+ *
+ * Every mode consumes what it reads with kvpb_consume(): one word per page
+ * summed and checked, two more words per block compared exactly.
+ */
+#include "tools/kvpbench/kvpbench.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "kmod-helpers/mem.h"
+#include "kmod-helpers/uring.h"
+
+static inline uint64_t load64(const uint8_t *p)
+{
+	uint64_t v;
+
+	memcpy(&v, p, sizeof(v));
+	return v;
+}
+
+uint64_t kvpb_consume(const void *p, uint64_t off, uint64_t len)
+{
+	const uint8_t *b = p;
+	uint64_t sum = 0, want = 0, bad = 0, o, s;
+
+	for (o = 0; o < len; o += KVPB_PAGE) {
+		sum += load64(b + o);
+		want += kvpb_pattern(off + o);
+	}
+	if (sum != want) {
+		/* Rare: count the wrong pages one by one. */
+		for (o = 0; o < len; o += KVPB_PAGE)
+			bad += load64(b + o) != kvpb_pattern(off + o);
+		bad += !bad;
+	}
+	s = len - 8;
+	bad += load64(b + s) != kvpb_pattern(off + s);
+	s = (kvpb_pattern(off ^ 0x5a5a5a5aull) % (len / 8)) * 8;
+	bad += load64(b + s) != kvpb_pattern(off + s);
+	return bad;
+}
+
+void kvpb_fill(void *buf, uint64_t off, uint64_t len)
+{
+	uint8_t *b = buf;
+	uint64_t o, v;
+
+	for (o = 0; o + 8 <= len; o += 8) {
+		v = kvpb_pattern(off + o);
+		memcpy(b + o, &v, sizeof(v));
+	}
+}
+
+/* ---- threads ---------------------------------------------------------- */
+
+struct worker {
+	struct kvpb_ctx *c;
+	const struct kvpb_job *j;
+	unsigned t;		  /* thread index */
+	pthread_barrier_t *start; /* all workers and the timer */
+	uint8_t *base;		  /* mmap: the mapping of the region */
+	uint64_t bytes;		  /* consumed */
+	uint64_t bad;		  /* mismatches */
+	int err;		  /* 0 or -errno */
+	const char *what;	  /* what failed */
+};
+
+/* File offset of the @i-th block thread @t reads. */
+static uint64_t job_off(const struct kvpb_job *j, unsigned t, uint64_t i)
+{
+	uint64_t b = j->order ? j->order[(uint64_t)t * j->reads + i] : i;
+
+	return j->off + b * j->block;
+}
+
+/* Run @fn on j->threads threads; the time runs from when every thread is
+ * ready to when the last one is done. */
+static int run_threads(struct kvpb_ctx *c, const struct kvpb_job *j,
+		       void *(*fn)(void *), uint8_t *base,
+		       struct kvpb_result *r)
+{
+	struct worker w[KVPB_MAX_THREADS];
+	pthread_t tid[KVPB_MAX_THREADS];
+	pthread_barrier_t start;
+	unsigned t, n = j->threads, started = 0;
+	double t0, t1;
+	int err = 0;
+
+	if (!n || n > KVPB_MAX_THREADS)
+		return -EINVAL;
+	pthread_barrier_init(&start, NULL, n + 1);
+	for (t = 0; t < n; t++) {
+		w[t] = (struct worker){
+			.c = c, .j = j, .t = t, .start = &start, .base = base
+		};
+		err = -pthread_create(&tid[t], NULL, fn, &w[t]);
+		if (err) {
+			fprintf(stderr, "kvpbench: cannot start a thread: %s\n",
+				strerror(-err));
+			/* The barrier still needs n + 1: stand in for the
+			 * threads not started (they have nothing to do). */
+			break;
+		}
+		started++;
+	}
+	if (started < n) {
+		/* Cannot be rescued cleanly: exit, the file goes at exit. */
+		exit(1);
+	}
+	pthread_barrier_wait(&start);
+	t0 = kvpb_now();
+	for (t = 0; t < n; t++)
+		pthread_join(tid[t], NULL);
+	t1 = kvpb_now();
+	pthread_barrier_destroy(&start);
+
+	r->bytes = 0;
+	r->bad = 0;
+	for (t = 0; t < n; t++) {
+		r->bytes += w[t].bytes;
+		r->bad += w[t].bad;
+		if (w[t].err && !err) {
+			err = w[t].err;
+			fprintf(stderr, "kvpbench: %s %s: %s failed: %s\n",
+				j->scenario, r->mode, w[t].what,
+				strerror(-err));
+		}
+	}
+	r->seconds = t1 - t0;
+	r->gb_per_s = r->seconds > 0 ? r->bytes / r->seconds / 1e9 : 0;
+	return err;
+}
+
+/* ---- raw: io_uring O_DIRECT ------------------------------------------- */
+
+static void *raw_worker(void *arg)
+{
+	struct worker *w = arg;
+	const struct kvpb_job *j = w->j;
+	const struct kvpb_file *f = &w->c->file;
+	unsigned depth = j->depth, inflight = 0, nfree = depth, i;
+	uint64_t next = 0, done = 0, bufs = (uint64_t)depth * j->block;
+	uint64_t *slot_off = calloc(depth, sizeof(*slot_off));
+	unsigned *free_slots = calloc(depth, sizeof(*free_slots));
+	struct io_uring ring;
+	bool ring_ok = false, fixed = false;
+	void *buf = NULL;
+	int fd = f->dfd, err;
+
+	w->what = "allocation";
+	err = -ENOMEM;
+	if (!slot_off || !free_slots)
+		goto ready;
+	for (i = 0; i < depth; i++)
+		free_slots[i] = depth - 1 - i;
+	err = kvp_mem_reserve(bufs, KVP_HUGE_SIZE, true, &buf);
+	if (err)
+		goto ready;
+	err = kvp_mem_populate(buf, bufs);
+	if (err)
+		goto ready;
+	w->what = "io_uring set-up";
+	err = kvp_uring_init(&ring, depth, KVP_URING_SINGLE_ISSUER);
+	if (err)
+		goto ready;
+	ring_ok = true;
+	if (!io_uring_register_files(&ring, &fd, 1)) {
+		fixed = true;
+		fd = 0;
+	}
+ready:
+	pthread_barrier_wait(w->start);
+	if (err)
+		goto out;
+	w->what = "read";
+	while (done < j->reads) {
+		struct io_uring_cqe *cqe;
+		unsigned head, seen = 0, s;
+
+		while (inflight < depth && next < j->reads) {
+			struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
+
+			if (!sqe)
+				break;
+			s = free_slots[--nfree];
+			slot_off[s] = job_off(j, w->t, next);
+			io_uring_prep_read(
+			    sqe, fd, (uint8_t *)buf + (uint64_t)s * j->block,
+			    j->block, slot_off[s]);
+			if (fixed)
+				sqe->flags |= IOSQE_FIXED_FILE;
+			io_uring_sqe_set_data64(sqe, s);
+			inflight++;
+			next++;
+		}
+		err = io_uring_submit_and_wait(&ring, 1);
+		if (err < 0)
+			goto out;
+		err = 0;
+		io_uring_for_each_cqe(&ring, head, cqe)
+		{
+			s = (unsigned)io_uring_cqe_get_data64(cqe);
+			if (cqe->res != (int)j->block && !err)
+				err = cqe->res < 0 ? cqe->res : -EIO;
+			if (!err) {
+				w->bad += kvpb_consume(
+				    (uint8_t *)buf + (uint64_t)s * j->block,
+				    slot_off[s], j->block);
+				w->bytes += j->block;
+			}
+			free_slots[nfree++] = s;
+			inflight--;
+			done++;
+			seen++;
+		}
+		io_uring_cq_advance(&ring, seen);
+		if (err)
+			goto out;
+	}
+out:
+	if (ring_ok) {
+		/* Wait for what is still in flight before the buffers go. */
+		while (inflight) {
+			struct io_uring_cqe *cqe;
+
+			if (io_uring_wait_cqe(&ring, &cqe))
+				break;
+			io_uring_cqe_seen(&ring, cqe);
+			inflight--;
+		}
+		kvp_uring_exit(&ring);
+	}
+	if (buf)
+		kvp_mem_release(buf, bufs);
+	free(slot_off);
+	free(free_slots);
+	w->err = err;
+	return NULL;
+}
+
+int kvpb_raw_run(struct kvpb_ctx *c, const struct kvpb_job *j,
+		 struct kvpb_result *r)
+{
+	kvpb_drop_cache(&c->file);
+	return run_threads(c, j, raw_worker, NULL, r);
+}
+
+/* ---- mmap: the kernel's page cache ------------------------------------ */
+
+/* Drop [from, to) of the mapping and its page cache (behind the scan). */
+static void mmap_drop(struct worker *w, uint64_t from, uint64_t to)
+{
+	const struct kvpb_job *j = w->j;
+
+	madvise(w->base + from, to - from, MADV_DONTNEED);
+	posix_fadvise(w->c->file.fd, (off_t)(j->off + from), (off_t)(to - from),
+		      POSIX_FADV_DONTNEED);
+}
+
+static void *mmap_worker(void *arg)
+{
+	struct worker *w = arg;
+	const struct kvpb_job *j = w->j;
+	uint64_t budget = w->c->opts.budget, dropped = 0, i, pos;
+	/* Drop in steps of at least 8 MiB: a syscall pair per small block
+	 * would charge the kernel's mmap with our bookkeeping. */
+	uint64_t step = j->block > (8u << 20) ? j->block : (8u << 20);
+	bool sequential = !j->order;
+
+	pthread_barrier_wait(w->start);
+	for (i = 0; i < j->reads; i++) {
+		uint64_t off = job_off(j, w->t, i);
+
+		w->bad += kvpb_consume(w->base + (off - j->off), off, j->block);
+		w->bytes += j->block;
+		pos = (i + 1) * j->block;
+		if (sequential && pos > budget &&
+		    pos - budget - dropped >= step) {
+			mmap_drop(w, dropped, pos - budget);
+			dropped = pos - budget;
+		}
+	}
+	return NULL;
+}
+
+int kvpb_mmap_run(struct kvpb_ctx *c, const struct kvpb_job *j,
+		  struct kvpb_result *r)
+{
+	void *base;
+	int err;
+
+	kvpb_drop_cache(&c->file);
+	base = mmap(NULL, j->len, PROT_READ, MAP_SHARED, c->file.fd,
+		    (off_t)j->off);
+	if (base == MAP_FAILED) {
+		err = -errno;
+		fprintf(stderr, "kvpbench: cannot mmap %s: %s\n", c->file.path,
+			strerror(-err));
+		return err;
+	}
+	err = run_threads(c, j, mmap_worker, base, r);
+	munmap(base, j->len);
+	kvpb_drop_cache(&c->file);
+	return err;
+}
+
+/* ---- scenarios -------------------------------------------------------- */
+
+static const char *human(uint64_t b, char *buf, size_t len)
+{
+	if (b >= (1ull << 30) && !(b % (1ull << 30)))
+		snprintf(buf, len, "%llu GiB", (unsigned long long)(b >> 30));
+	else if (b >= (1ull << 20) && !(b % (1ull << 20)))
+		snprintf(buf, len, "%llu MiB", (unsigned long long)(b >> 20));
+	else
+		snprintf(buf, len, "%llu KiB", (unsigned long long)(b >> 10));
+	return buf;
+}
+
+/* Run every mode asked for on job @j. */
+static void run_modes(struct kvpb_ctx *c, const struct kvpb_job *j)
+{
+	static const struct {
+		unsigned bit;
+		const char *name;
+		unsigned install; /* enum kvp_install_mode */
+	} modes[] = {
+		{ KVPB_RAW, "raw", 0 },
+		{ KVPB_MMAP, "mmap", 0 },
+		{ KVPB_KVP_MOVE, "kvpager-move", 1 },
+		{ KVPB_KVP_COPY, "kvpager-copy", 2 },
+	};
+	static bool said_not_built;
+	char b1[32], b2[32];
+	unsigned m;
+
+	for (m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {
+		struct kvpb_result *r;
+		int64_t disk0, disk1;
+		int err;
+
+		if (!(c->opts.modes & modes[m].bit))
+			continue;
+		if (modes[m].install && !kvpb_pager_run) {
+			if (!said_not_built)
+				fprintf(stderr, "kvpbench: kvpager modes not "
+						"built (no pager_modes.c)\n");
+			said_not_built = true;
+			continue;
+		}
+		r = kvpb_result_new(c, j, modes[m].name);
+		if (!r)
+			return;
+		kvpb_progress(
+		    c, "%s %s: %s in %s blocks, %u thread%s, depth %u",
+		    j->scenario, modes[m].name,
+		    human(j->reads * j->block * j->threads, b1, sizeof(b1)),
+		    human(j->block, b2, sizeof(b2)), j->threads,
+		    j->threads > 1 ? "s" : "", j->depth);
+		disk0 = kvpb_disk_read_bytes(&c->file);
+		if (modes[m].bit == KVPB_RAW)
+			err = kvpb_raw_run(c, j, r);
+		else if (modes[m].bit == KVPB_MMAP)
+			err = kvpb_mmap_run(c, j, r);
+		else
+			err = kvpb_pager_run(c, j, modes[m].install, r);
+		disk1 = kvpb_disk_read_bytes(&c->file);
+		if (disk0 >= 0 && disk1 >= disk0)
+			r->disk_bytes = disk1 - disk0;
+		if (err) {
+			/* Keep no figure for a mode that did not finish. */
+			c->nresults--;
+			c->failures++;
+			continue;
+		}
+		if (r->bad) {
+			fprintf(stderr,
+				"kvpbench: %s %s: %llu pattern mismatches: "
+				"the data read is wrong\n",
+				j->scenario, modes[m].name,
+				(unsigned long long)r->bad);
+			c->failures++;
+		}
+	}
+}
+
+int kvpb_stream(struct kvpb_ctx *c)
+{
+	const struct kvpb_opts *o = &c->opts;
+	uint64_t len = 4 * o->budget;
+	struct kvpb_job j;
+
+	if (len > c->file.size)
+		len = c->file.size;
+	len -= len % o->block;
+	if (!len) {
+		fprintf(stderr, "kvpbench: stream: the file is smaller than "
+				"one block\n");
+		return -EINVAL;
+	}
+	j = (struct kvpb_job){
+		.scenario = "stream",
+		.off = 0,
+		.len = len,
+		.block = o->block,
+		.threads = 1,
+		.depth = o->depth,
+		.reads = len / o->block,
+		.order = NULL,
+		.group = c->next_group++,
+	};
+	run_modes(c, &j);
+	return 0;
+}
+
+/* xorshift64*: a fixed sequence, so every mode reads the same blocks. */
+static uint64_t rnd(uint64_t *s)
+{
+	*s ^= *s >> 12;
+	*s ^= *s << 25;
+	*s ^= *s >> 27;
+	return *s * 0x2545f4914f6cdd1dull;
+}
+
+int kvpb_random(struct kvpb_ctx *c)
+{
+	const struct kvpb_opts *o = &c->opts;
+	uint64_t nblocks = c->file.size / o->rblock, reads, i, seed = 42;
+	unsigned maxt = 1, k, save;
+	uint32_t *order;
+	struct kvpb_job j;
+
+	if (!nblocks || nblocks > UINT32_MAX) {
+		fprintf(stderr,
+			"kvpbench: random: %llu blocks of %llu bytes "
+			"in the file; need 1 .. 2^32\n",
+			(unsigned long long)nblocks,
+			(unsigned long long)o->rblock);
+		return -EINVAL;
+	}
+	for (k = 0; k < o->nthreads; k++)
+		if (o->threads[k] > maxt)
+			maxt = o->threads[k];
+	if (maxt < 4 && o->ref_depth)
+		maxt = 4; /* the reference line reads what 4 threads read */
+	/*
+	 * Each block is read at most once over all threads (a permutation),
+	 * so no mode gets hits from memory: every read reaches the disk.
+	 */
+	reads = o->reads ? o->reads : nblocks / maxt;
+	if (reads * maxt > nblocks) {
+		fprintf(stderr,
+			"kvpbench: random: %u threads x %llu reads exceed "
+			"the file's %llu blocks: use fewer --reads or a "
+			"larger --file-size\n",
+			maxt, (unsigned long long)reads,
+			(unsigned long long)nblocks);
+		return -EINVAL;
+	}
+	order = malloc(nblocks * sizeof(*order));
+	if (!order)
+		return -ENOMEM;
+	for (i = 0; i < nblocks; i++)
+		order[i] = (uint32_t)i;
+	for (i = nblocks - 1; i > 0; i--) {
+		uint64_t x = rnd(&seed) % (i + 1);
+		uint32_t t = order[i];
+
+		order[i] = order[x];
+		order[x] = t;
+	}
+
+	j = (struct kvpb_job){
+		.scenario = "random",
+		.off = 0,
+		.len = nblocks * o->rblock,
+		.block = o->rblock,
+		.order = order,
+	};
+	/* The anchor: one thread at depth 32 reads what maxt threads read. */
+	if (o->ref_depth && (o->modes & KVPB_RAW)) {
+		struct kvpb_job ref = j;
+		unsigned before = c->nresults;
+
+		ref.threads = 1;
+		ref.depth = o->ref_depth;
+		ref.reads = reads * maxt;
+		ref.group = c->next_group++;
+		save = c->opts.modes;
+		c->opts.modes = KVPB_RAW;
+		run_modes(c, &ref);
+		c->opts.modes = save;
+		if (c->nresults > before)
+			c->results[before].reference = true;
+	}
+	for (k = 0; k < o->nthreads; k++) {
+		j.threads = o->threads[k];
+		j.depth = 1; /* each thread waits for its read */
+		j.reads = reads;
+		j.group = c->next_group++;
+		run_modes(c, &j);
+	}
+	free(order);
+	return 0;
+}

@@ -1,0 +1,193 @@
+/*
+ * kvpbench.h - declarations shared by the parts of the benchmark program.
+ *
+ * kvpbench runs each scenario's modes side by side, in one run, on one
+ * backing file filled once with a pattern (kvpb_pattern), and prints a
+ * table or, with --json, one JSON object per line per scenario and mode.
+ *
+ *   main.c         options, the backing file, scenario dispatch, output
+ *   io.c           the scenarios stream and random; modes raw and mmap
+ *   pager_modes.c  modes kvpager-move/-copy and the install scenario
+ *   decode.c       the decode scenario (kvpbench decode ...)
+ *
+ * The pager modes and the decode scenario are weak references, so that the
+ * program links without their files: main.c says "... not built" instead.
+ */
+#ifndef KVPBENCH_H
+#define KVPBENCH_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pager/stats.h"
+
+#define KVPB_PAGE	 4096u
+#define KVPB_MAX_RESULTS 64
+#define KVPB_MAX_THREADS 64
+
+/* Modes, as bits of kvpb_opts.modes. */
+enum kvpb_mode {
+	KVPB_RAW = 1u << 0,
+	KVPB_MMAP = 1u << 1,
+	KVPB_KVP_MOVE = 1u << 2,
+	KVPB_KVP_COPY = 1u << 3,
+};
+
+struct kvpb_opts {
+	const char *dir;	/* where the backing file lives */
+	uint64_t budget;	/* RAM budget: pager's and mmap's, bytes */
+	uint64_t file_bytes;	/* backing file: 4 x budget unless set */
+	uint64_t block;		/* stream block bytes */
+	uint64_t rblock;	/* random block bytes */
+	unsigned depth;		/* stream: I/Os in flight (readahead window) */
+	unsigned ref_depth;	/* random: depth of the raw reference line */
+	uint64_t reads;		/* random: reads per thread (0: derived) */
+	unsigned threads[8];	/* random: thread counts to run */
+	unsigned nthreads;	/* entries in threads[] */
+	unsigned modes;		/* enum kvpb_mode bits */
+	unsigned pager_threads; /* service_threads; 0: the pager's default */
+	bool prefetch;		/* kvpager stream: prefetch the window ahead */
+	bool json;		/* JSON lines instead of the table */
+	bool short_run;		/* --short */
+	bool quiet;		/* no progress on stderr */
+};
+
+/* The backing file, created and filled by main.c, removed at exit. */
+struct kvpb_file {
+	char path[PATH_MAX];
+	int fd;		       /* O_RDONLY, buffered: mmap and fadvise */
+	int dfd;	       /* O_RDONLY|O_DIRECT (== fd if refused) */
+	bool direct;	       /* the filesystem accepts O_DIRECT */
+	uint64_t size;	       /* bytes */
+	uint32_t mem_align;    /* O_DIRECT buffer alignment */
+	uint32_t offset_align; /* O_DIRECT offset/length alignment */
+	char disk_stat[64];    /* /sys/dev/block/M:m/stat of its disk */
+};
+
+/*
+ * One run of one mode: which bytes of the file are read, in which unit and
+ * order, by how many threads at which depth.  Every mode of a scenario gets
+ * the same job, so that each reads the same bytes.
+ */
+struct kvpb_job {
+	const char *scenario;  /* "stream", "random" */
+	uint64_t off;	       /* file offset of the region */
+	uint64_t len;	       /* region bytes, a multiple of block */
+	uint64_t block;	       /* unit of I/O (and the pager's block size) */
+	unsigned threads;      /* threads reading */
+	unsigned depth;	       /* I/Os each thread keeps in flight (raw) */
+	uint64_t reads;	       /* blocks each thread reads */
+	const uint32_t *order; /* random: block indices in the region, thread
+				  t reads order[t * reads + i]; NULL: in
+				  sequence from block 0 (one thread) */
+	unsigned group;	       /* results compared with each other */
+};
+
+struct kvpb_result {
+	char scenario[16];
+	char mode[24]; /* "raw", "mmap", "kvpager-move", ... */
+	uint64_t block_bytes;
+	unsigned threads;
+	unsigned depth;
+	unsigned group; /* the job's group; ratios are within it */
+	bool reference; /* the depth-32 raw anchor line */
+	uint64_t bytes; /* bytes the mode read (touched) */
+	double seconds;
+	double gb_per_s;     /* 1e9 bytes per second */
+	double ratio_vs_raw; /* < 0: not applicable */
+	double ratio_vs_mmap;
+	double ratio_vs_raw_ref; /* vs the depth-32 raw line (random) */
+	uint64_t bad;		 /* pattern mismatches found by sampling */
+	int64_t disk_bytes; /* read from the file's disk meanwhile, by anyone;
+			     < 0: unknown */
+	bool has_stats;	    /* a kvpager mode: the fields below are set */
+	struct kvp_stats stats;
+	char install_mode[8]; /* what the region reported: "move", "copy" */
+};
+
+struct kvpb_ctx {
+	struct kvpb_opts opts;
+	struct kvpb_file file;
+	struct kvpb_result results[KVPB_MAX_RESULTS];
+	unsigned nresults;
+	unsigned next_group;
+	int failures; /* modes that failed or read wrong data */
+};
+
+/*
+ * The pattern: the 8-byte word at file offset @off (a multiple of 8) holds
+ * kvpb_pattern(@off).  Consumers read the first word of every 4 KiB page
+ * (a touch per page, as a program scanning the data would) and compare the
+ * sum with kvpb_expect(), and compare two more words per block exactly.
+ */
+static inline uint64_t kvpb_pattern(uint64_t off)
+{
+	uint64_t z = (off >> 3) + 0x9e3779b97f4a7c15ull;
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/*
+ * kvpb_consume - touch one word per 4 KiB page of the @len bytes at @p,
+ * which hold the file's bytes from offset @off, and check them against the
+ * pattern.  Returns the number of mismatches (0 when the data is right).
+ */
+uint64_t kvpb_consume(const void *p, uint64_t off, uint64_t len);
+
+/* Fill @buf with the pattern of the file's bytes at [off, off+len). */
+void kvpb_fill(void *buf, uint64_t off, uint64_t len);
+
+/* CLOCK_MONOTONIC in seconds. */
+double kvpb_now(void);
+
+/* Progress line on stderr (unless --quiet), printf-style, no newline
+ * needed. */
+void kvpb_progress(const struct kvpb_ctx *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Drop the backing file's pages from the page cache (cold start). */
+void kvpb_drop_cache(const struct kvpb_file *f);
+
+/* Bytes read from the backing file's disk so far, or -1 if unknown. */
+int64_t kvpb_disk_read_bytes(const struct kvpb_file *f);
+
+/* A result slot for the job's mode, pre-filled from @j; NULL when full. */
+struct kvpb_result *kvpb_result_new(struct kvpb_ctx *c,
+				    const struct kvpb_job *j, const char *mode);
+
+/* "64M" style sizes; 0 or -EINVAL. */
+int kvpb_parse_bytes(const char *s, uint64_t *out);
+
+/* Scenarios (io.c).  0, or -errno when the scenario could not run. */
+int kvpb_stream(struct kvpb_ctx *c);
+int kvpb_random(struct kvpb_ctx *c);
+
+/* Modes of io.c, also used by the pager modes' reporting. */
+int kvpb_raw_run(struct kvpb_ctx *c, const struct kvpb_job *j,
+		 struct kvpb_result *r);
+int kvpb_mmap_run(struct kvpb_ctx *c, const struct kvpb_job *j,
+		  struct kvpb_result *r);
+
+/*
+ * pager_modes.c (weak: NULL when not linked).  kvpb_pager_run runs job @j
+ * on a pager opened with the budget and @install_mode (enum
+ * kvp_install_mode) forced, over a file store on the backing file.
+ * kvpb_install runs the install micro-scenario.
+ */
+int kvpb_pager_run(struct kvpb_ctx *c, const struct kvpb_job *j,
+		   unsigned install_mode, struct kvpb_result *r)
+    __attribute__((weak));
+int kvpb_install(struct kvpb_ctx *c) __attribute__((weak));
+
+/*
+ * decode.c (weak: NULL when not linked): `kvpbench decode [options]`.
+ * @argv[0] is "decode", its options follow; getopt has not been called.
+ * Returns the program's exit status.
+ */
+int kvpbench_decode(int argc, char **argv) __attribute__((weak));
+
+#endif /* KVPBENCH_H */

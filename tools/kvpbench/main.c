@@ -1,0 +1,811 @@
+/*
+ * kvpbench - kvpager against raw io_uring and the kernel's mmap, side by
+ * side in one run on one file.
+ *
+ *   kvpbench [options] [stream] [random] [install] [all]
+ *   kvpbench decode [options]
+ *
+ * Scenarios (default: stream random):
+ *   stream   a sequential scan of a region four times the budget
+ *   random   random blocks (each read once), 1 and 4 threads, plus a raw
+ *            line at depth 32 (the anchor)
+ *   install  install cost of MOVE against COPY per block size, through the
+ *            pager, from a memory store (no disk)
+ *   decode   the KV decode scenario, with its own options
+ *
+ * Modes: raw (io_uring O_DIRECT, the limit), mmap (the kernel's page cache,
+ * cold), kvpager-move and kvpager-copy (install mode forced).  Ratios are
+ * taken between modes of the same run, same bytes, same block size.
+ *
+ * The backing file (4 x budget, filled once with a pattern) is created in
+ * --dir and removed at exit, also on SIGINT/SIGTERM/SIGHUP.
+ */
+#include "tools/kvpbench/kvpbench.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/sysmacros.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kmod-helpers/dio.h"
+#include "kmod-helpers/mem.h"
+
+#define FILL_CHUNK   (8u << 20)
+#define SPACE_MARGIN (64ull << 20) /* left free beside the file */
+
+/* ---- helpers shared with the scenarios -------------------------------- */
+
+double kvpb_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void kvpb_progress(const struct kvpb_ctx *c, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (c->opts.quiet)
+		return;
+	fputs("kvpbench: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+void kvpb_drop_cache(const struct kvpb_file *f)
+{
+	posix_fadvise(f->fd, 0, 0, POSIX_FADV_DONTNEED);
+}
+
+int64_t kvpb_disk_read_bytes(const struct kvpb_file *f)
+{
+	unsigned long long rd_ios, rd_merges, rd_sectors;
+	FILE *fp;
+	int n;
+
+	if (!f->disk_stat[0])
+		return -1;
+	fp = fopen(f->disk_stat, "r");
+	if (!fp)
+		return -1;
+	n = fscanf(fp, "%llu %llu %llu", &rd_ios, &rd_merges, &rd_sectors);
+	fclose(fp);
+	return n == 3 ? (int64_t)(rd_sectors * 512) : -1;
+}
+
+struct kvpb_result *kvpb_result_new(struct kvpb_ctx *c,
+				    const struct kvpb_job *j, const char *mode)
+{
+	struct kvpb_result *r;
+
+	if (c->nresults == KVPB_MAX_RESULTS) {
+		fprintf(stderr,
+			"kvpbench: too many results (%d), %s %s "
+			"skipped\n",
+			KVPB_MAX_RESULTS, j->scenario, mode);
+		return NULL;
+	}
+	r = &c->results[c->nresults++];
+	memset(r, 0, sizeof(*r));
+	snprintf(r->scenario, sizeof(r->scenario), "%s", j->scenario);
+	snprintf(r->mode, sizeof(r->mode), "%s", mode);
+	r->block_bytes = j->block;
+	r->threads = j->threads;
+	r->depth = j->depth;
+	r->group = j->group;
+	r->ratio_vs_raw = r->ratio_vs_mmap = r->ratio_vs_raw_ref = -1;
+	r->disk_bytes = -1;
+	return r;
+}
+
+int kvpb_parse_bytes(const char *s, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+	unsigned shift = 0;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s)
+		return -EINVAL;
+	switch (*end) {
+	case 'k':
+	case 'K':
+		shift = 10;
+		end++;
+		break;
+	case 'm':
+	case 'M':
+		shift = 20;
+		end++;
+		break;
+	case 'g':
+	case 'G':
+		shift = 30;
+		end++;
+		break;
+	case 't':
+	case 'T':
+		shift = 40;
+		end++;
+		break;
+	default:
+		break;
+	}
+	if (*end == 'i' && shift)
+		end++;
+	if (*end == 'B' || *end == 'b')
+		end++;
+	if (*end || (shift && v > (~0ull >> shift)))
+		return -EINVAL;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+/* ---- the backing file ------------------------------------------------- */
+
+static char cleanup_path[PATH_MAX];
+
+static void remove_file(void)
+{
+	if (cleanup_path[0])
+		unlink(cleanup_path);
+	cleanup_path[0] = 0;
+}
+
+static void on_signal(int sig)
+{
+	if (cleanup_path[0])
+		unlink(cleanup_path); /* async-signal-safe */
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+static void no_space(const char *dir, uint64_t need, uint64_t avail)
+{
+	fprintf(stderr,
+		"kvpbench: not enough space in %s for the backing file: "
+		"need %llu MiB, %llu MiB free\n"
+		"kvpbench: remedy: --dir DIR on a filesystem with space, or a "
+		"smaller --budget (the file is 4 x budget) or --short\n",
+		dir, (unsigned long long)(need >> 20),
+		(unsigned long long)(avail >> 20));
+}
+
+static int file_create(struct kvpb_ctx *c)
+{
+	struct kvpb_file *f = &c->file;
+	const char *dir = c->opts.dir;
+	struct kvp_dio_align al;
+	struct statvfs sv;
+	uint64_t off, avail;
+	void *buf = NULL;
+	bool direct;
+	double t0;
+	int fd, wfd = -1, err;
+
+	f->fd = f->dfd = -1;
+	if (statvfs(dir, &sv)) {
+		err = -errno;
+		fprintf(stderr, "kvpbench: cannot use --dir %s: %s\n", dir,
+			strerror(-err));
+		return err;
+	}
+	avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+	if (avail < f->size + SPACE_MARGIN) {
+		no_space(dir, f->size + SPACE_MARGIN, avail);
+		return -ENOSPC;
+	}
+	snprintf(f->path, sizeof(f->path), "%s/kvpbench-XXXXXX", dir);
+	fd = mkstemp(f->path);
+	if (fd < 0) {
+		err = -errno;
+		fprintf(stderr, "kvpbench: cannot create a file in %s: %s\n",
+			dir, strerror(-err));
+		return err;
+	}
+	snprintf(cleanup_path, sizeof(cleanup_path), "%s", f->path);
+	atexit(remove_file);
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	signal(SIGHUP, on_signal);
+
+	/* Reserve it all now, so that a full disk fails here. */
+	if (fallocate(fd, 0, 0, (off_t)f->size)) {
+		err = -errno;
+		if (err == -ENOSPC) {
+			no_space(dir, f->size, avail);
+			goto out;
+		}
+		if (ftruncate(fd, (off_t)f->size)) {
+			err = -errno;
+			fprintf(stderr, "kvpbench: cannot size %s: %s\n",
+				f->path, strerror(-err));
+			goto out;
+		}
+	}
+	wfd = kvp_dio_open(f->path, O_WRONLY, 0600, &direct);
+	if (wfd < 0) {
+		err = wfd;
+		fprintf(stderr, "kvpbench: cannot open %s: %s\n", f->path,
+			strerror(-err));
+		goto out;
+	}
+	err = kvp_mem_reserve(FILL_CHUNK, KVP_HUGE_SIZE, false, &buf);
+	if (err)
+		goto out;
+	kvpb_progress(c, "filling %s (%llu MiB) with the pattern%s", f->path,
+		      (unsigned long long)(f->size >> 20),
+		      direct ? "" : " (buffered: O_DIRECT refused)");
+	t0 = kvpb_now();
+	for (off = 0; off < f->size; off += FILL_CHUNK) {
+		uint64_t n =
+		    f->size - off < FILL_CHUNK ? f->size - off : FILL_CHUNK;
+		ssize_t w;
+
+		kvpb_fill(buf, off, n);
+		w = pwrite(wfd, buf, n, (off_t)off);
+		if (w != (ssize_t)n) {
+			err = w < 0 ? -errno : -EIO;
+			if (err == -ENOSPC)
+				no_space(dir, f->size, avail);
+			else
+				fprintf(stderr,
+					"kvpbench: cannot write %s: %s\n",
+					f->path, strerror(-err));
+			goto out;
+		}
+	}
+	if (fsync(wfd)) {
+		err = -errno;
+		fprintf(stderr, "kvpbench: cannot sync %s: %s\n", f->path,
+			strerror(-err));
+		goto out;
+	}
+	kvpb_progress(c, "filled in %.2f s", kvpb_now() - t0);
+
+	f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
+	if (f->fd < 0) {
+		err = -errno;
+		goto out;
+	}
+	f->dfd = kvp_dio_open(f->path, O_RDONLY | O_CLOEXEC, 0, &f->direct);
+	if (f->dfd < 0) {
+		err = f->dfd;
+		f->dfd = -1;
+		goto out;
+	}
+	err = kvp_dio_alignment(f->dfd, &al);
+	if (err)
+		goto out;
+	f->mem_align = al.mem_align;
+	f->offset_align = al.offset_align;
+	if (!f->direct)
+		fprintf(stderr,
+			"kvpbench: warning: %s refuses O_DIRECT: raw and "
+			"kvpager read through the page cache and the ratios "
+			"mean little; remedy: --dir on a disk filesystem\n",
+			dir);
+	if (f->size % f->offset_align || c->opts.block % f->offset_align ||
+	    c->opts.rblock % f->offset_align) {
+		fprintf(stderr,
+			"kvpbench: block sizes must be multiples of "
+			"the file's O_DIRECT alignment (%u)\n",
+			f->offset_align);
+		err = -EINVAL;
+		goto out;
+	}
+	{
+		struct stat st;
+
+		if (!fstat(f->fd, &st))
+			snprintf(f->disk_stat, sizeof(f->disk_stat),
+				 "/sys/dev/block/%u:%u/stat", major(st.st_dev),
+				 minor(st.st_dev));
+		if (kvpb_disk_read_bytes(f) < 0)
+			f->disk_stat[0] = 0;
+	}
+	kvpb_drop_cache(f);
+	err = 0;
+out:
+	if (buf)
+		kvp_mem_release(buf, FILL_CHUNK);
+	if (wfd >= 0)
+		close(wfd);
+	close(fd);
+	if (err) {
+		if (f->fd >= 0)
+			close(f->fd);
+		if (f->dfd >= 0 && f->dfd != f->fd)
+			close(f->dfd);
+		f->fd = f->dfd = -1;
+		if (err != -ENOSPC && err != -EINVAL)
+			fprintf(stderr, "kvpbench: backing file: %s\n",
+				strerror(-err));
+		remove_file();
+	}
+	return err;
+}
+
+static void file_close(struct kvpb_file *f)
+{
+	if (f->dfd >= 0 && f->dfd != f->fd)
+		close(f->dfd);
+	if (f->fd >= 0)
+		close(f->fd);
+	f->fd = f->dfd = -1;
+	remove_file();
+}
+
+/* ---- output ----------------------------------------------------------- */
+
+static const struct kvpb_result *find(const struct kvpb_ctx *c,
+				      const struct kvpb_result *r,
+				      const char *mode, bool reference)
+{
+	unsigned i;
+
+	for (i = 0; i < c->nresults; i++) {
+		const struct kvpb_result *q = &c->results[i];
+
+		if (strcmp(q->scenario, r->scenario) || strcmp(q->mode, mode) ||
+		    q->reference != reference || q->gb_per_s <= 0)
+			continue;
+		if (reference ? q->block_bytes == r->block_bytes
+			      : q->group == r->group)
+			return q;
+	}
+	return NULL;
+}
+
+static void ratios(struct kvpb_ctx *c, unsigned first)
+{
+	unsigned i;
+
+	for (i = first; i < c->nresults; i++) {
+		struct kvpb_result *r = &c->results[i];
+		const struct kvpb_result *q;
+
+		if (strncmp(r->mode, "kvpager", 7))
+			continue;
+		q = find(c, r, "raw", false);
+		if (q)
+			r->ratio_vs_raw = r->gb_per_s / q->gb_per_s;
+		q = find(c, r, "mmap", false);
+		if (q)
+			r->ratio_vs_mmap = r->gb_per_s / q->gb_per_s;
+		q = find(c, r, "raw", true);
+		if (q)
+			r->ratio_vs_raw_ref = r->gb_per_s / q->gb_per_s;
+	}
+}
+
+static void print_json(const struct kvpb_result *r)
+{
+	printf("{\"scenario\":\"%s\",\"block_bytes\":%llu,\"threads\":%u,"
+	       "\"depth\":%u,\"mode\":\"%s\",\"bytes\":%llu,\"seconds\":%.6f,"
+	       "\"gb_per_s\":%.4f,\"verified\":%s",
+	       r->scenario, (unsigned long long)r->block_bytes, r->threads,
+	       r->depth, r->mode, (unsigned long long)r->bytes, r->seconds,
+	       r->gb_per_s, r->bad ? "false" : "true");
+	if (r->reference)
+		printf(",\"reference\":true");
+	if (r->disk_bytes >= 0)
+		printf(",\"disk_bytes\":%lld", (long long)r->disk_bytes);
+	if (r->ratio_vs_raw >= 0)
+		printf(",\"ratio_vs_raw\":%.4f", r->ratio_vs_raw);
+	if (r->ratio_vs_mmap >= 0)
+		printf(",\"ratio_vs_mmap\":%.4f", r->ratio_vs_mmap);
+	if (r->ratio_vs_raw_ref >= 0)
+		printf(",\"ratio_vs_raw_depth32\":%.4f", r->ratio_vs_raw_ref);
+	if (r->has_stats) {
+		const struct kvp_stats *s = &r->stats;
+
+		printf(",\"install_mode\":\"%s\"", r->install_mode);
+#define J(name) printf(",\"" #name "\":%llu", (unsigned long long)s->name)
+		J(demand_faults_total);
+		J(coalesced_faults_total);
+		J(bytes_read_total);
+		J(installs_move_total);
+		J(installs_copy_total);
+		J(prefetch_issued_total);
+		J(prefetch_hit_total);
+		J(prefetch_late_total);
+		J(prefetch_wasted_total);
+		J(evictions_clean_total);
+		J(evictions_dirty_total);
+#undef J
+	}
+	printf("}\n");
+}
+
+static const char *size_str(uint64_t b, char *buf, size_t len)
+{
+	if (b >= (1ull << 20) && !(b % (1ull << 20)))
+		snprintf(buf, len, "%lluM", (unsigned long long)(b >> 20));
+	else
+		snprintf(buf, len, "%lluK", (unsigned long long)(b >> 10));
+	return buf;
+}
+
+static void print_header(void)
+{
+	printf("%-8s %6s %3s %5s %-13s %7s %8s %7s %7s %8s %8s %8s %s\n",
+	       "scenario", "block", "thr", "depth", "mode", "GB/s", "seconds",
+	       "vs_raw", "vs_mmap", "disk_MiB", "faults", "read_MiB",
+	       "installs m/c");
+}
+
+static void print_row(const struct kvpb_result *r)
+{
+	char b[24], rr[16] = "", rm[16] = "", tag[40], disk[24] = "";
+
+	if (r->ratio_vs_raw >= 0)
+		snprintf(rr, sizeof(rr), "%.2fx", r->ratio_vs_raw);
+	if (r->ratio_vs_mmap >= 0)
+		snprintf(rm, sizeof(rm), "%.2fx", r->ratio_vs_mmap);
+	if (r->disk_bytes >= 0)
+		snprintf(disk, sizeof(disk), "%lld",
+			 (long long)(r->disk_bytes >> 20));
+	snprintf(tag, sizeof(tag), "%s%s", r->mode,
+		 r->reference ? " (ref)" : "");
+	printf("%-8s %6s %3u %5u %-13s %7.3f %8.3f %7s %7s %8s", r->scenario,
+	       size_str(r->block_bytes, b, sizeof(b)), r->threads, r->depth,
+	       tag, r->gb_per_s, r->seconds, rr, rm, disk);
+	if (r->has_stats)
+		printf(" %8llu %8llu %llu/%llu",
+		       (unsigned long long)r->stats.demand_faults_total,
+		       (unsigned long long)(r->stats.bytes_read_total >> 20),
+		       (unsigned long long)r->stats.installs_move_total,
+		       (unsigned long long)r->stats.installs_copy_total);
+	if (r->bad)
+		printf("  WRONG DATA (%llu)", (unsigned long long)r->bad);
+	printf("\n");
+}
+
+/* The targets, said in words under the table. */
+static void print_targets(const struct kvpb_ctx *c)
+{
+	unsigned i;
+
+	for (i = 0; i < c->nresults; i++) {
+		const struct kvpb_result *r = &c->results[i];
+
+		if (strncmp(r->mode, "kvpager", 7) || r->ratio_vs_raw < 0)
+			continue;
+		if (!strcmp(r->scenario, "stream") &&
+		    r->block_bytes == (2u << 20) && r->ratio_vs_mmap >= 0)
+			printf("target stream 2M %s: %.2fx raw (>= 0.9), "
+			       "%.2fx mmap (>= 1.2): %s\n",
+			       r->mode, r->ratio_vs_raw, r->ratio_vs_mmap,
+			       r->ratio_vs_raw >= 0.9 && r->ratio_vs_mmap >= 1.2
+				   ? "met"
+				   : "MISSED");
+		if (!strcmp(r->scenario, "random") &&
+		    r->block_bytes == (64u << 10) && r->threads == 4)
+			printf("target random 64K 4 threads %s: %.2fx raw at "
+			       "depth 4 (>= 0.6): %s\n",
+			       r->mode, r->ratio_vs_raw,
+			       r->ratio_vs_raw >= 0.6 ? "met" : "MISSED");
+	}
+}
+
+static void report(struct kvpb_ctx *c, unsigned first)
+{
+	unsigned i;
+
+	ratios(c, first);
+	for (i = first; i < c->nresults; i++) {
+		if (c->opts.json)
+			print_json(&c->results[i]);
+		else
+			print_row(&c->results[i]);
+	}
+	fflush(stdout);
+}
+
+/* ---- options ---------------------------------------------------------- */
+
+static void usage(FILE *out)
+{
+	fprintf(
+	    out,
+	    "usage: kvpbench [options] [stream] [random] [install] [all]\n"
+	    "       kvpbench decode [options]\n"
+	    "\n"
+	    "Runs raw io_uring O_DIRECT, the kernel's mmap (cold) and kvpager\n"
+	    "(install by move and by copy) side by side on one backing file\n"
+	    "and prints GB/s and ratios.  Default scenarios: stream random.\n"
+	    "\n"
+	    "  --dir DIR            backing file directory ($TMPDIR or /tmp)\n"
+	    "  --budget BYTES       RAM budget (256M; --short 64M)\n"
+	    "  --file-size BYTES    backing file size (4 x budget)\n"
+	    "  --block BYTES        stream block (2M)\n"
+	    "  --random-block BYTES random block (64K)\n"
+	    "  --depth N            stream: reads in flight, raw's depth and\n"
+	    "                       kvpager's readahead window (16)\n"
+	    "  --ref-depth N        random: depth of the raw anchor line (32;\n"
+	    "                       0: none)\n"
+	    "  --reads N            random: reads per thread (file blocks / "
+	    "4)\n"
+	    "  --threads LIST       random: thread counts (1,4)\n"
+	    "  --modes LIST         raw,mmap,kvpager-move,kvpager-copy (all)\n"
+	    "  --pager-threads N    the pager's service_threads (its default)\n"
+	    "  --no-prefetch        kvpager stream: demand faults only, no\n"
+	    "                       prefetch of the window ahead\n"
+	    "  --json               one JSON object per line, no table\n"
+	    "  --short              smaller sizes (make bench)\n"
+	    "  --quiet              no progress on stderr\n"
+	    "  --help\n");
+}
+
+static int parse_list(const char *s, unsigned *out, unsigned max, unsigned *n)
+{
+	char *end;
+
+	*n = 0;
+	while (*s) {
+		unsigned long v = strtoul(s, &end, 10);
+
+		if (end == s || !v || v > KVPB_MAX_THREADS || *n == max)
+			return -EINVAL;
+		out[(*n)++] = (unsigned)v;
+		s = *end == ',' ? end + 1 : end;
+		if (*end && *end != ',')
+			return -EINVAL;
+	}
+	return *n ? 0 : -EINVAL;
+}
+
+static int parse_modes(const char *s, unsigned *out)
+{
+	char buf[256], *tok, *save;
+
+	snprintf(buf, sizeof(buf), "%s", s);
+	*out = 0;
+	for (tok = strtok_r(buf, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		if (!strcmp(tok, "raw"))
+			*out |= KVPB_RAW;
+		else if (!strcmp(tok, "mmap"))
+			*out |= KVPB_MMAP;
+		else if (!strcmp(tok, "kvpager-move"))
+			*out |= KVPB_KVP_MOVE;
+		else if (!strcmp(tok, "kvpager-copy"))
+			*out |= KVPB_KVP_COPY;
+		else if (!strcmp(tok, "kvpager"))
+			*out |= KVPB_KVP_MOVE | KVPB_KVP_COPY;
+		else
+			return -EINVAL;
+	}
+	return *out ? 0 : -EINVAL;
+}
+
+static int bad_arg(const char *opt, const char *val)
+{
+	fprintf(stderr, "kvpbench: bad value for --%s: '%s'\n", opt, val);
+	return 2;
+}
+
+enum { SC_STREAM = 1, SC_RANDOM = 2, SC_INSTALL = 4 };
+
+int main(int argc, char **argv)
+{
+	static const struct option lopts[] = {
+		{ "dir", required_argument, NULL, 'd' },
+		{ "budget", required_argument, NULL, 'b' },
+		{ "file-size", required_argument, NULL, 'F' },
+		{ "block", required_argument, NULL, 'B' },
+		{ "random-block", required_argument, NULL, 'R' },
+		{ "depth", required_argument, NULL, 'D' },
+		{ "ref-depth", required_argument, NULL, 'r' },
+		{ "reads", required_argument, NULL, 'n' },
+		{ "threads", required_argument, NULL, 't' },
+		{ "modes", required_argument, NULL, 'm' },
+		{ "pager-threads", required_argument, NULL, 'P' },
+		{ "no-prefetch", no_argument, NULL, 'N' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "short", no_argument, NULL, 's' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	static struct kvpb_ctx ctx;
+	struct kvpb_ctx *c = &ctx;
+	struct kvpb_opts *o = &c->opts;
+	bool budget_set = false;
+	unsigned scen = 0, first;
+	const char *tmp;
+	char *end;
+	int opt, i, err;
+
+	if (argc > 1 && !strcmp(argv[1], "decode")) {
+		if (!kvpbench_decode) {
+			fprintf(stderr, "kvpbench: decode scenario not built "
+					"(no tools/kvpbench/decode.c)\n");
+			return 2;
+		}
+		return kvpbench_decode(argc - 1, argv + 1);
+	}
+
+	tmp = getenv("TMPDIR");
+	o->dir = tmp && *tmp ? tmp : "/tmp";
+	o->budget = 256ull << 20;
+	o->block = 2u << 20;
+	o->rblock = 64u << 10;
+	o->depth = 16;
+	o->ref_depth = 32;
+	o->threads[0] = 1;
+	o->threads[1] = 4;
+	o->nthreads = 2;
+	o->modes = KVPB_RAW | KVPB_MMAP | KVPB_KVP_MOVE | KVPB_KVP_COPY;
+	o->prefetch = true;
+
+	while ((opt = getopt_long(argc, argv, "hjqs", lopts, NULL)) != -1) {
+		switch (opt) {
+		case 'd':
+			o->dir = optarg;
+			break;
+		case 'b':
+			if (kvpb_parse_bytes(optarg, &o->budget) ||
+			    o->budget < (2u << 20))
+				return bad_arg("budget", optarg);
+			budget_set = true;
+			break;
+		case 'F':
+			if (kvpb_parse_bytes(optarg, &o->file_bytes) ||
+			    !o->file_bytes)
+				return bad_arg("file-size", optarg);
+			break;
+		case 'B':
+		case 'R': {
+			uint64_t v;
+
+			if (kvpb_parse_bytes(optarg, &v) || v < KVPB_PAGE ||
+			    (v & (v - 1)))
+				return bad_arg(opt == 'B' ? "block"
+							  : "random-block",
+					       optarg);
+			*(opt == 'B' ? &o->block : &o->rblock) = v;
+			break;
+		}
+		case 'D':
+		case 'r':
+		case 'P': {
+			unsigned long v = strtoul(optarg, &end, 10);
+
+			if (*end || end == optarg || v > 4096 ||
+			    (opt != 'r' && !v))
+				return bad_arg(opt == 'D'   ? "depth"
+					       : opt == 'r' ? "ref-depth"
+							    : "pager-threads",
+					       optarg);
+			if (opt == 'D')
+				o->depth = (unsigned)v;
+			else if (opt == 'r')
+				o->ref_depth = (unsigned)v;
+			else
+				o->pager_threads = (unsigned)v;
+			break;
+		}
+		case 'n':
+			o->reads = strtoull(optarg, &end, 10);
+			if (*end || !o->reads)
+				return bad_arg("reads", optarg);
+			break;
+		case 't':
+			if (parse_list(optarg, o->threads, 8, &o->nthreads))
+				return bad_arg("threads", optarg);
+			break;
+		case 'm':
+			if (parse_modes(optarg, &o->modes))
+				return bad_arg("modes", optarg);
+			break;
+		case 'N':
+			o->prefetch = false;
+			break;
+		case 'j':
+			o->json = true;
+			break;
+		case 's':
+			o->short_run = true;
+			break;
+		case 'q':
+			o->quiet = true;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	for (i = optind; i < argc; i++) {
+		if (!strcmp(argv[i], "stream"))
+			scen |= SC_STREAM;
+		else if (!strcmp(argv[i], "random"))
+			scen |= SC_RANDOM;
+		else if (!strcmp(argv[i], "install"))
+			scen |= SC_INSTALL;
+		else if (!strcmp(argv[i], "all"))
+			scen |= SC_STREAM | SC_RANDOM | SC_INSTALL;
+		else if (!strcmp(argv[i], "decode")) {
+			fprintf(stderr, "kvpbench: decode runs alone, with its "
+					"own options: kvpbench decode ...\n");
+			return 2;
+		} else {
+			fprintf(stderr, "kvpbench: unknown scenario '%s'\n",
+				argv[i]);
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (!scen)
+		scen = SC_STREAM | SC_RANDOM;
+	if (o->short_run && !budget_set)
+		o->budget = 64ull << 20;
+	c->file.size = o->file_bytes ? o->file_bytes : 4 * o->budget;
+	c->file.fd = c->file.dfd = -1;
+
+	if ((scen & SC_INSTALL) && !kvpb_install) {
+		fprintf(stderr, "kvpbench: install scenario not built (no "
+				"pager_modes.c)\n");
+		scen &= ~SC_INSTALL;
+		c->failures++;
+	}
+	if (scen & (SC_STREAM | SC_RANDOM)) {
+		err = file_create(c);
+		if (err)
+			return 1;
+		if (!o->json)
+			printf("kvpbench: backing file %llu MiB in %s (%s), "
+			       "budget %llu MiB%s\n",
+			       (unsigned long long)(c->file.size >> 20), o->dir,
+			       c->file.direct ? "O_DIRECT" : "buffered",
+			       (unsigned long long)(o->budget >> 20),
+			       o->short_run ? ", short run" : "");
+	}
+	if (!o->json)
+		print_header();
+	if (scen & SC_STREAM) {
+		first = c->nresults;
+		if (kvpb_stream(c))
+			c->failures++;
+		report(c, first);
+	}
+	if (scen & SC_RANDOM) {
+		first = c->nresults;
+		if (kvpb_random(c))
+			c->failures++;
+		report(c, first);
+	}
+	file_close(&c->file);
+	if (scen & SC_INSTALL) {
+		first = c->nresults;
+		if (kvpb_install(c))
+			c->failures++;
+		report(c, first);
+	}
+	if (!o->json)
+		print_targets(c);
+	if (c->failures)
+		fprintf(stderr,
+			"kvpbench: %d mode%s failed or read wrong "
+			"data\n",
+			c->failures, c->failures > 1 ? "s" : "");
+	return c->failures ? 1 : 0;
+}
