@@ -2,10 +2,12 @@
  * kvp-probe - say which kernel facilities the pager can use here.
  *
  * One line per facility: "ok" or "missing", a detail, and the remedy when
- * missing.  --json prints one JSON object per line.  --path DIR probes
- * O_DIRECT where the backing file would live (default $TMPDIR or /tmp).
- * Exits 0 when the pager can run (a userfaultfd in some mode and io_uring
- * reads), 1 otherwise, saying why.
+ * missing.  --json prints the same as one JSON object per line, ending with
+ * the facility "pager" whose "available" says whether the pager can run.
+ * --path PATH probes O_DIRECT where the backing file would live: a
+ * directory (a temporary file is made in it) or an existing file (default
+ * $TMPDIR or /tmp).  Exits 0 when the pager can run (a userfaultfd in some
+ * mode, io_uring reads, and a usable backing path), 1 otherwise, saying why.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -15,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "kmod-helpers/dio.h"
@@ -24,14 +28,34 @@
 
 static bool json;
 
+/* A JSON string: quotes, backslashes and control bytes escaped. */
+static void json_str(const char *s)
+{
+	putchar('"');
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c == '"' || c == '\\')
+			printf("\\%c", c);
+		else if (c < 0x20)
+			printf("\\u%04x", c);
+		else
+			putchar(c);
+	}
+	putchar('"');
+}
+
 static void report(const char *name, bool ok, const char *detail,
 		   const char *remedy)
 {
 	if (json) {
-		printf("{\"facility\":\"%s\",\"available\":%s,\"detail\":\"%s\","
-		       "\"remedy\":\"%s\"}\n",
-		       name, ok ? "true" : "false", detail,
-		       ok ? "" : (remedy ? remedy : ""));
+		printf("{\"facility\":");
+		json_str(name);
+		printf(",\"available\":%s,\"detail\":", ok ? "true" : "false");
+		json_str(detail);
+		printf(",\"remedy\":");
+		json_str(ok || !remedy ? "" : remedy);
+		printf("}\n");
 		return;
 	}
 	printf("%-26s %-8s %s", name, ok ? "ok" : "missing", detail);
@@ -40,56 +64,103 @@ static void report(const char *name, bool ok, const char *detail,
 	printf("\n");
 }
 
+static const char *uffd_mode_name;
+
+/* One line for one way of opening a userfaultfd. */
+static bool probe_uffd_via(enum kvp_uffd_via via, const char *name,
+			   const char *what, const char *remedy)
+{
+	struct kvp_uffd u;
+	char detail[256];
+	int err = kvp_uffd_open_via(&u, via);
+
+	if (!err)
+		err = kvp_uffd_api(&u, 0, 0);
+	kvp_uffd_close(&u);
+	if (err)
+		snprintf(detail, sizeof(detail), "%s: %s", what,
+			 strerror(-err));
+	else
+		snprintf(detail, sizeof(detail), "%s", what);
+	report(name, !err, detail, remedy);
+	return !err;
+}
+
 static bool probe_uffd(void)
 {
 	static const struct {
 		uint64_t bit;
+		const char *label;
 		const char *why;
 	} bits[] = {
-		{ UFFD_FEATURE_MOVE, "zero-copy install of blocks" },
-		{ UFFD_FEATURE_POISON, "SIGBUS on blocks whose read failed" },
-		{ UFFD_FEATURE_PAGEFAULT_FLAG_WP, "dirty tracking" },
-		{ UFFD_FEATURE_WP_ASYNC, "cheap dirty tracking via pagemap" },
-		{ UFFD_FEATURE_MINOR_SHMEM, "minor faults on shmem" },
-		{ UFFD_FEATURE_THREAD_ID, "fault thread ids" },
-		{ UFFD_FEATURE_EVENT_REMOVE, "MADV_DONTNEED reads zeros" },
-		{ UFFD_FEATURE_EVENT_UNMAP, "munmap forgets blocks" },
+		{ UFFD_FEATURE_MOVE, "MOVE", "zero-copy install of blocks" },
+		{ UFFD_FEATURE_POISON, "POISON",
+		  "SIGBUS on blocks whose read failed" },
+		{ UFFD_FEATURE_PAGEFAULT_FLAG_WP, "WP", "dirty tracking" },
+		{ UFFD_FEATURE_WP_ASYNC, "WP_ASYNC",
+		  "cheap dirty tracking via pagemap" },
+		{ UFFD_FEATURE_MINOR_SHMEM, "MINOR_SHMEM",
+		  "minor faults on shmem" },
+		{ UFFD_FEATURE_THREAD_ID, "THREAD_ID", "fault thread ids" },
+		{ UFFD_FEATURE_EVENT_REMOVE, "EVENT_REMOVE",
+		  "MADV_DONTNEED reads zeros" },
+		{ UFFD_FEATURE_EVENT_UNMAP, "EVENT_UNMAP",
+		  "munmap forgets blocks" },
 	};
+	const char *full_remedy =
+	    "run as root or with CAP_SYS_PTRACE, or sysctl "
+	    "vm.unprivileged_userfaultfd=1, or make /dev/userfaultfd "
+	    "readable and writable by this user";
 	struct kvp_uffd u;
 	uint64_t features = 0;
 	char detail[256], name[64];
 	int err;
 
+	probe_uffd_via(KVP_UFFD_VIA_SYSCALL, "userfaultfd syscall",
+		       "userfaultfd(2), full mode", full_remedy);
+	probe_uffd_via(KVP_UFFD_VIA_DEVICE, "userfaultfd device",
+		       "/dev/userfaultfd, full mode",
+		       "chmod or chgrp /dev/userfaultfd for this user "
+		       "(Linux 6.1+)");
+	probe_uffd_via(KVP_UFFD_VIA_SYSCALL_USER, "userfaultfd user-mode",
+		       "userfaultfd(UFFD_USER_MODE_ONLY)",
+		       "a kernel with userfaultfd (5.11+ for user-mode-only)");
+
+	/* The mode the pager will get: kvp_uffd_open's own choice. */
 	err = kvp_uffd_open(&u, 0);
 	if (err) {
-		snprintf(detail, sizeof(detail), "cannot open: %s",
+		snprintf(detail, sizeof(detail), "none: cannot open: %s",
 			 strerror(-err));
-		report("userfaultfd", false, detail,
+		report("userfaultfd mode", false, detail,
 		       "run as root, or give CAP_SYS_PTRACE, or chmod "
-		       "/dev/userfaultfd, or sysctl vm.unprivileged_userfaultfd=1");
+		       "/dev/userfaultfd, or sysctl "
+		       "vm.unprivileged_userfaultfd=1");
 		return false;
 	}
-	if (u.mode == KVP_UFFD_FULL)
+	if (u.mode == KVP_UFFD_FULL) {
+		uffd_mode_name = "full";
 		snprintf(detail, sizeof(detail),
-			 "full mode via %s: faults taken inside the kernel "
+			 "full via %s: faults taken inside the kernel "
 			 "(read(2), O_DIRECT into a region) are served",
 			 u.source);
-	else
+		report("userfaultfd mode", true, detail, NULL);
+	} else {
+		uffd_mode_name = "user-mode-only";
 		snprintf(detail, sizeof(detail),
-			 "user-mode-only via %s: read(2) or O_DIRECT I/O into "
-			 "a non-resident page fails with EFAULT",
-			 u.source);
-	report("userfaultfd", true, detail, NULL);
-	kvp_uffd_close(&u);
-	if (u.mode != KVP_UFFD_FULL)
+			 "user-mode-only via userfaultfd(UFFD_USER_MODE_ONLY): "
+			 "costs that kernel accesses to a non-resident page "
+			 "(read(2), write(2), O_DIRECT into a region) fail "
+			 "with EFAULT instead of faulting it in");
+		/* It runs, but say what full mode would take. */
+		report("userfaultfd mode", true, detail, NULL);
 		report("userfaultfd full mode", false, "not granted",
-		       "run as root or with CAP_SYS_PTRACE, or make "
-		       "/dev/userfaultfd readable and writable");
+		       full_remedy);
+	}
+	kvp_uffd_close(&u);
 
 	err = kvp_uffd_supported(&features, NULL);
 	for (size_t i = 0; i < sizeof(bits) / sizeof(bits[0]); i++) {
-		snprintf(name, sizeof(name), "uffd %s",
-			 kvp_uffd_feature_name(bits[i].bit));
+		snprintf(name, sizeof(name), "uffd %s", bits[i].label);
 		report(name, !err && (features & bits[i].bit), bits[i].why,
 		       "a newer kernel (MOVE 6.8, POISON 6.6, WP_ASYNC 6.7)");
 	}
@@ -112,48 +183,115 @@ static bool probe_uring(void)
 	bool read_ok = kvp_uring_supports(IORING_OP_READ);
 
 	report("io_uring", read_ok, "store reads and writes",
-	       "a kernel with io_uring enabled (sysctl kernel.io_uring_disabled=0)");
+	       "a kernel with io_uring enabled (sysctl "
+	       "kernel.io_uring_disabled=0)");
 	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
 		snprintf(name, sizeof(name), "io_uring op %s", ops[i].name);
-		report(name, kvp_uring_supports(ops[i].op), "", "a newer kernel");
+		report(name, kvp_uring_supports(ops[i].op), "",
+		       "a newer kernel");
 	}
 	return read_ok;
 }
 
-static void probe_dio(const char *dir)
+/* A name for the filesystem holding @fd, for the O_DIRECT line. */
+static const char *fs_name(int fd)
 {
-	char path[4096], detail[512];
+	static const struct {
+		long magic;
+		const char *name;
+	} fs[] = {
+		{ 0xEF53, "ext4" },	 { 0x58465342, "xfs" },
+		{ 0x9123683E, "btrfs" }, { 0x01021994, "tmpfs" },
+		{ 0x858458F6, "ramfs" }, { 0x9FA0, "proc" },
+		{ 0x62656572, "sysfs" }, { 0x794C7630, "overlayfs" },
+		{ 0x65735546, "fuse" },	 { 0x6969, "nfs" },
+		{ 0x1021994, "tmpfs" },	 { 0x01021997, "9p" },
+		{ 0xF2F52010, "f2fs" },	 { 0x2FC12FC1, "zfs" },
+	};
+	struct statfs st;
+
+	if (fstatfs(fd, &st))
+		return "unknown";
+	for (size_t i = 0; i < sizeof(fs) / sizeof(fs[0]); i++)
+		if ((long)st.f_type == fs[i].magic)
+			return fs[i].name;
+	return "unknown";
+}
+
+/*
+ * O_DIRECT where the backing file would live: @where is a directory (a
+ * temporary file is made there) or an existing file.  Returns false when
+ * the path cannot hold a backing file at all (missing, not writable); a
+ * filesystem that refuses O_DIRECT still works, buffered.
+ */
+static bool probe_dio(const char *where, char *why, size_t whylen)
+{
+	char path[4096], detail[640];
 	struct kvp_dio_align a;
-	bool direct = false;
+	bool direct = false, is_dir;
+	struct stat st;
 	int fd;
 
-	snprintf(path, sizeof(path), "%s/kvp-probe-XXXXXX", dir);
-	fd = mkstemp(path);
-	if (fd < 0) {
-		snprintf(detail, sizeof(detail), "cannot create a file in %s: %s",
-			 dir, strerror(errno));
-		report("O_DIRECT", false, detail, "pass --path a writable dir");
-		return;
+	if (stat(where, &st)) {
+		snprintf(detail, sizeof(detail), "%s: %s", where,
+			 errno == ENOENT ? "no such file or directory"
+					 : strerror(errno));
+		report("O_DIRECT", false, detail,
+		       "pass --path an existing directory on the disk that "
+		       "will hold the backing file");
+		snprintf(why, whylen, "the backing path %s: %s", where,
+			 strerror(errno));
+		return false;
 	}
-	close(fd);
-	fd = kvp_dio_open(path, O_RDWR, 0600, &direct);
-	unlink(path);
+	is_dir = S_ISDIR(st.st_mode);
+	if (is_dir) {
+		snprintf(path, sizeof(path), "%s/kvp-probe-XXXXXX", where);
+		fd = mkstemp(path);
+		if (fd < 0) {
+			snprintf(detail, sizeof(detail),
+				 "cannot create a file in %s: %s", where,
+				 strerror(errno));
+			report("O_DIRECT", false, detail,
+			       "pass --path a writable directory");
+			snprintf(why, whylen,
+				 "cannot create a backing file in %s: %s",
+				 where, strerror(errno));
+			return false;
+		}
+		close(fd);
+		fd = kvp_dio_open(path, O_RDWR, 0600, &direct);
+		unlink(path);
+	} else {
+		fd = kvp_dio_open(where, O_RDONLY, 0, &direct);
+	}
 	if (fd < 0) {
-		snprintf(detail, sizeof(detail), "cannot open in %s: %s", dir,
+		snprintf(detail, sizeof(detail), "cannot open %s: %s", where,
 			 strerror(-fd));
-		report("O_DIRECT", false, detail, "pass --path a writable dir");
-		return;
+		report("O_DIRECT", false, detail,
+		       "pass --path a readable and writable directory");
+		snprintf(why, whylen, "cannot open %s: %s", where,
+			 strerror(-fd));
+		return false;
 	}
-	if (kvp_dio_alignment(fd, &a) == 0)
+	if (!direct) {
 		snprintf(detail, sizeof(detail),
-			 "%s: memory align %u, offset align %u (%s)", dir,
-			 a.mem_align, a.offset_align, a.source);
-	else
-		snprintf(detail, sizeof(detail), "%s", dir);
+			 "%s: this filesystem (%s) refuses O_DIRECT; the "
+			 "pager falls back to buffered I/O",
+			 where, fs_name(fd));
+	} else if (kvp_dio_alignment(fd, &a) == 0) {
+		direct = a.direct;
+		snprintf(detail, sizeof(detail),
+			 "%s (%s): memory align %u, offset align %u (%s)",
+			 where, fs_name(fd), a.mem_align, a.offset_align,
+			 a.source);
+	} else {
+		snprintf(detail, sizeof(detail), "%s (%s)", where, fs_name(fd));
+	}
 	close(fd);
 	report("O_DIRECT", direct, detail,
-	       "this filesystem refuses O_DIRECT (tmpfs?): the pager falls "
-	       "back to buffered I/O; put the backing file on a disk");
+	       "put the backing file on a disk filesystem (ext4, xfs) with "
+	       "--path");
+	return true;
 }
 
 static void probe_misc(void)
@@ -166,13 +304,20 @@ static void probe_misc(void)
 	if (kvp_thp_mode(buf, sizeof(buf)) == 0) {
 		snprintf(detail, sizeof(detail), "mode %s", buf);
 		report("transparent hugepages", strcmp(buf, "never") != 0,
-		       detail, "echo madvise > /sys/kernel/mm/transparent_hugepage/enabled");
+		       detail,
+		       "echo madvise > "
+		       "/sys/kernel/mm/transparent_hugepage/enabled");
 	} else {
 		report("transparent hugepages", false, "not in this kernel",
 		       "2 MiB blocks are installed as 4 KiB pages");
 	}
-	report("/dev/fuse", access("/dev/fuse", R_OK | W_OK) == 0,
-	       "the debug view", "modprobe fuse, or run with /dev/fuse");
+	if (access("/dev/fuse", F_OK))
+		report("/dev/fuse", false, "the debug view: no such device",
+		       "modprobe fuse, or give the container /dev/fuse");
+	else
+		report("/dev/fuse", access("/dev/fuse", R_OK | W_OK) == 0,
+		       "the debug view",
+		       "chmod 0666 /dev/fuse (its usual mode) for this user");
 	report("fusermount3",
 	       system("command -v fusermount3 >/dev/null 2>&1") == 0,
 	       "mounting the debug view", "apt-get install fuse3");
@@ -198,7 +343,8 @@ static void probe_misc(void)
 int main(int argc, char **argv)
 {
 	const char *dir = getenv("TMPDIR");
-	bool uffd_ok, uring_ok;
+	bool uffd_ok, uring_ok, path_ok;
+	char why[512] = "", path_why[4200] = "";
 
 	if (!dir || !*dir)
 		dir = "/tmp";
@@ -209,20 +355,35 @@ int main(int argc, char **argv)
 			dir = argv[++i];
 		} else {
 			fprintf(stderr,
-				"usage: kvp-probe [--json] [--path DIR]\n");
+				"usage: kvp-probe [--json] [--path PATH]\n");
 			return 2;
 		}
 	}
 	uffd_ok = probe_uffd();
 	uring_ok = probe_uring();
-	probe_dio(dir);
+	path_ok = probe_dio(dir, path_why, sizeof(path_why));
 	probe_misc();
-	if (!uffd_ok || !uring_ok) {
+	if (!uffd_ok)
+		snprintf(why, sizeof(why), "no userfaultfd");
+	else if (!uring_ok)
+		snprintf(why, sizeof(why), "no io_uring reads");
+	else if (!path_ok)
+		snprintf(why, sizeof(why), "%.500s", path_why);
+	if (json) {
+		char detail[600];
+
+		snprintf(detail, sizeof(detail), "userfaultfd mode %s%s%s",
+			 uffd_mode_name ? uffd_mode_name : "none",
+			 *why ? "; cannot run: " : "", why);
+		report("pager", !*why, detail, *why ? why : NULL);
+	}
+	if (*why) {
 		fprintf(stderr, "kvp-probe: the pager cannot run here: %s\n",
-			!uffd_ok ? "no userfaultfd" : "no io_uring reads");
+			why);
 		return 1;
 	}
 	if (!json)
-		printf("kvp-probe: the pager can run here\n");
+		printf("kvp-probe: the pager can run here (userfaultfd %s)\n",
+		       uffd_mode_name);
 	return 0;
 }
