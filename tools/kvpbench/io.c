@@ -70,36 +70,21 @@ void kvpb_fill(void *buf, uint64_t off, uint64_t len)
 
 /* ---- threads ---------------------------------------------------------- */
 
-struct worker {
-	struct kvpb_ctx *c;
-	const struct kvpb_job *j;
-	unsigned t;		  /* thread index */
-	pthread_barrier_t *start; /* all workers and the timer */
-	uint8_t *base;		  /* mmap: the mapping of the region */
-	uint64_t bytes;		  /* consumed */
-	uint64_t bad;		  /* mismatches */
-	int err;		  /* 0 or -errno */
-	const char *what;	  /* what failed */
-};
-
-/* File offset of the @i-th block thread @t reads. */
-static uint64_t job_off(const struct kvpb_job *j, unsigned t, uint64_t i)
+uint64_t kvpb_job_off(const struct kvpb_job *j, unsigned t, uint64_t i)
 {
 	uint64_t b = j->order ? j->order[(uint64_t)t * j->reads + i] : i;
 
 	return j->off + b * j->block;
 }
 
-/* Run @fn on j->threads threads; the time runs from when every thread is
- * ready to when the last one is done. */
-static int run_threads(struct kvpb_ctx *c, const struct kvpb_job *j,
-		       void *(*fn)(void *), uint8_t *base,
-		       struct kvpb_result *r)
+int kvpb_run_threads(struct kvpb_ctx *c, const struct kvpb_job *j,
+		     void *(*fn)(void *), uint8_t *base, void *arg,
+		     struct kvpb_result *r)
 {
-	struct worker w[KVPB_MAX_THREADS];
+	struct kvpb_worker w[KVPB_MAX_THREADS];
 	pthread_t tid[KVPB_MAX_THREADS];
 	pthread_barrier_t start;
-	unsigned t, n = j->threads, started = 0;
+	unsigned t, n = j->threads;
 	double t0, t1;
 	int err = 0;
 
@@ -107,22 +92,20 @@ static int run_threads(struct kvpb_ctx *c, const struct kvpb_job *j,
 		return -EINVAL;
 	pthread_barrier_init(&start, NULL, n + 1);
 	for (t = 0; t < n; t++) {
-		w[t] = (struct worker){
-			.c = c, .j = j, .t = t, .start = &start, .base = base
-		};
+		w[t] = (struct kvpb_worker){ .c = c,
+					     .j = j,
+					     .t = t,
+					     .start = &start,
+					     .base = base,
+					     .arg = arg };
 		err = -pthread_create(&tid[t], NULL, fn, &w[t]);
 		if (err) {
+			/* The barrier waits for n + 1: no clean way back.
+			 * exit() removes the backing file. */
 			fprintf(stderr, "kvpbench: cannot start a thread: %s\n",
 				strerror(-err));
-			/* The barrier still needs n + 1: stand in for the
-			 * threads not started (they have nothing to do). */
-			break;
+			exit(1);
 		}
-		started++;
-	}
-	if (started < n) {
-		/* Cannot be rescued cleanly: exit, the file goes at exit. */
-		exit(1);
 	}
 	pthread_barrier_wait(&start);
 	t0 = kvpb_now();
@@ -152,7 +135,7 @@ static int run_threads(struct kvpb_ctx *c, const struct kvpb_job *j,
 
 static void *raw_worker(void *arg)
 {
-	struct worker *w = arg;
+	struct kvpb_worker *w = arg;
 	const struct kvpb_job *j = w->j;
 	const struct kvpb_file *f = &w->c->file;
 	unsigned depth = j->depth, inflight = 0, nfree = depth, i;
@@ -200,7 +183,7 @@ ready:
 			if (!sqe)
 				break;
 			s = free_slots[--nfree];
-			slot_off[s] = job_off(j, w->t, next);
+			slot_off[s] = kvpb_job_off(j, w->t, next);
 			io_uring_prep_read(
 			    sqe, fd, (uint8_t *)buf + (uint64_t)s * j->block,
 			    j->block, slot_off[s]);
@@ -259,13 +242,13 @@ int kvpb_raw_run(struct kvpb_ctx *c, const struct kvpb_job *j,
 		 struct kvpb_result *r)
 {
 	kvpb_drop_cache(&c->file);
-	return run_threads(c, j, raw_worker, NULL, r);
+	return kvpb_run_threads(c, j, raw_worker, NULL, NULL, r);
 }
 
 /* ---- mmap: the kernel's page cache ------------------------------------ */
 
 /* Drop [from, to) of the mapping and its page cache (behind the scan). */
-static void mmap_drop(struct worker *w, uint64_t from, uint64_t to)
+static void mmap_drop(struct kvpb_worker *w, uint64_t from, uint64_t to)
 {
 	const struct kvpb_job *j = w->j;
 
@@ -276,7 +259,7 @@ static void mmap_drop(struct worker *w, uint64_t from, uint64_t to)
 
 static void *mmap_worker(void *arg)
 {
-	struct worker *w = arg;
+	struct kvpb_worker *w = arg;
 	const struct kvpb_job *j = w->j;
 	uint64_t budget = w->c->opts.budget, dropped = 0, i, pos;
 	/* Drop in steps of at least 8 MiB: a syscall pair per small block
@@ -286,7 +269,7 @@ static void *mmap_worker(void *arg)
 
 	pthread_barrier_wait(w->start);
 	for (i = 0; i < j->reads; i++) {
-		uint64_t off = job_off(j, w->t, i);
+		uint64_t off = kvpb_job_off(j, w->t, i);
 
 		w->bad += kvpb_consume(w->base + (off - j->off), off, j->block);
 		w->bytes += j->block;
@@ -315,7 +298,7 @@ int kvpb_mmap_run(struct kvpb_ctx *c, const struct kvpb_job *j,
 			strerror(-err));
 		return err;
 	}
-	err = run_threads(c, j, mmap_worker, base, r);
+	err = kvpb_run_threads(c, j, mmap_worker, base, NULL, r);
 	munmap(base, j->len);
 	kvpb_drop_cache(&c->file);
 	return err;

@@ -17,6 +17,7 @@
 #define KVPBENCH_H
 
 #include <limits.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -161,6 +162,34 @@ struct kvpb_result *kvpb_result_new(struct kvpb_ctx *c,
 
 /* "64M" style sizes; 0 or -EINVAL. */
 int kvpb_parse_bytes(const char *s, uint64_t *out);
+
+/* One thread of a mode's run (kvpb_run_threads). */
+struct kvpb_worker {
+	struct kvpb_ctx *c;
+	const struct kvpb_job *j;
+	unsigned t;		  /* thread index */
+	pthread_barrier_t *start; /* all workers and the timer */
+	uint8_t *base;		  /* mmap, kvpager: where the region is */
+	void *arg;		  /* the mode's */
+	uint64_t bytes;		  /* consumed */
+	uint64_t bad;		  /* mismatches */
+	int err;		  /* 0 or -errno */
+	const char *what;	  /* what failed */
+};
+
+/* File offset of the @i-th block thread @t of job @j reads. */
+uint64_t kvpb_job_off(const struct kvpb_job *j, unsigned t, uint64_t i);
+
+/*
+ * kvpb_run_threads - run @fn on j->threads threads, each given its struct
+ * kvpb_worker (with @base and @arg); @fn does its set-up, then waits on
+ * w->start, then reads.  The time runs from when every thread is ready to
+ * when the last is done; @r gets bytes, bad, seconds and gb_per_s.
+ * Returns the first thread's error, or 0.
+ */
+int kvpb_run_threads(struct kvpb_ctx *c, const struct kvpb_job *j,
+		     void *(*fn)(void *), uint8_t *base, void *arg,
+		     struct kvpb_result *r);
 
 /* Scenarios (io.c).  0, or -errno when the scenario could not run. */
 int kvpb_stream(struct kvpb_ctx *c);

@@ -476,13 +476,34 @@ static void print_row(const struct kvpb_result *r)
 	printf("\n");
 }
 
-/* The targets, said in words under the table. */
+/* The issue's targets, said in words under the table; install's
+ * move/copy ratios. */
 static void print_targets(const struct kvpb_ctx *c)
 {
-	unsigned i;
+	unsigned i, k;
 
 	for (i = 0; i < c->nresults; i++) {
 		const struct kvpb_result *r = &c->results[i];
+
+		if (!strcmp(r->scenario, "install") &&
+		    !strcmp(r->mode, "kvpager-move")) {
+			for (k = 0; k < c->nresults; k++) {
+				const struct kvpb_result *q = &c->results[k];
+
+				if (!strcmp(q->scenario, "install") &&
+				    !strcmp(q->mode, "kvpager-copy") &&
+				    q->block_bytes == r->block_bytes &&
+				    q->gb_per_s > 0)
+					printf(
+					    "install %lluK: move %.3f GB/s, "
+					    "copy %.3f GB/s: move/copy "
+					    "%.2fx\n",
+					    (unsigned long long)(r->block_bytes >>
+								 10),
+					    r->gb_per_s, q->gb_per_s,
+					    r->gb_per_s / q->gb_per_s);
+			}
+		}
 
 		if (strncmp(r->mode, "kvpager", 7) || r->ratio_vs_raw < 0)
 			continue;
@@ -544,8 +565,11 @@ static void usage(FILE *out)
 	    "  --threads LIST       random: thread counts (1,4)\n"
 	    "  --modes LIST         raw,mmap,kvpager-move,kvpager-copy (all)\n"
 	    "  --pager-threads N    the pager's service_threads (its default)\n"
-	    "  --no-prefetch        kvpager stream: demand faults only, no\n"
-	    "                       prefetch of the window ahead\n"
+	    "  --prefetch           kvpager stream: also prefetch the window\n"
+	    "                       ahead (kvp_prefetch_submit); default:\n"
+	    "                       demand faults and the pager's readahead\n"
+	    "  KVP_<TUNABLE>=value  environment: any pager tunable (kvpctl\n"
+	    "                       list); budget and install_mode are forced\n"
 	    "  --json               one JSON object per line, no table\n"
 	    "  --short              smaller sizes (make bench)\n"
 	    "  --quiet              no progress on stderr\n"
@@ -616,7 +640,7 @@ int main(int argc, char **argv)
 		{ "threads", required_argument, NULL, 't' },
 		{ "modes", required_argument, NULL, 'm' },
 		{ "pager-threads", required_argument, NULL, 'P' },
-		{ "no-prefetch", no_argument, NULL, 'N' },
+		{ "prefetch", no_argument, NULL, 'N' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "short", no_argument, NULL, 's' },
 		{ "quiet", no_argument, NULL, 'q' },
@@ -652,7 +676,6 @@ int main(int argc, char **argv)
 	o->threads[1] = 4;
 	o->nthreads = 2;
 	o->modes = KVPB_RAW | KVPB_MMAP | KVPB_KVP_MOVE | KVPB_KVP_COPY;
-	o->prefetch = true;
 
 	while ((opt = getopt_long(argc, argv, "hjqs", lopts, NULL)) != -1) {
 		switch (opt) {
@@ -715,7 +738,7 @@ int main(int argc, char **argv)
 				return bad_arg("modes", optarg);
 			break;
 		case 'N':
-			o->prefetch = false;
+			o->prefetch = true;
 			break;
 		case 'j':
 			o->json = true;
