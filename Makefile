@@ -196,6 +196,8 @@ demo: $(ALL)
 bench: $(ALL)
 	$(Q)$(BUILD)/bin/kvpbench --short
 
+# The .pc is generated at install, not copied: the build's may name another
+# PREFIX.
 install: $(ALL)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
 		$(DESTDIR)$(PREFIX)/include/kvpager/pager \
@@ -209,9 +211,11 @@ install: $(ALL)
 	install -m 0644 lib/kvpager.h $(DESTDIR)$(PREFIX)/include/kvpager/
 	install -m 0644 pager/config.h pager/stats.h pager/store.h pager/pager.h \
 		$(DESTDIR)$(PREFIX)/include/kvpager/pager/
-	install -m 0644 $(filter-out lib/kvpager.h,$(wildcard lib/*.h)) \
+	install -m 0644 $(filter-out lib/kvpager.h %_i.h,$(wildcard lib/*.h)) \
 		$(DESTDIR)$(PREFIX)/include/kvpager/lib/
-	install -m 0644 $(PC_FILE) $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
+		lib/kvpager.pc.in >$(DESTDIR)$(PREFIX)/lib/pkgconfig/kvpager.pc
+	chmod 0644 $(DESTDIR)$(PREFIX)/lib/pkgconfig/kvpager.pc
 
 uninstall:
 	rm -rf $(DESTDIR)$(PREFIX)/include/kvpager
