@@ -128,6 +128,7 @@ int kvpb_run_threads(struct kvpb_ctx *c, const struct kvpb_job *j,
 	}
 	r->seconds = t1 - t0;
 	r->gb_per_s = r->seconds > 0 ? r->bytes / r->seconds / 1e9 : 0;
+	r->gb_per_s_min = r->gb_per_s_max = r->gb_per_s;
 	return err;
 }
 
@@ -317,7 +318,18 @@ static const char *human(uint64_t b, char *buf, size_t len)
 	return buf;
 }
 
-/* Run every mode asked for on job @j. */
+static int cmp_gbps(const void *a, const void *b)
+{
+	const struct kvpb_result *x = a, *y = b;
+
+	return (x->gb_per_s > y->gb_per_s) - (x->gb_per_s < y->gb_per_s);
+}
+
+/*
+ * Run every mode asked for on job @j, --repeat times, interleaved (raw,
+ * mmap, move, copy, raw, ...) so that a slow spell of the machine hits all
+ * modes alike, and keep each mode's median run, with the spread.
+ */
 static void run_modes(struct kvpb_ctx *c, const struct kvpb_job *j)
 {
 	static const struct {
@@ -330,57 +342,85 @@ static void run_modes(struct kvpb_ctx *c, const struct kvpb_job *j)
 		{ KVPB_KVP_MOVE, "kvpager-move", 1 },
 		{ KVPB_KVP_COPY, "kvpager-copy", 2 },
 	};
+	enum { NMODES = sizeof(modes) / sizeof(modes[0]) };
+	static struct kvpb_result runs[NMODES][KVPB_MAX_REPEAT];
 	static bool said_not_built;
+	unsigned nruns[NMODES] = { 0 }, repeat = c->opts.repeat, m, k;
+	bool failed[NMODES] = { false };
 	char b1[32], b2[32];
-	unsigned m;
 
-	for (m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {
-		struct kvpb_result *r;
-		int64_t disk0, disk1;
-		int err;
+	for (k = 0; k < repeat; k++) {
+		for (m = 0; m < NMODES; m++) {
+			struct kvpb_result *r = &runs[m][k];
+			int64_t disk0, disk1;
+			int err;
 
-		if (!(c->opts.modes & modes[m].bit))
-			continue;
-		if (modes[m].install && !kvpb_pager_run) {
-			if (!said_not_built)
-				fprintf(stderr, "kvpbench: kvpager modes not "
+			if (!(c->opts.modes & modes[m].bit) || failed[m])
+				continue;
+			if (modes[m].install && !kvpb_pager_run) {
+				if (!said_not_built)
+					fprintf(stderr,
+						"kvpbench: kvpager modes not "
 						"built (no pager_modes.c)\n");
-			said_not_built = true;
-			continue;
+				said_not_built = true;
+				continue;
+			}
+			kvpb_result_init(r, j, modes[m].name);
+			kvpb_progress(c,
+				      "%s %s: %s in %s blocks, %u thread%s, "
+				      "depth %u (run %u/%u)",
+				      j->scenario, modes[m].name,
+				      human(j->reads * j->block * j->threads,
+					    b1, sizeof(b1)),
+				      human(j->block, b2, sizeof(b2)),
+				      j->threads, j->threads > 1 ? "s" : "",
+				      j->depth, k + 1, repeat);
+			disk0 = kvpb_disk_read_bytes(&c->file);
+			if (modes[m].bit == KVPB_RAW)
+				err = kvpb_raw_run(c, j, r);
+			else if (modes[m].bit == KVPB_MMAP)
+				err = kvpb_mmap_run(c, j, r);
+			else
+				err = kvpb_pager_run(c, j, modes[m].install, r);
+			disk1 = kvpb_disk_read_bytes(&c->file);
+			if (disk0 >= 0 && disk1 >= disk0)
+				r->disk_bytes = disk1 - disk0;
+			if (err) {
+				/* No figure for a mode that did not finish. */
+				failed[m] = true;
+				c->failures++;
+				continue;
+			}
+			if (r->bad) {
+				fprintf(stderr,
+					"kvpbench: %s %s: %llu pattern "
+					"mismatches: the data read is wrong\n",
+					j->scenario, modes[m].name,
+					(unsigned long long)r->bad);
+				failed[m] = true;
+				c->failures++;
+			}
+			nruns[m]++;
 		}
+	}
+	for (m = 0; m < NMODES; m++) {
+		struct kvpb_result *r;
+
+		if (failed[m] && !nruns[m])
+			continue;
+		if (!nruns[m])
+			continue;
+		qsort(runs[m], nruns[m], sizeof(runs[m][0]), cmp_gbps);
 		r = kvpb_result_new(c, j, modes[m].name);
 		if (!r)
 			return;
-		kvpb_progress(
-		    c, "%s %s: %s in %s blocks, %u thread%s, depth %u",
-		    j->scenario, modes[m].name,
-		    human(j->reads * j->block * j->threads, b1, sizeof(b1)),
-		    human(j->block, b2, sizeof(b2)), j->threads,
-		    j->threads > 1 ? "s" : "", j->depth);
-		disk0 = kvpb_disk_read_bytes(&c->file);
-		if (modes[m].bit == KVPB_RAW)
-			err = kvpb_raw_run(c, j, r);
-		else if (modes[m].bit == KVPB_MMAP)
-			err = kvpb_mmap_run(c, j, r);
-		else
-			err = kvpb_pager_run(c, j, modes[m].install, r);
-		disk1 = kvpb_disk_read_bytes(&c->file);
-		if (disk0 >= 0 && disk1 >= disk0)
-			r->disk_bytes = disk1 - disk0;
-		if (err) {
-			/* Keep no figure for a mode that did not finish. */
-			c->nresults--;
-			c->failures++;
-			continue;
-		}
-		if (r->bad) {
-			fprintf(stderr,
-				"kvpbench: %s %s: %llu pattern mismatches: "
-				"the data read is wrong\n",
-				j->scenario, modes[m].name,
-				(unsigned long long)r->bad);
-			c->failures++;
-		}
+		*r = runs[m][nruns[m] / 2];
+		r->runs = nruns[m];
+		r->gb_per_s_min = runs[m][0].gb_per_s;
+		r->gb_per_s_max = runs[m][nruns[m] - 1].gb_per_s;
+		for (k = 0; k < nruns[m]; k++)
+			if (runs[m][k].bad && !r->bad)
+				r->bad = runs[m][k].bad;
 	}
 }
 

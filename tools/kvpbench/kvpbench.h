@@ -27,6 +27,7 @@
 #define KVPB_PAGE	 4096u
 #define KVPB_MAX_RESULTS 64
 #define KVPB_MAX_THREADS 64
+#define KVPB_MAX_REPEAT	 15
 
 /* Modes, as bits of kvpb_opts.modes. */
 enum kvpb_mode {
@@ -53,6 +54,7 @@ struct kvpb_opts {
 	bool json;		/* JSON lines instead of the table */
 	bool short_run;		/* --short */
 	bool quiet;		/* no progress on stderr */
+	unsigned repeat;	/* runs per mode, interleaved; median kept */
 };
 
 /* The backing file, created and filled by main.c, removed at exit. */
@@ -97,6 +99,9 @@ struct kvpb_result {
 	uint64_t bytes; /* bytes the mode read (touched) */
 	double seconds;
 	double gb_per_s;     /* 1e9 bytes per second */
+	double gb_per_s_min; /* over the runs (--repeat) */
+	double gb_per_s_max;
+	unsigned runs;	     /* runs the figures are the median of */
 	double ratio_vs_raw; /* < 0: not applicable */
 	double ratio_vs_mmap;
 	double ratio_vs_raw_ref; /* vs the depth-32 raw line (random) */
@@ -155,6 +160,10 @@ void kvpb_drop_cache(const struct kvpb_file *f);
 
 /* Bytes read from the backing file's disk so far, or -1 if unknown. */
 int64_t kvpb_disk_read_bytes(const struct kvpb_file *f);
+
+/* @r for the job's mode, filled from @j, the rest zero (ratios -1). */
+void kvpb_result_init(struct kvpb_result *r, const struct kvpb_job *j,
+		      const char *mode);
 
 /* A result slot for the job's mode, pre-filled from @j; NULL when full. */
 struct kvpb_result *kvpb_result_new(struct kvpb_ctx *c,

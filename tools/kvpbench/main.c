@@ -86,6 +86,21 @@ int64_t kvpb_disk_read_bytes(const struct kvpb_file *f)
 	return n == 3 ? (int64_t)(rd_sectors * 512) : -1;
 }
 
+void kvpb_result_init(struct kvpb_result *r, const struct kvpb_job *j,
+		      const char *mode)
+{
+	memset(r, 0, sizeof(*r));
+	snprintf(r->scenario, sizeof(r->scenario), "%s", j->scenario);
+	snprintf(r->mode, sizeof(r->mode), "%s", mode);
+	r->block_bytes = j->block;
+	r->threads = j->threads;
+	r->depth = j->depth;
+	r->group = j->group;
+	r->ratio_vs_raw = r->ratio_vs_mmap = r->ratio_vs_raw_ref = -1;
+	r->disk_bytes = -1;
+	r->runs = 1;
+}
+
 struct kvpb_result *kvpb_result_new(struct kvpb_ctx *c,
 				    const struct kvpb_job *j, const char *mode)
 {
@@ -99,15 +114,7 @@ struct kvpb_result *kvpb_result_new(struct kvpb_ctx *c,
 		return NULL;
 	}
 	r = &c->results[c->nresults++];
-	memset(r, 0, sizeof(*r));
-	snprintf(r->scenario, sizeof(r->scenario), "%s", j->scenario);
-	snprintf(r->mode, sizeof(r->mode), "%s", mode);
-	r->block_bytes = j->block;
-	r->threads = j->threads;
-	r->depth = j->depth;
-	r->group = j->group;
-	r->ratio_vs_raw = r->ratio_vs_mmap = r->ratio_vs_raw_ref = -1;
-	r->disk_bytes = -1;
+	kvpb_result_init(r, j, mode);
 	return r;
 }
 
@@ -401,6 +408,8 @@ static void print_json(const struct kvpb_result *r)
 	       r->scenario, (unsigned long long)r->block_bytes, r->threads,
 	       r->depth, r->mode, (unsigned long long)r->bytes, r->seconds,
 	       r->gb_per_s, r->bad ? "false" : "true");
+	printf(",\"runs\":%u,\"gb_per_s_min\":%.4f,\"gb_per_s_max\":%.4f",
+	       r->runs, r->gb_per_s_min, r->gb_per_s_max);
 	if (r->reference)
 		printf(",\"reference\":true");
 	if (r->disk_bytes >= 0)
@@ -443,15 +452,16 @@ static const char *size_str(uint64_t b, char *buf, size_t len)
 
 static void print_header(void)
 {
-	printf("%-8s %6s %3s %5s %-13s %7s %8s %7s %7s %8s %8s %8s %s\n",
-	       "scenario", "block", "thr", "depth", "mode", "GB/s", "seconds",
-	       "vs_raw", "vs_mmap", "disk_MiB", "faults", "read_MiB",
+	printf("%-8s %6s %3s %5s %-16s %7s %11s %8s %7s %7s %8s %8s %8s %s\n",
+	       "scenario", "block", "thr", "depth", "mode", "GB/s", "min-max",
+	       "seconds", "vs_raw", "vs_mmap", "disk_MiB", "faults", "read_MiB",
 	       "installs m/c");
 }
 
 static void print_row(const struct kvpb_result *r)
 {
 	char b[24], rr[16] = "", rm[16] = "", tag[40], disk[24] = "";
+	char range[32];
 
 	if (r->ratio_vs_raw >= 0)
 		snprintf(rr, sizeof(rr), "%.2fx", r->ratio_vs_raw);
@@ -462,9 +472,11 @@ static void print_row(const struct kvpb_result *r)
 			 (long long)(r->disk_bytes >> 20));
 	snprintf(tag, sizeof(tag), "%s%s", r->mode,
 		 r->reference ? " (ref)" : "");
-	printf("%-8s %6s %3u %5u %-13s %7.3f %8.3f %7s %7s %8s", r->scenario,
-	       size_str(r->block_bytes, b, sizeof(b)), r->threads, r->depth,
-	       tag, r->gb_per_s, r->seconds, rr, rm, disk);
+	snprintf(range, sizeof(range), "%.2f-%.2f", r->gb_per_s_min,
+		 r->gb_per_s_max);
+	printf("%-8s %6s %3u %5u %-16s %7.3f %11s %8.3f %7s %7s %8s",
+	       r->scenario, size_str(r->block_bytes, b, sizeof(b)), r->threads,
+	       r->depth, tag, r->gb_per_s, range, r->seconds, rr, rm, disk);
 	if (r->has_stats)
 		printf(" %8llu %8llu %llu/%llu",
 		       (unsigned long long)r->stats.demand_faults_total,
@@ -572,6 +584,8 @@ static void usage(FILE *out)
 	    "                       list); budget and install_mode are forced\n"
 	    "  --json               one JSON object per line, no table\n"
 	    "  --short              smaller sizes (make bench)\n"
+	    "  --repeat N           runs per mode, interleaved; the median is\n"
+	    "                       shown, with min and max in JSON (3)\n"
 	    "  --quiet              no progress on stderr\n"
 	    "  --help\n");
 }
@@ -644,6 +658,7 @@ int main(int argc, char **argv)
 		{ "json", no_argument, NULL, 'j' },
 		{ "short", no_argument, NULL, 's' },
 		{ "quiet", no_argument, NULL, 'q' },
+		{ "repeat", required_argument, NULL, 'k' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -672,6 +687,7 @@ int main(int argc, char **argv)
 	o->rblock = 64u << 10;
 	o->depth = 16;
 	o->ref_depth = 32;
+	o->repeat = 3;
 	o->threads[0] = 1;
 	o->threads[1] = 4;
 	o->nthreads = 2;
@@ -749,6 +765,14 @@ int main(int argc, char **argv)
 		case 'q':
 			o->quiet = true;
 			break;
+		case 'k': {
+			unsigned long v = strtoul(optarg, &end, 10);
+
+			if (*end || end == optarg || !v || v > KVPB_MAX_REPEAT)
+				return bad_arg("repeat", optarg);
+			o->repeat = (unsigned)v;
+			break;
+		}
 		case 'h':
 			usage(stdout);
 			return 0;
