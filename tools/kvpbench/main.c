@@ -400,6 +400,24 @@ static void ratios(struct kvpb_ctx *c, unsigned first)
 	}
 }
 
+/* The upper bound of the latency bucket holding the @q quantile. */
+static uint64_t lat_pct(const struct kvp_stats *s, double q)
+{
+	uint64_t n = 0, acc = 0;
+	unsigned i;
+
+	for (i = 0; i < KVP_LATENCY_BUCKETS; i++)
+		n += s->io_latency_us[i];
+	if (!n)
+		return 0;
+	for (i = 0; i < KVP_LATENCY_BUCKETS; i++) {
+		acc += s->io_latency_us[i];
+		if (acc >= q * n)
+			break;
+	}
+	return 2ull << i;
+}
+
 static void print_json(const struct kvpb_result *r)
 {
 	printf("{\"scenario\":\"%s\",\"block_bytes\":%llu,\"threads\":%u,"
@@ -424,19 +442,15 @@ static void print_json(const struct kvpb_result *r)
 		const struct kvp_stats *s = &r->stats;
 
 		printf(",\"install_mode\":\"%s\"", r->install_mode);
-#define J(name) printf(",\"" #name "\":%llu", (unsigned long long)s->name)
-		J(demand_faults_total);
-		J(coalesced_faults_total);
-		J(bytes_read_total);
-		J(installs_move_total);
-		J(installs_copy_total);
-		J(prefetch_issued_total);
-		J(prefetch_hit_total);
-		J(prefetch_late_total);
-		J(prefetch_wasted_total);
-		J(evictions_clean_total);
-		J(evictions_dirty_total);
+		/* Every statistic the pager declares, by its name. */
+#define J(name, kind, doc)                                                     \
+	printf(",\"" #name "\":%llu", (unsigned long long)s->name);
+		KVP_STATS(J)
 #undef J
+		printf(",\"io_latency_p50_us_below\":%llu,"
+		       "\"io_latency_p99_us_below\":%llu",
+		       (unsigned long long)lat_pct(s, 0.50),
+		       (unsigned long long)lat_pct(s, 0.99));
 	}
 	printf("}\n");
 }
