@@ -268,17 +268,25 @@ static void *handler_main(void *arg)
 	return NULL;
 }
 
-static void handler_start(struct handler *h, struct kvp_uffd *u,
-			  enum serve serve, void *base, size_t len)
+static void handler_start_src(struct handler *h, struct kvp_uffd *u,
+			      enum serve serve, void *base, size_t len,
+			      void *src)
 {
 	memset(h, 0, sizeof(*h));
 	h->u = u;
+	h->src = src;
 	h->serve = serve;
 	h->base = base;
 	h->len = len;
 	h->stop_fd = eventfd(0, EFD_CLOEXEC);
 	ck_assert_int_ge(h->stop_fd, 0);
 	ck_assert_int_eq(pthread_create(&h->thread, NULL, handler_main, h), 0);
+}
+
+static void handler_start(struct handler *h, struct kvp_uffd *u,
+			  enum serve serve, void *base, size_t len)
+{
+	handler_start_src(h, u, serve, base, len, NULL);
 }
 
 static void handler_stop(struct handler *h)
@@ -556,8 +564,7 @@ START_TEST(test_move_4k)
 			 0);
 	for (size_t i = 0; i < npages; i++)
 		fill_page(src + i * PG, i);
-	handler_start(&h, &uf, SERVE_MOVE, p, npages * PG);
-	h.src = src;
+	handler_start_src(&h, &uf, SERVE_MOVE, p, npages * PG, src);
 	for (size_t i = 0; i < npages; i++)
 		ck_assert_msg(page_is(p + i * PG, i), "page %zu", i);
 	handler_stop(&h);
