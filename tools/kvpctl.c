@@ -1,0 +1,701 @@
+/*
+ * kvpctl - sysctl for running pagers, through their debug views.
+ *
+ *   kvpctl                      the running pagers (pid, mount, command)
+ *   kvpctl -a                   every tunable and statistic, name = value
+ *   kvpctl get NAME...          one value each (NAME or a path in the view,
+ *                               e.g. regions/kv/resident_bytes)
+ *   kvpctl set NAME=VALUE...    change tunables, one after the other
+ *   kvpctl list                 tunables: value, type, range, default, doc
+ *   kvpctl stats [--watch S] [--count N]
+ *                               statistics, or their rates every S seconds
+ *   kvpctl load FILE            `name = value` lines, all or nothing
+ *
+ * A pager is chosen with -p PID or -m MOUNT; without either, the only pager
+ * in the registry (lib/instance.h).  Values are checked against the
+ * tunables registry before anything is written, and a write the pager
+ * refuses is reported with the pager's reason (its last_error file).
+ * Exit status: 0 done, 1 failed, 2 bad usage.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lib/instance.h"
+#include "lib/tunables.h"
+#include "pager/stats.h"
+
+static const char *const stat_names[] = {
+#define X(n, k, d) #n,
+	KVP_STATS(X)
+#undef X
+};
+#define NSTATS (sizeof(stat_names) / sizeof(stat_names[0]))
+
+static char mount_path[PATH_MAX]; /* of the chosen pager */
+static bool value_only;		  /* -n */
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: kvpctl [-p PID | -m MOUNT] [-n] [COMMAND]\n"
+		"  (no command)            list the running pagers\n"
+		"  -a                      every tunable and statistic\n"
+		"  get NAME...             values (a tunable, a statistic, or "
+		"a path in the view)\n"
+		"  set NAME=VALUE...       change tunables\n"
+		"  list                    tunables with values, ranges and "
+		"docs\n"
+		"  stats [--watch SECONDS] [--count N]\n"
+		"                          statistics, or live rates\n"
+		"  load FILE               apply name = value lines, all or "
+		"nothing (- is stdin)\n"
+		"  -p PID                  the pager of process PID\n"
+		"  -m MOUNT                the pager whose view is at MOUNT\n"
+		"  -n                      get: print values only\n");
+}
+
+static void die(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2), noreturn));
+
+static void die(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("kvpctl: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	exit(1);
+}
+
+/* ---- the view's files ---- */
+
+/* The file @rel of the view, NUL-terminated and malloc'd; NULL and errno
+ * on failure. */
+static char *slurp(const char *rel, size_t *lenp)
+{
+	char path[PATH_MAX + 256], *buf = NULL, *nb;
+	size_t cap = 0, len = 0;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", mount_path, rel);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return NULL;
+	for (;;) {
+		if (cap - len < 4096) {
+			cap = cap ? cap * 2 : 8192;
+			nb = realloc(buf, cap + 1);
+			if (!nb)
+				die("out of memory");
+			buf = nb;
+		}
+		n = read(fd, buf + len, cap - len);
+		if (n < 0) {
+			int e = errno;
+
+			close(fd);
+			free(buf);
+			errno = e;
+			return NULL;
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+	}
+	close(fd);
+	buf[len] = '\0';
+	if (lenp)
+		*lenp = len;
+	return buf;
+}
+
+/* The file's value without its newline, malloc'd; dies when unreadable. */
+static char *value_of(const char *rel)
+{
+	char *s = slurp(rel, NULL);
+	size_t n;
+
+	if (!s) {
+		if (errno == ENOTCONN)
+			die("the view at %s is dead (its pager crashed?): "
+			    "run fusermount3 -u -z %s",
+			    mount_path, mount_path);
+		die("cannot read %s/%s: %s", mount_path, rel, strerror(errno));
+	}
+	n = strlen(s);
+	while (n && s[n - 1] == '\n')
+		s[--n] = '\0';
+	return s;
+}
+
+static uint64_t stat_value(const char *name)
+{
+	char rel[128], *s;
+	uint64_t v;
+
+	snprintf(rel, sizeof(rel), "stats/%s", name);
+	s = value_of(rel);
+	v = strtoull(s, NULL, 10);
+	free(s);
+	return v;
+}
+
+/* One write(2) of @text to @rel; 0 or -errno. */
+static int put(const char *rel, const char *text, size_t len)
+{
+	char path[PATH_MAX + 256];
+	ssize_t w;
+	int fd, r = 0;
+
+	snprintf(path, sizeof(path), "%s/%s", mount_path, rel);
+	fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	w = write(fd, text, len);
+	if (w < 0)
+		r = -errno;
+	else if ((size_t)w != len)
+		r = -EIO;
+	if (close(fd) && !r)
+		r = -errno;
+	return r;
+}
+
+/* The pager's own word on the last refused write, or "". */
+static char *last_error(void)
+{
+	char *s = slurp("last_error", NULL);
+	size_t n;
+
+	if (!s)
+		return strdup("");
+	n = strlen(s);
+	while (n && s[n - 1] == '\n')
+		s[--n] = '\0';
+	return s;
+}
+
+/* ---- choosing the pager ---- */
+
+static void choose(pid_t pid, const char *mount)
+{
+	struct kvp_instance_entry *e;
+	char dir[PATH_MAX + 8];
+	size_t n, i, alive = 0, pick = 0;
+	struct stat st;
+
+	if (mount) {
+		if (!realpath(mount, mount_path)) {
+			if (errno == ENOTCONN)
+				die("the view at %s is dead (its pager "
+				    "crashed?): run fusermount3 -u -z %s",
+				    mount, mount);
+			die("cannot use %s: %s", mount, strerror(errno));
+		}
+		snprintf(dir, sizeof(dir), "%s/pid", mount_path);
+		if (stat(dir, &st) && errno == ENOTCONN)
+			die("the view at %s is dead (its pager crashed?): run "
+			    "fusermount3 -u -z %s",
+			    mount_path, mount_path);
+		if (stat(dir, &st))
+			die("%s is not a kvpager view (no pid file there)",
+			    mount_path);
+		return;
+	}
+	kvp_instance_dir(dir, sizeof(dir));
+	if (kvp_instance_list(0, &e, &n))
+		die("cannot read the registry %s: out of memory", dir);
+	for (i = 0; i < n; i++) {
+		if (!e[i].alive || !e[i].mount[0])
+			continue;
+		if (pid ? e[i].pid == pid : true) {
+			alive++;
+			pick = i;
+		}
+	}
+	if (pid && !alive)
+		die("no running pager with pid %d in %s (kvpctl lists them)",
+		    (int)pid, dir);
+	if (!alive)
+		die("no running pager found in %s: start one with "
+		    "KVP_FUSE_MOUNT=DIR set, or name its view with -m MOUNT",
+		    dir);
+	if (alive > 1) {
+		fprintf(stderr,
+			"kvpctl: %zu pagers are running; choose one "
+			"with -p PID:\n",
+			alive);
+		for (i = 0; i < n; i++)
+			if (e[i].alive && e[i].mount[0])
+				fprintf(stderr, "  %d %s\n", (int)e[i].pid,
+					e[i].mount);
+		exit(1);
+	}
+	snprintf(mount_path, sizeof(mount_path), "%s", e[pick].mount);
+	free(e);
+}
+
+static int cmd_ps(void)
+{
+	struct kvp_instance_entry *e;
+	char dir[PATH_MAX];
+	size_t n, i, shown = 0;
+
+	kvp_instance_dir(dir, sizeof(dir));
+	if (kvp_instance_list(0, &e, &n))
+		die("cannot read the registry %s", dir);
+	for (i = 0; i < n; i++) {
+		if (!e[i].alive)
+			continue;
+		if (!shown++)
+			printf("%-8s %-16s %s\n", "PID", "COMMAND", "MOUNT");
+		printf("%-8d %-16s %s\n", (int)e[i].pid, e[i].comm, e[i].mount);
+	}
+	if (!shown)
+		printf("no running pager (registry: %s)\n", dir);
+	free(e);
+	return 0;
+}
+
+/* ---- commands ---- */
+
+static void print_kv(const char *name, const char *value)
+{
+	if (value_only)
+		printf("%s\n", value);
+	else
+		printf("%s = %s\n", name, value);
+}
+
+static int cmd_all(void)
+{
+	char rel[128], *v;
+	size_t i;
+
+	for (i = 0; i < kvp_tunables_count(); i++) {
+		snprintf(rel, sizeof(rel), "tunables/%s",
+			 kvp_tunable_at(i)->name);
+		v = value_of(rel);
+		print_kv(kvp_tunable_at(i)->name, v);
+		free(v);
+	}
+	for (i = 0; i < NSTATS; i++) {
+		snprintf(rel, sizeof(rel), "stats/%s", stat_names[i]);
+		v = value_of(rel);
+		print_kv(stat_names[i], v);
+		free(v);
+	}
+	return 0;
+}
+
+static bool is_stat(const char *name)
+{
+	size_t i;
+
+	for (i = 0; i < NSTATS; i++)
+		if (!strcmp(stat_names[i], name))
+			return true;
+	return false;
+}
+
+static int cmd_get(int argc, char **argv)
+{
+	char rel[PATH_MAX], *v;
+	int i;
+
+	if (argc < 1)
+		die("get: name a tunable or statistic (kvpctl list, kvpctl "
+		    "-a)");
+	for (i = 0; i < argc; i++) {
+		const char *name = argv[i];
+
+		if (kvp_tunable_find(name))
+			snprintf(rel, sizeof(rel), "tunables/%s", name);
+		else if (is_stat(name))
+			snprintf(rel, sizeof(rel), "stats/%s", name);
+		else if (strchr(name, '/') && !strstr(name, ".."))
+			snprintf(rel, sizeof(rel), "%s", name);
+		else
+			die("unknown name '%s': not a tunable or statistic "
+			    "(kvpctl list shows tunables, kvpctl -a all)",
+			    name);
+		v = value_of(rel);
+		print_kv(name, v);
+		free(v);
+	}
+	return 0;
+}
+
+static int set_one(const char *arg)
+{
+	char name[128], rel[192], err[KVP_TUNABLE_ERR_MAX], env[160];
+	const struct kvp_tunable *t;
+	const char *eq = strchr(arg, '='), *val;
+	uint64_t v;
+	int r;
+
+	if (!eq || eq == arg || (size_t)(eq - arg) >= sizeof(name))
+		die("set: '%s' is not NAME=VALUE", arg);
+	memcpy(name, arg, (size_t)(eq - arg));
+	name[eq - arg] = '\0';
+	val = eq + 1;
+	t = kvp_tunable_find(name);
+	if (!t) {
+		if (is_stat(name))
+			die("%s is a statistic: it cannot be set", name);
+		die("unknown tunable '%s' (kvpctl list shows them)", name);
+	}
+	if (kvp_tunable_parse(t, val, &v, err, sizeof(err)))
+		die("%s", err);
+	if (!t->runtime) {
+		kvp_tunable_env_name(t, env, sizeof(env));
+		die("%s cannot change on a running pager: set %s before it "
+		    "starts",
+		    name, env);
+	}
+	snprintf(rel, sizeof(rel), "tunables/%s", name);
+	r = put(rel, val, strlen(val));
+	if (r == -EACCES)
+		die("%s is read-only on this pager (no kv layer attached)",
+		    name);
+	if (r) {
+		char *why = last_error();
+
+		die("%s=%s refused by the pager: %s", name, val,
+		    *why ? why : strerror(-r));
+	}
+	return 0;
+}
+
+static int cmd_set(int argc, char **argv)
+{
+	int i;
+
+	if (argc < 1)
+		die("set: give NAME=VALUE (kvpctl list shows the names)");
+	for (i = 0; i < argc; i++)
+		set_one(argv[i]);
+	return 0;
+}
+
+static int cmd_list(bool have_pager)
+{
+	char range[KVP_TUNABLE_VALUE_MAX], def[KVP_TUNABLE_VALUE_MAX];
+	char rel[128];
+	size_t i;
+
+	for (i = 0; i < kvp_tunables_count(); i++) {
+		const struct kvp_tunable *t = kvp_tunable_at(i);
+		const char *unit = kvp_tunable_unit(t);
+		char *cur = NULL;
+		const char *kind = t->type == KVP_T_CHOICE ? "one of"
+				   : t->type == KVP_T_BOOL ? "bool"
+				   : *unit		   ? unit
+							   : "count";
+
+		kvp_tunable_format_range(t, range, sizeof(range));
+		if (t->type == KVP_T_BYTES)
+			kvp_format_bytes(t->def, def, sizeof(def));
+		else
+			kvp_tunable_format(t, t->def, def, sizeof(def));
+		if (have_pager) {
+			snprintf(rel, sizeof(rel), "tunables/%s", t->name);
+			cur = value_of(rel);
+		}
+		printf("%s = %s\n", t->name, cur ? cur : def);
+		printf("    %s\n    %s %s, default %s, %s\n", t->doc, kind,
+		       range, def, t->runtime ? "runtime" : "at start only");
+		free(cur);
+	}
+	return 0;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+struct sample {
+	double t;
+	uint64_t faults, demand, read, written, hit, late, resident;
+};
+
+static void take(struct sample *s)
+{
+	s->t = now_s();
+	s->demand = stat_value("demand_faults_total");
+	s->faults = s->demand + stat_value("zero_fills_total");
+	s->read = stat_value("bytes_read_total");
+	s->written = stat_value("bytes_written_total");
+	s->hit = stat_value("prefetch_hit_total");
+	s->late = stat_value("prefetch_late_total");
+	s->resident = stat_value("resident_bytes");
+}
+
+static int cmd_stats(int argc, char **argv)
+{
+	double watch = 0;
+	long count = 0, k;
+	struct sample a, b;
+	int i;
+
+	for (i = 0; i < argc; i++) {
+		char *end;
+
+		if (!strcmp(argv[i], "--watch") && i + 1 < argc) {
+			watch = strtod(argv[++i], &end);
+			if (*end || watch <= 0)
+				die("stats: --watch takes seconds > 0, not "
+				    "'%s'",
+				    argv[i]);
+		} else if (!strcmp(argv[i], "--count") && i + 1 < argc) {
+			count = strtol(argv[++i], &end, 10);
+			if (*end || count < 0)
+				die("stats: --count takes a number >= 0");
+		} else {
+			die("stats: unknown argument '%s' (--watch SECONDS, "
+			    "--count N)",
+			    argv[i]);
+		}
+	}
+	if (watch == 0) {
+		char rel[128], *v;
+		size_t j;
+
+		for (j = 0; j < NSTATS; j++) {
+			snprintf(rel, sizeof(rel), "stats/%s", stat_names[j]);
+			v = value_of(rel);
+			print_kv(stat_names[j], v);
+			free(v);
+		}
+		return 0;
+	}
+	/* hit rate: prefetched blocks used / blocks the program needed
+	   that were not resident (hits + demand faults) */
+	printf("%10s %10s %10s %10s %8s %12s\n", "faults/s", "read GB/s",
+	       "write GB/s", "hits/s", "hit %", "resident MiB");
+	fflush(stdout);
+	take(&a);
+	for (k = 0; count == 0 || k < count; k++) {
+		double dt;
+		uint64_t need;
+		char hit[16];
+
+		usleep((useconds_t)(watch * 1e6));
+		take(&b);
+		dt = b.t - a.t;
+		need = (b.hit - a.hit) + (b.demand - a.demand);
+		if (need)
+			snprintf(hit, sizeof(hit), "%.1f",
+				 100.0 * (double)(b.hit - a.hit) /
+				     (double)need);
+		else
+			snprintf(hit, sizeof(hit), "-");
+		printf("%10.1f %10.3f %10.3f %10.1f %8s %12.1f\n",
+		       (double)(b.faults - a.faults) / dt,
+		       (double)(b.read - a.read) / dt / 1e9,
+		       (double)(b.written - a.written) / dt / 1e9,
+		       (double)(b.hit - a.hit) / dt, hit,
+		       (double)b.resident / (1024.0 * 1024.0));
+		fflush(stdout);
+		a = b;
+	}
+	return 0;
+}
+
+/* The view's current values, as configs to check a load against. */
+static void current(struct kvp_config *cfg, struct kvp_kv_config *kv)
+{
+	struct kvp_tunable_target tg = { .pager = cfg, .kv = kv };
+	char rel[128], err[KVP_TUNABLE_ERR_MAX];
+	size_t i;
+
+	kvp_tunables_defaults(&tg);
+	for (i = 0; i < kvp_tunables_count(); i++) {
+		const struct kvp_tunable *t = kvp_tunable_at(i);
+		char *s, *v;
+		uint64_t x;
+
+		snprintf(rel, sizeof(rel), "tunables/%s", t->name);
+		s = value_of(rel);
+		v = s;
+		if (t->type == KVP_T_CHOICE) {
+			/* "a [b] c": the bracketed one */
+			char *l = strchr(s, '['), *r = strchr(s, ']');
+
+			if (l && r && r > l) {
+				*r = '\0';
+				v = l + 1;
+			}
+		}
+		if (kvp_tunable_parse(t, v, &x, err, sizeof(err)) == 0)
+			*(uint64_t *)((t->owner == KVP_TUNABLE_PAGER
+					   ? (char *)cfg
+					   : (char *)kv) +
+				      t->offset) = x;
+		free(s);
+	}
+}
+
+static int cmd_load(int argc, char **argv)
+{
+	char err[KVP_TUNABLE_ERR_MAX], *text = NULL;
+	struct kvp_config cfg;
+	struct kvp_kv_config kv;
+	struct kvp_tunable_target tg = { .pager = &cfg, .kv = &kv };
+	size_t len = 0, cap = 0, changed;
+	FILE *f;
+	int r;
+
+	if (argc != 1)
+		die("load: give one FILE of name = value lines (- for stdin)");
+	f = strcmp(argv[0], "-") ? fopen(argv[0], "re") : stdin;
+	if (!f)
+		die("cannot open %s: %s", argv[0], strerror(errno));
+	for (;;) {
+		size_t n;
+
+		if (cap - len < 4096) {
+			cap = cap ? cap * 2 : 8192;
+			text = realloc(text, cap + 1);
+			if (!text)
+				die("out of memory");
+		}
+		n = fread(text + len, 1, cap - len, f);
+		len += n;
+		if (n == 0)
+			break;
+	}
+	if (ferror(f))
+		die("cannot read %s: %s", argv[0], strerror(errno));
+	if (f != stdin)
+		fclose(f);
+	text[len] = '\0';
+	if (strlen(text) != len)
+		die("%s: not a text file (it holds a NUL byte)", argv[0]);
+	current(&cfg, &kv);
+	if (kvp_tunables_apply_lines(&tg, text, KVP_TUNABLES_RUNTIME_ONLY,
+				     &changed, err, sizeof(err)))
+		die("%s: %s; nothing was changed", argv[0], err);
+	r = put("apply", text, len);
+	if (r) {
+		char *why = last_error();
+
+		die("%s refused by the pager: %s; nothing was changed", argv[0],
+		    *why ? why : strerror(-r));
+	}
+	printf("%s: %zu tunable%s changed\n", argv[0], changed,
+	       changed == 1 ? "" : "s");
+	free(text);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *mount = NULL, *cmd;
+	bool all = false;
+	pid_t pid = 0;
+	int c;
+
+	while ((c = getopt_long(argc, argv, "+ap:m:nh", longopts, NULL)) !=
+	       -1) {
+		switch (c) {
+		case 'a':
+			all = true;
+			break;
+		case 'p': {
+			char *end;
+			long v = strtol(optarg, &end, 10);
+
+			if (*end || v <= 0 || v > INT_MAX) {
+				fprintf(stderr,
+					"kvpctl: -p takes a pid, not "
+					"'%s'\n",
+					optarg);
+				return 2;
+			}
+			pid = (pid_t)v;
+			break;
+		}
+		case 'm':
+			mount = optarg;
+			break;
+		case 'n':
+			value_only = true;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	argc -= optind;
+	argv += optind;
+	cmd = argc ? argv[0] : NULL;
+	if (!cmd && !all) {
+		if (pid || mount) {
+			choose(pid, mount);
+			printf("%s\n", mount_path);
+			return 0;
+		}
+		return cmd_ps();
+	}
+	if (all) {
+		if (cmd) {
+			fprintf(stderr, "kvpctl: -a takes no command\n");
+			return 2;
+		}
+		choose(pid, mount);
+		return cmd_all();
+	}
+	if (!strcmp(cmd, "list")) {
+		/* the docs need no pager; values when one runs */
+		struct kvp_instance_entry *e;
+		size_t n, i, alive = 0;
+
+		if (!pid && !mount && !kvp_instance_list(0, &e, &n)) {
+			for (i = 0; i < n; i++)
+				alive += e[i].alive && e[i].mount[0];
+			free(e);
+			if (alive != 1)
+				return cmd_list(false);
+		}
+		choose(pid, mount);
+		return cmd_list(true);
+	}
+	if (!strcmp(cmd, "get") || !strcmp(cmd, "set") ||
+	    !strcmp(cmd, "stats") || !strcmp(cmd, "load")) {
+		choose(pid, mount);
+		if (!strcmp(cmd, "get"))
+			return cmd_get(argc - 1, argv + 1);
+		if (!strcmp(cmd, "set"))
+			return cmd_set(argc - 1, argv + 1);
+		if (!strcmp(cmd, "stats"))
+			return cmd_stats(argc - 1, argv + 1);
+		return cmd_load(argc - 1, argv + 1);
+	}
+	fprintf(stderr, "kvpctl: unknown command '%s'\n", cmd);
+	usage(stderr);
+	return 2;
+}
