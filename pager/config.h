@@ -42,6 +42,8 @@ enum kvp_install_mode {
 	  "io_uring submission queue depth of each ring")                      \
 	X(io_batch, KVP_T_UINT, 1, 1024, 16, true, NULL,                       \
 	  "reads gathered before one io_uring submit")                         \
+	X(readahead_bytes, KVP_T_BYTES, 0, 1ULL << 30, 32ULL << 20, true, NULL, \
+	  "most bytes loaded ahead of a sequential run of faults (0: none)")   \
 	X(install_mode, KVP_T_CHOICE, 0, 2, KVP_INSTALL_AUTO, true,            \
 	  "auto move copy",                                                    \
 	  "how a loaded block enters the region: UFFDIO_MOVE or UFFDIO_COPY")  \

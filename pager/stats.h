@@ -28,6 +28,10 @@ enum kvp_stat_kind { KVP_COUNTER, KVP_GAUGE };
 	  "prefetched blocks the program faulted on before install")           \
 	X(prefetch_wasted_total, KVP_COUNTER,                                  \
 	  "prefetched blocks evicted without being used")                      \
+	X(readahead_blocks_total, KVP_COUNTER,                                 \
+	  "blocks loaded ahead of a sequential run of faults")                 \
+	X(readahead_wasted_total, KVP_COUNTER,                                 \
+	  "read-ahead blocks dropped before the program asked for them")       \
 	X(bytes_read_total, KVP_COUNTER, "bytes read from stores")             \
 	X(bytes_written_total, KVP_COUNTER, "bytes written back to stores")    \
 	X(evictions_clean_total, KVP_COUNTER, "clean blocks evicted")          \

@@ -1,0 +1,187 @@
+/*
+ * evict.c - which block leaves, and how it leaves.
+ *
+ * Policy: CLOCK over every resident block of the pager, in install order.
+ * A block's reference bit is set when it is installed, faulted on, written,
+ * pinned or asked for again by a prefetch; the hand clears it and takes the
+ * first block without it.  Pinned blocks, and blocks whose write-back
+ * failed (their data exists only in RAM), are never taken.  A COLD hint
+ * puts a block just before the hand, so it goes next.
+ *
+ * Mechanism: a victim's pages are moved (UFFDIO_MOVE, through the landing
+ * context) from the region into an empty frame slot.  That detaches them
+ * atomically: a write that lands before the move is in the frame and is
+ * written back, a write after it faults on a missing page and waits for
+ * the block to be loaded again.  It also recycles the pages as the next
+ * frame and, unlike MADV_DONTNEED, raises no UFFD_EVENT_REMOVE that our own
+ * service threads would have to read before the call returns.
+ */
+#include <errno.h>
+
+#include "pager/pager_i.h"
+
+void kvp_clock_add(struct kvp_pager *p, struct kvp_block *b)
+{
+	if (!p->clock) {
+		b->next = b->prev = b;
+		p->clock = b;
+		return;
+	}
+	/* Insert just behind the hand: the last to be examined. */
+	b->next = p->clock;
+	b->prev = p->clock->prev;
+	b->prev->next = b;
+	p->clock->prev = b;
+}
+
+void kvp_clock_del(struct kvp_pager *p, struct kvp_block *b)
+{
+	if (b->next == b) {
+		p->clock = NULL;
+	} else {
+		b->prev->next = b->next;
+		b->next->prev = b->prev;
+		if (p->clock == b)
+			p->clock = b->next;
+	}
+	b->next = b->prev = NULL;
+}
+
+void kvp_clock_cold(struct kvp_pager *p, struct kvp_block *b)
+{
+	b->flags |= BLK_COLD;
+	b->flags &= ~BLK_REF;
+	kvp_clock_del(p, b);
+	kvp_clock_add(p, b);
+	p->clock = b; /* the hand points at it: next victim */
+}
+
+struct kvp_block *kvp_clock_victim(struct kvp_pager *p, struct kvp_region **rp)
+{
+	struct kvp_block *b = p->clock, *start = b;
+	unsigned rounds = 0;
+
+	if (!b)
+		return NULL;
+	for (;;) {
+		if (b->pins == 0 && !(b->flags & BLK_WB_FAILED) &&
+		    !(b->flags & BLK_REF)) {
+			p->clock = b->next == b ? NULL : b->next;
+			*rp = b->owner;
+			return b;
+		}
+		b->flags &= ~BLK_REF;
+		b = b->next;
+		if (b == start && ++rounds == 2)
+			return NULL;
+	}
+}
+
+int kvp_detach(struct kvp_pager *p, struct kvp_region *r, uint64_t blk,
+	       void **slot)
+{
+	char *addr = kvp_blk_addr(r, blk);
+	size_t len = r->block_bytes, off = 0;
+	int err;
+
+	for (;;) {
+		size_t done = 0;
+
+		err = kvp_uffd_move(&p->frames.land, (char *)*slot + off,
+				    addr + off, len - off,
+				    UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES, &done);
+		off += done;
+		if (err != -EAGAIN || off >= len)
+			break;
+	}
+	if (err == -ENOENT)
+		return -ENOENT; /* the program unmapped it */
+	if (err && off) {
+		/* Part moved (a page pinned by I/O, say): put it back. */
+		size_t back = 0;
+
+		(void)kvp_uffd_move(&p->uffd, addr, *slot, off,
+				    UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES |
+					UFFDIO_MOVE_MODE_DONTWAKE,
+				    &back);
+	}
+	return err;
+}
+
+int kvp_evict_one(struct kvp_service *s)
+{
+	struct kvp_pager *p = s->p;
+	struct kvp_region *r = NULL;
+	struct kvp_block *b;
+	struct kvp_op *op;
+	bool dirty, waiters = false;
+	uint64_t blk;
+	void *slot;
+	int err;
+
+	pthread_mutex_lock(&p->lock);
+	b = kvp_clock_victim(p, &r);
+	if (!b) {
+		pthread_mutex_unlock(&p->lock);
+		return -EAGAIN;
+	}
+	blk = kvp_blk_index(r, b);
+	op = kvp_op_new(OP_WRITEBACK, r, blk);
+	slot = op ? kvp_frame_empty_slot(p, r->block_bytes) : NULL;
+	if (!slot) {
+		pthread_mutex_unlock(&p->lock);
+		kvp_op_free(op);
+		return -ENOMEM;
+	}
+	op->slot = slot;
+	op->svc = s;
+	kvp_blk_begin_evict(r, b, op);
+	dirty = (b->flags & BLK_DIRTY) || !p->have_wp;
+	pthread_mutex_unlock(&p->lock);
+
+	err = kvp_detach(p, r, blk, &slot);
+
+	pthread_mutex_lock(&p->lock);
+	if (err == -ENOENT) {
+		b->flags |= BLK_GONE | BLK_DROP;
+		err = 0;
+	}
+	if (err) {
+		/* Could not take the pages (pinned by in-flight I/O, shared
+		 * after a fork): leave it resident, try another. */
+		kvp_frame_put(p, slot, r->block_bytes, false);
+		kvp_blk_evict_aborted(r, b);
+		b->flags |= BLK_REF;
+		pthread_mutex_unlock(&p->lock);
+		kvp_op_free(op);
+		return 0;
+	}
+	if (b->flags & BLK_PREFETCHED)
+		KVP_STAT_ADD(r, prefetch_wasted_total, 1);
+	if (dirty && !(b->flags & BLK_DROP)) {
+		/* The frame stays with the block until the write is done. */
+		op->io.op = KVP_IO_WRITE;
+		op->io.buf = slot;
+		op->io.len = r->block_bytes;
+		op->io.off = kvp_blk_store_off(r, blk);
+		op->next = s->to_submit;
+		s->to_submit = op;
+		pthread_mutex_unlock(&p->lock);
+		return 0;
+	}
+	if (!(b->flags & BLK_DROP))
+		KVP_STAT_ADD(r, evictions_clean_total, 1);
+	waiters = b->flags & BLK_WAITERS;
+	b->flags &= ~BLK_WAITERS;
+	kvp_blk_evicted(r, b, false);
+	kvp_frame_unuse(p, r->block_bytes);
+	kvp_frame_put(p, slot, r->block_bytes, true);
+	if (r->dying)
+		pthread_cond_broadcast(&p->idle);
+	pthread_mutex_unlock(&p->lock);
+	kvp_op_free(op);
+	if (waiters)
+		(void)kvp_uffd_wake(&p->uffd, kvp_blk_addr(r, blk),
+				    r->block_bytes);
+	return 0;
+}

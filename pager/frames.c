@@ -1,0 +1,206 @@
+/*
+ * frames.c - the frame pool and the RAM budget.
+ *
+ * Frames are slots of one block size carved from one arena: a large
+ * reservation (virtual only, MAP_NORESERVE, THP-aligned, MADV_HUGEPAGE,
+ * MADV_DONTFORK).  A slot either holds pages ("full": its memory has been
+ * touched, so reusing it costs nothing) or not ("empty": its pages were
+ * moved into a region by UFFDIO_MOVE, or freed).  Fresh memory is slow to
+ * touch on these machines, so full slots are recycled first and pages are
+ * freed only when the budget needs the room for another block size.
+ *
+ * The arena is registered (write-protect mode only, so it never takes a
+ * missing fault) with a second userfaultfd, the "landing" one: UFFDIO_MOVE
+ * needs its destination registered with the context that moves, and
+ * eviction moves a block's pages from a region back into a slot.  That
+ * context has no EVENT_REMOVE, so freeing a slot with MADV_DONTNEED raises
+ * no event and cannot block on our own service threads.
+ *
+ * Budget: charged = in_use (frames of LOADING, RESIDENT and EVICTING
+ * blocks) + full free slots.  kvp_frame_get never lets charged pass the
+ * budget; a UFFDIO_COPY install briefly holds the block twice (its frame
+ * and the region's new pages), one block per service thread at most,
+ * which is the documented slack.  All calls are made under p->lock.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+
+#include "kmod-helpers/mem.h"
+#include "pager/pager_i.h"
+
+#define ARENA_MIN (64ULL << 30)
+
+uint64_t kvp_budget(const struct kvp_pager *p)
+{
+	return p->cfg.ram_budget_bytes;
+}
+
+unsigned kvp_size_class(size_t bytes)
+{
+	return (unsigned)__builtin_ctzll(bytes) - 12;
+}
+
+static int stack_push(struct kvp_slot_stack *s, void *slot)
+{
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? s->cap * 2 : 64;
+		void **v = realloc(s->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		s->v = v;
+		s->cap = cap;
+	}
+	s->v[s->n++] = slot;
+	return 0;
+}
+
+static void *stack_pop(struct kvp_slot_stack *s)
+{
+	return s->n ? s->v[--s->n] : NULL;
+}
+
+int kvp_frames_init(struct kvp_pager *p)
+{
+	struct kvp_frames *f = &p->frames;
+	uint64_t len = 4 * p->cfg.ram_budget_bytes + ARENA_MIN;
+	void *a;
+	int err;
+
+	err = kvp_uffd_open(&f->land, 0);
+	if (err)
+		return err;
+	err = kvp_uffd_api(&f->land, UFFD_FEATURE_MOVE, UFFD_FEATURE_MOVE);
+	if (err)
+		goto out_close;
+	len = (len + KVP_HUGE_SIZE - 1) & ~(uint64_t)(KVP_HUGE_SIZE - 1);
+	err = kvp_mem_reserve(len, KVP_HUGE_SIZE, true, &a);
+	if (err)
+		goto out_close;
+	(void)kvp_mem_advise(a, len, MADV_DONTFORK);
+	err =
+	    kvp_uffd_register(&f->land, a, len, UFFDIO_REGISTER_MODE_WP, NULL);
+	if (err) {
+		kvp_mem_release(a, len);
+		goto out_close;
+	}
+	f->arena = a;
+	f->arena_len = len;
+	return 0;
+out_close:
+	kvp_uffd_close(&f->land);
+	return err;
+}
+
+void kvp_frames_fini(struct kvp_pager *p)
+{
+	struct kvp_frames *f = &p->frames;
+
+	if (f->arena) {
+		kvp_uffd_unregister(&f->land, f->arena, f->arena_len);
+		kvp_mem_release(f->arena, f->arena_len);
+	}
+	for (unsigned c = 0; c < KVP_SIZE_CLASSES; c++) {
+		free(f->full[c].v);
+		free(f->empty[c].v);
+	}
+	kvp_uffd_close(&f->land);
+	f->arena = NULL;
+}
+
+/* Free the pages of one full slot of another class than @keep. */
+static bool drop_one_full(struct kvp_pager *p, int keep)
+{
+	struct kvp_frames *f = &p->frames;
+
+	for (int c = KVP_SIZE_CLASSES - 1; c >= 0; c--) {
+		size_t bytes = (size_t)4096 << c;
+		void *slot;
+
+		if (c == keep || !f->full[c].n)
+			continue;
+		slot = stack_pop(&f->full[c]);
+		(void)kvp_mem_advise(slot, bytes, MADV_DONTNEED);
+		f->charged -= bytes;
+		/* On failure the slot's address range is lost, not memory. */
+		(void)stack_push(&f->empty[c], slot);
+		return true;
+	}
+	return false;
+}
+
+void *kvp_frame_empty_slot(struct kvp_pager *p, size_t bytes)
+{
+	struct kvp_frames *f = &p->frames;
+	unsigned c = kvp_size_class(bytes);
+	void *slot = stack_pop(&f->empty[c]);
+	size_t at;
+
+	if (slot)
+		return slot;
+	at = (f->bump + bytes - 1) & ~(bytes - 1);
+	if (at + bytes > f->arena_len)
+		return NULL;
+	f->bump = at + bytes;
+	return f->arena + at;
+}
+
+void *kvp_frame_get(struct kvp_pager *p, size_t bytes)
+{
+	struct kvp_frames *f = &p->frames;
+	unsigned c = kvp_size_class(bytes);
+	void *slot;
+
+	slot = stack_pop(&f->full[c]);
+	if (slot) {
+		f->in_use += bytes;
+		return slot;
+	}
+	while (f->charged + bytes > kvp_budget(p))
+		if (!drop_one_full(p, (int)c))
+			return NULL;
+	slot = kvp_frame_empty_slot(p, bytes);
+	if (!slot)
+		return NULL;
+	f->in_use += bytes;
+	f->charged += bytes;
+	return slot;
+}
+
+void kvp_frame_put(struct kvp_pager *p, void *slot, size_t bytes, bool full)
+{
+	struct kvp_frames *f = &p->frames;
+	unsigned c = kvp_size_class(bytes);
+
+	if (full && f->charged + bytes > kvp_budget(p) + 0) {
+		/* Over budget (a copy install, or a smaller budget): free the
+		 * pages rather than keep them. */
+		(void)kvp_mem_advise(slot, bytes, MADV_DONTNEED);
+		full = false;
+	}
+	if (full) {
+		f->charged += bytes;
+		if (stack_push(&f->full[c], slot) == 0)
+			return;
+		(void)kvp_mem_advise(slot, bytes, MADV_DONTNEED);
+		f->charged -= bytes;
+	}
+	(void)stack_push(&f->empty[c], slot);
+}
+
+/* A block gave up its frame's bytes (evicted, dropped, forgotten). */
+void kvp_frame_unuse(struct kvp_pager *p, size_t bytes)
+{
+	p->frames.in_use -= bytes;
+	p->frames.charged -= bytes;
+}
+
+uint64_t kvp_frames_shrink(struct kvp_pager *p, uint64_t target)
+{
+	uint64_t before = p->frames.charged;
+
+	while (p->frames.charged > target && drop_one_full(p, -1))
+		;
+	return before - p->frames.charged;
+}

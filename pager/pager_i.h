@@ -1,0 +1,290 @@
+/*
+ * pager_i.h - the engine's internal structures, shared by the engine's files only.
+ *
+ * Locking: one mutex per pager (p->lock) guards every block's state and
+ * flags, the frame pool, the clock list, the in-flight operations and the
+ * region list.  It is never held across a system call that can block on
+ * the userfaultfd (an ioctl that resolves a fault, a store I/O, madvise):
+ * those run with the block in a transient state (LOADING or EVICTING) that
+ * no other thread touches.  Statistics are relaxed atomics.
+ */
+#ifndef KVP_PAGER_I_H
+#define KVP_PAGER_I_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kmod-helpers/uffd.h"
+#include "pager/pager.h"
+
+/* Block flags (struct kvp_block.flags). */
+enum {
+	BLK_DIRTY = 1u << 0,	  /* written since last stored */
+	BLK_IN_STORE = 1u << 1,	  /* the store holds its data */
+	BLK_PREFETCHED = 1u << 2, /* loaded by prefetch, not used yet */
+	BLK_REF = 1u << 3,	  /* clock reference bit */
+	BLK_COLD = 1u << 4,	  /* hinted: evict first */
+	BLK_WAITERS = 1u << 5,	  /* a fault waits for the transition */
+	BLK_WB_FAILED = 1u << 6,  /* write-back failed: keep resident */
+	BLK_DROP = 1u << 7,	  /* contents dropped while LOADING or
+				     EVICTING: becomes zeros, no write-back */
+	BLK_GONE = 1u << 8,	  /* range unmapped by the program */
+	BLK_HOLES = 1u << 9,	  /* resident, some pages dropped by the
+				     program: a fault there fills zeros */
+	BLK_READAHEAD = 1u << 10, /* loaded by readahead, not used yet */
+};
+
+struct kvp_op;
+
+/* One block of a region.  Zero-filled means ABSENT, nothing stored. */
+struct kvp_block {
+	uint8_t state;	/* enum kvp_block_state */
+	uint16_t flags; /* BLK_* */
+	uint16_t pins;
+	uint64_t last_use;
+	struct kvp_block *next, *prev; /* clock list, while RESIDENT */
+	struct kvp_op *op;	       /* while LOADING or EVICTING */
+	struct kvp_region *owner;      /* set when first loaded */
+};
+
+/* Statistics as relaxed atomics; snapshot into struct kvp_stats. */
+#define KVP_ASTAT_FIELD(name, kind, doc) _Atomic uint64_t name;
+struct kvp_astats {
+	KVP_STATS(KVP_ASTAT_FIELD)
+	_Atomic uint64_t io_latency_us[KVP_LATENCY_BUCKETS];
+};
+#undef KVP_ASTAT_FIELD
+
+struct kvp_region {
+	struct kvp_pager *p;
+	char name[64];
+	unsigned id;
+	char *addr;
+	size_t size;
+	size_t block_bytes;
+	unsigned block_shift;
+	uint64_t nblocks;
+	struct kvp_store *store;
+	uint64_t store_offset;
+	unsigned flags;
+	enum kvp_install_mode install; /* MOVE or COPY, never AUTO */
+	struct kvp_block *blocks;      /* nblocks, mmap'd NORESERVE */
+	size_t blocks_map_len;
+	unsigned inflight; /* ops of this region in flight */
+	unsigned pf_reqs;  /* prefetch requests not yet run */
+	bool dying;
+	uint64_t ra_next;   /* readahead: next expected block */
+	unsigned ra_window; /* readahead: blocks ahead */
+	struct kvp_astats st;
+	struct kvp_region *next; /* pager's list, creation order */
+};
+
+/* An operation in flight on one block: a load or a write-back. */
+enum kvp_op_kind {
+	OP_LOAD,      /* store -> frame -> region */
+	OP_WRITEBACK, /* evicted dirty frame -> store */
+};
+
+struct kvp_pf_ref {
+	struct kvp_prefetch *pf;
+	struct kvp_pf_ref *next;
+};
+
+struct kvp_op {
+	struct kvp_io io;
+	enum kvp_op_kind kind;
+	struct kvp_region *r;
+	uint64_t blk;
+	void *slot;		   /* frame slot in the arena */
+	bool zero;		   /* load: no read, zero-fill the frame */
+	bool staged;		   /* load: read, waiting for a fault to be
+				      installed (read-ahead), on p->staged */
+	bool dirty;		   /* load: install writable and dirty (a
+				      write fault is waiting) */
+	uint32_t rm_start, rm_end; /* load: bytes the program dropped
+				      meanwhile, zeroed before install */
+	struct kvp_pf_ref *pfs;	   /* prefetch handles waiting on it */
+	struct kvp_service *svc;   /* the thread that owns its I/O */
+	struct kvp_op *next;	   /* queue links */
+};
+
+/* Frame pool: slots of one size class carved from the arena. */
+#define KVP_SIZE_CLASSES 12 /* 4 KiB .. 8 MiB */
+struct kvp_slot_stack {
+	void **v;
+	size_t n, cap;
+};
+
+struct kvp_frames {
+	struct kvp_uffd land; /* second userfaultfd: the arena is
+				     registered with it (WP mode only), so
+				     that UFFDIO_MOVE may land pages there */
+	char *arena;
+	size_t arena_len;
+	size_t bump; /* next never-used byte of the arena */
+	struct kvp_slot_stack full[KVP_SIZE_CLASSES];  /* pages present */
+	struct kvp_slot_stack empty[KVP_SIZE_CLASSES]; /* no pages */
+	uint64_t charged; /* bytes of frames holding pages: in use
+				     by blocks or free in the pool */
+	uint64_t in_use;  /* bytes held by LOADING, RESIDENT and
+				     EVICTING blocks */
+};
+
+/* A request handed to a service thread by another thread. */
+enum kvp_req_kind { REQ_PREFETCH, REQ_STOP };
+struct kvp_req {
+	enum kvp_req_kind kind;
+	struct kvp_prefetch *pf;
+	struct kvp_req *next;
+};
+
+struct kvp_squeue {
+	struct kvp_store *store;
+	struct kvp_store_queue *q;
+	unsigned inflight;
+};
+
+/* One service thread. */
+struct kvp_service {
+	struct kvp_pager *p;
+	unsigned idx;
+	pthread_t thread;
+	int wake_fd;		   /* eventfd: requests queued */
+	struct kvp_req *reqs;	   /* under p->lock */
+	struct kvp_squeue *queues; /* one per store this thread used */
+	unsigned nqueues;
+	struct kvp_op *to_submit;  /* ops waiting for a store queue slot */
+	struct kvp_op *ready;	   /* loads to install now */
+	struct kvp_op *want_frame; /* loads waiting for a frame (FIFO) */
+	struct kvp_op **want_tail;
+	bool stopping;
+};
+
+struct kvp_prefetch {
+	struct kvp_region *r;
+	uint64_t *blocks;
+	size_t n;
+	size_t next;	/* first block not yet started */
+	size_t pending; /* started, not finished */
+	bool cancelled;
+	bool failed;
+	bool released; /* the caller let go; free when finished */
+	pthread_cond_t cond;
+};
+
+struct kvp_pager {
+	struct kvp_config cfg;
+	struct kvp_uffd uffd;
+	bool have_wp; /* dirty tracking by write-protect */
+	bool have_poison;
+	pthread_mutex_t lock;
+	pthread_mutex_t rlock; /* the region list, for foreach; taken
+				      before lock */
+	struct kvp_frames frames;
+	struct kvp_block *clock; /* clock hand (a resident block) */
+	uint64_t tick;		 /* pager clock, for last_use */
+	struct kvp_region *regions;
+	unsigned nregions;
+	unsigned next_region_id;
+	struct kvp_region **rtab; /* regions sorted by address */
+	unsigned wb_inflight;	  /* write-backs holding a frame */
+	struct kvp_op *staged;	  /* read-ahead blocks read, not installed
+				      (newest first) */
+	uint64_t pinned_bytes;	  /* bytes of blocks with pins > 0 */
+	pthread_cond_t idle;	  /* an op finished (destroy waits) */
+	struct kvp_service *svc;
+	unsigned nsvc;
+	unsigned rr;		/* round robin for requests */
+	struct kvp_astats gone; /* totals of destroyed regions */
+	void *zero_page;	/* a page of zeros, for hole fills */
+};
+
+/* core.c: block state transitions (each one asserted). */
+uint64_t kvp_blk_index(const struct kvp_region *r, const struct kvp_block *b);
+char *kvp_blk_addr(const struct kvp_region *r, uint64_t blk);
+uint64_t kvp_blk_store_off(const struct kvp_region *r, uint64_t blk);
+void kvp_blk_begin_load(struct kvp_region *r, struct kvp_block *b,
+			struct kvp_op *op);
+void kvp_blk_installed(struct kvp_region *r, struct kvp_block *b, bool dirty);
+void kvp_blk_load_failed(struct kvp_region *r, struct kvp_block *b);
+void kvp_blk_load_dropped(struct kvp_region *r, struct kvp_block *b);
+void kvp_blk_begin_evict(struct kvp_region *r, struct kvp_block *b,
+			 struct kvp_op *op);
+void kvp_blk_evicted(struct kvp_region *r, struct kvp_block *b, bool stored);
+void kvp_blk_evict_aborted(struct kvp_region *r, struct kvp_block *b);
+void kvp_blk_forget(struct kvp_region *r, struct kvp_block *b);
+bool kvp_blk_sane(const struct kvp_region *r, const struct kvp_block *b);
+void kvp_blk_touch(struct kvp_pager *p, struct kvp_block *b);
+
+/* frames.c: the frame pool and the budget.  Under p->lock. */
+int kvp_frames_init(struct kvp_pager *p);
+void kvp_frames_fini(struct kvp_pager *p);
+unsigned kvp_size_class(size_t bytes);
+/* A slot for a load, holding pages or not; NULL when the budget is full. */
+void *kvp_frame_get(struct kvp_pager *p, size_t bytes);
+/* An empty slot to move a block's pages into (eviction): never fails but
+ * for address space, NULL then. */
+void *kvp_frame_empty_slot(struct kvp_pager *p, size_t bytes);
+/* Give back a slot: @full if pages are present in it. */
+void kvp_frame_put(struct kvp_pager *p, void *slot, size_t bytes, bool full);
+/* A block gave up its frame's bytes (evicted, dropped, forgotten). */
+void kvp_frame_unuse(struct kvp_pager *p, size_t bytes);
+/* Drop free pages down to @target bytes charged (returns bytes freed). */
+uint64_t kvp_frames_shrink(struct kvp_pager *p, uint64_t target);
+uint64_t kvp_budget(const struct kvp_pager *p);
+
+/* evict.c: the clock policy and eviction.  Under p->lock unless said. */
+void kvp_clock_add(struct kvp_pager *p, struct kvp_block *b);
+void kvp_clock_del(struct kvp_pager *p, struct kvp_block *b);
+void kvp_clock_cold(struct kvp_pager *p, struct kvp_block *b);
+struct kvp_block *kvp_clock_victim(struct kvp_pager *p, struct kvp_region **r);
+/* Evict one block (takes and drops p->lock itself; called unlocked).
+ * Returns 0, -EAGAIN if nothing could be evicted, or -errno. */
+int kvp_evict_one(struct kvp_service *s);
+/* Detach a resident block's pages into an empty slot (p->lock not held,
+ * block in EVICTING); returns 0 or -errno; *slot receives the slot. */
+int kvp_detach(struct kvp_pager *p, struct kvp_region *r, uint64_t blk,
+	       void **slot);
+
+/* service.c: the fault service threads. */
+int kvp_service_start(struct kvp_pager *p);
+void kvp_service_stop(struct kvp_pager *p);
+void kvp_service_request(struct kvp_pager *p, struct kvp_req *req);
+/* Wake a service thread (its eventfd). */
+void kvp_service_poke(struct kvp_service *s);
+struct kvp_op *kvp_op_new(enum kvp_op_kind kind, struct kvp_region *r,
+			  uint64_t blk);
+/* Why a load starts. */
+enum kvp_load_why { LOAD_FAULT, LOAD_PREFETCH, LOAD_READAHEAD };
+/* Start loading ABSENT block @blk (under p->lock); 0 or -ENOMEM. */
+int kvp_load_start(struct kvp_service *s, struct kvp_region *r, uint64_t blk,
+		   enum kvp_load_why why, struct kvp_prefetch *pf, bool write);
+void kvp_op_free(struct kvp_op *op);
+
+/* Under p->lock: a staged read-ahead block is wanted now / dropped. */
+void kvp_stage_release(struct kvp_service *s, struct kvp_op *op);
+void kvp_stage_drop(struct kvp_pager *p, struct kvp_op *op);
+
+/* prefetch.c (under p->lock) */
+void kvp_prefetch_run(struct kvp_service *s, struct kvp_prefetch *pf);
+void kvp_prefetch_block_done(struct kvp_pager *p, struct kvp_prefetch *pf,
+			     bool failed);
+
+/* region.c */
+struct kvp_region *kvp_region_find(struct kvp_pager *p, uintptr_t addr);
+int kvp_rtab_rebuild(struct kvp_pager *p);
+void kvp_stats_snapshot(const struct kvp_astats *a, struct kvp_stats *out);
+void kvp_stats_add(struct kvp_stats *sum, const struct kvp_stats *s);
+void kvp_astats_fold(struct kvp_astats *into, const struct kvp_astats *a);
+
+#define KVP_PAGE_BYTES 4096u
+
+#define KVP_STAT_ADD(r, field, v)                                              \
+	atomic_fetch_add_explicit(&(r)->st.field, (v), memory_order_relaxed)
+#define KVP_STAT_SUB(r, field, v)                                              \
+	atomic_fetch_sub_explicit(&(r)->st.field, (v), memory_order_relaxed)
+
+#endif /* KVP_PAGER_I_H */

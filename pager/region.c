@@ -1,0 +1,684 @@
+/*
+ * region.c - regions: reserved, registered virtual memory served by the
+ * pager, and the calls the program makes on them.
+ *
+ * A region is one private anonymous mapping, aligned to its block size (to
+ * 2 MiB for blocks of 2 MiB and more, and then MADV_HUGEPAGE), marked
+ * MADV_DONTFORK (a child process does not inherit it: an access there is
+ * SIGSEGV, never a hang on a handler that is not in the child) and
+ * registered with the pager's userfaultfd for missing faults and, where
+ * the kernel has it, write protection (dirty tracking).  Each region is
+ * one VMA, so the limit on regions is vm.max_map_count (65530 by default,
+ * shared with the rest of the process) and address space; the pager keeps
+ * no per-region file descriptor or thread.
+ *
+ * Per-block metadata is an array mapped MAP_NORESERVE: untouched entries
+ * (blocks never accessed) cost no memory.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "kmod-helpers/mem.h"
+#include "pager/pager_i.h"
+
+#define MAX_BLOCK_BYTES ((size_t)4096 << (KVP_SIZE_CLASSES - 1))
+
+/* auto install: UFFDIO_MOVE from this block size up, UFFDIO_COPY below.
+ * kvpbench install measures both per block size on the machine at hand;
+ * on this project's machines a 4 KiB move (with its TLB flush) costs
+ * about what a copy does, and from 16 KiB up moves win by 2x to 100x. */
+#define AUTO_MOVE_MIN_BYTES (16u << 10)
+
+static int region_cmp(const void *a, const void *b)
+{
+	const struct kvp_region *x = *(struct kvp_region *const *)a;
+	const struct kvp_region *y = *(struct kvp_region *const *)b;
+
+	return x->addr < y->addr ? -1 : x->addr > y->addr;
+}
+
+int kvp_rtab_rebuild(struct kvp_pager *p)
+{
+	struct kvp_region **t = NULL;
+	unsigned n = 0;
+
+	if (p->nregions) {
+		t = malloc(p->nregions * sizeof(*t));
+		if (!t)
+			return -ENOMEM;
+		for (struct kvp_region *r = p->regions; r; r = r->next)
+			t[n++] = r;
+		qsort(t, n, sizeof(*t), region_cmp);
+	}
+	free(p->rtab);
+	p->rtab = t;
+	return 0;
+}
+
+struct kvp_region *kvp_region_find(struct kvp_pager *p, uintptr_t addr)
+{
+	unsigned lo = 0, hi = p->nregions;
+
+	while (lo < hi) {
+		unsigned mid = (lo + hi) / 2;
+		struct kvp_region *r = p->rtab[mid];
+
+		if (addr < (uintptr_t)r->addr)
+			hi = mid;
+		else if (addr >= (uintptr_t)r->addr + r->size)
+			lo = mid + 1;
+		else
+			return r;
+	}
+	return NULL;
+}
+
+void kvp_stats_snapshot(const struct kvp_astats *a, struct kvp_stats *out)
+{
+#define SNAP(name, kind, doc)                                                  \
+	out->name = atomic_load_explicit(&a->name, memory_order_relaxed);
+	KVP_STATS(SNAP)
+#undef SNAP
+	for (int i = 0; i < KVP_LATENCY_BUCKETS; i++)
+		out->io_latency_us[i] = atomic_load_explicit(
+		    &a->io_latency_us[i], memory_order_relaxed);
+}
+
+void kvp_stats_add(struct kvp_stats *sum, const struct kvp_stats *s)
+{
+#define ADD(name, kind, doc) sum->name += s->name;
+	KVP_STATS(ADD)
+#undef ADD
+	for (int i = 0; i < KVP_LATENCY_BUCKETS; i++)
+		sum->io_latency_us[i] += s->io_latency_us[i];
+}
+
+void kvp_astats_fold(struct kvp_astats *into, const struct kvp_astats *a)
+{
+	/* Gauges describe live regions only: a destroyed one adds none. */
+#define FOLD(name, kind, doc)                                                  \
+	if (kind == KVP_COUNTER)                                               \
+		atomic_fetch_add_explicit(                                     \
+		    &into->name,                                               \
+		    atomic_load_explicit(&a->name, memory_order_relaxed),      \
+		    memory_order_relaxed);
+	KVP_STATS(FOLD)
+#undef FOLD
+	for (int i = 0; i < KVP_LATENCY_BUCKETS; i++)
+		atomic_fetch_add_explicit(
+		    &into->io_latency_us[i],
+		    atomic_load_explicit(&a->io_latency_us[i],
+					 memory_order_relaxed),
+		    memory_order_relaxed);
+}
+
+static bool valid_block_bytes(size_t b)
+{
+	return b >= KVP_PAGE_BYTES && b <= MAX_BLOCK_BYTES && !(b & (b - 1));
+}
+
+int kvp_region_create(struct kvp_pager *p, const struct kvp_region_opts *o,
+		      struct kvp_region **out)
+{
+	struct kvp_store *st = o ? o->store : NULL;
+	struct kvp_region *r;
+	size_t align;
+	void *addr, *meta;
+	uint64_t mode;
+	int err;
+
+	if (!p || !o || !out || !st || !valid_block_bytes(o->block_bytes) ||
+	    !o->size || o->size % o->block_bytes ||
+	    (o->flags & ~KVP_REGION_FROM_STORE) ||
+	    o->store_offset % st->offset_align ||
+	    o->block_bytes % st->offset_align || o->store_offset > st->size ||
+	    o->size > st->size - o->store_offset)
+		return -EINVAL;
+	if (o->name && (strlen(o->name) >= sizeof(r->name) || !o->name[0] ||
+			strchr(o->name, '/')))
+		return -EINVAL;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	r->p = p;
+	r->size = o->size;
+	r->block_bytes = o->block_bytes;
+	r->block_shift = (unsigned)__builtin_ctzll(o->block_bytes);
+	r->nblocks = o->size >> r->block_shift;
+	r->store = st;
+	r->store_offset = o->store_offset;
+	r->flags = o->flags;
+	switch (p->cfg.install_mode) {
+	case KVP_INSTALL_MOVE:
+	case KVP_INSTALL_COPY:
+		r->install = (enum kvp_install_mode)p->cfg.install_mode;
+		break;
+	default:
+		r->install = o->block_bytes >= AUTO_MOVE_MIN_BYTES
+				 ? KVP_INSTALL_MOVE
+				 : KVP_INSTALL_COPY;
+	}
+
+	r->blocks_map_len =
+	    (r->nblocks * sizeof(struct kvp_block) + 4095) & ~(size_t)4095;
+	meta = mmap(NULL, r->blocks_map_len, PROT_READ | PROT_WRITE,
+		    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (meta == MAP_FAILED) {
+		free(r);
+		return -ENOMEM;
+	}
+	r->blocks = meta;
+	if (o->flags & KVP_REGION_FROM_STORE)
+		for (uint64_t i = 0; i < r->nblocks; i++)
+			r->blocks[i].flags = BLK_IN_STORE;
+
+	/* Blocks of 64 KiB and more in a region of 2 MiB or more: align to
+	 * 2 MiB as well, so that a run of blocks can sit in a THP. */
+	align = o->block_bytes;
+	if (align < KVP_HUGE_SIZE && o->size >= KVP_HUGE_SIZE &&
+	    o->block_bytes >= (64u << 10))
+		align = KVP_HUGE_SIZE;
+	err = kvp_mem_reserve(o->size, align, o->block_bytes >= KVP_HUGE_SIZE,
+			      &addr);
+	if (err)
+		goto out_meta;
+	r->addr = addr;
+	(void)kvp_mem_advise(addr, o->size, MADV_DONTFORK);
+	mode = UFFDIO_REGISTER_MODE_MISSING;
+	if (p->have_wp)
+		mode |= UFFDIO_REGISTER_MODE_WP;
+	err = kvp_uffd_register(&p->uffd, addr, o->size, mode, NULL);
+	if (err)
+		goto out_unmap;
+
+	pthread_mutex_lock(&p->rlock);
+	pthread_mutex_lock(&p->lock);
+	r->id = p->next_region_id++;
+	if (o->name)
+		snprintf(r->name, sizeof(r->name), "%s", o->name);
+	else
+		snprintf(r->name, sizeof(r->name), "region%u", r->id);
+	for (struct kvp_region *x = p->regions; x; x = x->next)
+		if (!strcmp(x->name, r->name)) {
+			err = -EEXIST;
+			break;
+		}
+	if (!err) {
+		struct kvp_region **t = &p->regions;
+
+		while (*t)
+			t = &(*t)->next;
+		*t = r;
+		p->nregions++;
+		err = kvp_rtab_rebuild(p);
+		if (err) {
+			*t = NULL;
+			p->nregions--;
+		}
+	}
+	pthread_mutex_unlock(&p->lock);
+	pthread_mutex_unlock(&p->rlock);
+	if (err)
+		goto out_unregister;
+	*out = r;
+	return 0;
+
+out_unregister:
+	kvp_uffd_unregister(&p->uffd, addr, o->size);
+out_unmap:
+	kvp_mem_release(addr, o->size);
+	if (err == -ENOMEM || err == -EINVAL)
+		err = err == -EINVAL ? -EINVAL : -ENOMEM;
+out_meta:
+	munmap(meta, r->blocks_map_len);
+	free(r);
+	return err;
+}
+
+/* Write back one resident dirty block from the region itself. */
+static int write_block(struct kvp_region *r, uint64_t blk)
+{
+	struct kvp_pager *p = r->p;
+	struct kvp_block *b = &r->blocks[blk];
+	int err;
+
+	pthread_mutex_lock(&p->lock);
+	b->flags &= ~BLK_DIRTY;
+	pthread_mutex_unlock(&p->lock);
+	/* Protect first: a later write faults and marks it dirty again. */
+	if (p->have_wp)
+		(void)kvp_uffd_writeprotect(&p->uffd, kvp_blk_addr(r, blk),
+					    r->block_bytes, true, false);
+	err = kvp_store_pwrite(r->store, kvp_blk_addr(r, blk), r->block_bytes,
+			       kvp_blk_store_off(r, blk));
+	pthread_mutex_lock(&p->lock);
+	if (err) {
+		b->flags |= BLK_DIRTY | BLK_WB_FAILED;
+		KVP_STAT_ADD(r, write_errors_total, 1);
+	} else {
+		b->flags |= BLK_IN_STORE;
+		b->flags &= ~BLK_WB_FAILED;
+		if (!p->have_wp)
+			b->flags |= BLK_DIRTY;
+		KVP_STAT_ADD(r, bytes_written_total, r->block_bytes);
+	}
+	pthread_mutex_unlock(&p->lock);
+	return err;
+}
+
+int kvp_region_flush(struct kvp_region *r)
+{
+	struct kvp_pager *p;
+	int first = 0;
+
+	if (!r)
+		return -EINVAL;
+	p = r->p;
+	for (uint64_t blk = 0; blk < r->nblocks; blk++) {
+		struct kvp_block *b = &r->blocks[blk];
+		bool want;
+
+		pthread_mutex_lock(&p->lock);
+		want = b->state == KVP_BLOCK_RESIDENT &&
+		       (b->flags & BLK_DIRTY) && !(b->flags & BLK_DROP);
+		if (want)
+			b->pins++; /* stays resident while written */
+		pthread_mutex_unlock(&p->lock);
+		if (!want)
+			continue;
+		int err = write_block(r, blk);
+
+		pthread_mutex_lock(&p->lock);
+		b->pins--;
+		pthread_mutex_unlock(&p->lock);
+		if (err && !first)
+			first = err;
+	}
+	return first;
+}
+
+int kvp_region_destroy(struct kvp_region *r)
+{
+	struct kvp_pager *p;
+	int first = 0;
+
+	if (!r)
+		return -EINVAL;
+	p = r->p;
+	pthread_mutex_lock(&p->lock);
+	r->dying = true;
+	for (struct kvp_op *op = p->staged, *n; op; op = n) {
+		n = op->next;
+		if (op->r == r)
+			kvp_stage_drop(p, op);
+	}
+	while (r->inflight || r->pf_reqs)
+		pthread_cond_wait(&p->idle, &p->lock);
+	pthread_mutex_unlock(&p->lock);
+
+	/* Nothing of the region is in flight now: write back what is dirty
+	 * straight from the region (the program no longer touches it). */
+	for (uint64_t blk = 0; blk < r->nblocks; blk++) {
+		struct kvp_block *b = &r->blocks[blk];
+
+		if (b->state != KVP_BLOCK_RESIDENT || !(b->flags & BLK_DIRTY) ||
+		    (b->flags & BLK_DROP))
+			continue;
+		int err =
+		    kvp_store_pwrite(r->store, kvp_blk_addr(r, blk),
+				     r->block_bytes, kvp_blk_store_off(r, blk));
+		if (err) {
+			KVP_STAT_ADD(r, write_errors_total, 1);
+			if (!first)
+				first = err;
+		} else {
+			KVP_STAT_ADD(r, bytes_written_total, r->block_bytes);
+		}
+	}
+	kvp_uffd_unregister(&p->uffd, r->addr, r->size);
+	kvp_mem_release(r->addr, r->size);
+
+	pthread_mutex_lock(&p->rlock);
+	pthread_mutex_lock(&p->lock);
+	for (uint64_t blk = 0; blk < r->nblocks; blk++) {
+		struct kvp_block *b = &r->blocks[blk];
+
+		if (b->state == KVP_BLOCK_RESIDENT) {
+			kvp_clock_del(p, b);
+			kvp_frame_unuse(p, r->block_bytes);
+		}
+		if (b->pins)
+			p->pinned_bytes -= r->block_bytes;
+	}
+	for (struct kvp_region **t = &p->regions; *t; t = &(*t)->next)
+		if (*t == r) {
+			*t = r->next;
+			break;
+		}
+	p->nregions--;
+	if (kvp_rtab_rebuild(p)) {
+		/* Cannot shrink the table: drop r from it in place. */
+		unsigned k = 0;
+
+		for (unsigned i = 0; i <= p->nregions; i++)
+			if (p->rtab[i] != r)
+				p->rtab[k++] = p->rtab[i];
+	}
+	kvp_astats_fold(&p->gone, &r->st);
+	pthread_mutex_unlock(&p->lock);
+	pthread_mutex_unlock(&p->rlock);
+	munmap(r->blocks, r->blocks_map_len);
+	free(r);
+	return first;
+}
+
+void *kvp_region_addr(const struct kvp_region *r)
+{
+	return r->addr;
+}
+
+size_t kvp_region_size(const struct kvp_region *r)
+{
+	return r->size;
+}
+
+size_t kvp_region_block_bytes(const struct kvp_region *r)
+{
+	return r->block_bytes;
+}
+
+const char *kvp_region_name(const struct kvp_region *r)
+{
+	return r->name;
+}
+
+struct kvp_store *kvp_region_store(const struct kvp_region *r)
+{
+	return r->store;
+}
+
+const char *kvp_region_install_mode(const struct kvp_region *r)
+{
+	return r->install == KVP_INSTALL_MOVE ? "move" : "copy";
+}
+
+void kvp_region_stats(const struct kvp_region *r, struct kvp_stats *out)
+{
+	kvp_stats_snapshot(&r->st, out);
+}
+
+static int check_range(const struct kvp_region *r, uint64_t first, uint64_t n)
+{
+	if (!r || n == 0 || first >= r->nblocks || n > r->nblocks - first)
+		return -EINVAL;
+	return 0;
+}
+
+int kvp_region_pin(struct kvp_region *r, uint64_t first, uint64_t n)
+{
+	struct kvp_pager *p;
+	uint64_t add = 0;
+	int err = check_range(r, first, n);
+
+	if (err)
+		return err;
+	p = r->p;
+	pthread_mutex_lock(&p->lock);
+	for (uint64_t i = first; i < first + n; i++)
+		if (r->blocks[i].pins == 0)
+			add += r->block_bytes;
+	if (p->pinned_bytes + add > kvp_budget(p)) {
+		pthread_mutex_unlock(&p->lock);
+		return -ENOSPC;
+	}
+	for (uint64_t i = first; i < first + n; i++) {
+		struct kvp_block *b = &r->blocks[i];
+
+		if (b->pins == UINT16_MAX) {
+			/* Undo: no partial pin. */
+			for (uint64_t k = first; k < i; k++)
+				r->blocks[k].pins--;
+			pthread_mutex_unlock(&p->lock);
+			return -EOVERFLOW;
+		}
+		b->pins++;
+		if (b->state == KVP_BLOCK_RESIDENT) {
+			if (b->flags & BLK_PREFETCHED)
+				KVP_STAT_ADD(r, prefetch_hit_total, 1);
+			b->flags &=
+			    ~(BLK_PREFETCHED | BLK_READAHEAD | BLK_COLD);
+			kvp_blk_touch(p, b);
+		}
+	}
+	p->pinned_bytes += add;
+	pthread_mutex_unlock(&p->lock);
+	return 0;
+}
+
+int kvp_region_unpin(struct kvp_region *r, uint64_t first, uint64_t n)
+{
+	struct kvp_pager *p;
+	int err = check_range(r, first, n);
+
+	if (err)
+		return err;
+	p = r->p;
+	pthread_mutex_lock(&p->lock);
+	for (uint64_t i = first; i < first + n; i++)
+		if (r->blocks[i].pins == 0) {
+			pthread_mutex_unlock(&p->lock);
+			return -EINVAL;
+		}
+	for (uint64_t i = first; i < first + n; i++)
+		if (--r->blocks[i].pins == 0)
+			p->pinned_bytes -= r->block_bytes;
+	pthread_mutex_unlock(&p->lock);
+	return 0;
+}
+
+/* Drop a resident block's contents: its pages go back to the pool. */
+static void discard_resident(struct kvp_region *r, uint64_t blk)
+{
+	struct kvp_pager *p = r->p;
+	struct kvp_block *b = &r->blocks[blk];
+	struct kvp_op *op = kvp_op_new(OP_WRITEBACK, r, blk);
+	void *slot;
+
+	slot = op ? kvp_frame_empty_slot(p, r->block_bytes) : NULL;
+	if (!slot) {
+		/* No slot: keep it, dirty contents dropped is all we can't
+		 * do; mark it so that it is never written back. */
+		b->flags &= ~(BLK_DIRTY | BLK_IN_STORE);
+		kvp_op_free(op);
+		return;
+	}
+	op->slot = slot;
+	kvp_blk_begin_evict(r, b, op);
+	b->flags |= BLK_DROP;
+	pthread_mutex_unlock(&p->lock);
+	int err = kvp_detach(p, r, blk, &slot);
+
+	pthread_mutex_lock(&p->lock);
+	if (err && err != -ENOENT) {
+		kvp_frame_put(p, slot, r->block_bytes, false);
+		kvp_blk_evict_aborted(r, b);
+		b->flags &= ~(BLK_DIRTY | BLK_IN_STORE | BLK_DROP);
+	} else {
+		bool waiters = b->flags & BLK_WAITERS;
+
+		kvp_blk_evicted(r, b, false);
+		kvp_frame_unuse(p, r->block_bytes);
+		kvp_frame_put(p, slot, r->block_bytes, true);
+		if (waiters) {
+			pthread_mutex_unlock(&p->lock);
+			(void)kvp_uffd_wake(&p->uffd, kvp_blk_addr(r, blk),
+					    r->block_bytes);
+			pthread_mutex_lock(&p->lock);
+		}
+	}
+	pthread_cond_broadcast(&p->idle);
+	kvp_op_free(op);
+}
+
+int kvp_region_advise(struct kvp_region *r, uint64_t first, uint64_t n,
+		      enum kvp_advice advice)
+{
+	struct kvp_pager *p;
+	int err = check_range(r, first, n);
+
+	if (err)
+		return err;
+	if (advice != KVP_ADVICE_COLD && advice != KVP_ADVICE_DISCARD)
+		return -EINVAL;
+	p = r->p;
+	pthread_mutex_lock(&p->lock);
+	for (uint64_t i = first; i < first + n; i++) {
+		struct kvp_block *b = &r->blocks[i];
+
+		if (advice == KVP_ADVICE_COLD) {
+			if (b->flags & BLK_PREFETCHED)
+				KVP_STAT_ADD(r, prefetch_hit_total, 1);
+			b->flags &= ~(BLK_PREFETCHED | BLK_READAHEAD);
+			if (b->state == KVP_BLOCK_RESIDENT && !b->pins)
+				kvp_clock_cold(p, b);
+			continue;
+		}
+		switch (b->state) {
+		case KVP_BLOCK_RESIDENT:
+			if (b->pins) {
+				err = -EBUSY;
+				break;
+			}
+			discard_resident(r, i);
+			break;
+		case KVP_BLOCK_LOADING:
+		case KVP_BLOCK_EVICTING:
+			b->flags |= BLK_DROP;
+			break;
+		case KVP_BLOCK_POISONED:
+			/* Poison markers go with the pages: zap them.  The
+			 * REMOVE event this raises is read by a service
+			 * thread and forgets the block. */
+			pthread_mutex_unlock(&p->lock);
+			(void)kvp_mem_advise(kvp_blk_addr(r, i), r->block_bytes,
+					     MADV_DONTNEED);
+			pthread_mutex_lock(&p->lock);
+			break;
+		case KVP_BLOCK_ABSENT:
+			b->flags &= ~(BLK_IN_STORE | BLK_DIRTY);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&p->lock);
+	if (advice == KVP_ADVICE_DISCARD && r->store->ops->discard && !err)
+		(void)r->store->ops->discard(
+		    r->store, kvp_blk_store_off(r, first), n << r->block_shift);
+	return err;
+}
+
+const char *kvp_block_state_name(enum kvp_block_state s)
+{
+	static const char *const names[] = {
+		[KVP_BLOCK_ABSENT] = "absent",
+		[KVP_BLOCK_LOADING] = "loading",
+		[KVP_BLOCK_RESIDENT] = "resident",
+		[KVP_BLOCK_EVICTING] = "evicting",
+		[KVP_BLOCK_POISONED] = "poisoned",
+	};
+
+	return (unsigned)s < sizeof(names) / sizeof(names[0]) ? names[s]
+							      : "unknown";
+}
+
+int kvp_region_block_info(struct kvp_region *r, uint64_t block,
+			  struct kvp_block_info *out)
+{
+	struct kvp_block *b;
+
+	if (!r || !out || block >= r->nblocks)
+		return -EINVAL;
+	pthread_mutex_lock(&r->p->lock);
+	b = &r->blocks[block];
+	out->state = (enum kvp_block_state)b->state;
+	out->dirty = b->flags & BLK_DIRTY;
+	out->in_store = b->flags & BLK_IN_STORE;
+	out->pins = b->pins;
+	out->last_use = b->last_use;
+	pthread_mutex_unlock(&r->p->lock);
+	return 0;
+}
+
+int kvp_region_peek(struct kvp_region *r, uint64_t block, void *buf)
+{
+	struct kvp_pager *p;
+	struct kvp_block *b;
+	bool in_store;
+	int err = 0;
+
+	if (!r || !buf || block >= r->nblocks)
+		return -EINVAL;
+	p = r->p;
+	b = &r->blocks[block];
+	pthread_mutex_lock(&p->lock);
+	switch (b->state) {
+	case KVP_BLOCK_RESIDENT:
+		if (!(b->flags & BLK_HOLES)) {
+			/* Pages present and held by the lock: eviction
+			 * needs it to start. */
+			memcpy(buf, kvp_blk_addr(r, block), r->block_bytes);
+			pthread_mutex_unlock(&p->lock);
+			return 0;
+		}
+		break;
+	case KVP_BLOCK_EVICTING:
+		if (b->op && b->op->kind == OP_WRITEBACK && b->op->io.buf) {
+			memcpy(buf, b->op->slot, r->block_bytes);
+			pthread_mutex_unlock(&p->lock);
+			return 0;
+		}
+		break;
+	case KVP_BLOCK_POISONED:
+		pthread_mutex_unlock(&p->lock);
+		return -EIO;
+	default:
+		break;
+	}
+	in_store = b->flags & BLK_IN_STORE;
+	if (b->state == KVP_BLOCK_RESIDENT || b->state == KVP_BLOCK_EVICTING) {
+		/* Holes, or pages on the move: wait for a stable state by
+		 * pinning, then read through the region outside the lock
+		 * (a hole is filled with zeros by the service thread). */
+		if (b->state == KVP_BLOCK_RESIDENT) {
+			b->pins++;
+			pthread_mutex_unlock(&p->lock);
+			memcpy(buf, kvp_blk_addr(r, block), r->block_bytes);
+			pthread_mutex_lock(&p->lock);
+			b->pins--;
+			pthread_mutex_unlock(&p->lock);
+			return 0;
+		}
+	}
+	pthread_mutex_unlock(&p->lock);
+	if (in_store)
+		err = kvp_store_pread(r->store, buf, r->block_bytes,
+				      kvp_blk_store_off(r, block));
+	else
+		memset(buf, 0, r->block_bytes);
+	return err;
+}
+
+int kvp_pager_foreach_region(struct kvp_pager *p,
+			     int (*fn)(struct kvp_region *r, void *arg),
+			     void *arg)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&p->rlock);
+	for (struct kvp_region *r = p->regions; r && !ret; r = r->next)
+		ret = fn(r, arg);
+	pthread_mutex_unlock(&p->rlock);
+	return ret;
+}
