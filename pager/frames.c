@@ -17,7 +17,8 @@
  * no event and cannot block on our own service threads.
  *
  * Budget: charged = in_use (frames of LOADING, RESIDENT and EVICTING
- * blocks) + full free slots.  kvp_frame_get never lets charged pass the
+ * blocks) + full free slots + pre-touched memory not carved yet (the first
+ * pool_prefault_bytes of the arena are touched at open).  kvp_frame_get never lets charged pass the
  * budget; a UFFDIO_COPY install briefly holds the block twice (its frame
  * and the region's new pages), one block per service thread at most,
  * which is the documented slack.  All calls are made under p->lock.
@@ -64,7 +65,7 @@ static void *stack_pop(struct kvp_slot_stack *s)
 int kvp_frames_init(struct kvp_pager *p)
 {
 	struct kvp_frames *f = &p->frames;
-	uint64_t len = 4 * p->cfg.ram_budget_bytes + ARENA_MIN;
+	uint64_t len = 4 * p->cfg.ram_budget_bytes + ARENA_MIN, pre;
 	void *a;
 	int err;
 
@@ -87,6 +88,18 @@ int kvp_frames_init(struct kvp_pager *p)
 	}
 	f->arena = a;
 	f->arena_len = len;
+	/* Touch the first frames now: fresh memory is slow to fault in on
+	 * these machines, and a read into it would pay that on the data
+	 * path.  These bytes are charged from the start. */
+	pre = p->cfg.pool_prefault_bytes < p->cfg.ram_budget_bytes
+		      ? p->cfg.pool_prefault_bytes
+		      : p->cfg.ram_budget_bytes;
+	pre &= ~(uint64_t)(KVP_HUGE_SIZE - 1);
+	if (pre && kvp_mem_populate(a, pre) == 0) {
+		f->prefault_end = pre;
+		f->charged = pre;
+	}
+	f->bump = f->prefault_end;
 	return 0;
 out_close:
 	kvp_uffd_close(&f->land);
@@ -150,12 +163,20 @@ void *kvp_frame_get(struct kvp_pager *p, size_t bytes)
 {
 	struct kvp_frames *f = &p->frames;
 	unsigned c = kvp_size_class(bytes);
+	size_t at;
 	void *slot;
 
 	slot = stack_pop(&f->full[c]);
 	if (slot) {
 		f->in_use += bytes;
 		return slot;
+	}
+	at = (f->pre_bump + bytes - 1) & ~(bytes - 1);
+	if (at + bytes <= f->prefault_end) {
+		/* A pre-touched frame, charged since open. */
+		f->pre_bump = at + bytes;
+		f->in_use += bytes;
+		return f->arena + at;
 	}
 	while (f->charged + bytes > kvp_budget(p))
 		if (!drop_one_full(p, (int)c))
@@ -198,9 +219,29 @@ void kvp_frame_unuse(struct kvp_pager *p, size_t bytes)
 
 uint64_t kvp_frames_shrink(struct kvp_pager *p, uint64_t target)
 {
-	uint64_t before = p->frames.charged;
+	struct kvp_frames *f = &p->frames;
+	uint64_t before = f->charged;
 
-	while (p->frames.charged > target && drop_one_full(p, -1))
+	while (f->charged > target && drop_one_full(p, -1))
 		;
+	if (f->charged > target && f->prefault_end > f->pre_bump) {
+		/* Give back pre-touched memory not carved yet. */
+		uint64_t from = (f->pre_bump + KVP_HUGE_SIZE - 1) &
+				~(uint64_t)(KVP_HUGE_SIZE - 1);
+		uint64_t give = f->prefault_end > from ? f->prefault_end - from
+						       : 0;
+
+		if (give > f->charged - target)
+			give = (f->charged - target + KVP_HUGE_SIZE - 1) &
+			       ~(uint64_t)(KVP_HUGE_SIZE - 1);
+		if (give > f->prefault_end - from)
+			give = f->prefault_end - from;
+		if (give) {
+			(void)kvp_mem_advise(f->arena + f->prefault_end - give,
+					     give, MADV_DONTNEED);
+			f->prefault_end -= give;
+			f->charged -= give;
+		}
+	}
 	return before - p->frames.charged;
 }

@@ -124,7 +124,10 @@ struct kvp_frames {
 				     that UFFDIO_MOVE may land pages there */
 	char *arena;
 	size_t arena_len;
-	size_t bump; /* next never-used byte of the arena */
+	size_t bump;         /* next never-used byte past the pre-touched
+				part */
+	size_t pre_bump;     /* next uncarved pre-touched byte */
+	size_t prefault_end; /* end of the pre-touched part */
 	struct kvp_slot_stack full[KVP_SIZE_CLASSES];  /* pages present */
 	struct kvp_slot_stack empty[KVP_SIZE_CLASSES]; /* no pages */
 	uint64_t charged; /* bytes of frames holding pages: in use
