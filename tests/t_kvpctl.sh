@@ -83,7 +83,7 @@ expect 2 "usage" "$K" frobnicate
 
 start_pager "$tmp/m1" KVP_RAM_BUDGET_BYTES=16M
 p1=$pid
-expect 0 "^$p1 +test_fuse_view +$tmp/m1\$" "$K"
+expect 0 "^$p1 +test_fuse_view[a-z_]* +$tmp/m1\$" "$K"
 expect 0 "^ram_budget_bytes = 16777216\$" "$K" -a
 expect 0 "^demand_faults_total = [0-9]+\$" "$K" -a
 expect 0 "^install_mode = \[auto\] move copy\$" "$K" get install_mode
