@@ -1,0 +1,201 @@
+#!/bin/bash
+# t_preload.sh - programs that know nothing of kvpager, under LD_PRELOAD.
+#
+# Runs tests/progs/fill_check and `python3 -c` under libkvpager-preload.so
+# with buffers four times KVP_RAM_BUDGET_BYTES, checks their results, and
+# checks their resident memory against the budget: the peak (VmHWM, read by
+# the program from /proc/self/status at its end, and VmRSS sampled from
+# /proc/PID/status while it runs) must stay under
+#     budget + SLACK_MB (the program, its libraries, the pager's metadata
+#     and the one block per service thread the engine may exceed by)
+# and far under the buffer's size.  Then: fork (the child never hangs; a
+# child that touches an inherited region gets SIGSEGV), the fallback (an
+# unusable KVP_BACKING_DIR: one warning, normal memory, correct results)
+# and KVP_PRELOAD_STRICT=1 (the same fails loudly).
+#
+# Exit 0 passed, 1 failed, 77 skipped (the last line says why).
+set -u
+BUILD=${BUILD:-build}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+LIB=$ROOT/$BUILD/lib/libkvpager-preload.so
+PROG=$ROOT/$BUILD/tests/progs/fill_check
+BUDGET_MB=${KVP_T_PRELOAD_BUDGET_MB:-64}
+SIZE_MB=$((BUDGET_MB * 4))
+SLACK_MB=${KVP_T_PRELOAD_SLACK_MB:-48}
+LIMIT_KB=$(((BUDGET_MB + SLACK_MB) * 1024))
+
+skip() { echo "$*"; exit 77; }
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+pass() { echo "ok: $*"; }
+
+[ -f "$LIB" ] || skip "no $LIB (build it: make BUILD=$BUILD $BUILD/lib/libkvpager-preload.so)"
+[ -x "$PROG" ] || skip "no $PROG (build it: make BUILD=$BUILD $BUILD/tests/progs/fill_check)"
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/kvp-t-preload.XXXXXX") || exit 1
+trap 'rm -rf "$work"' EXIT
+
+# The environment of a served run (LD_PRELOAD last, set per command only).
+served_env=(KVP_RAM_BUDGET_BYTES=${BUDGET_MB}M KVP_PRELOAD_MIN_BYTES=16M
+	KVP_BACKING_DIR=$work KVP_PRELOAD_STATS=1)
+
+# run NAME CMD... : run CMD under the preload with the served environment,
+# sampling its VmRSS; leaves $work/NAME.out, NAME.err, and sets rc, peak_kb.
+run() {
+	local name=$1 pid r
+	shift
+	env "${served_env[@]}" LD_PRELOAD="$LIB" "$@" \
+		>"$work/$name.out" 2>"$work/$name.err" &
+	pid=$!
+	peak_kb=0
+	while kill -0 $pid 2>/dev/null; do
+		r=$(awk '/^VmRSS:/ {print $2}' /proc/$pid/status 2>/dev/null)
+		[ -n "$r" ] && [ "$r" -gt "$peak_kb" ] && peak_kb=$r
+		sleep 0.05
+	done
+	wait $pid
+	rc=$?
+}
+
+show() { sed "s/^/    $1| /" "$work/$1.out" "$work/$1.err"; }
+
+# rss_ok NAME HWM_KB : both the program's VmHWM and the sampled peak under
+# the limit.
+rss_ok() {
+	local name=$1 hwm=$2
+	echo "    $name: budget ${BUDGET_MB} MiB, buffer ${SIZE_MB} MiB," \
+		"VmHWM $((hwm / 1024)) MiB, sampled VmRSS peak" \
+		"$((peak_kb / 1024)) MiB, limit $((LIMIT_KB / 1024)) MiB"
+	if [ "$hwm" -le 0 ] || [ "$hwm" -gt $LIMIT_KB ] ||
+		[ "$peak_kb" -gt $LIMIT_KB ]; then
+		fail "$name: resident memory over budget + ${SLACK_MB} MiB slack"
+	else
+		pass "$name: resident memory within budget + ${SLACK_MB} MiB slack"
+	fi
+}
+
+# Can a pager run here at all?  (strict: a failure aborts with the reason)
+env KVP_PRELOAD_STRICT=1 KVP_PRELOAD_MIN_BYTES=4M KVP_BACKING_DIR="$work" \
+	LD_PRELOAD="$LIB" "$PROG" 8M malloc >"$work/probe.out" 2>&1
+if [ $? != 0 ]; then
+	cat "$work/probe.out"
+	if grep -q "cannot start the pager" "$work/probe.out"; then
+		skip "the pager cannot start here: $(grep -o 'cannot start.*' "$work/probe.out" | head -n 1)"
+	fi
+	echo "FAIL: a small served run failed"
+	exit 1
+fi
+
+# 0. The checker itself, without the preload.
+"$PROG" 16M >"$work/plain.out" 2>&1
+if grep -q '^fill_check: all ok' "$work/plain.out"; then
+	pass "fill_check without the preload"
+else
+	cat "$work/plain.out"
+	fail "fill_check without the preload"
+fi
+
+# 1. fill_check: a buffer four times the budget, every test.
+run fill "$PROG" ${SIZE_MB}M
+show fill
+if [ $rc = 0 ] && grep -q '^fill_check: all ok' "$work/fill.out"; then
+	pass "fill_check ${SIZE_MB}M under the preload"
+else
+	fail "fill_check ${SIZE_MB}M under the preload (exit $rc)"
+fi
+grep -q 'cannot back' "$work/fill.err" && fail "fill_check: fell back"
+served=$(sed -n 's/.*served \([0-9]*\) allocations.*/\1/p' "$work/fill.err")
+written=$(sed -n 's/.*bytes_written \([0-9]*\).*/\1/p' "$work/fill.err")
+if [ "${served:-0}" -ge 10 ] && [ "${written:-0}" -gt 0 ]; then
+	pass "fill_check: $served allocations served, $((written >> 20)) MiB written back"
+else
+	fail "fill_check: served ${served:-?} allocations, wrote ${written:-?} bytes"
+fi
+hwm=$(sed -n 's/^vm VmHWM_kB=\([0-9]*\).*/\1/p' "$work/fill.out")
+rss_ok fill_check "${hwm:-0}"
+
+# 2. python3 with a bytearray four times the budget.
+# The interpreter itself, not a wrapper script (pyenv shims are bash).
+PY=$(python3 -c 'import sys; print(sys.executable)' 2>/dev/null)
+if [ -n "$PY" ] && [ -x "$PY" ]; then
+	run python "$PY" -c "
+import sys
+n = $SIZE_MB << 20
+mb = 1 << 20
+b = bytearray(n)
+assert b.count(0) == n, 'bytearray not zero'
+base = bytes(range(256)) * 4096
+for off in range(0, n, mb):
+    b[off:off + 8] = off.to_bytes(8, 'little')
+    b[off + 8:off + mb] = base[8:]
+bad = 0
+for off in range(0, n, mb):
+    if b[off:off + 8] != off.to_bytes(8, 'little') or b[off + 8:off + mb] != base[8:]:
+        bad += 1
+b.extend(b'tail')
+assert b[-4:] == b'tail' and b[:8] == bytes(8)
+hwm = [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')][0]
+print('python: %d bad MiB of %d, VmHWM_kB=%s' % (bad, n // mb, hwm))
+sys.exit(1 if bad else 0)
+"
+	show python
+	if [ $rc = 0 ] && grep -q 'python: 0 bad' "$work/python.out"; then
+		pass "python3 bytearray of ${SIZE_MB} MiB"
+	else
+		fail "python3 bytearray of ${SIZE_MB} MiB (exit $rc)"
+	fi
+	grep -q 'cannot back' "$work/python.err" && fail "python3: fell back"
+	grep -q 'served [1-9]' "$work/python.err" || fail "python3: nothing served"
+	hwm=$(sed -n 's/.*VmHWM_kB=\([0-9]*\).*/\1/p' "$work/python.out")
+	rss_ok python3 "${hwm:-0}"
+else
+	echo "    python3 not found: python test not run"
+fi
+
+# 3. fork: the child gets no region (SIGSEGV if it touches one), never hangs.
+run fork "$PROG" 64M fork
+show fork
+if [ $rc = 0 ] && grep -q '^ok fork' "$work/fork.out" &&
+	grep -q '^fork touch: signal 11' "$work/fork.out" &&
+	grep -q '^fork own: exit 0' "$work/fork.out"; then
+	pass "fork: touching child SIGSEGV, other child fine, parent intact"
+else
+	fail "fork (exit $rc)"
+fi
+
+# 4. Fallback: no backing directory -> one warning, normal memory, results ok.
+served_env=(KVP_RAM_BUDGET_BYTES=${BUDGET_MB}M KVP_PRELOAD_MIN_BYTES=16M
+	KVP_BACKING_DIR=$work/does-not-exist)
+run fallback "$PROG" 32M malloc calloc realloc mmap
+show fallback
+warns=$(grep -c 'kvpager-preload: cannot back' "$work/fallback.err")
+if [ $rc = 0 ] && grep -q '^fill_check: all ok' "$work/fallback.out" &&
+	[ "$warns" = 1 ]; then
+	pass "fallback: one warning, results correct"
+else
+	fail "fallback (exit $rc, $warns warnings)"
+fi
+
+# 5. ... and with KVP_PRELOAD_STRICT=1 it fails loudly.
+served_env+=(KVP_PRELOAD_STRICT=1)
+run strict "$PROG" 32M malloc
+show strict
+if [ $rc != 0 ] && grep -q 'KVP_PRELOAD_STRICT=1' "$work/strict.err" &&
+	! grep -q '^fill_check: all ok' "$work/strict.out"; then
+	pass "strict: aborted with the reason (exit $rc)"
+else
+	fail "strict (exit $rc)"
+fi
+
+# 6. Ordinary programs are untouched.
+out=$(env LD_PRELOAD="$LIB" sh -c 'echo a b c | wc -w' 2>&1)
+[ "$out" = 3 ] && pass "sh | wc under the preload" ||
+	fail "sh | wc under the preload: '$out'"
+
+echo
+if [ $fails = 0 ]; then
+	echo "t_preload: all passed"
+	exit 0
+fi
+echo "t_preload: $fails failed"
+exit 1
