@@ -1,13 +1,17 @@
 /*
- * instance.c - the registry of running pagers (one file per pid).
+ * instance.c - the registry of running pagers (one file per pid), and a
+ * pager opened from the environment with its view and registry entry.
  */
 #include "lib/instance.h"
+
+#include "lib/tunables.h"
 
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -255,4 +259,158 @@ int kvp_instance_list(unsigned flags, struct kvp_instance_entry **out,
 	*out = v;
 	*n = cnt;
 	return 0;
+}
+
+/* ---- a pager from the environment ---- */
+
+struct kvp_instance {
+	struct kvp_pager *pager;
+	struct kvp_fuse_view *view; /* NULL: no mount */
+	struct kvp_kv_config kv;    /* when there is no view */
+	bool registered;
+};
+
+static void seterr(char *err, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void seterr(char *err, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || !len)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, len, fmt, ap);
+	va_end(ap);
+}
+
+/* Registry entries of dead processes: remove them and their mounts. */
+static void prune_stale(void)
+{
+	struct kvp_instance_entry *e;
+	size_t n, i;
+
+	if (kvp_instance_list(KVP_INSTANCE_REMOVE_STALE, &e, &n))
+		return;
+	for (i = 0; i < n; i++)
+		if (!e[i].alive && e[i].mount[0])
+			kvp_fuse_view_cleanup_stale(e[i].mount);
+	free(e);
+}
+
+int kvp_instance_open(const struct kvp_instance_opts *o,
+		      struct kvp_instance **out, char *err, size_t errlen)
+{
+	static const struct kvp_instance_opts none;
+	struct kvp_fuse_view_opts vo = { 0 };
+	struct kvp_config cfg;
+	struct kvp_tunable_target tg = { .pager = &cfg };
+	struct kvp_instance *in;
+	const char *mnt;
+	int r;
+
+	*out = NULL;
+	if (!o)
+		o = &none;
+	in = calloc(1, sizeof(*in));
+	if (!in) {
+		seterr(err, errlen, "cannot open a pager: out of memory");
+		return -ENOMEM;
+	}
+	tg.kv = &in->kv;
+	if (o->cfg)
+		cfg = *o->cfg;
+	else
+		kvp_config_defaults(&cfg);
+	if (o->kv)
+		in->kv = *o->kv;
+	else
+		kvp_kv_config_defaults(&in->kv);
+	if (!o->no_env) {
+		r = kvp_tunables_load_env(&tg, err, errlen);
+		if (r)
+			goto err_free;
+	}
+	r = kvp_tunables_check(&tg, err, errlen);
+	if (r)
+		goto err_free;
+	prune_stale();
+	r = kvp_pager_open(&cfg, &in->pager);
+	if (r) {
+		seterr(err, errlen, "cannot open the pager: %s",
+		       kvp_strerror(r));
+		goto err_free;
+	}
+	mnt = o->mountpoint ? o->mountpoint : getenv("KVP_FUSE_MOUNT");
+	if (mnt && *mnt) {
+		vo.mountpoint = mnt;
+		vo.kv = &in->kv;
+		vo.kv_apply = o->kv_apply;
+		vo.kv_arg = o->kv_arg;
+		r = kvp_fuse_view_mount(in->pager, &vo, &in->view);
+		if (r) {
+			seterr(err, errlen,
+			       "cannot mount the debug view at %s: %s (check "
+			       "/dev/fuse and the folder, or unset "
+			       "KVP_FUSE_MOUNT to run without the view)",
+			       mnt, strerror(-r));
+			goto err_pager;
+		}
+		r = kvp_instance_register(kvp_fuse_view_path(in->view));
+		if (r) {
+			char dir[PATH_MAX];
+
+			kvp_instance_dir(dir, sizeof(dir));
+			fprintf(stderr,
+				"kvpager: cannot register in %s (%s): kvpctl "
+				"will not find this pager; use kvpctl -m %s\n",
+				dir, strerror(-r),
+				kvp_fuse_view_path(in->view));
+		} else {
+			in->registered = true;
+		}
+	}
+	*out = in;
+	return 0;
+
+err_pager:
+	kvp_pager_close(in->pager);
+err_free:
+	free(in);
+	return r;
+}
+
+void kvp_instance_close(struct kvp_instance *in)
+{
+	if (!in)
+		return;
+	if (in->registered)
+		kvp_instance_unregister();
+	kvp_fuse_view_unmount(in->view);
+	kvp_pager_close(in->pager);
+	free(in);
+}
+
+struct kvp_pager *kvp_instance_pager(const struct kvp_instance *in)
+{
+	return in->pager;
+}
+
+struct kvp_fuse_view *kvp_instance_view(const struct kvp_instance *in)
+{
+	return in->view;
+}
+
+const char *kvp_instance_mount(const struct kvp_instance *in)
+{
+	return in->view ? kvp_fuse_view_path(in->view) : NULL;
+}
+
+void kvp_instance_kv_config(const struct kvp_instance *in,
+			    struct kvp_kv_config *out)
+{
+	if (in->view)
+		kvp_fuse_view_kv_config(in->view, out);
+	else
+		*out = in->kv;
 }

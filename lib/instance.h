@@ -16,6 +16,10 @@
  * to clean up (kvp_fuse_view_cleanup_stale).
  *
  * Calls return 0 or -errno and take no locks; the folder is created 0700.
+ *
+ * kvp_instance_open (below) is the convenience programs use to start a
+ * pager the way kvpctl expects: tunables from the environment, the view
+ * mounted at KVP_FUSE_MOUNT, the registry entry written.
  */
 #ifndef KVP_INSTANCE_H
 #define KVP_INSTANCE_H
@@ -24,6 +28,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
+
+#include "lib/fuse_view.h"
+#include "lib/kv_tunables.h"
+#include "pager/pager.h"
 
 struct kvp_instance_entry {
 	pid_t pid;		  /* the pager's process */
@@ -66,5 +74,45 @@ int kvp_instance_list(unsigned flags, struct kvp_instance_entry **out,
 
 /* kvp_instance_pid_alive - @pid exists and started at @start (0: any). */
 bool kvp_instance_pid_alive(pid_t pid, unsigned long long start);
+
+/* ---- a pager from the environment, with its view and registry entry ---- */
+
+struct kvp_instance;
+
+struct kvp_instance_opts {
+	const struct kvp_config *cfg;	/* base config; NULL: defaults */
+	const struct kvp_kv_config *kv; /* base KV config; NULL: defaults */
+	bool no_env;			/* ignore the KVP_<NAME> variables */
+	const char *mountpoint;		/* NULL: $KVP_FUSE_MOUNT; "": none */
+	kvp_kv_apply_fn kv_apply;	/* the KV layer, if already known */
+	void *kv_arg;
+};
+
+/*
+ * kvp_instance_open - the convenience programs use: a pager configured
+ * from @o's base configs overlaid with the KVP_<NAME> environment variables
+ * (kvp_tunables_load_env: all or nothing), and, when a mount point is
+ * given (KVP_FUSE_MOUNT by default), its debug view mounted there and this
+ * process registered (kvp_instance_register).  Stale registry entries are
+ * removed first and their dead mounts cleaned up.  A registration that
+ * fails only warns on stderr (kvpctl -m MOUNT still reaches the view).
+ * Returns 0 and *out, or -errno with a message in @err (what failed and
+ * the remedy) and nothing left behind.
+ */
+int kvp_instance_open(const struct kvp_instance_opts *o,
+		      struct kvp_instance **out, char *err, size_t errlen);
+
+/* kvp_instance_close - unregister, unmount, close the pager.  Regions
+ * still open are closed with it (kvp_pager_close).  Safe with NULL. */
+void kvp_instance_close(struct kvp_instance *in);
+
+struct kvp_pager *kvp_instance_pager(const struct kvp_instance *in);
+/* The view, or NULL when none was mounted. */
+struct kvp_fuse_view *kvp_instance_view(const struct kvp_instance *in);
+/* The view's mount point, or NULL. */
+const char *kvp_instance_mount(const struct kvp_instance *in);
+/* The KV config: from the environment, then as changed through the view. */
+void kvp_instance_kv_config(const struct kvp_instance *in,
+			    struct kvp_kv_config *out);
 
 #endif /* KVP_INSTANCE_H */

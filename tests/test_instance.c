@@ -146,6 +146,46 @@ START_TEST(stale_entries)
 }
 END_TEST
 
+/* Tunables from the environment, all or nothing; no mount unless asked. */
+START_TEST(open_from_env)
+{
+	struct kvp_instance_opts o = { 0 };
+	struct kvp_instance *in = (struct kvp_instance *)1;
+	char err[512];
+	struct kvp_config cfg;
+	struct kvp_kv_config kv;
+	int r;
+
+	unsetenv("KVP_FUSE_MOUNT");
+	setenv("KVP_RAM_BUDGET_BYTES", "8M", 1);
+	setenv("KVP_PREFETCH_DEPTH_LAYERS", "3", 1);
+	setenv("KVP_IO_DEPTH", "0", 1);
+	ck_assert_int_eq(kvp_instance_open(&o, &in, err, sizeof(err)), -EINVAL);
+	ck_assert_ptr_null(in);
+	ck_assert_msg(strstr(err, "KVP_IO_DEPTH=0") != NULL, "%s", err);
+	unsetenv("KVP_IO_DEPTH");
+	r = kvp_instance_open(&o, &in, err, sizeof(err));
+	if (r == -EPERM) /* no userfaultfd here: the rest needs a pager */
+		return;
+	ck_assert_msg(r == 0, "%s", err);
+	kvp_pager_config(kvp_instance_pager(in), &cfg);
+	ck_assert_uint_eq(cfg.ram_budget_bytes, 8u << 20);
+	kvp_instance_kv_config(in, &kv);
+	ck_assert_uint_eq(kv.prefetch_depth_layers, 3);
+	ck_assert_ptr_null(kvp_instance_view(in));
+	ck_assert_ptr_null(kvp_instance_mount(in));
+	kvp_instance_close(in);
+	/* no_env: the variables are not read */
+	o.no_env = true;
+	setenv("KVP_IO_DEPTH", "0", 1);
+	ck_assert_int_eq(kvp_instance_open(&o, &in, err, sizeof(err)), 0);
+	kvp_pager_config(kvp_instance_pager(in), &cfg);
+	ck_assert_uint_eq(cfg.ram_budget_bytes, 1ULL << 30);
+	kvp_instance_close(in);
+	kvp_instance_close(NULL);
+}
+END_TEST
+
 static Suite *instance_suite(void)
 {
 	Suite *s = suite_create("instance");
@@ -156,6 +196,7 @@ static Suite *instance_suite(void)
 	tcase_add_test(tc, dir_choice);
 	tcase_add_test(tc, register_list_unregister);
 	tcase_add_test(tc, stale_entries);
+	tcase_add_test(tc, open_from_env);
 	suite_add_tcase(s, tc);
 	return s;
 }
