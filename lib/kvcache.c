@@ -1,0 +1,1986 @@
+/*
+ * kvcache.c - a KV cache on a pager region (see kvcache.h).
+ *
+ * The decode step, per layer l (L layers, depth d, plans in a ring of d+1):
+ *
+ *   plan(l+d)      predictor select for every sequence, pager blocks
+ *                  deduplicated, residency counted (reuse), prefetch
+ *                  submitted; the waiter thread records its completion
+ *   fill(l)        the new token's K and V into the rolling block, observe
+ *   wait(l)        on the waiter's record of plan l; pin its pager blocks
+ *   compute(l)     attention over plan l's blocks + the rolling block
+ *   unpin(l)       (COLD for a scan), flush rolling blocks that filled
+ *
+ * Layer l's blocks are planned from fill[l] as it is before the step's
+ * token lands in layer l: the region blocks are the logical blocks below
+ * fill[l] / G; the block fill[l] / G is the rolling one.  A plan made for
+ * the next step (cross_step) is made after layer l was flushed in this
+ * step, so the same rule holds; the only block that can change physical
+ * number between plan and compute is the rolling one (copy on write),
+ * which is never in a plan.
+ *
+ * Flushes are made with no prefetch in flight for that layer's pager
+ * blocks (plans for layer l are submitted only after layer l computed in
+ * the previous step, or before it in this one and then waited for), so the
+ * ABSENT check before a store write cannot race with a load of ours.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lib/kv_synth.h"
+#include "lib/kvcache.h"
+
+#define KV_DEFAULT(name, type, min, max, def, runtime, choices, doc)           \
+	static const uint64_t kvdef_##name __attribute__((unused)) = (def);
+KVP_KV_TUNABLES(KV_DEFAULT)
+#undef KV_DEFAULT
+
+#define WRITE_CHUNK (16u << 20) /* largest single store write */
+#define READ_CHUNK  (8u << 20)	/* largest single store read (quality) */
+
+struct kvc_seq {
+	bool live;
+	struct kvp_block_table *bt;
+	uint64_t *fill; /* per layer: tokens written */
+	char *rb;	/* layers x stride: the rolling block of each layer */
+};
+
+struct kvc_plan {
+	bool used;
+	uint64_t gl; /* global layer index: step * layers + layer */
+	uint32_t layer;
+	uint32_t nseq;
+	uint32_t *lb; /* chosen region blocks, per sequence */
+	size_t *off;  /* nseq + 1 offsets into lb */
+	size_t lb_cap, off_cap;
+	uint64_t *pb; /* distinct pager blocks, ascending */
+	bool *res;    /* pb[i] was resident at plan time */
+	size_t npb, pb_cap;
+	uint64_t chosen, reused;
+	struct kvp_prefetch *pf;
+	double t_submit, t_done;
+	bool queued, done, pinned;
+	int err;
+};
+
+struct kvc_sample {
+	uint32_t seq, layer;
+	uint64_t npos;	/* tokens attended */
+	float *q, *out; /* q_heads * head_dim each */
+	uint32_t *lb;	/* blocks attended, logical */
+	size_t n;
+};
+
+struct kvp_kvcache {
+	struct kvp_kvcache_opts o;
+	struct kvp_kv_geometry g;
+	struct kvp_kv_layout l;
+	size_t stride, bb; /* KV block stride and bytes */
+	size_t qfloats;	   /* q_heads * head_dim */
+	uint64_t npb;	   /* pager blocks in the region */
+	uint64_t budget;
+	char *base; /* region / memory / mapping */
+	/* pager */
+	struct kvp_pager *pager;
+	bool own_pager;
+	struct kvp_store *store;
+	bool own_store;
+	struct kvp_region *region;
+	/* mmap */
+	int fd;
+	uint32_t *lru_prev, *lru_next; /* over pager blocks; UINT32_MAX: none */
+	uint8_t *lru_in;
+	uint32_t lru_head, lru_tail;
+	uint64_t lru_bytes;
+	unsigned char *mvec;
+	/* KV */
+	struct kvp_block_alloc *alloc;
+	struct kvp_predictor *pred;
+	struct kvp_attn_pool *pool;
+	struct kvc_seq *seqs;
+	bool *fitted;
+	bool cold;
+	/* step state */
+	uint64_t gstep;		/* steps done */
+	struct kvc_plan *plans; /* ring of depth + 1 */
+	uint32_t nplans;
+	uint32_t *step_seqs; /* the sequences the current plans are for */
+	uint32_t nstep_seqs;
+	bool plans_valid;
+	void (*srcq)(void *, uint32_t, uint32_t, uint64_t, float *);
+	void *srcarg;  /* the step's source (queries of plans) */
+	uint32_t *sel; /* predictor output scratch */
+	size_t sel_cap;
+	const void **ptrs;
+	uint32_t *ntok;
+	size_t ptr_cap;
+	float *qbuf, *obuf;
+	char *stage; /* prefill staging */
+	size_t stage_cap;
+	char *pbbuf; /* one pager block (peek) */
+	/* waiter thread (pager + prefetch) */
+	pthread_t waiter;
+	bool waiter_on, waiter_stop;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct kvc_plan **wq; /* queue of plans to wait for */
+	uint32_t wq_head, wq_len;
+	double busy_end, busy_s;
+	/* samples */
+	struct kvc_sample *samples;
+	uint32_t nsamples;
+	/* stats */
+	struct kvp_kvcache_stats st;
+	struct kvp_kvcache_step_stats cur; /* the step being run */
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int synth_fill(void *arg, uint32_t seq, uint32_t layer, uint64_t token,
+		      uint32_t ntokens, void *kvblock)
+{
+	return kvp_kv_synth_fill(arg, seq, layer, token, ntokens, kvblock);
+}
+
+static void synth_query(void *arg, uint32_t seq, uint32_t layer, uint64_t pos,
+			float *q)
+{
+	kvp_kv_synth_query(arg, seq, layer, pos, q);
+}
+
+void kvp_kv_source_synth(struct kvp_kv_source *src,
+			 const struct kvp_kv_synth *s)
+{
+	src->fill = synth_fill;
+	src->query = synth_query;
+	src->arg = (void *)s;
+}
+
+const char *kvp_kvcache_backend_name(enum kvp_kvcache_backend b)
+{
+	switch (b) {
+	case KVP_KVCACHE_PAGER:
+		return "kvpager";
+	case KVP_KVCACHE_RAM:
+		return "ram";
+	case KVP_KVCACHE_MMAP:
+		return "mmap";
+	}
+	return "?";
+}
+
+void kvp_kvcache_opts_default(struct kvp_kvcache_opts *o,
+			      const struct kvp_kv_geometry *g)
+{
+	memset(o, 0, sizeof(*o));
+	if (g)
+		o->geo = *g;
+	o->max_seqs = 1;
+	o->backend = KVP_KVCACHE_PAGER;
+	o->prefetch = true;
+	o->prefetch_depth = (uint32_t)kvdef_prefetch_depth_layers;
+	o->cross_step = true;
+	o->cold_after = -1;
+	kvp_predictor_opts_default(&o->pred,
+				   (enum kvp_predictor_kind)kvdef_predictor);
+	o->attn_threads = (unsigned)kvdef_attention_threads;
+}
+
+/* ---- growable scratch ---------------------------------------------- */
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+	void *np;
+	size_t nc;
+
+	if (need <= *cap)
+		return 0;
+	nc = *cap ? *cap : 64;
+	while (nc < need)
+		nc *= 2;
+	np = realloc(*p, nc * elem);
+	if (!np)
+		return -ENOMEM;
+	*p = np;
+	*cap = nc;
+	return 0;
+}
+
+static void *big_alloc(size_t bytes)
+{
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	return p == MAP_FAILED ? NULL : p;
+}
+
+static int stage_reserve(struct kvp_kvcache *c, size_t bytes)
+{
+	void *p;
+
+	if (bytes <= c->stage_cap)
+		return 0;
+	if (c->stage)
+		munmap(c->stage, c->stage_cap);
+	c->stage = NULL;
+	c->stage_cap = 0;
+	p = big_alloc(bytes);
+	if (!p)
+		return -ENOMEM;
+	c->stage = p;
+	c->stage_cap = bytes;
+	return 0;
+}
+
+/* ---- the mmap backend's budget: an LRU over pager blocks ------------ */
+
+static void mm_drop(struct kvp_kvcache *c, uint64_t pb)
+{
+	size_t pbb = c->l.pager_block_bytes;
+
+	madvise(c->base + pb * pbb, pbb, MADV_DONTNEED);
+	posix_fadvise(c->fd, (off_t)(pb * pbb), (off_t)pbb,
+		      POSIX_FADV_DONTNEED);
+	c->st.mmap_dropped_bytes += pbb;
+}
+
+static void lru_unlink(struct kvp_kvcache *c, uint32_t pb)
+{
+	uint32_t p = c->lru_prev[pb], n = c->lru_next[pb];
+
+	if (p != UINT32_MAX)
+		c->lru_next[p] = n;
+	else
+		c->lru_head = n;
+	if (n != UINT32_MAX)
+		c->lru_prev[n] = p;
+	else
+		c->lru_tail = p;
+	c->lru_in[pb] = 0;
+	c->lru_bytes -= c->l.pager_block_bytes;
+}
+
+static void lru_touch(struct kvp_kvcache *c, uint32_t pb)
+{
+	if (c->lru_in[pb])
+		lru_unlink(c, pb);
+	c->lru_prev[pb] = UINT32_MAX;
+	c->lru_next[pb] = c->lru_head;
+	if (c->lru_head != UINT32_MAX)
+		c->lru_prev[c->lru_head] = pb;
+	c->lru_head = pb;
+	if (c->lru_tail == UINT32_MAX)
+		c->lru_tail = pb;
+	c->lru_in[pb] = 1;
+	c->lru_bytes += c->l.pager_block_bytes;
+}
+
+static void lru_enforce(struct kvp_kvcache *c)
+{
+	while (c->lru_bytes > c->budget && c->lru_tail != UINT32_MAX) {
+		uint32_t pb = c->lru_tail;
+
+		lru_unlink(c, pb);
+		mm_drop(c, pb);
+	}
+}
+
+/*
+ * End of step: pages the kernel read around what we touched (readahead)
+ * and pages of rolling flushes are not in the LRU; drop them, so that the
+ * page cache holds no more of the file than the budget across steps.
+ */
+static void mm_sweep(struct kvp_kvcache *c)
+{
+	size_t pbb = c->l.pager_block_bytes, per = pbb / 4096, i;
+	uint64_t pb;
+
+	if (mincore(c->base, c->l.region_bytes, c->mvec))
+		return;
+	for (pb = 0; pb < c->npb; pb++) {
+		if (c->lru_in[pb])
+			continue;
+		for (i = 0; i < per; i++) {
+			if (c->mvec[pb * per + i] & 1) {
+				mm_drop(c, pb);
+				break;
+			}
+		}
+	}
+}
+
+static int mm_open(struct kvp_kvcache *c)
+{
+	const char *dir = c->o.dir ? c->o.dir : getenv("TMPDIR");
+	char path[4096];
+	int fd, err;
+
+	if (!dir || !*dir)
+		dir = "/tmp";
+	fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		snprintf(path, sizeof(path), "%s/kvcache-XXXXXX", dir);
+		fd = mkostemp(path, O_CLOEXEC);
+		if (fd < 0)
+			return -errno;
+		unlink(path);
+	}
+	err = posix_fallocate(fd, 0, (off_t)c->l.region_bytes);
+	if (err) {
+		close(fd);
+		return -err;
+	}
+	c->base = mmap(NULL, c->l.region_bytes, PROT_READ | PROT_WRITE,
+		       MAP_SHARED, fd, 0);
+	if (c->base == MAP_FAILED) {
+		err = -errno;
+		c->base = NULL;
+		close(fd);
+		return err;
+	}
+	c->fd = fd;
+	c->lru_prev = malloc(sizeof(uint32_t) * c->npb);
+	c->lru_next = malloc(sizeof(uint32_t) * c->npb);
+	c->lru_in = calloc(c->npb, 1);
+	c->mvec = malloc(c->l.region_bytes / 4096);
+	if (!c->lru_prev || !c->lru_next || !c->lru_in || !c->mvec)
+		return -ENOMEM;
+	c->lru_head = c->lru_tail = UINT32_MAX;
+	return 0;
+}
+
+/* Make the file cold: everything written reaches the disk and leaves the
+ * page cache (the cold start that a user's mmap would have). */
+static void mm_settle(struct kvp_kvcache *c)
+{
+	fdatasync(c->fd);
+	posix_fadvise(c->fd, 0, 0, POSIX_FADV_DONTNEED);
+	madvise(c->base, c->l.region_bytes, MADV_DONTNEED);
+	while (c->lru_tail != UINT32_MAX)
+		lru_unlink(c, c->lru_tail);
+}
+
+/* ---- writing KV blocks to the backing ------------------------------ */
+
+static bool pb_store_writable(struct kvp_kvcache *c, uint64_t pb)
+{
+	struct kvp_block_info bi;
+
+	if (kvp_region_block_info(c->region, pb, &bi))
+		return false;
+	return bi.state == KVP_BLOCK_ABSENT && bi.in_store && !bi.dirty;
+}
+
+/*
+ * Write bytes [off, off + len) of the region from data: the pieces whose
+ * pager block is absent and in the store by store writes (coalesced),
+ * the others through the region (see THE ROLLING BUFFER in kvcache.h).
+ */
+static int write_range(struct kvp_kvcache *c, uint64_t off, const char *data,
+		       size_t len, bool flush)
+{
+	size_t pbb = c->l.pager_block_bytes;
+	uint32_t align = 1;
+	uint64_t pend_off = 0, end = off + len;
+	const char *pend = NULL;
+	size_t pend_len = 0;
+	int err = 0;
+
+	switch (c->o.backend) {
+	case KVP_KVCACHE_RAM:
+		memcpy(c->base + off, data, len);
+		return 0;
+	case KVP_KVCACHE_MMAP: {
+		ssize_t w;
+		size_t done = 0;
+
+		while (done < len) {
+			w = pwrite(c->fd, data + done, len - done,
+				   (off_t)(off + done));
+			if (w < 0)
+				return -errno;
+			done += (size_t)w;
+		}
+		if (flush)
+			c->cur.flush_store++;
+		c->cur.bytes_written += len;
+		return 0;
+	}
+	case KVP_KVCACHE_PAGER:
+		break;
+	}
+	align = c->store->offset_align ? c->store->offset_align : 1;
+	while (off < end) {
+		uint64_t pb = off / pbb;
+		uint64_t pend_b = (pb + 1) * pbb < end ? (pb + 1) * pbb : end;
+		size_t n = (size_t)(pend_b - off);
+		bool direct = off % align == 0 && n % align == 0 &&
+			      pb_store_writable(c, pb);
+
+		if (direct && pend && pend_off + pend_len == off &&
+		    pend_len + n <= WRITE_CHUNK) {
+			pend_len += n;
+		} else {
+			if (pend) {
+				err = kvp_store_pwrite(c->store, pend, pend_len,
+						       c->o.store_offset +
+							   pend_off);
+				if (err)
+					return err;
+				c->cur.bytes_written += pend_len;
+				pend = NULL;
+			}
+			if (direct) {
+				pend = data;
+				pend_off = off;
+				pend_len = n;
+			} else {
+				memcpy(c->base + off, data, n);
+				if (flush)
+					c->cur.flush_region++;
+			}
+		}
+		if (direct && flush)
+			c->cur.flush_store++;
+		data += n;
+		off += n;
+	}
+	if (pend) {
+		err = kvp_store_pwrite(c->store, pend, pend_len,
+				       c->o.store_offset + pend_off);
+		if (!err)
+			c->cur.bytes_written += pend_len;
+	}
+	return err;
+}
+
+/* Physical blocks [p, p + n) of layer from data (n * stride bytes). */
+static int write_blocks(struct kvp_kvcache *c, uint32_t layer, uint32_t p,
+			uint32_t n, const char *data, bool flush)
+{
+	return write_range(c, kvp_kv_layout_offset(&c->l, layer, p), data,
+			   (size_t)n * c->stride, flush);
+}
+
+/* ---- reading KV blocks without faulting (quality, fork, debug) ------ */
+
+static int store_readable(struct kvp_kvcache *c, uint64_t pb)
+{
+	struct kvp_block_info bi;
+	int err = kvp_region_block_info(c->region, pb, &bi);
+
+	if (err)
+		return err;
+	return bi.state == KVP_BLOCK_ABSENT && bi.in_store && !bi.dirty;
+}
+
+/*
+ * Physical blocks phys[0..n) of layer into dst (n * stride), leaving the
+ * pager's state alone: runs of absent blocks are read from the store,
+ * others copied from their frames by kvp_region_peek.
+ */
+static int read_blocks(struct kvp_kvcache *c, uint32_t layer,
+		       const uint32_t *phys, size_t n, char *dst)
+{
+	size_t pbb = c->l.pager_block_bytes, i = 0;
+	uint64_t cached = UINT64_MAX;
+	uint32_t align;
+	int err;
+
+	if (c->o.backend == KVP_KVCACHE_RAM) {
+		for (i = 0; i < n; i++)
+			memcpy(dst + i * c->stride,
+			       c->base +
+				   kvp_kv_layout_offset(&c->l, layer, phys[i]),
+			       c->stride);
+		return 0;
+	}
+	if (c->o.backend == KVP_KVCACHE_MMAP) {
+		for (i = 0; i < n; i++) {
+			ssize_t r = pread(
+			    c->fd, dst + i * c->stride, c->stride,
+			    (off_t)kvp_kv_layout_offset(&c->l, layer, phys[i]));
+			if (r != (ssize_t)c->stride)
+				return r < 0 ? -errno : -EIO;
+		}
+		return 0;
+	}
+	align = c->store->offset_align ? c->store->offset_align : 1;
+	while (i < n) {
+		uint64_t off = kvp_kv_layout_offset(&c->l, layer, phys[i]);
+		uint64_t pb = off / pbb;
+		size_t j = i + 1;
+
+		if (pb != cached && off % align == 0 &&
+		    c->stride % align == 0) {
+			err = store_readable(c, pb);
+			if (err < 0)
+				return err;
+			if (err) {
+				uint64_t lastpb = pb;
+
+				/* extend over consecutive, store-readable */
+				while (j < n && phys[j] == phys[j - 1] + 1 &&
+				       (j - i) * c->stride < READ_CHUNK) {
+					uint64_t q = kvp_kv_layout_pager_block(
+					    &c->l, layer, phys[j]);
+
+					if (q != lastpb) {
+						if (store_readable(c, q) != 1)
+							break;
+						lastpb = q;
+					}
+					j++;
+				}
+				err = kvp_store_pread(c->store,
+						      dst + i * c->stride,
+						      (j - i) * c->stride,
+						      c->o.store_offset + off);
+				if (err)
+					return err;
+				i = j;
+				continue;
+			}
+		}
+		if (pb != cached) {
+			err = kvp_region_peek(c->region, pb, c->pbbuf);
+			if (err)
+				return err;
+			cached = pb;
+		}
+		memcpy(dst + i * c->stride, c->pbbuf + (off - pb * pbb),
+		       c->stride);
+		i++;
+	}
+	return 0;
+}
+
+/* Logical block lb of seq in layer as it is now (rolling or backing). */
+static int read_logical(struct kvp_kvcache *c, struct kvc_seq *s,
+			uint32_t layer, uint32_t lb, char *dst)
+{
+	uint32_t p;
+
+	if (s->fill[layer] % c->g.block_tokens &&
+	    lb == s->fill[layer] / c->g.block_tokens) {
+		memcpy(dst, s->rb + (size_t)layer * c->stride, c->stride);
+		return 0;
+	}
+	p = kvp_block_table_physical(s->bt, lb);
+	if (p == KVP_BLOCK_NONE)
+		return -EINVAL;
+	return read_blocks(c, layer, &p, 1, dst);
+}
+
+/* ---- the waiter thread ----------------------------------------------- */
+
+static void *waiter_main(void *arg)
+{
+	struct kvp_kvcache *c = arg;
+	struct kvc_plan *pl;
+	int err;
+
+	pthread_mutex_lock(&c->mu);
+	for (;;) {
+		while (!c->wq_len && !c->waiter_stop)
+			pthread_cond_wait(&c->cv, &c->mu);
+		if (!c->wq_len && c->waiter_stop)
+			break;
+		pl = c->wq[c->wq_head];
+		pthread_mutex_unlock(&c->mu);
+		err = kvp_prefetch_wait(pl->pf, -1);
+		pthread_mutex_lock(&c->mu);
+		pl->t_done = now_s();
+		pl->err = err;
+		pl->done = true;
+		/* the union of [submit, done] intervals, in submit order */
+		if (pl->t_submit >= c->busy_end)
+			c->busy_s += pl->t_done - pl->t_submit;
+		else if (pl->t_done > c->busy_end)
+			c->busy_s += pl->t_done - c->busy_end;
+		if (pl->t_done > c->busy_end)
+			c->busy_end = pl->t_done;
+		c->wq_head = (c->wq_head + 1) % c->nplans;
+		c->wq_len--;
+		pthread_cond_broadcast(&c->cv);
+	}
+	pthread_mutex_unlock(&c->mu);
+	return NULL;
+}
+
+static void plan_wait(struct kvp_kvcache *c, struct kvc_plan *pl)
+{
+	if (!pl->queued)
+		return;
+	pthread_mutex_lock(&c->mu);
+	while (!pl->done)
+		pthread_cond_wait(&c->cv, &c->mu);
+	pthread_mutex_unlock(&c->mu);
+}
+
+/* Pin or unpin a plan's pager blocks, run by run. */
+static int plan_pin(struct kvp_kvcache *c, struct kvc_plan *pl, bool pin)
+{
+	size_t i = 0, j;
+	int err;
+
+	while (i < pl->npb) {
+		for (j = i + 1; j < pl->npb && pl->pb[j] == pl->pb[j - 1] + 1;
+		     j++)
+			;
+		err = pin ? kvp_region_pin(c->region, pl->pb[i], j - i)
+			  : kvp_region_unpin(c->region, pl->pb[i], j - i);
+		if (err && pin) {
+			/* undo the runs pinned so far */
+			size_t k = 0, m;
+
+			while (k < i) {
+				for (m = k + 1;
+				     m < i && pl->pb[m] == pl->pb[m - 1] + 1;
+				     m++)
+					;
+				kvp_region_unpin(c->region, pl->pb[k], m - k);
+				k = m;
+			}
+			return err;
+		}
+		if (!pin && c->cold)
+			kvp_region_advise(c->region, pl->pb[i], j - i,
+					  KVP_ADVICE_COLD);
+		i = j;
+	}
+	return 0;
+}
+
+static void plan_release(struct kvp_kvcache *c, struct kvc_plan *pl)
+{
+	if (!pl->used)
+		return;
+	plan_wait(c, pl);
+	if (pl->pinned)
+		plan_pin(c, pl, false);
+	pl->pinned = false;
+	if (pl->pf)
+		kvp_prefetch_release(pl->pf);
+	pl->pf = NULL;
+	pl->used = pl->queued = pl->done = false;
+}
+
+void kvp_kvcache_drain(struct kvp_kvcache *c)
+{
+	uint32_t i;
+
+	for (i = 0; i < c->nplans; i++)
+		plan_release(c, &c->plans[i]);
+	c->plans_valid = false;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static bool pb_resident(const struct kvc_plan *pl, uint64_t pb)
+{
+	size_t lo = 0, hi = pl->npb;
+
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+
+		if (pl->pb[mid] < pb)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < pl->npb && pl->pb[lo] == pb && pl->res[lo];
+}
+
+/*
+ * Plan layer gl % layers of step gl / layers for the sequences of the
+ * step: select, map to pager blocks, count reuse, prefetch.
+ */
+static int plan_make(struct kvp_kvcache *c, uint64_t gl)
+{
+	struct kvc_plan *pl = &c->plans[gl % c->nplans];
+	uint32_t layer = (uint32_t)(gl % c->g.layers), G = c->g.block_tokens;
+	uint64_t ahead = gl / c->g.layers - c->gstep;
+	size_t total = 0, i, k, w;
+	double t0;
+	int err;
+
+	plan_release(c, pl);
+	pl->gl = gl;
+	pl->layer = layer;
+	pl->nseq = c->nstep_seqs;
+	pl->chosen = pl->reused = 0;
+	if (grow((void **)&pl->off, &pl->off_cap, pl->nseq + 1, sizeof(size_t)))
+		return -ENOMEM;
+	for (i = 0; i < pl->nseq; i++) {
+		struct kvc_seq *s = &c->seqs[c->step_seqs[i]];
+		uint32_t nb = kvp_block_table_blocks(s->bt);
+		uint64_t nfull = s->fill[layer] / G;
+		size_t cap = kvp_predictor_max_blocks(c->pred, nb), n = 0;
+		const float *q = NULL;
+
+		pl->off[i] = total;
+		if (grow((void **)&c->sel, &c->sel_cap, cap + 1,
+			 sizeof(uint32_t)) ||
+		    grow((void **)&pl->lb, &pl->lb_cap, total + cap + 1,
+			 sizeof(uint32_t)))
+			return -ENOMEM;
+		if (kvp_predictor_needs_query(c->pred))
+			q = c->qbuf;
+		t0 = now_s();
+		if (q)
+			c->srcq(c->srcarg, c->step_seqs[i], layer,
+				kvp_block_table_tokens(s->bt) + ahead, c->qbuf);
+		err = kvp_predictor_select(c->pred, c->step_seqs[i], layer,
+					   s->bt, q, c->sel, c->sel_cap, &n);
+		c->cur.t_predict_s += now_s() - t0;
+		if (err)
+			return err;
+		for (k = 0; k < n; k++)
+			if (c->sel[k] < nfull)
+				pl->lb[total++] = c->sel[k];
+	}
+	pl->off[pl->nseq] = total;
+	if (grow((void **)&pl->pb, &pl->pb_cap, total + 1, sizeof(uint64_t)))
+		return -ENOMEM;
+	{
+		size_t oc = pl->pb_cap;
+		bool *nr = realloc(pl->res, sizeof(bool) * oc);
+
+		if (!nr)
+			return -ENOMEM;
+		pl->res = nr;
+	}
+	for (i = 0, k = 0; i < pl->nseq; i++) {
+		struct kvc_seq *s = &c->seqs[c->step_seqs[i]];
+		const uint32_t *map = kvp_block_table_map(s->bt);
+
+		for (w = pl->off[i]; w < pl->off[i + 1]; w++)
+			pl->pb[k++] = kvp_kv_layout_pager_block(&c->l, layer,
+								map[pl->lb[w]]);
+	}
+	for (i = 1; i < k && pl->pb[i - 1] <= pl->pb[i]; i++)
+		;
+	if (i < k)
+		qsort(pl->pb, k, sizeof(uint64_t), cmp_u64);
+	for (i = 0, w = 0; i < k; i++)
+		if (!w || pl->pb[w - 1] != pl->pb[i])
+			pl->pb[w++] = pl->pb[i];
+	pl->npb = w;
+	/* reuse: chosen blocks already resident, before anything is read */
+	for (i = 0; i < pl->npb; i++) {
+		struct kvp_block_info bi;
+
+		pl->res[i] = false;
+		if (c->o.backend == KVP_KVCACHE_PAGER) {
+			if (!kvp_region_block_info(c->region, pl->pb[i], &bi))
+				pl->res[i] = bi.state == KVP_BLOCK_RESIDENT;
+		} else if (c->o.backend == KVP_KVCACHE_RAM) {
+			pl->res[i] = true;
+		} else {
+			pl->res[i] = c->lru_in[pl->pb[i]];
+		}
+	}
+	for (i = 0; i < pl->nseq; i++) {
+		struct kvc_seq *s = &c->seqs[c->step_seqs[i]];
+		const uint32_t *map = kvp_block_table_map(s->bt);
+
+		for (w = pl->off[i]; w < pl->off[i + 1]; w++) {
+			pl->chosen++;
+			pl->reused +=
+			    pb_resident(pl, kvp_kv_layout_pager_block(
+						&c->l, layer, map[pl->lb[w]]));
+		}
+	}
+	pl->used = true;
+	pl->queued = pl->done = pl->pinned = false;
+	pl->pf = NULL;
+	pl->err = 0;
+	if (!c->o.prefetch || !pl->npb)
+		return 0;
+	if (c->o.backend == KVP_KVCACHE_MMAP) {
+		size_t pbb = c->l.pager_block_bytes, j;
+
+		for (i = 0; i < pl->npb; i = j) {
+			for (j = i + 1;
+			     j < pl->npb && pl->pb[j] == pl->pb[j - 1] + 1; j++)
+				;
+			if (!pl->res[i] || j - i > 1)
+				madvise(c->base + pl->pb[i] * pbb,
+					(j - i) * pbb, MADV_WILLNEED);
+		}
+		return 0;
+	}
+	if (c->o.backend != KVP_KVCACHE_PAGER)
+		return 0;
+	pl->t_submit = now_s();
+	err = kvp_prefetch_submit(c->region, pl->pb, pl->npb, &pl->pf);
+	if (err) {
+		pl->pf = NULL;
+		return err;
+	}
+	c->cur.prefetch_issued += pl->npb;
+	pthread_mutex_lock(&c->mu);
+	c->wq[(c->wq_head + c->wq_len) % c->nplans] = pl;
+	c->wq_len++;
+	pl->queued = true;
+	pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+	return 0;
+}
+
+static struct kvc_plan *plan_get(struct kvp_kvcache *c, uint64_t gl, int *err)
+{
+	struct kvc_plan *pl = &c->plans[gl % c->nplans];
+
+	*err = 0;
+	if (!pl->used || pl->gl != gl)
+		*err = plan_make(c, gl);
+	return *err ? NULL : pl;
+}
+
+/* ---- create / destroy -------------------------------------------------- */
+
+static int cow_noop(void *arg, const struct kvp_block_copy *cp)
+{
+	struct kvp_kvcache *c = arg;
+
+	/* The shared partial block's data is in each holder's rolling
+	 * buffer: the writer keeps its own, now for cp->dst. */
+	c->st.cow_copies++;
+	return 0;
+}
+
+int kvp_kvcache_create(const struct kvp_kvcache_opts *o,
+		       struct kvp_kvcache **out)
+{
+	struct kvp_kvcache *c;
+	uint64_t cap_blocks;
+	size_t pbb;
+	int err;
+
+	if (!o || !out || kvp_kv_geometry_check(&o->geo) || !o->max_seqs ||
+	    !o->capacity_tokens || o->backend > KVP_KVCACHE_MMAP)
+		return -EINVAL;
+	if (o->prefetch &&
+	    (o->prefetch_depth < 1 ||
+	     (o->geo.layers > 1 && o->prefetch_depth > o->geo.layers - 1)))
+		return -EINVAL;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->o = *o;
+	c->g = o->geo;
+	c->fd = -1;
+	if (!c->o.prefetch)
+		c->o.prefetch_depth = 1;
+	if (c->o.prefetch_depth < 1)
+		c->o.prefetch_depth = 1;
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_cond_init(&c->cv, NULL);
+	cap_blocks = (o->capacity_tokens + o->geo.block_tokens - 1) /
+			 o->geo.block_tokens +
+		     o->max_seqs;
+	err =
+	    kvp_kv_layout_init(&c->l, &c->g, cap_blocks, o->pager_block_bytes);
+	if (err)
+		goto fail;
+	pbb = c->l.pager_block_bytes;
+	c->stride = c->l.block_stride;
+	c->bb = kvp_kv_block_bytes(&c->g);
+	c->qfloats = (size_t)c->g.q_heads * c->g.head_dim;
+	c->npb = c->l.region_bytes / pbb;
+	c->budget = o->budget_bytes ? o->budget_bytes : c->l.region_bytes / 4;
+	c->cold = o->cold_after < 0 ? o->pred.kind == KVP_PREDICTOR_EXACT
+				    : o->cold_after > 0;
+	err = -ENOMEM;
+	c->seqs = calloc(o->max_seqs, sizeof(*c->seqs));
+	c->fitted = calloc(c->g.layers, sizeof(bool));
+	c->nplans = c->o.prefetch_depth + 1;
+	c->plans = calloc(c->nplans, sizeof(*c->plans));
+	c->wq = calloc(c->nplans, sizeof(*c->wq));
+	c->step_seqs = calloc(o->max_seqs, sizeof(uint32_t));
+	c->qbuf = malloc(sizeof(float) * c->qfloats);
+	c->obuf = malloc(sizeof(float) * c->qfloats);
+	c->pbbuf = aligned_alloc(4096, pbb);
+	if (!c->seqs || !c->fitted || !c->plans || !c->wq || !c->step_seqs ||
+	    !c->qbuf || !c->obuf || !c->pbbuf)
+		goto fail;
+	err = kvp_block_alloc_create(c->l.capacity_blocks, &c->alloc);
+	if (err)
+		goto fail;
+	kvp_block_alloc_set_copy(c->alloc, cow_noop, c);
+	{
+		struct kvp_predictor_opts po = o->pred;
+
+		if (po.max_seqs < o->max_seqs)
+			po.max_seqs = o->max_seqs;
+		err = kvp_predictor_create(&c->g, &po, &c->pred);
+		if (err)
+			goto fail;
+	}
+	err = kvp_attn_pool_create(o->attn_threads, &c->pool);
+	if (err)
+		goto fail;
+
+	switch (o->backend) {
+	case KVP_KVCACHE_RAM:
+		c->base = big_alloc(c->l.region_bytes);
+		if (!c->base) {
+			err = -ENOMEM;
+			goto fail;
+		}
+		break;
+	case KVP_KVCACHE_MMAP:
+		err = mm_open(c);
+		if (err)
+			goto fail;
+		break;
+	case KVP_KVCACHE_PAGER: {
+		struct kvp_region_opts ro;
+
+		if (o->pager) {
+			c->pager = o->pager;
+		} else {
+			struct kvp_config cfg;
+
+			if (o->cfg)
+				cfg = *o->cfg;
+			else
+				kvp_config_defaults(&cfg);
+			cfg.ram_budget_bytes = c->budget;
+			if (cfg.ram_budget_bytes < (2u << 20))
+				cfg.ram_budget_bytes = 2u << 20;
+			err = kvp_pager_open(&cfg, &c->pager);
+			if (err)
+				goto fail;
+			c->own_pager = true;
+		}
+		{
+			struct kvp_config cur;
+
+			kvp_pager_config(c->pager, &cur);
+			c->budget = cur.ram_budget_bytes;
+		}
+		if (o->store) {
+			c->store = o->store;
+		} else {
+			err = kvp_store_file_temp(o->dir, c->l.region_bytes,
+						  &c->store);
+			if (err)
+				goto fail;
+			c->own_store = true;
+		}
+		memset(&ro, 0, sizeof(ro));
+		ro.name = o->region_name ? o->region_name : "kv";
+		ro.size = c->l.region_bytes;
+		ro.block_bytes = pbb;
+		ro.store = c->store;
+		ro.store_offset = o->store_offset;
+		ro.flags = KVP_REGION_FROM_STORE;
+		err = kvp_region_create(c->pager, &ro, &c->region);
+		if (err)
+			goto fail;
+		c->base = kvp_region_addr(c->region);
+		if (c->o.prefetch) {
+			err = -pthread_create(&c->waiter, NULL, waiter_main, c);
+			if (err)
+				goto fail;
+			c->waiter_on = true;
+		}
+		break;
+	}
+	}
+	*out = c;
+	return 0;
+fail:
+	kvp_kvcache_destroy(c);
+	return err;
+}
+
+static void seq_drop(struct kvp_kvcache *c, uint32_t id, bool discard);
+
+void kvp_kvcache_destroy(struct kvp_kvcache *c)
+{
+	uint32_t i;
+
+	if (!c)
+		return;
+	if (c->plans)
+		kvp_kvcache_drain(c);
+	if (c->waiter_on) {
+		pthread_mutex_lock(&c->mu);
+		c->waiter_stop = true;
+		pthread_cond_broadcast(&c->cv);
+		pthread_mutex_unlock(&c->mu);
+		pthread_join(c->waiter, NULL);
+	}
+	for (i = 0; c->seqs && i < c->o.max_seqs; i++)
+		if (c->seqs[i].live)
+			seq_drop(c, i, false);
+	if (c->region)
+		kvp_region_destroy(c->region);
+	if (c->own_pager)
+		kvp_pager_close(c->pager);
+	if (c->own_store)
+		kvp_store_destroy(c->store);
+	if (c->o.backend == KVP_KVCACHE_RAM && c->base)
+		munmap(c->base, c->l.region_bytes);
+	if (c->o.backend == KVP_KVCACHE_MMAP && c->base)
+		munmap(c->base, c->l.region_bytes);
+	if (c->fd >= 0)
+		close(c->fd);
+	for (i = 0; c->plans && i < c->nplans; i++) {
+		free(c->plans[i].lb);
+		free(c->plans[i].off);
+		free(c->plans[i].pb);
+		free(c->plans[i].res);
+	}
+	for (i = 0; i < c->nsamples; i++) {
+		free(c->samples[i].q);
+		free(c->samples[i].out);
+		free(c->samples[i].lb);
+	}
+	free(c->samples);
+	kvp_attn_pool_destroy(c->pool);
+	kvp_predictor_destroy(c->pred);
+	kvp_block_alloc_destroy(c->alloc);
+	if (c->stage)
+		munmap(c->stage, c->stage_cap);
+	free(c->lru_prev);
+	free(c->lru_next);
+	free(c->lru_in);
+	free(c->mvec);
+	free(c->plans);
+	free(c->wq);
+	free(c->step_seqs);
+	free(c->sel);
+	free(c->ptrs);
+	free(c->ntok);
+	free(c->qbuf);
+	free(c->obuf);
+	free(c->pbbuf);
+	free(c->seqs);
+	free(c->fitted);
+	pthread_mutex_destroy(&c->mu);
+	pthread_cond_destroy(&c->cv);
+	free(c);
+}
+
+/* ---- sequences -------------------------------------------------------- */
+
+static int seq_init(struct kvp_kvcache *c, uint32_t *id)
+{
+	uint32_t i;
+
+	for (i = 0; i < c->o.max_seqs; i++)
+		if (!c->seqs[i].live)
+			break;
+	if (i == c->o.max_seqs)
+		return -ENOSPC;
+	c->seqs[i].fill = calloc(c->g.layers, sizeof(uint64_t));
+	c->seqs[i].rb = aligned_alloc(
+	    4096, ((size_t)c->g.layers * c->stride + 4095) / 4096 * 4096);
+	if (!c->seqs[i].fill || !c->seqs[i].rb) {
+		free(c->seqs[i].fill);
+		free(c->seqs[i].rb);
+		c->seqs[i].fill = NULL;
+		c->seqs[i].rb = NULL;
+		return -ENOMEM;
+	}
+	memset(c->seqs[i].rb, 0, (size_t)c->g.layers * c->stride);
+	*id = i;
+	return 0;
+}
+
+int kvp_kvcache_seq_create(struct kvp_kvcache *c, uint32_t *id)
+{
+	int err;
+
+	if (!c || !id)
+		return -EINVAL;
+	err = seq_init(c, id);
+	if (err)
+		return err;
+	err = kvp_block_table_create(c->alloc, c->g.block_tokens,
+				     &c->seqs[*id].bt);
+	if (err) {
+		free(c->seqs[*id].fill);
+		free(c->seqs[*id].rb);
+		c->seqs[*id].fill = NULL;
+		c->seqs[*id].rb = NULL;
+		return err;
+	}
+	c->seqs[*id].live = true;
+	return 0;
+}
+
+static bool seq_ok(const struct kvp_kvcache *c, uint32_t id)
+{
+	return c && id < c->o.max_seqs && c->seqs[id].live;
+}
+
+int kvp_kvcache_seq_fork(struct kvp_kvcache *c, uint32_t parent,
+			 uint64_t ntokens, uint32_t *id)
+{
+	struct kvc_seq *ps, *cs;
+	uint32_t layer, G, lb, nb;
+	int err;
+
+	if (!seq_ok(c, parent) || !id)
+		return -EINVAL;
+	ps = &c->seqs[parent];
+	if (ntokens == UINT64_MAX)
+		ntokens = kvp_block_table_tokens(ps->bt);
+	if (ntokens > kvp_block_table_tokens(ps->bt))
+		return -EINVAL;
+	kvp_kvcache_drain(c);
+	err = seq_init(c, id);
+	if (err)
+		return err;
+	cs = &c->seqs[*id];
+	err = kvp_block_table_fork(ps->bt, ntokens, &cs->bt);
+	if (err) {
+		free(cs->fill);
+		free(cs->rb);
+		cs->fill = NULL;
+		cs->rb = NULL;
+		return err;
+	}
+	cs->live = true;
+	G = c->g.block_tokens;
+	nb = (uint32_t)((ntokens + G - 1) / G);
+	for (layer = 0; layer < c->g.layers; layer++) {
+		char *rbl = cs->rb + (size_t)layer * c->stride;
+
+		cs->fill[layer] = ntokens;
+		/* the shared part of the last block into the rolling buffer */
+		if (ntokens % G) {
+			err = read_logical(c, ps, layer, nb - 1, rbl);
+			if (err)
+				goto fail;
+		}
+		if (!kvp_predictor_needs_keys(c->pred))
+			continue;
+		for (lb = 0; lb < nb; lb++) {
+			uint64_t t0 = (uint64_t)lb * G;
+			uint32_t n =
+			    (uint32_t)(ntokens - t0 < G ? ntokens - t0 : G);
+
+			err = read_logical(c, cs, layer, lb, c->pbbuf);
+			if (!err)
+				err = kvp_predictor_observe(c->pred, *id, layer,
+							    t0, n, c->pbbuf);
+			if (err)
+				goto fail;
+		}
+	}
+	return 0;
+fail:
+	seq_drop(c, *id, true);
+	return err;
+}
+
+static void seq_drop(struct kvp_kvcache *c, uint32_t id, bool discard)
+{
+	struct kvc_seq *s = &c->seqs[id];
+	uint32_t nb = kvp_block_table_blocks(s->bt), *freed = NULL,
+		 *spans = NULL, layer;
+	size_t nfreed = 0, nspans, i;
+
+	if (discard && nb) {
+		freed = malloc(sizeof(uint32_t) * nb);
+		spans = malloc(sizeof(uint32_t) * nb);
+	}
+	kvp_block_table_destroy(s->bt, freed && spans ? freed : NULL, &nfreed);
+	if (freed && spans && c->o.backend == KVP_KVCACHE_PAGER) {
+		nspans = kvp_block_alloc_free_spans(c->alloc,
+						    c->l.blocks_per_pager_block,
+						    freed, nfreed, spans);
+		for (i = 0; i < nspans; i++) {
+			for (layer = 0; layer < c->g.layers; layer++) {
+				uint64_t pb = kvp_kv_layout_pager_block(
+				    &c->l, layer, spans[i]);
+
+				if (!kvp_region_advise(c->region, pb, 1,
+						       KVP_ADVICE_DISCARD))
+					c->st.discarded_pager_blocks++;
+			}
+		}
+	}
+	free(freed);
+	free(spans);
+	kvp_predictor_forget(c->pred, id);
+	free(s->fill);
+	free(s->rb);
+	memset(s, 0, sizeof(*s));
+}
+
+int kvp_kvcache_seq_free(struct kvp_kvcache *c, uint32_t id)
+{
+	if (!seq_ok(c, id))
+		return -EINVAL;
+	kvp_kvcache_drain(c);
+	seq_drop(c, id, true);
+	return 0;
+}
+
+uint64_t kvp_kvcache_seq_tokens(const struct kvp_kvcache *c, uint32_t id)
+{
+	return seq_ok(c, id) ? kvp_block_table_tokens(c->seqs[id].bt) : 0;
+}
+
+const struct kvp_block_table *kvp_kvcache_seq_table(const struct kvp_kvcache *c,
+						    uint32_t id)
+{
+	return seq_ok(c, id) ? c->seqs[id].bt : NULL;
+}
+
+uint32_t kvp_kvcache_seq_list(const struct kvp_kvcache *c, uint32_t *ids,
+			      uint32_t max)
+{
+	uint32_t i, n = 0;
+
+	for (i = 0; c && i < c->o.max_seqs; i++) {
+		if (!c->seqs[i].live)
+			continue;
+		if (n < max && ids)
+			ids[n] = i;
+		n++;
+	}
+	return n;
+}
+
+/* ---- prefill ------------------------------------------------------------ */
+
+struct fill_job {
+	const struct kvp_kv_source *src;
+	uint32_t seq, layer, G;
+	uint64_t first_token; /* of block 0 */
+	size_t stride;
+	char *dst;
+	uint32_t from, to; /* blocks */
+	int err;
+};
+
+static void *fill_worker(void *arg)
+{
+	struct fill_job *j = arg;
+	uint32_t b;
+
+	for (b = j->from; b < j->to && !j->err; b++)
+		j->err = j->src->fill(j->src->arg, j->seq, j->layer,
+				      j->first_token + (uint64_t)b * j->G, j->G,
+				      j->dst + (size_t)b * j->stride);
+	return NULL;
+}
+
+/* Fill nb full blocks from first_token into stage, with the pool's
+ * thread count (the source is thread-safe). */
+static int fill_parallel(struct kvp_kvcache *c, const struct kvp_kv_source *src,
+			 uint32_t seq, uint32_t layer, uint64_t first_token,
+			 uint32_t nb, char *dst)
+{
+	unsigned nt = kvp_attn_pool_threads(c->pool), i, started = 0;
+	struct fill_job jobs[16];
+	pthread_t th[16];
+	int err = 0;
+
+	if (nt > 16)
+		nt = 16;
+	if (nt < 1 || nb < 64)
+		nt = 1;
+	for (i = 0; i < nt; i++) {
+		jobs[i] =
+		    (struct fill_job){ src,
+				       seq,
+				       layer,
+				       c->g.block_tokens,
+				       first_token,
+				       c->stride,
+				       dst,
+				       (uint32_t)((uint64_t)nb * i / nt),
+				       (uint32_t)((uint64_t)nb * (i + 1) / nt),
+				       0 };
+	}
+	for (i = 1; i < nt; i++) {
+		if (pthread_create(&th[i], NULL, fill_worker, &jobs[i]))
+			break;
+		started = i;
+	}
+	/* blocks of jobs that failed to start run here */
+	for (i = started + 1; i < nt; i++)
+		fill_worker(&jobs[i]);
+	fill_worker(&jobs[0]);
+	for (i = 1; i <= started; i++)
+		pthread_join(th[i], NULL);
+	for (i = 0; i < nt; i++)
+		if (jobs[i].err && !err)
+			err = jobs[i].err;
+	return err;
+}
+
+/* Tokens into the rolling block of (s, layer): [fill, fill + n), one block. */
+static int rb_append(struct kvp_kvcache *c, uint32_t id, uint32_t layer,
+		     const struct kvp_kv_source *src, uint32_t n)
+{
+	struct kvc_seq *s = &c->seqs[id];
+	char *rbl = s->rb + (size_t)layer * c->stride;
+	uint64_t tok = s->fill[layer];
+	double t0 = now_s();
+	int err;
+
+	err = src->fill(src->arg, id, layer, tok, n, rbl);
+	c->cur.t_fill_s += now_s() - t0;
+	if (err)
+		return err;
+	if (kvp_predictor_needs_keys(c->pred)) {
+		t0 = now_s();
+		err = kvp_predictor_observe(c->pred, id, layer, tok, n, rbl);
+		c->cur.t_predict_s += now_s() - t0;
+		if (err)
+			return err;
+	}
+	s->fill[layer] = tok + n;
+	return 0;
+}
+
+/* Write the rolling block of (s, layer) if it is full. */
+static int rb_flush(struct kvp_kvcache *c, uint32_t id, uint32_t layer)
+{
+	struct kvc_seq *s = &c->seqs[id];
+	uint32_t G = c->g.block_tokens, p;
+
+	if (s->fill[layer] % G || !s->fill[layer])
+		return 0;
+	p = kvp_block_table_physical(s->bt, (uint32_t)(s->fill[layer] / G - 1));
+	if (p == KVP_BLOCK_NONE)
+		return -EINVAL;
+	return write_blocks(c, layer, p, 1, s->rb + (size_t)layer * c->stride,
+			    true);
+}
+
+int kvp_kvcache_prefill(struct kvp_kvcache *c, uint32_t id, uint64_t ntokens,
+			const struct kvp_kv_source *src,
+			kvp_kvcache_progress_fn progress, void *parg)
+{
+	struct kvc_seq *s;
+	uint32_t G, layer, first, last, nb, i;
+	uint64_t t0tok, head, total_bytes, done_bytes = 0;
+	double t0 = now_s();
+	int err;
+
+	if (!seq_ok(c, id) || !src || !src->fill)
+		return -EINVAL;
+	if (!ntokens)
+		return 0;
+	kvp_kvcache_drain(c);
+	s = &c->seqs[id];
+	G = c->g.block_tokens;
+	t0tok = kvp_block_table_tokens(s->bt);
+	memset(&c->cur, 0, sizeof(c->cur));
+	err = kvp_block_table_append(s->bt, (uint32_t)ntokens, NULL, NULL);
+	if (err)
+		return err;
+	total_bytes = ntokens * kvp_kv_token_bytes(&c->g);
+	/* complete the rolling block */
+	head = t0tok % G ? G - t0tok % G : 0;
+	if (head > ntokens)
+		head = ntokens;
+	for (layer = 0; head && layer < c->g.layers; layer++) {
+		err = rb_append(c, id, layer, src, (uint32_t)head);
+		if (!err)
+			err = rb_flush(c, id, layer);
+		if (err)
+			return err;
+	}
+	first = (uint32_t)((t0tok + head) / G);
+	last = (uint32_t)((t0tok + ntokens) / G);
+	nb = last > first ? last - first : 0;
+	if (nb) {
+		err = stage_reserve(c, (size_t)nb * c->stride);
+		if (err)
+			return err;
+	}
+	for (layer = 0; nb && layer < c->g.layers; layer++) {
+		const uint32_t *map = kvp_block_table_map(s->bt);
+		double tp;
+
+		err = fill_parallel(c, src, id, layer, (uint64_t)first * G, nb,
+				    c->stage);
+		if (err)
+			return err;
+		tp = now_s();
+		if (kvp_predictor_needs_keys(c->pred)) {
+			if (!c->fitted[layer] && (uint64_t)nb * G >= 64) {
+				const void **ptrs = malloc(sizeof(void *) * nb);
+				struct kvp_attn_blocks sb = { ptrs, NULL, nb };
+
+				if (!ptrs)
+					return -ENOMEM;
+				for (i = 0; i < nb; i++)
+					ptrs[i] =
+					    c->stage + (size_t)i * c->stride;
+				err = kvp_predictor_fit(c->pred, layer, &sb);
+				free(ptrs);
+				if (err && err != -EBUSY)
+					return err;
+				c->fitted[layer] = true;
+			}
+			for (i = 0; i < nb; i++) {
+				err = kvp_predictor_observe(
+				    c->pred, id, layer,
+				    (uint64_t)(first + i) * G, G,
+				    c->stage + (size_t)i * c->stride);
+				if (err)
+					return err;
+			}
+		}
+		c->cur.t_predict_s += now_s() - tp;
+		/* runs of consecutive physical blocks */
+		for (i = 0; i < nb;) {
+			uint32_t j = i + 1;
+
+			while (j < nb &&
+			       map[first + j] == map[first + j - 1] + 1)
+				j++;
+			err = write_blocks(c, layer, map[first + i], j - i,
+					   c->stage + (size_t)i * c->stride,
+					   false);
+			if (err)
+				return err;
+			i = j;
+		}
+		s->fill[layer] = (uint64_t)last * G;
+		done_bytes +=
+		    (uint64_t)nb * G * kvp_kv_token_layer_bytes(&c->g);
+		if (progress)
+			progress(parg, done_bytes, total_bytes);
+	}
+	/* the last partial block stays in the rolling buffer */
+	if ((t0tok + ntokens) % G && last >= first &&
+	    (uint64_t)last * G >= t0tok + head) {
+		for (layer = 0; layer < c->g.layers; layer++) {
+			s->fill[layer] = (uint64_t)last * G;
+			err = rb_append(c, id, layer, src,
+					(uint32_t)((t0tok + ntokens) % G));
+			if (err)
+				return err;
+		}
+	}
+	if (progress)
+		progress(parg, total_bytes, total_bytes);
+	c->st.prefill_tokens += ntokens;
+	c->st.prefill_bytes += total_bytes;
+	c->st.t_prefill_s += now_s() - t0;
+	if (c->o.backend == KVP_KVCACHE_MMAP)
+		mm_settle(c);
+	return 0;
+}
+
+/* ---- the decode step ---------------------------------------------------- */
+
+static void region_stats(struct kvp_kvcache *c, struct kvp_stats *s)
+{
+	memset(s, 0, sizeof(*s));
+	if (c->o.backend == KVP_KVCACHE_PAGER)
+		kvp_region_stats(c->region, s);
+}
+
+static uint64_t proc_read_bytes(void)
+{
+	FILE *f = fopen("/proc/self/io", "r");
+	char line[128];
+	unsigned long long v = 0;
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "read_bytes: %llu", &v) == 1)
+			break;
+	fclose(f);
+	return v;
+}
+
+static uint64_t majflt(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return (uint64_t)ru.ru_majflt;
+}
+
+static void record_sample(struct kvp_kvcache *c, uint32_t id, uint32_t layer,
+			  uint64_t npos, const float *q, const float *o,
+			  const struct kvc_plan *pl, size_t i, uint32_t rblb)
+{
+	struct kvc_sample *sm, *ns;
+	size_t n = pl->off[i + 1] - pl->off[i];
+
+	if (c->nsamples >= c->o.max_samples)
+		return;
+	ns = realloc(c->samples, sizeof(*ns) * (c->nsamples + 1));
+	if (!ns)
+		return;
+	c->samples = ns;
+	sm = &ns[c->nsamples];
+	sm->q = malloc(sizeof(float) * c->qfloats);
+	sm->out = malloc(sizeof(float) * c->qfloats);
+	sm->lb = malloc(sizeof(uint32_t) * (n + 1));
+	if (!sm->q || !sm->out || !sm->lb) {
+		free(sm->q);
+		free(sm->out);
+		free(sm->lb);
+		return;
+	}
+	sm->seq = id;
+	sm->layer = layer;
+	sm->npos = npos;
+	memcpy(sm->q, q, sizeof(float) * c->qfloats);
+	memcpy(sm->out, o, sizeof(float) * c->qfloats);
+	memcpy(sm->lb, pl->lb + pl->off[i], sizeof(uint32_t) * n);
+	sm->lb[n] = rblb;
+	sm->n = n + 1;
+	c->nsamples++;
+}
+
+static bool layer_sampled(struct kvp_kvcache *c, uint32_t layer)
+{
+	uint32_t k = c->o.sample_layers, L = c->g.layers, i;
+
+	if (!c->o.sample_every || !k || c->gstep % c->o.sample_every)
+		return false;
+	if (k >= L)
+		return true;
+	for (i = 0; i < k; i++)
+		if (layer == (uint32_t)(((uint64_t)i * L + L / 2) / k))
+			return true;
+	return false;
+}
+
+static int compute_layer(struct kvp_kvcache *c, struct kvc_plan *pl,
+			 const struct kvp_kv_source *src, float *out,
+			 uint32_t nstep)
+{
+	uint32_t layer = pl->layer, G = c->g.block_tokens, i;
+	bool sample = layer_sampled(c, layer);
+	int err;
+
+	for (i = 0; i < pl->nseq; i++) {
+		uint32_t id = c->step_seqs[i];
+		struct kvc_seq *s = &c->seqs[id];
+		const uint32_t *map = kvp_block_table_map(s->bt);
+		size_t n = pl->off[i + 1] - pl->off[i], k;
+		uint32_t rblb = (uint32_t)((s->fill[layer] - 1) / G);
+		struct kvp_attn_blocks b;
+		float *o =
+		    out ? out + ((size_t)i * c->g.layers + layer) * c->qfloats
+			: c->obuf;
+		double t0;
+
+		if (grow((void **)&c->ptrs, &c->ptr_cap, n + 1, sizeof(void *)))
+			return -ENOMEM;
+		{
+			size_t cap = c->ptr_cap;
+			uint32_t *nt = realloc(c->ntok, sizeof(uint32_t) * cap);
+
+			if (!nt)
+				return -ENOMEM;
+			c->ntok = nt;
+		}
+		for (k = 0; k < n; k++) {
+			c->ptrs[k] = c->base + kvp_kv_layout_offset(
+						   &c->l, layer,
+						   map[pl->lb[pl->off[i] + k]]);
+			c->ntok[k] = G;
+		}
+		c->ptrs[n] = s->rb + (size_t)layer * c->stride;
+		c->ntok[n] = (uint32_t)(s->fill[layer] - (uint64_t)rblb * G);
+		b.ptrs = c->ptrs;
+		b.ntokens = c->ntok;
+		b.n = n + 1;
+		src->query(src->arg, id, layer, s->fill[layer], c->qbuf);
+		t0 = now_s();
+		err = kvp_attn_decode(&c->g, &b, c->qbuf, o, c->pool);
+		c->cur.t_compute_s += now_s() - t0;
+		if (err)
+			return err;
+		if (sample)
+			record_sample(c, id, layer, s->fill[layer], c->qbuf, o,
+				      pl, i, rblb);
+	}
+	(void)nstep;
+	return 0;
+}
+
+int kvp_kvcache_step(struct kvp_kvcache *c, const uint32_t *seqs, uint32_t n,
+		     const struct kvp_kv_source *src, float *out,
+		     struct kvp_kvcache_step_stats *st)
+{
+	struct kvp_stats s0, s1;
+	uint64_t rb0 = 0, mf0 = 0, gl0, gl;
+	uint32_t L = c ? c->g.layers : 0, d, i, layer;
+	double t0 = now_s();
+	int err = 0;
+
+	if (!c || !seqs || !n || n > c->o.max_seqs || !src || !src->fill ||
+	    !src->query)
+		return -EINVAL;
+	for (i = 0; i < n; i++)
+		if (!seq_ok(c, seqs[i]))
+			return -EINVAL;
+	/* plans carried from the last step are for the same sequences only */
+	if (c->plans_valid &&
+	    (n != c->nstep_seqs ||
+	     memcmp(seqs, c->step_seqs, sizeof(uint32_t) * n)))
+		kvp_kvcache_drain(c);
+	memcpy(c->step_seqs, seqs, sizeof(uint32_t) * n);
+	c->nstep_seqs = n;
+	c->plans_valid = true;
+	c->srcq = src->query;
+	c->srcarg = src->arg;
+	memset(&c->cur, 0, sizeof(c->cur));
+	region_stats(c, &s0);
+	if (c->o.backend == KVP_KVCACHE_MMAP) {
+		rb0 = proc_read_bytes();
+		mf0 = majflt();
+	}
+	for (i = 0; i < n; i++) {
+		err =
+		    kvp_block_table_append(c->seqs[seqs[i]].bt, 1, NULL, NULL);
+		if (err)
+			goto out;
+	}
+	d = c->o.prefetch ? c->o.prefetch_depth : 0;
+	gl0 = c->gstep * L;
+	for (layer = 0; layer < L; layer++) {
+		struct kvc_plan *pl;
+		double tw;
+
+		gl = gl0 + layer;
+		pl = plan_get(c, gl, &err);
+		if (!pl)
+			goto out;
+		/* plan ahead: layers l+1 .. l+d, into the next step if asked */
+		for (i = 1; i <= d; i++) {
+			struct kvc_plan *ah;
+
+			if (layer + i >= L && !c->o.cross_step)
+				break;
+			ah = &c->plans[(gl + i) % c->nplans];
+			if (ah->used && ah->gl == gl + i)
+				continue;
+			err = plan_make(c, gl + i);
+			if (err)
+				goto out;
+		}
+		for (i = 0; i < n; i++) {
+			err = rb_append(c, seqs[i], layer, src, 1);
+			if (err)
+				goto out;
+		}
+		tw = now_s();
+		plan_wait(c, pl);
+		c->cur.t_wait_s += now_s() - tw;
+		if (pl->err) {
+			err = pl->err;
+			goto out;
+		}
+		if (c->o.backend == KVP_KVCACHE_PAGER && c->o.prefetch &&
+		    pl->npb) {
+			if (plan_pin(c, pl, true))
+				c->st.pin_failures++;
+			else
+				pl->pinned = true;
+		}
+		err = compute_layer(c, pl, src, out, n);
+		if (err)
+			goto out;
+		c->cur.chosen_blocks += pl->chosen;
+		c->cur.reused_blocks += pl->reused;
+		if (c->o.backend == KVP_KVCACHE_MMAP) {
+			size_t k;
+
+			for (k = 0; k < pl->npb; k++)
+				lru_touch(c, (uint32_t)pl->pb[k]);
+			lru_enforce(c);
+		}
+		if (pl->pinned) {
+			plan_pin(c, pl, false);
+			pl->pinned = false;
+		} else if (c->cold && c->o.backend == KVP_KVCACHE_PAGER) {
+			size_t k;
+
+			for (k = 0; k < pl->npb; k++)
+				kvp_region_advise(c->region, pl->pb[k], 1,
+						  KVP_ADVICE_COLD);
+		}
+		for (i = 0; i < n; i++) {
+			err = rb_flush(c, seqs[i], layer);
+			if (err)
+				goto out;
+		}
+		plan_release(c, pl);
+	}
+	if (!c->o.cross_step)
+		kvp_kvcache_drain(c);
+	if (c->o.backend == KVP_KVCACHE_MMAP)
+		mm_sweep(c);
+out:
+	c->gstep++;
+	region_stats(c, &s1);
+	c->cur.steps = 1;
+	c->cur.tokens = n;
+	c->cur.t_step_s = now_s() - t0;
+	if (c->o.backend == KVP_KVCACHE_PAGER) {
+		c->cur.bytes_read = s1.bytes_read_total - s0.bytes_read_total;
+		c->cur.bytes_written +=
+		    s1.bytes_written_total - s0.bytes_written_total;
+		c->cur.demand_faults =
+		    s1.demand_faults_total - s0.demand_faults_total;
+		c->cur.prefetch_hit =
+		    s1.prefetch_hit_total - s0.prefetch_hit_total;
+		c->cur.prefetch_late =
+		    s1.prefetch_late_total - s0.prefetch_late_total;
+		c->cur.prefetch_wasted =
+		    s1.prefetch_wasted_total - s0.prefetch_wasted_total;
+	} else if (c->o.backend == KVP_KVCACHE_MMAP) {
+		c->cur.bytes_read = proc_read_bytes() - rb0;
+		c->cur.demand_faults = majflt() - mf0;
+	}
+	{
+		struct kvp_kvcache_step_stats *a = &c->st.sum, *b = &c->cur;
+
+		a->steps += b->steps;
+		a->tokens += b->tokens;
+		a->t_step_s += b->t_step_s;
+		a->t_compute_s += b->t_compute_s;
+		a->t_predict_s += b->t_predict_s;
+		a->t_wait_s += b->t_wait_s;
+		a->t_fill_s += b->t_fill_s;
+		a->bytes_read += b->bytes_read;
+		a->bytes_written += b->bytes_written;
+		a->demand_faults += b->demand_faults;
+		a->prefetch_issued += b->prefetch_issued;
+		a->prefetch_hit += b->prefetch_hit;
+		a->prefetch_late += b->prefetch_late;
+		a->prefetch_wasted += b->prefetch_wasted;
+		a->chosen_blocks += b->chosen_blocks;
+		a->reused_blocks += b->reused_blocks;
+		a->flush_store += b->flush_store;
+		a->flush_region += b->flush_region;
+	}
+	if (st)
+		*st = c->cur;
+	return err;
+}
+
+void kvp_kvcache_stats(const struct kvp_kvcache *c,
+		       struct kvp_kvcache_stats *out)
+{
+	struct kvp_kvcache *m = (struct kvp_kvcache *)c;
+
+	*out = c->st;
+	pthread_mutex_lock(&m->mu);
+	out->t_load_busy_s = c->busy_s;
+	pthread_mutex_unlock(&m->mu);
+}
+
+/* ---- quality ------------------------------------------------------------ */
+
+int kvp_kvcache_quality(struct kvp_kvcache *c, double *recall,
+			double *rel_error, double *mass, uint32_t *nsamples)
+{
+	double rs = 0, es = 0, ms = 0;
+	uint32_t k, cnt = 0, G = c->g.block_tokens;
+	char *buf = NULL;
+	size_t bufcap = 0;
+	const void **ptrs = NULL;
+	uint32_t *ntok = NULL, *phys = NULL;
+	float *mv = NULL, *ex = malloc(sizeof(float) * c->qfloats);
+	int err = 0;
+
+	kvp_kvcache_drain(c);
+	if (!ex)
+		return -ENOMEM;
+	for (k = 0; k < c->nsamples; k++) {
+		struct kvc_sample *sm = &c->samples[k];
+		struct kvc_seq *s = &c->seqs[sm->seq];
+		uint32_t nb = (uint32_t)((sm->npos + G - 1) / G), i, nfull;
+		struct kvp_attn_blocks all;
+		double am = 0;
+
+		if (!s->live || kvp_block_table_tokens(s->bt) < sm->npos)
+			continue;
+		if ((size_t)nb * c->stride > bufcap) {
+			if (buf)
+				munmap(buf, bufcap);
+			bufcap = (size_t)nb * c->stride;
+			buf = big_alloc(bufcap);
+			free(ptrs);
+			free(ntok);
+			free(phys);
+			free(mv);
+			ptrs = malloc(sizeof(void *) * nb);
+			ntok = malloc(sizeof(uint32_t) * nb);
+			phys = malloc(sizeof(uint32_t) * nb);
+			mv = malloc(sizeof(float) * nb);
+			if (!buf || !ptrs || !ntok || !phys || !mv) {
+				if (!buf)
+					bufcap = 0;
+				err = -ENOMEM;
+				goto out;
+			}
+		}
+		/* full blocks now in the backing, then whatever is rolling */
+		nfull = (uint32_t)(s->fill[sm->layer] / G);
+		if (nfull > nb)
+			nfull = nb;
+		for (i = 0; i < nfull; i++)
+			phys[i] = kvp_block_table_physical(s->bt, i);
+		err = read_blocks(c, sm->layer, phys, nfull, buf);
+		if (err)
+			goto out;
+		for (i = nfull; i < nb; i++) {
+			err = read_logical(c, s, sm->layer, i,
+					   buf + (size_t)i * c->stride);
+			if (err)
+				goto out;
+		}
+		for (i = 0; i < nb; i++) {
+			ptrs[i] = buf + (size_t)i * c->stride;
+			ntok[i] = G;
+		}
+		ntok[nb - 1] = (uint32_t)(sm->npos - (uint64_t)(nb - 1) * G);
+		all.ptrs = ptrs;
+		all.ntokens = ntok;
+		all.n = nb;
+		err = kvp_attn_decode(&c->g, &all, sm->q, ex, c->pool);
+		if (!err)
+			err = kvp_attn_block_mass(&c->g, &all, sm->q, mv,
+						  c->pool);
+		if (err)
+			goto out;
+		rs += kvp_attn_recall(mv, nb, sm->lb, sm->n, &am);
+		ms += am;
+		es += kvp_attn_rel_error(sm->out, ex, c->qfloats);
+		cnt++;
+	}
+out:
+	if (buf)
+		munmap(buf, bufcap);
+	free(ptrs);
+	free(ntok);
+	free(phys);
+	free(mv);
+	free(ex);
+	if (err)
+		return err;
+	*recall = cnt ? rs / cnt : 0;
+	*rel_error = cnt ? es / cnt : 0;
+	if (mass)
+		*mass = cnt ? ms / cnt : 0;
+	if (nsamples)
+		*nsamples = cnt;
+	return 0;
+}
+
+/* ---- debug view --------------------------------------------------------- */
+
+int kvp_kvcache_format_block_table(struct kvp_kvcache *c, uint32_t id,
+				   char *buf, size_t len)
+{
+	const struct kvc_seq *s;
+	uint32_t nb, lb, G;
+	size_t used = 0;
+	int w;
+
+	if (!seq_ok(c, id) || (!buf && len))
+		return -EINVAL;
+	s = &c->seqs[id];
+	nb = kvp_block_table_blocks(s->bt);
+	G = c->g.block_tokens;
+	if (len)
+		buf[0] = 0;
+	for (lb = 0; lb < nb; lb++) {
+		uint32_t p = kvp_block_table_physical(s->bt, lb);
+		const char *where =
+		    c->o.backend == KVP_KVCACHE_RAM ? "ram" : "file";
+		struct kvp_block_info bi;
+
+		/* a partial last block is rolling in every layer */
+		if (s->fill[0] % G && lb == s->fill[0] / G)
+			where = "rolling";
+		else if (c->o.backend == KVP_KVCACHE_PAGER &&
+			 !kvp_region_block_info(
+			     c->region, kvp_kv_layout_pager_block(&c->l, 0, p),
+			     &bi))
+			where = kvp_block_state_name(bi.state);
+		w = snprintf(used < len ? buf + used : NULL,
+			     used < len ? len - used : 0, "%u %u %u %u %s\n",
+			     lb, p, kvp_block_table_valid(s->bt, lb),
+			     kvp_block_alloc_refcount(c->alloc, p), where);
+		if (w < 0)
+			return -EINVAL;
+		used += (size_t)w;
+	}
+	return (int)used;
+}
+
+/* ---- accessors ------------------------------------------------------------ */
+
+const struct kvp_kv_layout *kvp_kvcache_layout(const struct kvp_kvcache *c)
+{
+	return &c->l;
+}
+
+struct kvp_region *kvp_kvcache_region(const struct kvp_kvcache *c)
+{
+	return c->region;
+}
+
+struct kvp_pager *kvp_kvcache_pager(const struct kvp_kvcache *c)
+{
+	return c->pager;
+}
+
+struct kvp_predictor *kvp_kvcache_predictor(const struct kvp_kvcache *c)
+{
+	return c->pred;
+}
+
+uint64_t kvp_kvcache_budget_bytes(const struct kvp_kvcache *c)
+{
+	return c->budget;
+}
+
+uint64_t kvp_kvcache_kv_bytes(const struct kvp_kvcache *c)
+{
+	uint64_t t = 0;
+	uint32_t i;
+
+	for (i = 0; i < c->o.max_seqs; i++)
+		if (c->seqs[i].live)
+			t += kvp_block_table_tokens(c->seqs[i].bt);
+	return t * kvp_kv_token_bytes(&c->g);
+}

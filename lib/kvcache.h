@@ -1,0 +1,285 @@
+/*
+ * kvcache.h - a KV cache on a pager region: the decode loop of kvpager.
+ *
+ * A cache holds the K and V of up to max_seqs sequences of one geometry in
+ * one region laid out by kv_geometry.h (layer-major; a pager block holds a
+ * whole number of KV blocks of one layer).  Block tables (block_table.h)
+ * map each sequence's logical KV blocks to physical ones; forks share
+ * prefixes by reference count.  A predictor (predictor.h) chooses, per
+ * layer and sequence, the blocks one decode step reads; they are
+ * prefetched prefetch_depth layers ahead (kvp_prefetch_submit), waited for
+ * and pinned while the layer computes, unpinned afterwards (and, for the
+ * exact predictor, advised COLD: a full scan will not come back to them
+ * before everything else).
+ *
+ * Backends (enum kvp_kvcache_backend): the pager region (the product), all
+ * in RAM (the compute bound, and the bit-for-bit reference), and the
+ * kernel's mmap of a file with an emulated RAM budget (the baselines of
+ * kvpbench decode, without or with MADV_WILLNEED from the same predictor).
+ *
+ * THE ROLLING BUFFER.  The newest, partly filled KV block of each sequence
+ * and layer lives in RAM outside the region (rb).  Attention reads it from
+ * there; the block is written once, when full, after the layer that filled
+ * it has computed.  On the pager backend the write goes to the store with
+ * kvp_store_pwrite when the region's pager block is ABSENT and in the store
+ * (kvp_region_block_info): the region (KVP_REGION_FROM_STORE) then reads it
+ * from the store on its first use, so each byte is written once and read
+ * at most once per residency, and the block is never faulted in only to be
+ * overwritten.  When the pager block is resident (or loading, evicting, or
+ * zeroed by DISCARD), the block is copied through the region's memory
+ * instead, and eviction writes it back once; no store write races with a
+ * resident copy.  This happens only when a pager block holds several KV
+ * blocks (large pager blocks for the exact predictor), and then costs the
+ * write-back of the other, unchanged, KV blocks of that pager block.  With
+ * one KV block per pager block (the sparse predictors' default) the flush
+ * is always a single store write.  Prefill writes whole runs of KV blocks
+ * the same way, so it faults nothing in and reads nothing.
+ *
+ * Freeing a sequence drops its block table; physical blocks that became
+ * free and fill whole pager blocks are DISCARDed (kvp_region_advise), so
+ * they are not written back.
+ *
+ * THE KV IS WHATEVER THE SOURCE GIVES: kvpager's tools use kv_synth.h
+ * (synthetic, planted structure).
+ *
+ * Locking: none.  One thread drives a cache (every call below); the
+ * cache's own threads are the attention pool, the prefill helpers and,
+ * for the pager backend with prefetch, one waiter thread that records when
+ * each layer's prefetch completes.  kvp_kvcache_format_block_table may be
+ * called from another thread only while the driver is not inside a call.
+ */
+#ifndef KVP_KVCACHE_H
+#define KVP_KVCACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lib/attention.h"
+#include "lib/block_table.h"
+#include "lib/kv_geometry.h"
+#include "lib/predictor.h"
+#include "pager/pager.h"
+
+struct kvp_kvcache;
+
+enum kvp_kvcache_backend {
+	KVP_KVCACHE_PAGER = 0, /* a pager region backed by a store */
+	KVP_KVCACHE_RAM = 1,   /* anonymous memory, everything resident */
+	KVP_KVCACHE_MMAP = 2,  /* the kernel's mmap of a file */
+};
+
+/*
+ * Where K and V come from.  fill writes K and V of tokens [token, token +
+ * ntokens) of (seq, layer) into the KV block kvblock at slots token % G ...
+ * (the signature of kvp_kv_synth_fill); it must be thread-safe (prefill
+ * calls it from several threads).  query writes the query of (seq, layer)
+ * for the step that attends to tokens 0 .. pos-1 (kvp_kv_synth_query).
+ */
+struct kvp_kv_source {
+	int (*fill)(void *arg, uint32_t seq, uint32_t layer, uint64_t token,
+		    uint32_t ntokens, void *kvblock);
+	void (*query)(void *arg, uint32_t seq, uint32_t layer, uint64_t pos,
+		      float *q);
+	void *arg;
+};
+
+/* A source over a kv_synth generator (the tools' and tests' source). */
+struct kvp_kv_synth;
+void kvp_kv_source_synth(struct kvp_kv_source *src,
+			 const struct kvp_kv_synth *s);
+
+struct kvp_kvcache_opts {
+	struct kvp_kv_geometry geo;
+	uint32_t max_seqs;	  /* sequence ids 0 .. max_seqs-1 */
+	uint64_t capacity_tokens; /* physical room, all sequences: tokens */
+	size_t pager_block_bytes; /* 0: one KV block (rounded to 4 KiB) */
+	enum kvp_kvcache_backend backend;
+	/* pager backend */
+	struct kvp_pager *pager;      /* NULL: the cache opens one with cfg */
+	const struct kvp_config *cfg; /* NULL: defaults; budget_bytes set */
+	struct kvp_store *store;      /* NULL: kvp_store_file_temp(dir) */
+	uint64_t store_offset;
+	const char *region_name; /* NULL: "kv" */
+	/* pager and mmap */
+	const char *dir;	 /* backing file's directory (NULL: $TMPDIR) */
+	uint64_t budget_bytes;	 /* RAM budget: the pager's (if it opens
+				      one); mmap: emulated; 0: KV / 4 */
+	bool prefetch;		 /* prefetch (pager) / MADV_WILLNEED (mmap) */
+	uint32_t prefetch_depth; /* layers ahead, 1 .. layers-1 */
+	bool cross_step;	 /* prefetch the next step's first layers
+				      during this step's last ones */
+	int cold_after;		 /* advise COLD after compute: 1 yes, 0 no,
+				      -1 auto (exact predictor only) */
+	struct kvp_predictor_opts pred;
+	unsigned attn_threads; /* 0: all CPUs */
+	/* quality sampling (see kvp_kvcache_quality) */
+	uint32_t sample_every;	/* record every N-th step (0: never) */
+	uint32_t sample_layers; /* layers recorded per sampled step */
+	uint32_t max_samples;	/* cap on recorded samples */
+};
+
+/* Defaults: one sequence, exact predictor, pager backend, depth from the
+ * kv tunables (2), cross_step, cold_after auto, sampling off. */
+void kvp_kvcache_opts_default(struct kvp_kvcache_opts *o,
+			      const struct kvp_kv_geometry *g);
+
+/* Per-step figures (kvp_kvcache_step) and totals (kvp_kvcache_stats). */
+struct kvp_kvcache_step_stats {
+	uint64_t steps;		/* 1 for a step, else steps summed */
+	uint64_t tokens;	/* tokens decoded (sequences x steps) */
+	double t_step_s;	/* wall time of the step */
+	double t_compute_s;	/* attention kernels */
+	double t_predict_s;	/* predictor select and observe */
+	double t_wait_s;	/* blocked on prefetch completion */
+	double t_fill_s;	/* the source's new K/V (the "model") */
+	uint64_t bytes_read;	/* pager: bytes_read_total; mmap:
+				      /proc/self/io read_bytes */
+	uint64_t bytes_written; /* pager write-back + rolling flushes */
+	uint64_t demand_faults; /* pager: demand_faults_total; mmap:
+				      major faults */
+	uint64_t prefetch_issued;
+	uint64_t prefetch_hit;
+	uint64_t prefetch_late;
+	uint64_t prefetch_wasted;
+	uint64_t chosen_blocks; /* KV blocks the predictor chose, out of
+				      the region (the rolling block excluded) */
+	uint64_t reused_blocks; /* of those, resident before the step */
+	uint64_t flush_store;	/* rolling blocks written by store pwrite */
+	uint64_t flush_region;	/* rolling blocks copied through the region */
+};
+
+struct kvp_kvcache_stats {
+	struct kvp_kvcache_step_stats sum; /* over every step */
+	double t_load_busy_s; /* time with some prefetch outstanding
+				      (the union of [submit, done] over all
+				      layers' prefetches): T_load in total */
+	double t_prefill_s;   /* kvp_kvcache_prefill, all calls */
+	uint64_t prefill_tokens;
+	uint64_t prefill_bytes; /* KV bytes written by prefill */
+	uint64_t cow_copies;	/* copy-on-write of a shared last block */
+	uint64_t discarded_pager_blocks; /* DISCARDed on free */
+	uint64_t pin_failures;	     /* pins refused (-ENOSPC): unpinned run */
+	uint64_t mmap_dropped_bytes; /* mmap: dropped to keep the budget */
+};
+
+/*
+ * kvp_kvcache_create - the region (or memory, or file mapping), the
+ * physical block allocator of capacity_tokens / G blocks per layer (+1 per
+ * sequence), the predictor, the attention pool.  Returns 0 and *out, or
+ * -EINVAL (bad geometry or options), -ENOMEM, the pager's or store's
+ * error; nothing is left behind on failure.
+ */
+int kvp_kvcache_create(const struct kvp_kvcache_opts *o,
+		       struct kvp_kvcache **out);
+
+/*
+ * kvp_kvcache_destroy - free every sequence, stop threads, destroy the
+ * region, the store and the pager if the cache made them.  Safe with NULL.
+ */
+void kvp_kvcache_destroy(struct kvp_kvcache *c);
+
+/* An empty sequence; its id in *id.  -ENOSPC when max_seqs are live. */
+int kvp_kvcache_seq_create(struct kvp_kvcache *c, uint32_t *id);
+
+/*
+ * kvp_kvcache_seq_fork - a new sequence sharing the first ntokens tokens
+ * of parent (UINT64_MAX: all) by reference; its rolling buffer starts as a
+ * copy of the shared part of the last block.  The first append into a
+ * shared, partly filled block copies on write (counted in cow_copies).
+ * Returns 0 and *id, -EINVAL, -ENOSPC, -ENOMEM.
+ */
+int kvp_kvcache_seq_fork(struct kvp_kvcache *c, uint32_t parent,
+			 uint64_t ntokens, uint32_t *id);
+
+/*
+ * kvp_kvcache_seq_free - drop a sequence: its table's references, its
+ * rolling buffer and what the predictor kept of it; pager blocks wholly
+ * freed are DISCARDed.  -EINVAL for an unknown id.
+ */
+int kvp_kvcache_seq_free(struct kvp_kvcache *c, uint32_t id);
+
+uint64_t kvp_kvcache_seq_tokens(const struct kvp_kvcache *c, uint32_t id);
+const struct kvp_block_table *kvp_kvcache_seq_table(const struct kvp_kvcache *c,
+						    uint32_t id);
+
+/* Progress of a long call: done of total units (bytes). */
+typedef void (*kvp_kvcache_progress_fn)(void *arg, uint64_t done,
+					uint64_t total);
+
+/*
+ * kvp_kvcache_prefill - append ntokens tokens of seq from src (all
+ * layers).  Full KV blocks are written to the backing (see THE ROLLING
+ * BUFFER), the last partial one stays in the rolling buffer.  The lowrank
+ * predictor is fitted per layer from the first prefill of at least 64
+ * tokens (its largest keys and an even sample), then observes every token.
+ * progress (may be NULL) is called between layers.  Returns 0, -ENOSPC
+ * (no physical room), -EINVAL, the source's or store's error.  On failure
+ * the sequence may hold part of the tokens: free it.
+ */
+int kvp_kvcache_prefill(struct kvp_kvcache *c, uint32_t seq, uint64_t ntokens,
+			const struct kvp_kv_source *src,
+			kvp_kvcache_progress_fn progress, void *parg);
+
+/*
+ * kvp_kvcache_step - one decode step of sequences seqs[0..n): append one
+ * token to each (every layer, from src), and compute every layer's
+ * attention over the predictor's blocks plus the rolling block.  out (may
+ * be NULL) gets n * layers * q_heads * head_dim floats: [seq i][layer][h]
+ * [d].  *st (may be NULL) gets the step's figures.  Returns 0, -EINVAL,
+ * -ENOSPC, -EIO (a prefetch failed), or another error from below; after a
+ * failure the cache is consistent but the step is half done.
+ */
+int kvp_kvcache_step(struct kvp_kvcache *c, const uint32_t *seqs, uint32_t n,
+		     const struct kvp_kv_source *src, float *out,
+		     struct kvp_kvcache_step_stats *st);
+
+/* Wait for and release prefetches planned ahead for the next step. */
+void kvp_kvcache_drain(struct kvp_kvcache *c);
+
+/* Totals since create. */
+void kvp_kvcache_stats(const struct kvp_kvcache *c,
+		       struct kvp_kvcache_stats *out);
+
+/*
+ * kvp_kvcache_quality - score the samples recorded by steps (opts
+ * sample_every, sample_layers): for each, read that layer's blocks of the
+ * sequence as they were at that step (without faulting blocks in: frames
+ * by kvp_region_peek, the rest from the store), compute exact attention
+ * and the blocks' attention mass, and compare with what the step chose
+ * and output.  *recall: mean of kvp_attn_recall (the chosen blocks' mass
+ * over the oracle's with as many blocks); *rel_error: mean relative error
+ * of the output; *mass: mean absolute chosen mass (may be NULL).
+ * *nsamples gets the count (0: all set to 0).  Samples are kept.
+ * Returns 0 or -ENOMEM / a read error.
+ */
+int kvp_kvcache_quality(struct kvp_kvcache *c, double *recall,
+			double *rel_error, double *mass, uint32_t *nsamples);
+
+/*
+ * kvp_kvcache_format_block_table - the block table of seq as text, one
+ * line per logical block:
+ *   "<logical> <physical> <valid tokens> <refcount> <where>\n"
+ * where is "rolling" (the partial block, in RAM), or the pager block's
+ * state (kvp_block_state_name) on the pager backend, "ram" / "file"
+ * otherwise.  Writes at most len bytes (NUL-terminated); returns the
+ * length the full text needs (as snprintf), or -EINVAL.
+ */
+int kvp_kvcache_format_block_table(struct kvp_kvcache *c, uint32_t seq,
+				   char *buf, size_t len);
+
+/* Live sequence ids, in order, into ids[0..max); returns how many live. */
+uint32_t kvp_kvcache_seq_list(const struct kvp_kvcache *c, uint32_t *ids,
+			      uint32_t max);
+
+/* What the cache uses. */
+const struct kvp_kv_layout *kvp_kvcache_layout(const struct kvp_kvcache *c);
+struct kvp_region *kvp_kvcache_region(const struct kvp_kvcache *c);
+struct kvp_pager *kvp_kvcache_pager(const struct kvp_kvcache *c);
+struct kvp_predictor *kvp_kvcache_predictor(const struct kvp_kvcache *c);
+uint64_t kvp_kvcache_budget_bytes(const struct kvp_kvcache *c);
+/* Bytes of K and V held by live sequences (full and partial blocks). */
+uint64_t kvp_kvcache_kv_bytes(const struct kvp_kvcache *c);
+const char *kvp_kvcache_backend_name(enum kvp_kvcache_backend b);
+
+#endif /* KVP_KVCACHE_H */
