@@ -10,8 +10,9 @@
 #     and the one block per service thread the engine may exceed by)
 # and far under the buffer's size.  Then: fork (the child never hangs; a
 # child that touches an inherited region gets SIGSEGV), the fallback (an
-# unusable KVP_BACKING_DIR: one warning, normal memory, correct results)
-# and KVP_PRELOAD_STRICT=1 (the same fails loudly).
+# unusable KVP_BACKING_DIR: one warning, normal memory, correct results),
+# KVP_PRELOAD_STRICT=1 (the same fails loudly) and KVP_FUSE_MOUNT (the
+# program's regions in the debug view).
 #
 # Exit 0 passed, 1 failed, 77 skipped (the last line says why).
 set -u
@@ -191,7 +192,40 @@ else
 	fail "strict (exit $rc)"
 fi
 
-# 6. Ordinary programs are untouched.
+# 6. KVP_FUSE_MOUNT: the program's regions in the debug view, gone at exit.
+if [ -c /dev/fuse ] && command -v fusermount3 >/dev/null && [ -n "$PY" ]; then
+	served_env=(KVP_RAM_BUDGET_BYTES=${BUDGET_MB}M KVP_PRELOAD_MIN_BYTES=16M
+		KVP_BACKING_DIR=$work KVP_FUSE_MOUNT=$work/view
+		KVP_RUNTIME_DIR=$work/run)
+	run view "$PY" -c "
+import os
+m = os.environ['KVP_FUSE_MOUNT'] + '/regions/'
+b = bytearray(32 << 20)
+names = [n for n in os.listdir(m) if n.startswith('malloc')]
+size = int(open(m + names[0] + '/size_bytes').read()) if names else 0
+print('view regions %s size_bytes %d' % (','.join(names), size))
+print('registered %d' % len(os.listdir(os.environ['KVP_RUNTIME_DIR'])))
+"
+	show view
+	if [ $rc = 0 ] && grep -Eq '^view regions malloc[0-9]+ size_bytes 3[0-9]{7}$' "$work/view.out" &&
+		grep -q '^registered 1' "$work/view.out"; then
+		pass "KVP_FUSE_MOUNT: the region in the view, the process registered"
+	else
+		fail "KVP_FUSE_MOUNT (exit $rc)"
+	fi
+	if mountpoint -q "$work/view" 2>/dev/null; then
+		fail "KVP_FUSE_MOUNT: the view is still mounted after exit"
+		fusermount3 -u -z "$work/view" 2>/dev/null
+	elif [ -n "$(ls -A "$work/run" 2>/dev/null)" ]; then
+		fail "KVP_FUSE_MOUNT: the registry entry outlived the process"
+	else
+		pass "KVP_FUSE_MOUNT: view unmounted and entry removed at exit"
+	fi
+else
+	echo "    no /dev/fuse or fusermount3: KVP_FUSE_MOUNT not tested"
+fi
+
+# 7. Ordinary programs are untouched.
 out=$(env LD_PRELOAD="$LIB" sh -c 'echo a b c | wc -w' 2>&1)
 [ "$out" = 3 ] && pass "sh | wc under the preload" ||
 	fail "sh | wc under the preload: '$out'"

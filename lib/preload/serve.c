@@ -14,6 +14,10 @@
  * made by the normal allocator; a pager that failed to open is not tried
  * again.  Under KVP_PRELOAD_STRICT=1 the process aborts instead.
  *
+ * With KVP_FUSE_MOUNT the pager is opened by kvp_instance_open: its debug
+ * view is mounted there (regions/malloc1/, regions/mmap2/, ...) and the
+ * process is registered for kvpctl; both are undone at exit.
+ *
  * Fork: the engine maps regions MADV_DONTFORK and its threads and
  * userfaultfd registration stay with the parent, so a child does not
  * inherit the regions: touching one in the child is a SIGSEGV (never a
@@ -32,18 +36,21 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "lib/instance.h"
+
 enum pager_state {
 	PAGER_UNTRIED, /* no large allocation yet */
 	PAGER_OPEN,    /* serving */
-	PAGER_FAILED,  /* kvp_pager_open failed: not served, not retried */
+	PAGER_FAILED,  /* the pager did not open: not served, not retried */
 	PAGER_CHILD,   /* a forked child: never touch the engine */
 };
 
 static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct kvp_pager *pager; /* atomic once set */
-static int state;		/* enum pager_state, atomic */
-static bool warned;		/* the one fallback warning was printed */
-static uint64_t seq;		/* region names, atomic */
+static struct kvp_instance *instance; /* the pager and its debug view */
+static struct kvp_pager *pager;	      /* atomic once set */
+static int state;		      /* enum pager_state, atomic */
+static bool warned;		      /* the one fallback warning was printed */
+static uint64_t seq;		      /* region names, atomic */
 static uint64_t served_total, fallback_total, peak_served; /* atomic */
 
 bool kvp_preload_wants(size_t n)
@@ -92,17 +99,37 @@ static void serve_failed(size_t n, const char *what, int err)
 }
 
 /*
- * KVP_FUSE_MOUNT call site.  lib/instance.{h,c} ("a pager from the
- * environment plus its FUSE view") had not landed when the shim was
- * written: until it does, a set KVP_FUSE_MOUNT is reported and ignored.
+ * Open the process's pager: kvp_instance_open with the configuration read
+ * by env.c and, with KVP_FUSE_MOUNT, its debug view (regions/malloc1/, ...)
+ * mounted and the process registered for kvpctl.  A view that cannot be
+ * mounted costs the view only: that is reported on its own line and the
+ * pager opens without it (under KVP_PRELOAD_STRICT=1 the process aborts).
  */
-static void kvp_preload_fuse_attach(struct kvp_pager *p)
+static int open_instance(struct kvp_pager **out)
 {
-	if (!kvp_env.fuse_mount)
-		return;
-	kvp_preload_say("KVP_FUSE_MOUNT=%s ignored: this build of the shim "
-			"has no FUSE view yet",
-			kvp_env.fuse_mount);
+	struct kvp_instance_opts o = {
+		.cfg = &kvp_env.cfg,
+		.no_env = true, /* env.c has read it */
+		.mountpoint = kvp_env.fuse_mount ? kvp_env.fuse_mount : "",
+	};
+	char err[512];
+	int r;
+
+	r = kvp_instance_open(&o, &instance, err, sizeof(err));
+	if (r && kvp_env.fuse_mount) {
+		if (kvp_env.strict) {
+			kvp_preload_say("%s; aborting (KVP_PRELOAD_STRICT=1)",
+					err);
+			abort();
+		}
+		kvp_preload_say("%s; going on without the debug view", err);
+		o.mountpoint = "";
+		r = kvp_instance_open(&o, &instance, err, sizeof(err));
+	}
+	if (r)
+		return r;
+	*out = kvp_instance_pager(instance);
+	return 0;
 }
 
 /* The pager, opened on first use; NULL and *err when it cannot be. */
@@ -115,7 +142,7 @@ static struct kvp_pager *get_pager(int *err)
 	pthread_mutex_lock(&open_lock);
 	p = pager;
 	if (!p && __atomic_load_n(&state, __ATOMIC_ACQUIRE) == PAGER_UNTRIED) {
-		*err = kvp_pager_open(&kvp_env.cfg, &p);
+		*err = open_instance(&p);
 		if (*err) {
 			p = NULL;
 			__atomic_store_n(&state, PAGER_FAILED,
@@ -123,7 +150,6 @@ static struct kvp_pager *get_pager(int *err)
 		} else {
 			__atomic_store_n(&pager, p, __ATOMIC_RELEASE);
 			__atomic_store_n(&state, PAGER_OPEN, __ATOMIC_RELEASE);
-			kvp_preload_fuse_attach(p);
 		}
 	} else if (!p) {
 		*err = -EPERM;
@@ -309,13 +335,24 @@ __attribute__((constructor)) static void kvp_preload_init(void)
 	kvp_preload_in_hook--;
 }
 
-/* KVP_PRELOAD_STATS=1: one line of totals when a process that made large
- * allocations exits. */
+/*
+ * At exit the debug view is unmounted and the registry entry removed (the
+ * pager itself is left to the process's end: other threads may still use
+ * its regions); with KVP_PRELOAD_STATS=1, one line of totals, if the
+ * process made large allocations.
+ */
 __attribute__((destructor)) static void kvp_preload_fini(void)
 {
 	struct kvp_stats s = { 0 };
 	struct kvp_pager *p;
 
+	if (__atomic_load_n(&state, __ATOMIC_ACQUIRE) == PAGER_OPEN &&
+	    instance && kvp_instance_view(instance)) {
+		kvp_preload_in_hook++;
+		kvp_fuse_view_unmount(kvp_instance_view(instance));
+		(void)kvp_instance_unregister();
+		kvp_preload_in_hook--;
+	}
 	if (!kvp_env.stats ||
 	    __atomic_load_n(&state, __ATOMIC_ACQUIRE) == PAGER_CHILD ||
 	    !(served_total + fallback_total))
