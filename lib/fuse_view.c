@@ -63,6 +63,8 @@ struct kvp_fuse_view {
 	struct kvp_fuse_seq_ops seq_ops;
 	bool have_seqs;
 	void *seq_arg;
+	pthread_mutex_t snap_lock; /* guards snaps */
+	struct snap *snaps;	   /* files open now */
 };
 
 /* The statistics, from KVP_STATS. */
@@ -143,8 +145,11 @@ struct node {
 	uint32_t seq;		       /* N_SEQ, N_SEQ_TABLE */
 };
 
-/* What an open file reads, fixed at open. */
+/* What an open file reads, fixed at open.  Linked into the view's list
+ * so that unmounting frees those whose release never came (the kernel
+ * sends RELEASE asynchronously after close). */
 struct snap {
+	struct snap *prev, *next; /* in kvp_fuse_view.snaps, under snap_lock */
 	char *buf;
 	size_t len;
 	const struct kvp_tunable *tun; /* writable tunable, or NULL */
@@ -1091,6 +1096,12 @@ static int op_open(const char *path, struct fuse_file_info *fi)
 			return r;
 		}
 	}
+	pthread_mutex_lock(&v->snap_lock);
+	s->next = v->snaps;
+	if (s->next)
+		s->next->prev = s;
+	v->snaps = s;
+	pthread_mutex_unlock(&v->snap_lock);
 	fi->fh = (uint64_t)(uintptr_t)s;
 	fi->direct_io = 1;
 	fi->keep_cache = 0;
@@ -1158,12 +1169,21 @@ static int op_truncate(const char *path, off_t size, struct fuse_file_info *fi)
 
 static int op_release(const char *path, struct fuse_file_info *fi)
 {
+	struct kvp_fuse_view *v = view();
 	struct snap *s = (struct snap *)(uintptr_t)fi->fh;
 
-	if (s) {
-		free(s->buf);
-		free(s);
-	}
+	if (!s)
+		return 0;
+	pthread_mutex_lock(&v->snap_lock);
+	if (s->prev)
+		s->prev->next = s->next;
+	else
+		v->snaps = s->next;
+	if (s->next)
+		s->next->prev = s->prev;
+	pthread_mutex_unlock(&v->snap_lock);
+	free(s->buf);
+	free(s);
 	return 0;
 }
 
@@ -1396,6 +1416,7 @@ int kvp_fuse_view_mount(struct kvp_pager *p,
 		goto err_free;
 	}
 	pthread_mutex_init(&v->cfg_lock, NULL);
+	pthread_mutex_init(&v->snap_lock, NULL);
 	pthread_rwlock_init(&v->seq_lock, NULL);
 	if (opts->kv)
 		v->kv = *opts->kv;
@@ -1438,6 +1459,7 @@ err_fd:
 	close(v->stopfd);
 err_locks:
 	pthread_rwlock_destroy(&v->seq_lock);
+	pthread_mutex_destroy(&v->snap_lock);
 	pthread_mutex_destroy(&v->cfg_lock);
 err_free:
 	free(v);
@@ -1456,7 +1478,15 @@ void kvp_fuse_view_unmount(struct kvp_fuse_view *v)
 	fuse_unmount(v->fuse);
 	fuse_destroy(v->fuse);
 	close(v->stopfd);
+	while (v->snaps) {
+		struct snap *s = v->snaps;
+
+		v->snaps = s->next;
+		free(s->buf);
+		free(s);
+	}
 	pthread_rwlock_destroy(&v->seq_lock);
+	pthread_mutex_destroy(&v->snap_lock);
 	pthread_mutex_destroy(&v->cfg_lock);
 	free(v);
 }
