@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kmod-helpers/mem.h"
@@ -77,6 +78,56 @@ uint64_t kvpb_job_off(const struct kvpb_job *j, unsigned t, uint64_t i)
 	return j->off + b * j->block;
 }
 
+/*
+ * Join @tid, watching that the workers move: a mode that makes no progress
+ * for --timeout seconds (a fault never served) ends the program with the
+ * place it is stuck at, rather than hanging `make bench`.
+ */
+static void watch_join(struct kvpb_ctx *c, const struct kvpb_job *j,
+		       const char *mode, struct kvpb_worker *w, pthread_t tid)
+{
+	uint64_t last = ~0ull, now;
+	double since = kvpb_now();
+	struct timespec ts;
+	unsigned t;
+
+	for (;;) {
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 1;
+		if (pthread_timedjoin_np(tid, NULL, &ts) != ETIMEDOUT)
+			return;
+		now = 0;
+		for (t = 0; t < j->threads; t++)
+			now += __atomic_load_n(&w[t].bytes, __ATOMIC_RELAXED);
+		if (now != last) {
+			last = now;
+			since = kvpb_now();
+			continue;
+		}
+		if (kvpb_now() - since < c->opts.timeout_s)
+			continue;
+		fprintf(stderr,
+			"kvpbench: %s %s: no progress for %u s: stuck after "
+			"%llu of %llu bytes\n",
+			j->scenario, mode, c->opts.timeout_s,
+			(unsigned long long)now,
+			(unsigned long long)(j->reads * j->block * j->threads));
+		for (t = 0; t < j->threads; t++) {
+			uint64_t at =
+			    __atomic_load_n(&w[t].at, __ATOMIC_RELAXED);
+
+			fprintf(stderr,
+				"kvpbench:   thread %u at file offset %llu "
+				"(block %llu of the region, %llu done)\n",
+				t, (unsigned long long)at,
+				(unsigned long long)((at - j->off) / j->block),
+				(unsigned long long)__atomic_load_n(
+				    &w[t].bytes, __ATOMIC_RELAXED));
+		}
+		exit(3); /* atexit removes the backing file */
+	}
+}
+
 int kvpb_run_threads(struct kvpb_ctx *c, const struct kvpb_job *j,
 		     void *(*fn)(void *), uint8_t *base, void *arg,
 		     struct kvpb_result *r)
@@ -110,7 +161,7 @@ int kvpb_run_threads(struct kvpb_ctx *c, const struct kvpb_job *j,
 	pthread_barrier_wait(&start);
 	t0 = kvpb_now();
 	for (t = 0; t < n; t++)
-		pthread_join(tid[t], NULL);
+		watch_join(c, j, r->mode, w, tid[t]);
 	t1 = kvpb_now();
 	pthread_barrier_destroy(&start);
 
@@ -204,10 +255,11 @@ ready:
 			if (cqe->res != (int)j->block && !err)
 				err = cqe->res < 0 ? cqe->res : -EIO;
 			if (!err) {
+				kvpb_worker_at(w, slot_off[s]);
 				w->bad += kvpb_consume(
 				    (uint8_t *)buf + (uint64_t)s * j->block,
 				    slot_off[s], j->block);
-				w->bytes += j->block;
+				kvpb_worker_done(w, j->block);
 			}
 			free_slots[nfree++] = s;
 			inflight--;
@@ -272,8 +324,9 @@ static void *mmap_worker(void *arg)
 	for (i = 0; i < j->reads; i++) {
 		uint64_t off = kvpb_job_off(j, w->t, i);
 
+		kvpb_worker_at(w, off);
 		w->bad += kvpb_consume(w->base + (off - j->off), off, j->block);
-		w->bytes += j->block;
+		kvpb_worker_done(w, j->block);
 		pos = (i + 1) * j->block;
 		if (sequential && pos > budget &&
 		    pos - budget - dropped >= step) {

@@ -53,7 +53,9 @@ struct kvpb_opts {
 	bool prefetch;		/* kvpager stream: prefetch the window ahead */
 	bool json;		/* JSON lines instead of the table */
 	bool short_run;		/* --short */
+	bool no_thp;		/* PR_SET_THP_DISABLE for the process */
 	bool quiet;		/* no progress on stderr */
+	unsigned timeout_s;	/* a run without progress this long ends it */
 	unsigned repeat;	/* runs per mode, interleaved; median kept */
 };
 
@@ -181,10 +183,23 @@ struct kvpb_worker {
 	uint8_t *base;		  /* mmap, kvpager: where the region is */
 	void *arg;		  /* the mode's */
 	uint64_t bytes;		  /* consumed */
+	uint64_t at;		  /* file offset being read */
 	uint64_t bad;		  /* mismatches */
 	int err;		  /* 0 or -errno */
 	const char *what;	  /* what failed */
 };
+
+/* Where worker @w is about to read (the watchdog shows it when stuck). */
+static inline void kvpb_worker_at(struct kvpb_worker *w, uint64_t off)
+{
+	__atomic_store_n(&w->at, off, __ATOMIC_RELAXED);
+}
+
+/* Worker @w consumed @n more bytes. */
+static inline void kvpb_worker_done(struct kvpb_worker *w, uint64_t n)
+{
+	__atomic_store_n(&w->bytes, w->bytes + n, __ATOMIC_RELAXED);
+}
 
 /* File offset of the @i-th block thread @t of job @j reads. */
 uint64_t kvpb_job_off(const struct kvpb_job *j, unsigned t, uint64_t i);

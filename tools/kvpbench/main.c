@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/sysmacros.h>
@@ -229,6 +230,10 @@ static int file_create(struct kvpb_ctx *c)
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 	signal(SIGHUP, on_signal);
+	/* A crash (a pager bug, a SIGBUS from a poisoned block) must not
+	 * leave the file behind either. */
+	signal(SIGSEGV, on_signal);
+	signal(SIGBUS, on_signal);
 
 	/* Reserve it all now, so that a full disk fails here. */
 	if (fallocate(fd, 0, 0, (off_t)f->size)) {
@@ -418,6 +423,8 @@ static uint64_t lat_pct(const struct kvp_stats *s, double q)
 	return 2ull << i;
 }
 
+static bool thp_off;
+
 static void print_json(const struct kvpb_result *r)
 {
 	printf("{\"scenario\":\"%s\",\"block_bytes\":%llu,\"threads\":%u,"
@@ -426,6 +433,8 @@ static void print_json(const struct kvpb_result *r)
 	       r->scenario, (unsigned long long)r->block_bytes, r->threads,
 	       r->depth, r->mode, (unsigned long long)r->bytes, r->seconds,
 	       r->gb_per_s, r->bad ? "false" : "true");
+	if (thp_off)
+		printf(",\"thp\":false");
 	printf(",\"runs\":%u,\"gb_per_s_min\":%.4f,\"gb_per_s_max\":%.4f",
 	       r->runs, r->gb_per_s_min, r->gb_per_s_max);
 	if (r->reference)
@@ -600,6 +609,10 @@ static void usage(FILE *out)
 	    "  --short              smaller sizes (make bench)\n"
 	    "  --repeat N           runs per mode, interleaved; the median is\n"
 	    "                       shown, with min and max in JSON (3)\n"
+	    "  --timeout S          a run with no progress for S seconds ends\n"
+	    "                       the program (exit 3), saying where (60)\n"
+	    "  --no-thp             prctl(PR_SET_THP_DISABLE) for the whole\n"
+	    "                       process (raw, mmap and the pager alike)\n"
 	    "  --quiet              no progress on stderr\n"
 	    "  --help\n");
 }
@@ -673,6 +686,8 @@ int main(int argc, char **argv)
 		{ "short", no_argument, NULL, 's' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "repeat", required_argument, NULL, 'k' },
+		{ "timeout", required_argument, NULL, 'T' },
+		{ "no-thp", no_argument, NULL, 'H' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -702,6 +717,7 @@ int main(int argc, char **argv)
 	o->depth = 16;
 	o->ref_depth = 32;
 	o->repeat = 3;
+	o->timeout_s = 60;
 	o->threads[0] = 1;
 	o->threads[1] = 4;
 	o->nthreads = 2;
@@ -779,6 +795,17 @@ int main(int argc, char **argv)
 		case 'q':
 			o->quiet = true;
 			break;
+		case 'T': {
+			unsigned long v = strtoul(optarg, &end, 10);
+
+			if (*end || end == optarg || !v || v > 86400)
+				return bad_arg("timeout", optarg);
+			o->timeout_s = (unsigned)v;
+			break;
+		}
+		case 'H':
+			o->no_thp = true;
+			break;
 		case 'k': {
 			unsigned long v = strtoul(optarg, &end, 10);
 
@@ -817,6 +844,12 @@ int main(int argc, char **argv)
 	}
 	if (!scen)
 		scen = SC_STREAM | SC_RANDOM;
+	thp_off = o->no_thp;
+	if (o->no_thp && prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0)) {
+		fprintf(stderr, "kvpbench: --no-thp: prctl: %s\n",
+			strerror(errno));
+		return 1;
+	}
 	if (o->short_run && !budget_set)
 		o->budget = 64ull << 20;
 	c->file.size = o->file_bytes ? o->file_bytes : 4 * o->budget;
@@ -834,11 +867,12 @@ int main(int argc, char **argv)
 			return 1;
 		if (!o->json)
 			printf("kvpbench: backing file %llu MiB in %s (%s), "
-			       "budget %llu MiB%s\n",
+			       "budget %llu MiB%s%s\n",
 			       (unsigned long long)(c->file.size >> 20), o->dir,
 			       c->file.direct ? "O_DIRECT" : "buffered",
 			       (unsigned long long)(o->budget >> 20),
-			       o->short_run ? ", short run" : "");
+			       o->short_run ? ", short run" : "",
+			       o->no_thp ? ", THP disabled" : "");
 	}
 	if (!o->json)
 		print_header();
