@@ -148,6 +148,7 @@ $(SHARED_LIB): $(LIB_OBJS)
 
 $(PRELOAD_LIB): $(PRELOAD_OBJS) $(LIB_OBJS)
 	$(call msg,LD,$@)
+	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) -shared $(LDFLAGS) -o $@ $^ $(PKG_LIBS) -ldl -lm
 
 $(CUDA_LIB): $(CUDA_OBJS)

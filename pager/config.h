@@ -42,10 +42,12 @@ enum kvp_install_mode {
 	  "io_uring submission queue depth of each ring")                      \
 	X(io_batch, KVP_T_UINT, 1, 1024, 16, true, NULL,                       \
 	  "reads gathered before one io_uring submit")                         \
-	X(pool_prefault_bytes, KVP_T_BYTES, 0, 1ULL << 50, 256ULL << 20, false, \
-	  NULL, "frame memory touched at open, up to the budget (first touch " \
+	X(pool_prefault_bytes, KVP_T_BYTES, 0, 1ULL << 50, 256ULL << 20,       \
+	  false, NULL,                                                         \
+	  "frame memory touched at open, up to the budget (first touch "       \
 	  "of fresh memory is slow)")                                          \
-	X(readahead_bytes, KVP_T_BYTES, 0, 1ULL << 30, 32ULL << 20, true, NULL, \
+	X(readahead_bytes, KVP_T_BYTES, 0, 1ULL << 30, 32ULL << 20, true,      \
+	  NULL,                                                                \
 	  "most bytes loaded ahead of a sequential run of faults (0: none)")   \
 	X(install_mode, KVP_T_CHOICE, 0, 2, KVP_INSTALL_AUTO, true,            \
 	  "auto move copy",                                                    \
@@ -55,7 +57,7 @@ enum kvp_install_mode {
 	X(evict_low_watermark_percent, KVP_T_UINT, 10, 99, 85, true, NULL,     \
 	  "resident share of the budget that eviction brings it back to")
 
-#define KVP_CONFIG_FIELD(name, type, min, max, def, runtime, choices, doc)   \
+#define KVP_CONFIG_FIELD(name, type, min, max, def, runtime, choices, doc)     \
 	uint64_t name;
 
 /* The engine's configuration; every field is one tunable above. */

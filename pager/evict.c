@@ -64,15 +64,18 @@ struct kvp_block *kvp_clock_victim(struct kvp_pager *p, struct kvp_region **rp)
 	if (!b)
 		return NULL;
 	for (;;) {
+		/* A block prefetched and not used yet is about to be: take
+		 * it only when a whole round found nothing else. */
 		if (b->pins == 0 && !(b->flags & BLK_WB_FAILED) &&
-		    !(b->flags & BLK_REF)) {
+		    !(b->flags & BLK_REF) &&
+		    (rounds > 0 || !(b->flags & BLK_PREFETCHED))) {
 			p->clock = b->next == b ? NULL : b->next;
 			*rp = b->owner;
 			return b;
 		}
 		b->flags &= ~BLK_REF;
 		b = b->next;
-		if (b == start && ++rounds == 2)
+		if (b == start && ++rounds == 3)
 			return NULL;
 	}
 }
@@ -81,22 +84,36 @@ int kvp_detach(struct kvp_pager *p, struct kvp_region *r, uint64_t blk,
 	       void **slot)
 {
 	char *addr = kvp_blk_addr(r, blk);
-	size_t len = r->block_bytes, off = 0;
+	size_t len = r->block_bytes, off = 0, moved = 0;
+	bool pagewise = false, hole = false;
 	int err;
 
 	for (;;) {
-		size_t done = 0;
+		size_t done = 0, n = pagewise ? KVP_PAGE_BYTES : len - off;
 
 		err = kvp_uffd_move(&p->frames.land, (char *)*slot + off,
-				    addr + off, len - off,
+				    addr + off, n,
 				    UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES, &done);
 		off += done;
-		if (err != -EAGAIN || off >= len)
+		moved += done;
+		if (err == -ENOENT && !pagewise) {
+			/* The range crosses a hole the program unmapped:
+			 * go page by page. */
+			pagewise = true;
+			err = 0;
+		} else if (err == -ENOENT) {
+			off += KVP_PAGE_BYTES;
+			hole = true;
+			err = 0;
+		} else if (err && err != -EAGAIN) {
+			break;
+		}
+		if (off >= len || (!err && !pagewise))
 			break;
 	}
-	if (err == -ENOENT)
-		return -ENOENT; /* the program unmapped it */
-	if (err && off) {
+	if (err == 0 && hole && moved == 0)
+		return -ENOENT; /* the program unmapped all of it */
+	if (err && moved) {
 		/* Part moved (a page pinned by I/O, say): put it back. */
 		size_t back = 0;
 
@@ -166,6 +183,7 @@ int kvp_evict_one(struct kvp_service *s)
 		op->io.off = kvp_blk_store_off(r, blk);
 		op->next = s->to_submit;
 		s->to_submit = op;
+		p->wb_inflight++;
 		pthread_mutex_unlock(&p->lock);
 		return 0;
 	}

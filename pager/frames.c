@@ -92,8 +92,8 @@ int kvp_frames_init(struct kvp_pager *p)
 	 * these machines, and a read into it would pay that on the data
 	 * path.  These bytes are charged from the start. */
 	pre = p->cfg.pool_prefault_bytes < p->cfg.ram_budget_bytes
-		      ? p->cfg.pool_prefault_bytes
-		      : p->cfg.ram_budget_bytes;
+		  ? p->cfg.pool_prefault_bytes
+		  : p->cfg.ram_budget_bytes;
 	pre &= ~(uint64_t)(KVP_HUGE_SIZE - 1);
 	if (pre && kvp_mem_populate(a, pre) == 0) {
 		f->prefault_end = pre;
@@ -228,8 +228,8 @@ uint64_t kvp_frames_shrink(struct kvp_pager *p, uint64_t target)
 		/* Give back pre-touched memory not carved yet. */
 		uint64_t from = (f->pre_bump + KVP_HUGE_SIZE - 1) &
 				~(uint64_t)(KVP_HUGE_SIZE - 1);
-		uint64_t give = f->prefault_end > from ? f->prefault_end - from
-						       : 0;
+		uint64_t give =
+		    f->prefault_end > from ? f->prefault_end - from : 0;
 
 		if (give > f->charged - target)
 			give = (f->charged - target + KVP_HUGE_SIZE - 1) &

@@ -65,18 +65,19 @@ void kvp_pager_stats(const struct kvp_pager *p, struct kvp_stats *out);
 const char *kvp_pager_uffd_mode(const struct kvp_pager *p);
 
 /* Flags of struct kvp_region_opts. */
-#define KVP_REGION_FROM_STORE (1u << 0) /* the store range holds the initial
+#define KVP_REGION_FROM_STORE                                                  \
+	(1u << 0) /* the store range holds the initial
 					   contents; else the region starts
 					   zero-filled and only blocks written
 					   back are ever read */
 
 struct kvp_region_opts {
-	const char *name;       /* unique per pager; NULL: "region<N>" */
-	size_t size;            /* bytes, a multiple of block_bytes */
-	size_t block_bytes;     /* power of two, 4 KiB .. 2 MiB (or more) */
+	const char *name;	 /* unique per pager; NULL: "region<N>" */
+	size_t size;		 /* bytes, a multiple of block_bytes */
+	size_t block_bytes;	 /* power of two, 4 KiB .. 2 MiB (or more) */
 	struct kvp_store *store; /* must outlive the region */
-	uint64_t store_offset;  /* where block 0 lives in the store */
-	unsigned flags;         /* KVP_REGION_* */
+	uint64_t store_offset;	 /* where block 0 lives in the store */
+	unsigned flags;		 /* KVP_REGION_* */
 };
 
 /*
@@ -129,8 +130,8 @@ int kvp_region_advise(struct kvp_region *r, uint64_t first, uint64_t n,
  * takes no fault on it afterwards.  Blocks already resident or loading are
  * not read again.  @out may be NULL (fire and forget).
  */
-int kvp_prefetch_submit(struct kvp_region *r, const uint64_t *blocks,
-			size_t n, struct kvp_prefetch **out);
+int kvp_prefetch_submit(struct kvp_region *r, const uint64_t *blocks, size_t n,
+			struct kvp_prefetch **out);
 /* Wait until every block is installed, failed or cancelled; @timeout_ms < 0
  * waits for ever.  Returns 0, -ETIMEDOUT, or -EIO if some block failed. */
 int kvp_prefetch_wait(struct kvp_prefetch *pf, int timeout_ms);
@@ -150,10 +151,10 @@ enum kvp_block_state {
 };
 struct kvp_block_info {
 	enum kvp_block_state state;
-	bool dirty;         /* written since it was last stored */
-	bool in_store;      /* the store holds data for it */
-	unsigned pins;      /* pin count */
-	uint64_t last_use;  /* pager clock tick of the last access seen */
+	bool dirty;	   /* written since it was last stored */
+	bool in_store;	   /* the store holds data for it */
+	unsigned pins;	   /* pin count */
+	uint64_t last_use; /* pager clock tick of the last access seen */
 };
 const char *kvp_block_state_name(enum kvp_block_state s);
 int kvp_region_block_info(struct kvp_region *r, uint64_t block,

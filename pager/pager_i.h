@@ -124,7 +124,7 @@ struct kvp_frames {
 				     that UFFDIO_MOVE may land pages there */
 	char *arena;
 	size_t arena_len;
-	size_t bump;         /* next never-used byte past the pre-touched
+	size_t bump;	     /* next never-used byte past the pre-touched
 				part */
 	size_t pre_bump;     /* next uncarved pre-touched byte */
 	size_t prefault_end; /* end of the pre-touched part */
@@ -137,10 +137,11 @@ struct kvp_frames {
 };
 
 /* A request handed to a service thread by another thread. */
-enum kvp_req_kind { REQ_PREFETCH, REQ_STOP };
+enum kvp_req_kind { REQ_PREFETCH, REQ_FORGET_STORE, REQ_STOP };
 struct kvp_req {
 	enum kvp_req_kind kind;
 	struct kvp_prefetch *pf;
+	struct kvp_store *store; /* REQ_FORGET_STORE: drop its queue */
 	struct kvp_req *next;
 };
 
@@ -193,7 +194,8 @@ struct kvp_pager {
 	unsigned nregions;
 	unsigned next_region_id;
 	struct kvp_region **rtab; /* regions sorted by address */
-	unsigned wb_inflight;	  /* write-backs holding a frame */
+	unsigned wb_inflight;	  /* eviction write-backs queued or in
+				     flight: each frees a frame */
 	struct kvp_op *staged;	  /* read-ahead blocks read, not installed
 				      (newest first) */
 	uint64_t pinned_bytes;	  /* bytes of blocks with pins > 0 */
@@ -201,6 +203,7 @@ struct kvp_pager {
 	struct kvp_service *svc;
 	unsigned nsvc;
 	unsigned rr;		/* round robin for requests */
+	unsigned forget_acks;	/* threads done with REQ_FORGET_STORE */
 	struct kvp_astats gone; /* totals of destroyed regions */
 	void *zero_page;	/* a page of zeros, for hole fills */
 };
@@ -256,6 +259,9 @@ int kvp_detach(struct kvp_pager *p, struct kvp_region *r, uint64_t blk,
 int kvp_service_start(struct kvp_pager *p);
 void kvp_service_stop(struct kvp_pager *p);
 void kvp_service_request(struct kvp_pager *p, struct kvp_req *req);
+/* Under p->lock: every service thread drops its queue on @store (its last
+ * region is gone, the caller may destroy it next); waits for them. */
+void kvp_service_forget_store(struct kvp_pager *p, struct kvp_store *store);
 /* Wake a service thread (its eventfd). */
 void kvp_service_poke(struct kvp_service *s);
 struct kvp_op *kvp_op_new(enum kvp_op_kind kind, struct kvp_region *r,

@@ -368,6 +368,12 @@ int kvp_region_destroy(struct kvp_region *r)
 				p->rtab[k++] = p->rtab[i];
 	}
 	kvp_astats_fold(&p->gone, &r->st);
+	bool shared = false;
+
+	for (struct kvp_region *x = p->regions; x; x = x->next)
+		shared |= x->store == r->store;
+	if (!shared)
+		kvp_service_forget_store(p, r->store);
 	pthread_mutex_unlock(&p->lock);
 	pthread_mutex_unlock(&p->rlock);
 	munmap(r->blocks, r->blocks_map_len);

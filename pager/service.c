@@ -403,43 +403,58 @@ static struct kvp_squeue *queue_for(struct kvp_service *s,
 	return q;
 }
 
-/* Move a block's frame into its region.  0, or -ENOENT if unmapped. */
+/*
+ * Move a block's frame into its region.  Returns 0, or -ENOENT when none of
+ * it is mapped any more.  A block the program unmapped in part (the range
+ * crosses a hole, which the ioctls refuse as a whole) is installed page by
+ * page, skipping the hole, and *split is set: its write protection cannot
+ * be set over the hole, so the caller counts it dirty.
+ */
 static int install(struct kvp_pager *p, struct kvp_region *r, uint64_t blk,
-		   void *slot, bool wp, bool *slot_full)
+		   void *slot, bool wp, bool *slot_full, bool *split)
 {
 	char *addr = kvp_blk_addr(r, blk);
-	size_t len = r->block_bytes, off = 0;
-	bool skipped = false;
+	size_t len = r->block_bytes, off = 0, mapped = 0;
+	bool skipped = false, pagewise = false;
 	int err = 0;
 
+	*split = false;
 	while (off < len) {
-		size_t done = 0;
+		size_t done = 0, n = pagewise ? KVP_PAGE_BYTES : len - off;
 
 		if (r->install == KVP_INSTALL_MOVE)
 			err = kvp_uffd_move(&p->uffd, addr + off,
-					    (char *)slot + off, len - off,
+					    (char *)slot + off, n,
 					    UFFDIO_MOVE_MODE_DONTWAKE, &done);
 		else
 			err = kvp_uffd_copy(&p->uffd, addr + off,
-					    (char *)slot + off, len - off, wp,
-					    true, &done);
+					    (char *)slot + off, n, wp, true,
+					    &done);
 		off += done;
-		if (!err)
-			break;
+		mapped += done;
 		if (err == -EEXIST) {
 			/* A page already there (a hole refilled): keep it. */
 			off += KVP_PAGE_BYTES;
+			mapped += KVP_PAGE_BYTES;
 			skipped = true;
-		} else if (err != -EAGAIN) {
+		} else if (err == -ENOENT && !pagewise) {
+			pagewise = true;
+		} else if (err == -ENOENT) {
+			off += KVP_PAGE_BYTES; /* unmapped: nothing to fill */
+			skipped = true;
+			*split = true;
+		} else if (err && err != -EAGAIN) {
 			break;
 		}
+		if (!err && !pagewise)
+			break;
 		err = 0;
 	}
-	if (err == -ENOENT || err == -ESRCH)
+	if (err == -ESRCH || (*split && mapped == 0))
 		return -ENOENT;
 	if (r->install == KVP_INSTALL_MOVE) {
 		KVP_STAT_ADD(r, installs_move_total, 1);
-		if (wp)
+		if (wp && !*split)
 			(void)kvp_uffd_writeprotect(&p->uffd, addr, len, true,
 						    false);
 		/* Pages skipped stay in the slot: not a clean empty slot. */
@@ -515,7 +530,7 @@ static void install_finish(struct kvp_service *s, struct kvp_op *op)
 	struct kvp_region *r = op->r;
 	struct kvp_block *b = &r->blocks[op->blk];
 	size_t len = r->block_bytes;
-	bool drop, dirty, full = true;
+	bool drop, dirty, full = true, split;
 	int err;
 
 	pthread_mutex_lock(&p->lock);
@@ -530,9 +545,11 @@ static void install_finish(struct kvp_service *s, struct kvp_op *op)
 	else if (op->rm_end > op->rm_start)
 		memset((char *)op->slot + op->rm_start, 0,
 		       op->rm_end - op->rm_start);
-	err = install(p, r, op->blk, op->slot, !dirty, &full);
+	err = install(p, r, op->blk, op->slot, !dirty, &full, &split);
 
 	pthread_mutex_lock(&p->lock);
+	if (split)
+		dirty = true;
 	if (err == -ENOENT) {
 		b->flags |= BLK_GONE;
 		kvp_blk_load_dropped(r, b);
@@ -729,14 +746,8 @@ static void submit_stage(struct kvp_service *s)
 		}
 		struct kvp_io *ios[64];
 
-		for (unsigned i = 0; i < n; i++) {
+		for (unsigned i = 0; i < n; i++)
 			ios[i] = &batch[i]->io;
-			if (batch[i]->kind == OP_WRITEBACK) {
-				pthread_mutex_lock(&p->lock);
-				p->wb_inflight++;
-				pthread_mutex_unlock(&p->lock);
-			}
-		}
 		int got = q->store->ops->submit(q->q, ios, n);
 
 		if (got < 0)
@@ -744,11 +755,6 @@ static void submit_stage(struct kvp_service *s)
 		q->inflight += (unsigned)got;
 		for (unsigned i = (unsigned)got; i < n; i++) {
 			/* The ring is full: retry after completions. */
-			if (batch[i]->kind == OP_WRITEBACK) {
-				pthread_mutex_lock(&p->lock);
-				p->wb_inflight--;
-				pthread_mutex_unlock(&p->lock);
-			}
 			batch[i]->next = keep;
 			keep = batch[i];
 		}
@@ -845,8 +851,13 @@ static void frame_stage(struct kvp_service *s)
 			pthread_mutex_unlock(&p->lock);
 			continue;
 		}
-		/* A write-back in flight will free a frame soon. */
-		bool wait = p->wb_inflight > 0 && tries > 0;
+		/* Each write-back queued or in flight frees a frame when it
+		 * is done: evict only for the loads they will not cover. */
+		unsigned waiting = 0;
+
+		for (struct kvp_op *w = s->want_frame; w; w = w->next)
+			waiting++;
+		bool wait = p->wb_inflight >= waiting;
 
 		pthread_mutex_unlock(&p->lock);
 		if (wait || ++tries > 64 || kvp_evict_one(s) == -EAGAIN)
@@ -879,6 +890,42 @@ static void watermark_stage(struct kvp_service *s)
 	}
 }
 
+/* Under p->lock: drop this thread's queue on @store (nothing in flight:
+ * its regions are gone). */
+static void forget_store(struct kvp_service *s, struct kvp_store *store)
+{
+	for (unsigned i = 0; i < s->nqueues; i++)
+		if (s->queues[i].store == store) {
+			store->ops->queue_destroy(s->queues[i].q);
+			s->queues[i] = s->queues[--s->nqueues];
+			break;
+		}
+	s->p->forget_acks++;
+	pthread_cond_broadcast(&s->p->idle);
+}
+
+void kvp_service_forget_store(struct kvp_pager *p, struct kvp_store *store)
+{
+	unsigned want = p->nsvc;
+
+	p->forget_acks = 0;
+	for (unsigned i = 0; i < p->nsvc; i++) {
+		struct kvp_req *req = calloc(1, sizeof(*req));
+
+		if (!req) {
+			want--; /* that thread keeps its queue: a leak */
+			continue;
+		}
+		req->kind = REQ_FORGET_STORE;
+		req->store = store;
+		req->next = p->svc[i].reqs;
+		p->svc[i].reqs = req;
+		kvp_service_poke(&p->svc[i]);
+	}
+	while (p->forget_acks < want)
+		pthread_cond_wait(&p->idle, &p->lock);
+}
+
 static bool take_requests(struct kvp_service *s)
 {
 	struct kvp_pager *p = s->p;
@@ -904,6 +951,8 @@ static bool take_requests(struct kvp_service *s)
 		rev = rev->next;
 		if (q->kind == REQ_STOP)
 			stop = true;
+		else if (q->kind == REQ_FORGET_STORE)
+			forget_store(s, q->store);
 		else
 			kvp_prefetch_run(s, q->pf);
 		free(q);

@@ -15,7 +15,7 @@
 enum kvp_stat_kind { KVP_COUNTER, KVP_GAUGE };
 
 #define KVP_STATS(X)                                                           \
-	X(demand_faults_total, KVP_COUNTER, "missing faults served by a load")  \
+	X(demand_faults_total, KVP_COUNTER, "missing faults served by a load") \
 	X(zero_fills_total, KVP_COUNTER,                                       \
 	  "missing faults served with zeros, no read (never-written blocks)")  \
 	X(wp_faults_total, KVP_COUNTER, "first writes to a clean block")       \
@@ -35,7 +35,8 @@ enum kvp_stat_kind { KVP_COUNTER, KVP_GAUGE };
 	X(bytes_read_total, KVP_COUNTER, "bytes read from stores")             \
 	X(bytes_written_total, KVP_COUNTER, "bytes written back to stores")    \
 	X(evictions_clean_total, KVP_COUNTER, "clean blocks evicted")          \
-	X(evictions_dirty_total, KVP_COUNTER, "dirty blocks written and evicted") \
+	X(evictions_dirty_total, KVP_COUNTER,                                  \
+	  "dirty blocks written and evicted")                                  \
 	X(installs_move_total, KVP_COUNTER, "blocks installed by UFFDIO_MOVE") \
 	X(installs_copy_total, KVP_COUNTER, "blocks installed by UFFDIO_COPY") \
 	X(read_errors_total, KVP_COUNTER, "failed or short store reads")       \

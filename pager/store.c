@@ -9,8 +9,7 @@
 
 #include <errno.h>
 
-static bool store_range_ok(const struct kvp_store *s, size_t len,
-			   uint64_t off)
+static bool store_range_ok(const struct kvp_store *s, size_t len, uint64_t off)
 {
 	return off <= s->size && len <= s->size - off;
 }

@@ -22,13 +22,13 @@ enum kvp_io_op { KVP_IO_READ, KVP_IO_WRITE };
 
 /* One asynchronous I/O.  Owned by the submitter until it is reaped. */
 struct kvp_io {
-	enum kvp_io_op op; /* read or write */
-	void *buf;         /* aligned to kvp_store.mem_align */
-	size_t len;        /* a multiple of kvp_store.offset_align */
-	uint64_t off;      /* store offset, likewise aligned */
-	int64_t result;    /* on completion: bytes done, or -errno */
+	enum kvp_io_op op;  /* read or write */
+	void *buf;	    /* aligned to kvp_store.mem_align */
+	size_t len;	    /* a multiple of kvp_store.offset_align */
+	uint64_t off;	    /* store offset, likewise aligned */
+	int64_t result;	    /* on completion: bytes done, or -errno */
 	uint64_t submit_ns; /* CLOCK_MONOTONIC at submit, set by the store */
-	void *cookie;      /* the submitter's */
+	void *cookie;	    /* the submitter's */
 };
 
 struct kvp_store_ops {
@@ -54,18 +54,18 @@ struct kvp_store_ops {
 
 struct kvp_store {
 	const struct kvp_store_ops *ops;
-	uint64_t size;         /* bytes addressable */
+	uint64_t size;	       /* bytes addressable */
 	uint32_t mem_align;    /* buffer alignment I/O needs */
 	uint32_t offset_align; /* offset and length alignment I/O needs */
-	bool direct;           /* I/O bypasses the page cache */
-	char desc[128];        /* "file /tmp/kvp-1234 (O_DIRECT)", ... */
+	bool direct;	       /* I/O bypasses the page cache */
+	char desc[128];	       /* "file /tmp/kvp-1234 (O_DIRECT)", ... */
 	uint64_t buffered_ios; /* I/Os done buffered because the file refused
 				  O_DIRECT (buffered_io_total); kept by the
 				  store, read it with __atomic_load_n */
 };
 
 /* Flags of kvp_store_file_open. */
-#define KVP_STORE_CREATE (1u << 0)   /* create the file if missing */
+#define KVP_STORE_CREATE   (1u << 0) /* create the file if missing */
 #define KVP_STORE_TRUNCATE (1u << 1) /* size it to @size, dropping data */
 #define KVP_STORE_BUFFERED (1u << 2) /* do not ask for O_DIRECT (tests) */
 
@@ -108,12 +108,12 @@ int kvp_store_memory_create(uint64_t size, struct kvp_store **out);
 int kvp_store_faulty_create(struct kvp_store *inner, struct kvp_store **out);
 
 struct kvp_fault_plan {
-	uint64_t read_fail_off;  /* reads overlapping [off, off+len) fail */
+	uint64_t read_fail_off; /* reads overlapping [off, off+len) fail */
 	uint64_t read_fail_len;
-	int read_errno;          /* e.g. EIO; 0: short read instead */
-	int write_errno;         /* writes fail with this (ENOSPC ...), 0: ok */
+	int read_errno;	 /* e.g. EIO; 0: short read instead */
+	int write_errno; /* writes fail with this (ENOSPC ...), 0: ok */
 	uint64_t write_fail_after; /* ... once this many bytes were written */
-	uint64_t delay_us;       /* added latency per I/O */
+	uint64_t delay_us;	   /* added latency per I/O */
 };
 int kvp_store_faulty_set(struct kvp_store *s, const struct kvp_fault_plan *p);
 

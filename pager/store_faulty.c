@@ -29,11 +29,11 @@
 #include <unistd.h>
 
 struct faulty_store {
-	struct kvp_store base;  /* first: the public part */
+	struct kvp_store base;	 /* first: the public part */
 	struct kvp_store *inner; /* the caller's */
-	pthread_mutex_t lock;   /* guards plan and written */
+	pthread_mutex_t lock;	 /* guards plan and written */
 	struct kvp_fault_plan plan;
-	uint64_t written;       /* bytes written since the plan was set */
+	uint64_t written; /* bytes written since the plan was set */
 };
 
 struct faulty_held {
@@ -44,16 +44,16 @@ struct faulty_held {
 struct kvp_store_queue {
 	struct faulty_store *fs;
 	struct kvp_store_queue *inner;
-	int epfd;                 /* the queue_fd, or -1 */
-	int efd;                  /* readable while ready[] is not empty */
-	int tfd;                  /* fires when held[0..] falls due */
-	unsigned depth;           /* most I/Os outstanding */
-	unsigned inflight;        /* accepted, not reaped */
-	struct kvp_io **ready;    /* completed, to hand out in order */
+	int epfd;		     /* the queue_fd, or -1 */
+	int efd;		     /* readable while ready[] is not empty */
+	int tfd;		     /* fires when held[0..] falls due */
+	unsigned depth;		     /* most I/Os outstanding */
+	unsigned inflight;	     /* accepted, not reaped */
+	struct kvp_io **ready;	     /* completed, to hand out in order */
 	unsigned ready_head, nready; /* ring of depth entries */
-	struct faulty_held *held; /* completed, delayed: nheld entries */
+	struct faulty_held *held;    /* completed, delayed: nheld entries */
 	unsigned nheld;
-	struct kvp_io **scratch;  /* depth entries for the inner reap */
+	struct kvp_io **scratch; /* depth entries for the inner reap */
 };
 
 static const struct kvp_store_ops faulty_ops;
@@ -82,10 +82,10 @@ static void sleep_ns(uint64_t ns)
 
 static void mirror_counters(struct faulty_store *fs)
 {
-	__atomic_store_n(&fs->base.buffered_ios,
-			 __atomic_load_n(&fs->inner->buffered_ios,
-					 __ATOMIC_RELAXED),
-			 __ATOMIC_RELAXED);
+	__atomic_store_n(
+	    &fs->base.buffered_ios,
+	    __atomic_load_n(&fs->inner->buffered_ios, __ATOMIC_RELAXED),
+	    __ATOMIC_RELAXED);
 }
 
 static bool range_ok(const struct kvp_store *s, size_t len, uint64_t off)
@@ -116,10 +116,10 @@ static int64_t faulty_verdict(struct faulty_store *fs, enum kvp_io_op op,
 			res = -p->read_errno;
 		} else {
 			/* Short: what lies before the range, if anything. */
-			uint64_t before = p->read_fail_off > off ?
-						  p->read_fail_off - off :
-						  0;
-			res = (int64_t)(before - before % fs->base.offset_align);
+			uint64_t before =
+			    p->read_fail_off > off ? p->read_fail_off - off : 0;
+			res =
+			    (int64_t)(before - before % fs->base.offset_align);
 		}
 	} else if (op == KVP_IO_WRITE) {
 		if (p->write_errno && fs->written + len > p->write_fail_after) {
@@ -151,8 +151,8 @@ static int faulty_sync(struct kvp_store *s, enum kvp_io_op op, void *buf,
 		sleep_ns(delay);
 	if (inject)
 		return res < 0 ? (int)res : -EIO; /* short is -EIO here */
-	err = op == KVP_IO_READ ? kvp_store_pread(fs->inner, buf, len, off) :
-				  kvp_store_pwrite(fs->inner, buf, len, off);
+	err = op == KVP_IO_READ ? kvp_store_pread(fs->inner, buf, len, off)
+				: kvp_store_pwrite(fs->inner, buf, len, off);
 	mirror_counters(fs);
 	return err;
 }
@@ -232,8 +232,8 @@ static int faulty_queue_create(struct kvp_store *s, unsigned depth,
 		err = -errno;
 		goto fail;
 	}
-	ifd = fs->inner->ops->queue_fd ? fs->inner->ops->queue_fd(q->inner) :
-					 -1;
+	ifd =
+	    fs->inner->ops->queue_fd ? fs->inner->ops->queue_fd(q->inner) : -1;
 	if (ifd >= 0) {
 		q->epfd = epoll_create1(EPOLL_CLOEXEC);
 		if (q->epfd < 0) {
@@ -287,9 +287,9 @@ static int faulty_submit(struct kvp_store_queue *q, struct kvp_io *const *ios,
 		if (inject) {
 			io->result = res;
 			if (delay) {
-				q->held[q->nheld++] = (struct faulty_held){
-					.io = io, .due_ns = t + delay
-				};
+				q->held[q->nheld++] =
+				    (struct faulty_held){ .io = io,
+							  .due_ns = t + delay };
 			} else {
 				ready_push(q, io);
 				injected++;

@@ -23,21 +23,21 @@
 #include "kmod-helpers/dio.h"
 #include "kmod-helpers/uring.h"
 
-#define FILE_QUEUE_MAX_DEPTH 32768u /* IORING_MAX_ENTRIES */
-#define FILE_BOUNCE_MAX (1u << 20)  /* bounce buffer of misaligned sync I/O */
-#define FILE_BUFFERED_ALIGN 4096u   /* reported when O_DIRECT is refused */
+#define FILE_QUEUE_MAX_DEPTH 32768u	/* IORING_MAX_ENTRIES */
+#define FILE_BOUNCE_MAX	     (1u << 20) /* bounce buffer of misaligned sync I/O */
+#define FILE_BUFFERED_ALIGN  4096u	/* reported when O_DIRECT is refused */
 
 struct file_store {
 	struct kvp_store base; /* first: the public part */
-	int fd;                /* O_DIRECT unless base.direct is false */
+	int fd;		       /* O_DIRECT unless base.direct is false */
 };
 
 struct kvp_store_queue {
 	struct io_uring ring;
 	struct file_store *fs;
-	int efd;           /* eventfd signalled on each completion */
-	bool fixed;        /* fs->fd is registered as fixed file 0 */
-	unsigned depth;    /* most I/Os in flight, as asked */
+	int efd;	   /* eventfd signalled on each completion */
+	bool fixed;	   /* fs->fd is registered as fixed file 0 */
+	unsigned depth;	   /* most I/Os in flight, as asked */
 	unsigned inflight; /* accepted and not reaped yet */
 };
 
@@ -65,8 +65,8 @@ static bool range_ok(const struct kvp_store *s, size_t len, uint64_t off)
 {
 	uint64_t a = s->offset_align;
 
-	return len && off <= s->size && len <= s->size - off &&
-	       !(off % a) && !(len % a);
+	return len && off <= s->size && len <= s->size - off && !(off % a) &&
+	       !(len % a);
 }
 
 static bool buf_aligned(const struct kvp_store *s, const void *buf)
@@ -115,8 +115,9 @@ static int file_sync(struct kvp_store *s, bool write, void *buf, size_t len,
 		return file_xfer(fs->fd, write, buf, len, off);
 
 	chunk = len < FILE_BOUNCE_MAX ? len : FILE_BOUNCE_MAX;
-	if (posix_memalign(&bounce, s->mem_align < sizeof(void *) ?
-				    sizeof(void *) : s->mem_align,
+	if (posix_memalign(&bounce,
+			   s->mem_align < sizeof(void *) ? sizeof(void *)
+							 : s->mem_align,
 			   chunk))
 		return -ENOMEM;
 	for (done = 0; done < len && !err; done += chunk) {
@@ -262,8 +263,8 @@ static int file_submit(struct kvp_store_queue *q, struct kvp_io *const *ios,
 			io_uring_prep_read(sqe, fd, io->buf, (unsigned)io->len,
 					   io->off);
 		else
-			io_uring_prep_write(sqe, fd, io->buf,
-					    (unsigned)io->len, io->off);
+			io_uring_prep_write(sqe, fd, io->buf, (unsigned)io->len,
+					    io->off);
 		if (q->fixed)
 			sqe->flags |= IOSQE_FIXED_FILE;
 		io_uring_sqe_set_data(sqe, io);
@@ -280,8 +281,9 @@ static int file_submit(struct kvp_store_queue *q, struct kvp_io *const *ios,
 	 */
 	err = io_uring_submit(&q->ring);
 	if (err < 0 && err != -EAGAIN && err != -EBUSY && err != -EINTR)
-		fprintf(stderr, "kvpager: io_uring submit failed: %s; "
-				"retrying at the next reap\n",
+		fprintf(stderr,
+			"kvpager: io_uring submit failed: %s; "
+			"retrying at the next reap\n",
 			strerror(-err));
 	return (int)i;
 }
@@ -394,8 +396,8 @@ static int file_reserve(int fd, uint64_t cur, uint64_t size, const char *name)
 }
 
 /* Wrap the open @fd (owned from here on, closed on failure) in a store. */
-static int file_store_new(int fd, bool direct, uint64_t size,
-			  const char *name, struct kvp_store **out)
+static int file_store_new(int fd, bool direct, uint64_t size, const char *name,
+			  struct kvp_store **out)
 {
 	struct kvp_dio_align a = { 0 };
 	struct file_store *fs;
@@ -456,8 +458,8 @@ static int store_open_fd(const char *path, int oflags, unsigned flags,
 int kvp_store_file_open(const char *path, uint64_t size, unsigned flags,
 			struct kvp_store **out)
 {
-	const unsigned known = KVP_STORE_CREATE | KVP_STORE_TRUNCATE |
-			       KVP_STORE_BUFFERED;
+	const unsigned known =
+	    KVP_STORE_CREATE | KVP_STORE_TRUNCATE | KVP_STORE_BUFFERED;
 	int oflags = O_RDWR | O_CLOEXEC;
 	bool direct = false, created = false;
 	struct stat st;
@@ -485,8 +487,9 @@ int kvp_store_file_open(const char *path, uint64_t size, unsigned flags,
 		goto out_close;
 	err = -EINVAL;
 	if (!S_ISREG(st.st_mode)) {
-		fprintf(stderr, "kvpager: cannot use %s as a store: not a "
-				"regular file\n",
+		fprintf(stderr,
+			"kvpager: cannot use %s as a store: not a "
+			"regular file\n",
 			path);
 		goto out_close;
 	}

@@ -28,16 +28,16 @@
 
 struct mem_store {
 	struct kvp_store base; /* first: the public part */
-	char *bytes;           /* base.size bytes, rounded up to a page */
-	size_t map_len;        /* length of the mapping */
+	char *bytes;	       /* base.size bytes, rounded up to a page */
+	size_t map_len;	       /* length of the mapping */
 };
 
 struct kvp_store_queue {
-	struct mem_store *ms;  /* the store it reads and writes */
-	int efd;               /* eventfd: completions waiting */
-	unsigned depth;        /* most I/Os held before they are reaped */
-	unsigned head, count;  /* ring of done I/Os in done[] */
-	struct kvp_io **done;  /* depth slots */
+	struct mem_store *ms; /* the store it reads and writes */
+	int efd;	      /* eventfd: completions waiting */
+	unsigned depth;	      /* most I/Os held before they are reaped */
+	unsigned head, count; /* ring of done I/Os in done[] */
+	struct kvp_io **done; /* depth slots */
 };
 
 static struct mem_store *to_mem(struct kvp_store *s)
