@@ -36,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lib/fuse_view.h"
 #include "lib/kv_synth.h"
 #include "lib/kvcache.h"
 
@@ -50,8 +51,9 @@ KVP_KV_TUNABLES(KV_DEFAULT)
 struct kvc_seq {
 	bool live;
 	struct kvp_block_table *bt;
-	uint64_t *fill; /* per layer: tokens written */
-	char *rb;	/* layers x stride: the rolling block of each layer */
+	uint64_t *fill;	 /* per layer: tokens written */
+	char *rb;	 /* layers x stride: the rolling block of each layer */
+	uint64_t *rbpin; /* per layer: pager block pinned for it, or ~0 */
 };
 
 struct kvc_plan {
@@ -138,6 +140,9 @@ struct kvp_kvcache {
 	/* samples */
 	struct kvc_sample *samples;
 	uint32_t nsamples;
+	/* debug view */
+	pthread_mutex_t tlock; /* block tables against the view's reads */
+	struct kvp_fuse_view *view;
 	/* stats */
 	struct kvp_kvcache_stats st;
 	struct kvp_kvcache_step_stats cur; /* the step being run */
@@ -897,6 +902,7 @@ int kvp_kvcache_create(const struct kvp_kvcache_opts *o,
 	if (c->o.prefetch_depth < 1)
 		c->o.prefetch_depth = 1;
 	pthread_mutex_init(&c->mu, NULL);
+	pthread_mutex_init(&c->tlock, NULL);
 	pthread_cond_init(&c->cv, NULL);
 	cap_blocks = (o->capacity_tokens + o->geo.block_tokens - 1) /
 			 o->geo.block_tokens +
@@ -1026,6 +1032,8 @@ void kvp_kvcache_destroy(struct kvp_kvcache *c)
 
 	if (!c)
 		return;
+	if (c->view)
+		kvp_fuse_view_set_seqs(c->view, NULL, NULL);
 	if (c->plans)
 		kvp_kvcache_drain(c);
 	if (c->waiter_on) {
@@ -1083,6 +1091,7 @@ void kvp_kvcache_destroy(struct kvp_kvcache *c)
 	free(c->seqs);
 	free(c->fitted);
 	pthread_mutex_destroy(&c->mu);
+	pthread_mutex_destroy(&c->tlock);
 	pthread_cond_destroy(&c->cv);
 	free(c);
 }
@@ -1099,15 +1108,19 @@ static int seq_init(struct kvp_kvcache *c, uint32_t *id)
 	if (i == c->o.max_seqs)
 		return -ENOSPC;
 	c->seqs[i].fill = calloc(c->g.layers, sizeof(uint64_t));
+	c->seqs[i].rbpin = malloc(c->g.layers * sizeof(uint64_t));
 	c->seqs[i].rb = aligned_alloc(
 	    4096, ((size_t)c->g.layers * c->stride + 4095) / 4096 * 4096);
-	if (!c->seqs[i].fill || !c->seqs[i].rb) {
+	if (!c->seqs[i].fill || !c->seqs[i].rb || !c->seqs[i].rbpin) {
 		free(c->seqs[i].fill);
 		free(c->seqs[i].rb);
+		free(c->seqs[i].rbpin);
 		c->seqs[i].fill = NULL;
 		c->seqs[i].rb = NULL;
+		c->seqs[i].rbpin = NULL;
 		return -ENOMEM;
 	}
+	memset(c->seqs[i].rbpin, 0xff, c->g.layers * sizeof(uint64_t));
 	memset(c->seqs[i].rb, 0, (size_t)c->g.layers * c->stride);
 	*id = i;
 	return 0;
@@ -1122,8 +1135,10 @@ int kvp_kvcache_seq_create(struct kvp_kvcache *c, uint32_t *id)
 	err = seq_init(c, id);
 	if (err)
 		return err;
+	pthread_mutex_lock(&c->tlock);
 	err = kvp_block_table_create(c->alloc, c->g.block_tokens,
 				     &c->seqs[*id].bt);
+	pthread_mutex_unlock(&c->tlock);
 	if (err) {
 		free(c->seqs[*id].fill);
 		free(c->seqs[*id].rb);
@@ -1131,7 +1146,9 @@ int kvp_kvcache_seq_create(struct kvp_kvcache *c, uint32_t *id)
 		c->seqs[*id].rb = NULL;
 		return err;
 	}
+	pthread_mutex_lock(&c->tlock);
 	c->seqs[*id].live = true;
+	pthread_mutex_unlock(&c->tlock);
 	return 0;
 }
 
@@ -1159,7 +1176,11 @@ int kvp_kvcache_seq_fork(struct kvp_kvcache *c, uint32_t parent,
 	if (err)
 		return err;
 	cs = &c->seqs[*id];
+	pthread_mutex_lock(&c->tlock);
 	err = kvp_block_table_fork(ps->bt, ntokens, &cs->bt);
+	if (!err)
+		cs->live = true;
+	pthread_mutex_unlock(&c->tlock);
 	if (err) {
 		free(cs->fill);
 		free(cs->rb);
@@ -1167,7 +1188,6 @@ int kvp_kvcache_seq_fork(struct kvp_kvcache *c, uint32_t parent,
 		cs->rb = NULL;
 		return err;
 	}
-	cs->live = true;
 	G = c->g.block_tokens;
 	nb = (uint32_t)((ntokens + G - 1) / G);
 	for (layer = 0; layer < c->g.layers; layer++) {
@@ -1208,11 +1228,17 @@ static void seq_drop(struct kvp_kvcache *c, uint32_t id, bool discard)
 		 *spans = NULL, layer;
 	size_t nfreed = 0, nspans, i;
 
+	for (layer = 0; s->rbpin && layer < c->g.layers; layer++)
+		if (s->rbpin[layer] != UINT64_MAX)
+			kvp_region_unpin(c->region, s->rbpin[layer], 1);
 	if (discard && nb) {
 		freed = malloc(sizeof(uint32_t) * nb);
 		spans = malloc(sizeof(uint32_t) * nb);
 	}
+	pthread_mutex_lock(&c->tlock);
+	s->live = false;
 	kvp_block_table_destroy(s->bt, freed && spans ? freed : NULL, &nfreed);
+	pthread_mutex_unlock(&c->tlock);
 	if (freed && spans && c->o.backend == KVP_KVCACHE_PAGER) {
 		nspans = kvp_block_alloc_free_spans(c->alloc,
 						    c->l.blocks_per_pager_block,
@@ -1233,6 +1259,7 @@ static void seq_drop(struct kvp_kvcache *c, uint32_t id, bool discard)
 	kvp_predictor_forget(c->pred, id);
 	free(s->fill);
 	free(s->rb);
+	free(s->rbpin);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -1273,71 +1300,83 @@ uint32_t kvp_kvcache_seq_list(const struct kvp_kvcache *c, uint32_t *ids,
 
 /* ---- prefill ------------------------------------------------------------ */
 
-struct fill_job {
+/* Prefill of one layer's full blocks, run on its own thread: different
+ * layers' predictor calls may run concurrently, the source is thread-safe. */
+struct layer_job {
+	struct kvp_kvcache *c;
 	const struct kvp_kv_source *src;
-	uint32_t seq, layer, G;
-	uint64_t first_token; /* of block 0 */
-	size_t stride;
-	char *dst;
-	uint32_t from, to; /* blocks */
+	uint32_t seq, layer;
+	uint32_t first, nb; /* logical blocks */
+	char *dst;	    /* nb * stride */
 	int err;
+	double t_pred;
 };
 
-static void *fill_worker(void *arg)
+static void *layer_worker(void *arg)
 {
-	struct fill_job *j = arg;
-	uint32_t b;
+	struct layer_job *j = arg;
+	struct kvp_kvcache *c = j->c;
+	uint32_t G = c->g.block_tokens, b;
+	double t0;
 
-	for (b = j->from; b < j->to && !j->err; b++)
+	for (b = 0; b < j->nb && !j->err; b++)
 		j->err = j->src->fill(j->src->arg, j->seq, j->layer,
-				      j->first_token + (uint64_t)b * j->G, j->G,
-				      j->dst + (size_t)b * j->stride);
+				      (uint64_t)(j->first + b) * G, G,
+				      j->dst + (size_t)b * c->stride);
+	if (j->err || !kvp_predictor_needs_keys(c->pred))
+		return NULL;
+	t0 = now_s();
+	if (!c->fitted[j->layer] && (uint64_t)j->nb * G >= 64) {
+		const void **ptrs = malloc(sizeof(void *) * j->nb);
+		struct kvp_attn_blocks sb = { ptrs, NULL, j->nb };
+
+		if (!ptrs) {
+			j->err = -ENOMEM;
+			return NULL;
+		}
+		for (b = 0; b < j->nb; b++)
+			ptrs[b] = j->dst + (size_t)b * c->stride;
+		j->err = kvp_predictor_fit(c->pred, j->layer, &sb);
+		free(ptrs);
+		if (j->err == -EBUSY)
+			j->err = 0;
+		if (j->err)
+			return NULL;
+		c->fitted[j->layer] = true;
+	}
+	for (b = 0; b < j->nb && !j->err; b++)
+		j->err = kvp_predictor_observe(c->pred, j->seq, j->layer,
+					       (uint64_t)(j->first + b) * G, G,
+					       j->dst + (size_t)b * c->stride);
+	j->t_pred = now_s() - t0;
 	return NULL;
 }
 
-/* Fill nb full blocks from first_token into stage, with the pool's
- * thread count (the source is thread-safe). */
-static int fill_parallel(struct kvp_kvcache *c, const struct kvp_kv_source *src,
-			 uint32_t seq, uint32_t layer, uint64_t first_token,
-			 uint32_t nb, char *dst)
+/*
+ * Keep the pager block of (s, layer)'s rolling block pinned while it rolls,
+ * when it holds that KV block alone: the pager's readahead skips pinned
+ * blocks, so it never loads the block's stale store contents, and the
+ * flush finds it ABSENT and writes it to the store.  Called after every
+ * change of fill or of the block's physical number (copy on write).
+ */
+static void rb_repin(struct kvp_kvcache *c, struct kvc_seq *s, uint32_t layer)
 {
-	unsigned nt = kvp_attn_pool_threads(c->pool), i, started = 0;
-	struct fill_job jobs[16];
-	pthread_t th[16];
-	int err = 0;
+	uint32_t G = c->g.block_tokens, lb = (uint32_t)(s->fill[layer] / G), p;
+	uint64_t want = UINT64_MAX;
 
-	if (nt > 16)
-		nt = 16;
-	if (nt < 1 || nb < 64)
-		nt = 1;
-	for (i = 0; i < nt; i++) {
-		jobs[i] =
-		    (struct fill_job){ src,
-				       seq,
-				       layer,
-				       c->g.block_tokens,
-				       first_token,
-				       c->stride,
-				       dst,
-				       (uint32_t)((uint64_t)nb * i / nt),
-				       (uint32_t)((uint64_t)nb * (i + 1) / nt),
-				       0 };
-	}
-	for (i = 1; i < nt; i++) {
-		if (pthread_create(&th[i], NULL, fill_worker, &jobs[i]))
-			break;
-		started = i;
-	}
-	/* blocks of jobs that failed to start run here */
-	for (i = started + 1; i < nt; i++)
-		fill_worker(&jobs[i]);
-	fill_worker(&jobs[0]);
-	for (i = 1; i <= started; i++)
-		pthread_join(th[i], NULL);
-	for (i = 0; i < nt; i++)
-		if (jobs[i].err && !err)
-			err = jobs[i].err;
-	return err;
+	if (c->o.backend != KVP_KVCACHE_PAGER ||
+	    c->l.blocks_per_pager_block != 1)
+		return;
+	p = kvp_block_table_physical(s->bt, lb);
+	if (p != KVP_BLOCK_NONE)
+		want = kvp_kv_layout_pager_block(&c->l, layer, p);
+	if (want == s->rbpin[layer])
+		return;
+	if (s->rbpin[layer] != UINT64_MAX)
+		kvp_region_unpin(c->region, s->rbpin[layer], 1);
+	s->rbpin[layer] = UINT64_MAX;
+	if (want != UINT64_MAX && !kvp_region_pin(c->region, want, 1))
+		s->rbpin[layer] = want;
 }
 
 /* Tokens into the rolling block of (s, layer): [fill, fill + n), one block. */
@@ -1350,6 +1389,7 @@ static int rb_append(struct kvp_kvcache *c, uint32_t id, uint32_t layer,
 	double t0 = now_s();
 	int err;
 
+	rb_repin(c, s, layer);
 	err = src->fill(src->arg, id, layer, tok, n, rbl);
 	c->cur.t_fill_s += now_s() - t0;
 	if (err)
@@ -1373,11 +1413,15 @@ static int rb_flush(struct kvp_kvcache *c, uint32_t id, uint32_t layer)
 
 	if (s->fill[layer] % G || !s->fill[layer])
 		return 0;
+	int err;
+
 	p = kvp_block_table_physical(s->bt, (uint32_t)(s->fill[layer] / G - 1));
 	if (p == KVP_BLOCK_NONE)
 		return -EINVAL;
-	return write_blocks(c, layer, p, 1, s->rb + (size_t)layer * c->stride,
-			    true);
+	err = write_blocks(c, layer, p, 1, s->rb + (size_t)layer * c->stride,
+			   true);
+	rb_repin(c, s, layer); /* the next block, if the table has it yet */
+	return err;
 }
 
 int kvp_kvcache_prefill(struct kvp_kvcache *c, uint32_t id, uint64_t ntokens,
@@ -1385,7 +1429,7 @@ int kvp_kvcache_prefill(struct kvp_kvcache *c, uint32_t id, uint64_t ntokens,
 			kvp_kvcache_progress_fn progress, void *parg)
 {
 	struct kvc_seq *s;
-	uint32_t G, layer, first, last, nb, i;
+	uint32_t G, layer, first, last, nb, i, nt;
 	uint64_t t0tok, head, total_bytes, done_bytes = 0;
 	double t0 = now_s();
 	int err;
@@ -1399,7 +1443,9 @@ int kvp_kvcache_prefill(struct kvp_kvcache *c, uint32_t id, uint64_t ntokens,
 	G = c->g.block_tokens;
 	t0tok = kvp_block_table_tokens(s->bt);
 	memset(&c->cur, 0, sizeof(c->cur));
+	pthread_mutex_lock(&c->tlock);
 	err = kvp_block_table_append(s->bt, (uint32_t)ntokens, NULL, NULL);
+	pthread_mutex_unlock(&c->tlock);
 	if (err)
 		return err;
 	total_bytes = ntokens * kvp_kv_token_bytes(&c->g);
@@ -1417,63 +1463,73 @@ int kvp_kvcache_prefill(struct kvp_kvcache *c, uint32_t id, uint64_t ntokens,
 	first = (uint32_t)((t0tok + head) / G);
 	last = (uint32_t)((t0tok + ntokens) / G);
 	nb = last > first ? last - first : 0;
+	nt = kvp_attn_pool_threads(c->pool);
+	if (nt > 8)
+		nt = 8;
+	if (nt < 1)
+		nt = 1;
 	if (nb) {
-		err = stage_reserve(c, (size_t)nb * c->stride);
+		err = stage_reserve(c, (size_t)nt * nb * c->stride);
 		if (err)
 			return err;
 	}
-	for (layer = 0; nb && layer < c->g.layers; layer++) {
+	/* nt layers at a time, one thread each: fill, fit, observe */
+	for (layer = 0; nb && layer < c->g.layers; layer += nt) {
 		const uint32_t *map = kvp_block_table_map(s->bt);
-		double tp;
+		uint32_t n =
+		    c->g.layers - layer < nt ? c->g.layers - layer : nt;
+		struct layer_job jobs[8];
+		pthread_t th[8];
+		bool started[8] = { false };
+		uint32_t k;
 
-		err = fill_parallel(c, src, id, layer, (uint64_t)first * G, nb,
-				    c->stage);
-		if (err)
-			return err;
-		tp = now_s();
-		if (kvp_predictor_needs_keys(c->pred)) {
-			if (!c->fitted[layer] && (uint64_t)nb * G >= 64) {
-				const void **ptrs = malloc(sizeof(void *) * nb);
-				struct kvp_attn_blocks sb = { ptrs, NULL, nb };
+		for (k = 0; k < n; k++) {
+			jobs[k] = (struct layer_job){
+				c,
+				src,
+				id,
+				layer + k,
+				first,
+				nb,
+				c->stage + (size_t)k * nb * c->stride,
+				0,
+				0
+			};
+			if (k && !pthread_create(&th[k], NULL, layer_worker,
+						 &jobs[k]))
+				started[k] = true;
+		}
+		layer_worker(&jobs[0]);
+		for (k = 1; k < n; k++) {
+			if (started[k])
+				pthread_join(th[k], NULL);
+			else
+				layer_worker(&jobs[k]);
+		}
+		for (k = 0; k < n; k++) {
+			if (jobs[k].err)
+				return jobs[k].err;
+			c->cur.t_predict_s += jobs[k].t_pred;
+		}
+		for (k = 0; k < n; k++) {
+			/* runs of consecutive physical blocks */
+			for (i = 0; i < nb;) {
+				uint32_t j = i + 1;
 
-				if (!ptrs)
-					return -ENOMEM;
-				for (i = 0; i < nb; i++)
-					ptrs[i] =
-					    c->stage + (size_t)i * c->stride;
-				err = kvp_predictor_fit(c->pred, layer, &sb);
-				free(ptrs);
-				if (err && err != -EBUSY)
-					return err;
-				c->fitted[layer] = true;
-			}
-			for (i = 0; i < nb; i++) {
-				err = kvp_predictor_observe(
-				    c->pred, id, layer,
-				    (uint64_t)(first + i) * G, G,
-				    c->stage + (size_t)i * c->stride);
+				while (j < nb &&
+				       map[first + j] == map[first + j - 1] + 1)
+					j++;
+				err = write_blocks(
+				    c, layer + k, map[first + i], j - i,
+				    jobs[k].dst + (size_t)i * c->stride, false);
 				if (err)
 					return err;
+				i = j;
 			}
+			s->fill[layer + k] = (uint64_t)last * G;
 		}
-		c->cur.t_predict_s += now_s() - tp;
-		/* runs of consecutive physical blocks */
-		for (i = 0; i < nb;) {
-			uint32_t j = i + 1;
-
-			while (j < nb &&
-			       map[first + j] == map[first + j - 1] + 1)
-				j++;
-			err = write_blocks(c, layer, map[first + i], j - i,
-					   c->stage + (size_t)i * c->stride,
-					   false);
-			if (err)
-				return err;
-			i = j;
-		}
-		s->fill[layer] = (uint64_t)last * G;
 		done_bytes +=
-		    (uint64_t)nb * G * kvp_kv_token_layer_bytes(&c->g);
+		    (uint64_t)n * nb * G * kvp_kv_token_layer_bytes(&c->g);
 		if (progress)
 			progress(parg, done_bytes, total_bytes);
 	}
@@ -1905,6 +1961,23 @@ out:
 	return 0;
 }
 
+int kvp_kvcache_sample_info(const struct kvp_kvcache *c, uint32_t k,
+			    uint32_t *seq, uint32_t *layer, uint64_t *npos,
+			    const uint32_t **lb, size_t *n)
+{
+	const struct kvc_sample *sm;
+
+	if (!c || k >= c->nsamples)
+		return -ENOENT;
+	sm = &c->samples[k];
+	*seq = sm->seq;
+	*layer = sm->layer;
+	*npos = sm->npos;
+	*lb = sm->lb;
+	*n = sm->n;
+	return 0;
+}
+
 /* ---- debug view --------------------------------------------------------- */
 
 int kvp_kvcache_format_block_table(struct kvp_kvcache *c, uint32_t id,
@@ -1945,6 +2018,40 @@ int kvp_kvcache_format_block_table(struct kvp_kvcache *c, uint32_t id,
 		used += (size_t)w;
 	}
 	return (int)used;
+}
+
+static uint32_t view_list(void *arg, uint32_t *ids, uint32_t max)
+{
+	struct kvp_kvcache *c = arg;
+	uint32_t n;
+
+	pthread_mutex_lock(&c->tlock);
+	n = kvp_kvcache_seq_list(c, ids, max);
+	pthread_mutex_unlock(&c->tlock);
+	return n;
+}
+
+static int view_format(void *arg, uint32_t id, char *buf, size_t len)
+{
+	struct kvp_kvcache *c = arg;
+	int n;
+
+	pthread_mutex_lock(&c->tlock);
+	n = seq_ok(c, id) ? kvp_kvcache_format_block_table(c, id, buf, len)
+			  : -ENOENT;
+	pthread_mutex_unlock(&c->tlock);
+	return n;
+}
+
+void kvp_kvcache_attach_view(struct kvp_kvcache *c, struct kvp_fuse_view *v)
+{
+	static const struct kvp_fuse_seq_ops ops = { view_list, view_format };
+
+	if (c->view)
+		kvp_fuse_view_set_seqs(c->view, NULL, NULL);
+	c->view = v;
+	if (v)
+		kvp_fuse_view_set_seqs(v, &ops, c);
 }
 
 /* ---- accessors ------------------------------------------------------------ */

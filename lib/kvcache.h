@@ -46,7 +46,8 @@
  * cache's own threads are the attention pool, the prefill helpers and,
  * for the pager backend with prefetch, one waiter thread that records when
  * each layer's prefetch completes.  kvp_kvcache_format_block_table may be
- * called from another thread only while the driver is not inside a call.
+ * called from another thread only while the driver is not inside a call;
+ * an attached FUSE view (kvp_kvcache_attach_view) is synchronised.
  */
 #ifndef KVP_KVCACHE_H
 #define KVP_KVCACHE_H
@@ -257,6 +258,15 @@ int kvp_kvcache_quality(struct kvp_kvcache *c, double *recall,
 			double *rel_error, double *mass, uint32_t *nsamples);
 
 /*
+ * kvp_kvcache_sample_info - recorded sample k (0-based): its sequence,
+ * layer, tokens attended and the logical blocks the step read (*lb valid
+ * until the cache is destroyed).  0, or -ENOENT past the last.
+ */
+int kvp_kvcache_sample_info(const struct kvp_kvcache *c, uint32_t k,
+			    uint32_t *seq, uint32_t *layer, uint64_t *npos,
+			    const uint32_t **lb, size_t *n);
+
+/*
  * kvp_kvcache_format_block_table - the block table of seq as text, one
  * line per logical block:
  *   "<logical> <physical> <valid tokens> <refcount> <where>\n"
@@ -267,6 +277,15 @@ int kvp_kvcache_quality(struct kvp_kvcache *c, double *recall,
  */
 int kvp_kvcache_format_block_table(struct kvp_kvcache *c, uint32_t seq,
 				   char *buf, size_t len);
+
+/*
+ * kvp_kvcache_attach_view - serve seqs/<id>/block_table of a FUSE debug
+ * view (lib/fuse_view.h) from this cache, or detach with NULL.  The view
+ * reads the tables under a lock the cache takes around every table change,
+ * so it may read while the cache decodes.  Destroying the cache detaches.
+ */
+struct kvp_fuse_view;
+void kvp_kvcache_attach_view(struct kvp_kvcache *c, struct kvp_fuse_view *v);
 
 /* Live sequence ids, in order, into ids[0..max); returns how many live. */
 uint32_t kvp_kvcache_seq_list(const struct kvp_kvcache *c, uint32_t *ids,

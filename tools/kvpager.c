@@ -47,6 +47,7 @@ struct run_opts {
 	uint32_t sample_layers;
 	uint64_t seed;
 	unsigned threads;
+	int install; /* -1: the pager's default */
 };
 
 static double now_s(void)
@@ -200,7 +201,8 @@ enum {
 	O_SLAYERS,
 	O_SEED,
 	O_THREADS,
-	O_HELP
+	O_HELP,
+	O_INSTALL
 };
 
 static const struct option long_opts[] = {
@@ -224,6 +226,7 @@ static const struct option long_opts[] = {
 	{ "seed", required_argument, NULL, O_SEED },
 	{ "threads", required_argument, NULL, O_THREADS },
 	{ "help", no_argument, NULL, O_HELP },
+	{ "install", required_argument, NULL, O_INSTALL },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -265,6 +268,19 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
 		case O_HELP:
 			usage(stdout);
 			exit(0);
+		case O_INSTALL:
+			if (!strcmp(a, "auto"))
+				o->install = KVP_INSTALL_AUTO;
+			else if (!strcmp(a, "move"))
+				o->install = KVP_INSTALL_MOVE;
+			else if (!strcmp(a, "copy"))
+				o->install = KVP_INSTALL_COPY;
+			else {
+				fprintf(stderr, "kvpager: --install takes "
+						"auto, move or copy\n");
+				return -EINVAL;
+			}
+			break;
 		case O_PRED:
 			if (kvp_predictor_kind_parse(a, &o->pred)) {
 				fprintf(stderr,
@@ -381,12 +397,14 @@ static int run(int argc, char **argv)
 		.sample_every = 4,
 		.sample_layers = 4,
 		.seed = 1,
+		.install = -1,
 	};
 	struct kvp_kv_geometry g;
 	struct kvp_kv_synth_opts so;
 	struct kvp_kv_synth *sy = NULL;
 	struct kvp_kv_source src;
 	struct kvp_kvcache_opts co;
+	struct kvp_config cfg;
 	struct kvp_kvcache *c = NULL;
 	struct kvp_kvcache_stats s_warm, s_end;
 	struct kvp_kvcache_step_stats d;
@@ -447,6 +465,10 @@ static int run(int argc, char **argv)
 	co.sample_every = o.sample_every;
 	co.sample_layers = o.sample_layers;
 	co.max_samples = 4096;
+	kvp_config_defaults(&cfg);
+	if (o.install >= 0)
+		cfg.install_mode = (uint64_t)o.install;
+	co.cfg = &cfg;
 	t0 = now_s();
 	err = kvp_kvcache_create(&co, &c);
 	t_open = now_s() - t0;

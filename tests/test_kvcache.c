@@ -1,0 +1,652 @@
+/*
+ * test_kvcache.c - the KV cache on a pager region: rolling-buffer writes,
+ * block-table sharing, DISCARD on free, and end-to-end decodes (exact
+ * through the pager equals all in RAM bit for bit; lowrank finds the
+ * planted heavy hitters).
+ *
+ * Every test opens its pager inside the test (CK_FORK: in the child), so
+ * no userfaultfd crosses a fork.
+ */
+#include <check.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/kv_synth.h"
+#include "lib/kvcache.h"
+
+/* ---- a store that counts the bytes written to each 4 KiB unit -------- */
+
+#define UNIT 4096u
+
+struct count_store {
+	struct kvp_store base; /* first */
+	struct kvp_store *inner;
+	pthread_mutex_t lock;
+	uint32_t *writes; /* per unit: whole-unit writes seen */
+	uint64_t nunits;
+	uint64_t async_writes, sync_writes;
+};
+
+struct kvp_store_queue {
+	struct count_store *cs;
+	struct kvp_store_queue *inner;
+};
+
+static void count_range(struct count_store *cs, uint64_t off, size_t len)
+{
+	uint64_t u;
+
+	pthread_mutex_lock(&cs->lock);
+	for (u = off / UNIT; u < (off + len + UNIT - 1) / UNIT; u++)
+		if (u < cs->nunits)
+			cs->writes[u]++;
+	pthread_mutex_unlock(&cs->lock);
+}
+
+static int cs_pread(struct kvp_store *s, void *buf, size_t len, uint64_t off)
+{
+	return kvp_store_pread(((struct count_store *)s)->inner, buf, len, off);
+}
+
+static int cs_pwrite(struct kvp_store *s, const void *buf, size_t len,
+		     uint64_t off)
+{
+	struct count_store *cs = (struct count_store *)s;
+
+	count_range(cs, off, len);
+	__atomic_add_fetch(&cs->sync_writes, 1, __ATOMIC_RELAXED);
+	return kvp_store_pwrite(cs->inner, buf, len, off);
+}
+
+static int cs_queue_create(struct kvp_store *s, unsigned depth,
+			   struct kvp_store_queue **q)
+{
+	struct count_store *cs = (struct count_store *)s;
+	struct kvp_store_queue *cq = calloc(1, sizeof(*cq));
+	int err;
+
+	if (!cq)
+		return -ENOMEM;
+	cq->cs = cs;
+	err = cs->inner->ops->queue_create(cs->inner, depth, &cq->inner);
+	if (err) {
+		free(cq);
+		return err;
+	}
+	*q = cq;
+	return 0;
+}
+
+static void cs_queue_destroy(struct kvp_store_queue *q)
+{
+	q->cs->inner->ops->queue_destroy(q->inner);
+	free(q);
+}
+
+static int cs_submit(struct kvp_store_queue *q, struct kvp_io *const *ios,
+		     unsigned n)
+{
+	int got = q->cs->inner->ops->submit(q->inner, ios, n);
+	int i;
+
+	for (i = 0; i < got; i++) {
+		if (ios[i]->op == KVP_IO_WRITE) {
+			count_range(q->cs, ios[i]->off, ios[i]->len);
+			__atomic_add_fetch(&q->cs->async_writes, 1,
+					   __ATOMIC_RELAXED);
+		}
+	}
+	return got;
+}
+
+static int cs_reap(struct kvp_store_queue *q, struct kvp_io **out, unsigned max,
+		   bool wait)
+{
+	return q->cs->inner->ops->reap(q->inner, out, max, wait);
+}
+
+static int cs_queue_fd(struct kvp_store_queue *q)
+{
+	return q->cs->inner->ops->queue_fd(q->inner);
+}
+
+static int cs_discard(struct kvp_store *s, uint64_t off, uint64_t len)
+{
+	struct count_store *cs = (struct count_store *)s;
+
+	return cs->inner->ops->discard
+		   ? cs->inner->ops->discard(cs->inner, off, len)
+		   : 0;
+}
+
+static void cs_destroy(struct kvp_store *s)
+{
+	struct count_store *cs = (struct count_store *)s;
+
+	kvp_store_destroy(cs->inner);
+	free(cs->writes);
+	pthread_mutex_destroy(&cs->lock);
+	free(cs);
+}
+
+static const struct kvp_store_ops count_ops = {
+	.kind = "counting",
+	.pread = cs_pread,
+	.pwrite = cs_pwrite,
+	.queue_create = cs_queue_create,
+	.queue_destroy = cs_queue_destroy,
+	.submit = cs_submit,
+	.reap = cs_reap,
+	.queue_fd = cs_queue_fd,
+	.discard = cs_discard,
+	.destroy = cs_destroy,
+};
+
+static struct count_store *count_store_new(uint64_t size)
+{
+	struct count_store *cs = calloc(1, sizeof(*cs));
+
+	ck_assert_ptr_nonnull(cs);
+	ck_assert_int_eq(kvp_store_memory_create(size, &cs->inner), 0);
+	cs->base = *cs->inner;
+	cs->base.ops = &count_ops;
+	snprintf(cs->base.desc, sizeof(cs->base.desc), "counting over %.100s",
+		 cs->inner->desc);
+	cs->nunits = size / UNIT;
+	cs->writes = calloc(cs->nunits, sizeof(uint32_t));
+	ck_assert_ptr_nonnull(cs->writes);
+	pthread_mutex_init(&cs->lock, NULL);
+	return cs;
+}
+
+/* ---- helpers ---------------------------------------------------------- */
+
+/* 4 KiB KV blocks: 2 layers, 4 q heads, 2 KV heads, head dim 64, fp32. */
+static const struct kvp_kv_geometry G4K = { 2, 4, 2, 64, KVP_KV_FP32, 4 };
+
+static struct kvp_kv_synth *synth(const struct kvp_kv_geometry *g)
+{
+	struct kvp_kv_synth_opts so;
+	struct kvp_kv_synth *s;
+
+	kvp_kv_synth_opts_default(&so);
+	ck_assert_int_eq(kvp_kv_synth_create(g, &so, &s), 0);
+	return s;
+}
+
+static void opts(struct kvp_kvcache_opts *o, const struct kvp_kv_geometry *g,
+		 enum kvp_kvcache_backend be, uint32_t seqs, uint64_t cap,
+		 size_t pbb, enum kvp_predictor_kind kind)
+{
+	kvp_kvcache_opts_default(o, g);
+	o->backend = be;
+	o->max_seqs = seqs;
+	o->capacity_tokens = cap;
+	o->pager_block_bytes = pbb;
+	o->budget_bytes = 2u << 20; /* the pager's least */
+	o->attn_threads = 2;
+	o->prefetch_depth = g->layers > 2 ? 2 : 1;
+	kvp_predictor_opts_default(&o->pred, kind);
+}
+
+/* ---- tests -------------------------------------------------------------- */
+
+/*
+ * Each full KV block reaches the store exactly once (one KV block per
+ * pager block: every flush is a store write, nothing is written back),
+ * with a KV four times the budget, with prefetch and with demand faults
+ * (whose readahead must not load a rolling block's stale contents).
+ */
+static void writes_once(bool prefetch)
+{
+	struct kvp_kv_geometry g = G4K;
+	struct kvp_kv_synth *sy;
+	struct kvp_kv_source src;
+	struct kvp_kvcache_opts o;
+	struct kvp_kvcache *c;
+	struct kvp_kvcache_stats st;
+	struct kvp_stats rs;
+	struct count_store *cs;
+	const struct kvp_kv_layout *l;
+	const struct kvp_block_table *bt;
+	uint32_t id, step, layer, lb, nb;
+	uint64_t u, tokens;
+
+	g.layers = 16; /* 2 MiB per layer, 32 MiB of KV */
+	sy = synth(&g);
+	kvp_kv_source_synth(&src, sy);
+	opts(&o, &g, KVP_KVCACHE_PAGER, 1, 2200, 4096, KVP_PREDICTOR_EXACT);
+	o.budget_bytes = 8u << 20; /* three layers in flight fit */
+	o.prefetch = prefetch;
+	/* the store is sized after the layout: make one big enough */
+	cs = count_store_new(64u << 20);
+	o.store = &cs->base;
+	ck_assert_int_eq(kvp_kvcache_create(&o, &c), 0);
+	l = kvp_kvcache_layout(c);
+	ck_assert_uint_eq(l->blocks_per_pager_block, 1);
+	ck_assert_uint_le(l->region_bytes, 64u << 20);
+	ck_assert_int_eq(kvp_kvcache_seq_create(c, &id), 0);
+	ck_assert_int_eq(kvp_kvcache_prefill(c, id, 2046, &src, NULL, NULL), 0);
+	for (step = 0; step < 23; step++)
+		ck_assert_int_eq(kvp_kvcache_step(c, &id, 1, &src, NULL, NULL),
+				 0);
+	tokens = kvp_kvcache_seq_tokens(c, id);
+	ck_assert_uint_eq(tokens, 2046 + 23);
+	kvp_kvcache_stats(c, &st);
+	/* 2046 = 511 blocks + 2 tokens; 23 more fill 6 blocks */
+	ck_assert_uint_eq(st.sum.flush_store + st.sum.flush_region, 6 * 16);
+	if (prefetch) {
+		/* nothing loads a rolling block's pager block: all go to the
+		 * store, none is written back */
+		ck_assert_uint_eq(st.sum.flush_region, 0);
+		kvp_region_stats(kvp_kvcache_region(c), &rs);
+		ck_assert_uint_eq(rs.bytes_written_total, 0);
+	} else {
+		/* demand faults' readahead may load pager blocks past the end
+		 * (stale, never written): a block filled there is copied in
+		 * and written back once, when evicted or flushed */
+		ck_assert_int_eq(kvp_region_flush(kvp_kvcache_region(c)), 0);
+	}
+	kvp_region_stats(kvp_kvcache_region(c), &rs);
+	ck_assert_uint_gt(rs.bytes_read_total, 0);
+	bt = kvp_kvcache_seq_table(c, id);
+	nb = (uint32_t)(tokens / 4); /* full blocks */
+	for (layer = 0; layer < g.layers; layer++) {
+		for (lb = 0; lb < nb; lb++) {
+			u = kvp_kv_layout_offset(
+				l, layer, kvp_block_table_physical(bt, lb)) /
+			    UNIT;
+			ck_assert_msg(cs->writes[u] == 1,
+				      "layer %u block %u written %u times",
+				      layer, lb, cs->writes[u]);
+			cs->writes[u] = 0;
+		}
+		/* the partial block was never written */
+		u = kvp_kv_layout_offset(l, layer,
+					 kvp_block_table_physical(bt, nb)) /
+		    UNIT;
+		ck_assert_uint_eq(cs->writes[u], 0);
+	}
+	for (u = 0; u < cs->nunits; u++)
+		ck_assert_msg(cs->writes[u] == 0, "unit %lu written",
+			      (unsigned long)u);
+	if (prefetch)
+		ck_assert_uint_eq(cs->async_writes, 0);
+	kvp_kvcache_destroy(c);
+	kvp_store_destroy(&cs->base);
+	kvp_kv_synth_destroy(sy);
+}
+
+START_TEST(rolling_writes_once_prefetch)
+{
+	writes_once(true);
+}
+END_TEST
+
+START_TEST(rolling_writes_once_demand)
+{
+	writes_once(false);
+}
+END_TEST
+
+/* Run a script of prefill/fork/steps/free on a cache; outputs into out. */
+static void script(struct kvp_kvcache *c, const struct kvp_kv_source *src,
+		   float *out, size_t per_step, struct kvp_kvcache_stats *st)
+{
+	uint32_t a, b, d, pair[2], step;
+
+	ck_assert_int_eq(kvp_kvcache_seq_create(c, &a), 0);
+	ck_assert_int_eq(kvp_kvcache_prefill(c, a, 5001, src, NULL, NULL), 0);
+	ck_assert_int_eq(kvp_kvcache_seq_create(c, &d), 0);
+	ck_assert_int_eq(kvp_kvcache_prefill(c, d, 3000, src, NULL, NULL), 0);
+	/* b shares a's first 4998 tokens, the last block partly */
+	ck_assert_int_eq(kvp_kvcache_seq_fork(c, a, 4998, &b), 0);
+	pair[0] = a;
+	pair[1] = b;
+	for (step = 0; step < 6; step++)
+		ck_assert_int_eq(kvp_kvcache_step(c, pair, 2, src,
+						  out + step * per_step, NULL),
+				 0);
+	/* free d: its blocks are discarded, a new sequence reuses them */
+	ck_assert_int_eq(kvp_kvcache_seq_free(c, d), 0);
+	ck_assert_int_eq(kvp_kvcache_seq_create(c, &d), 0);
+	ck_assert_int_eq(kvp_kvcache_prefill(c, d, 2998, src, NULL, NULL), 0);
+	pair[1] = d;
+	for (; step < 12; step++)
+		ck_assert_int_eq(kvp_kvcache_step(c, pair, 2, src,
+						  out + step * per_step, NULL),
+				 0);
+	kvp_kvcache_stats(c, st);
+}
+
+/*
+ * The exact predictor through the pager, under a budget a sixth of the
+ * KV, with forks, copy on write, a free and reuse, gives the same output
+ * as all in RAM and as the kernel's mmap, bit for bit.
+ */
+static void bit_for_bit(size_t pbb)
+{
+	struct kvp_kv_geometry g;
+	struct kvp_kv_synth *sy;
+	struct kvp_kv_source src;
+	struct kvp_kvcache_opts o;
+	struct kvp_kvcache *c;
+	struct kvp_kvcache_stats st;
+	size_t per_step, n;
+	float *ram, *pag, *mm;
+
+	kvp_kv_geometry_preset("tiny", &g);
+	g.head_dim = 64; /* 4 KiB of KV per token-block-layer at G = 4 */
+	sy = synth(&g);
+	kvp_kv_source_synth(&src, sy);
+	per_step = 2 * (size_t)g.layers * g.q_heads * g.head_dim;
+	n = per_step * 12;
+	ram = calloc(n, sizeof(float));
+	pag = calloc(n, sizeof(float));
+	mm = calloc(n, sizeof(float));
+	ck_assert(ram && pag && mm);
+
+	opts(&o, &g, KVP_KVCACHE_RAM, 4, 12000, pbb, KVP_PREDICTOR_EXACT);
+	ck_assert_int_eq(kvp_kvcache_create(&o, &c), 0);
+	script(c, &src, ram, per_step, &st);
+	ck_assert_uint_ge(st.cow_copies, 1);
+	kvp_kvcache_destroy(c);
+
+	opts(&o, &g, KVP_KVCACHE_PAGER, 4, 12000, pbb, KVP_PREDICTOR_EXACT);
+	ck_assert_int_eq(kvp_kvcache_create(&o, &c), 0);
+	ck_assert_uint_gt(kvp_kvcache_layout(c)->region_bytes,
+			  4 * kvp_kvcache_budget_bytes(c));
+	script(c, &src, pag, per_step, &st);
+	ck_assert_uint_ge(st.cow_copies, 1);
+	ck_assert_uint_gt(st.discarded_pager_blocks, 0);
+	kvp_kvcache_destroy(c);
+	ck_assert_msg(!memcmp(ram, pag, n * sizeof(float)),
+		      "pager output differs from RAM (pager block %zu)", pbb);
+
+	opts(&o, &g, KVP_KVCACHE_MMAP, 4, 12000, pbb, KVP_PREDICTOR_EXACT);
+	ck_assert_int_eq(kvp_kvcache_create(&o, &c), 0);
+	script(c, &src, mm, per_step, &st);
+	kvp_kvcache_destroy(c);
+	ck_assert(!memcmp(ram, mm, n * sizeof(float)));
+
+	free(ram);
+	free(pag);
+	free(mm);
+	kvp_kv_synth_destroy(sy);
+}
+
+START_TEST(exact_bit_for_bit_4k)
+{
+	bit_for_bit(4096);
+}
+END_TEST
+
+/* Pager blocks of 8 KV blocks: flushes go through the region when the
+ * pager block is resident, or to the store when it is not. */
+START_TEST(exact_bit_for_bit_32k)
+{
+	bit_for_bit(32768);
+}
+END_TEST
+
+/* Forked blocks are shared by reference; the view's text says so. */
+START_TEST(sharing_and_table_text)
+{
+	struct kvp_kv_synth *sy = synth(&G4K);
+	struct kvp_kv_source src;
+	struct kvp_kvcache_opts o;
+	struct kvp_kvcache *c;
+	struct kvp_kvcache_stats st;
+	const struct kvp_block_table *ta, *tb;
+	uint32_t a, b, ids[4], lb;
+	char buf[8192], line[64];
+	int n;
+
+	kvp_kv_source_synth(&src, sy);
+	opts(&o, &G4K, KVP_KVCACHE_PAGER, 2, 200, 4096, KVP_PREDICTOR_EXACT);
+	ck_assert_int_eq(kvp_kvcache_create(&o, &c), 0);
+	ck_assert_int_eq(kvp_kvcache_seq_create(c, &a), 0);
+	ck_assert_int_eq(kvp_kvcache_prefill(c, a, 42, &src, NULL, NULL), 0);
+	ck_assert_int_eq(kvp_kvcache_seq_fork(c, a, 41, &b), 0);
+	ck_assert_int_eq(kvp_kvcache_seq_fork(c, a, 41, &lb), -ENOSPC);
+	ck_assert_uint_eq(kvp_kvcache_seq_list(c, ids, 4), 2);
+	ta = kvp_kvcache_seq_table(c, a);
+	tb = kvp_kvcache_seq_table(c, b);
+	for (lb = 0; lb < 11; lb++)
+		ck_assert_uint_eq(kvp_block_table_physical(ta, lb),
+				  kvp_block_table_physical(tb, lb));
+	ck_assert(kvp_block_table_shared(tb, 10));
+	n = kvp_kvcache_format_block_table(c, b, buf, sizeof(buf));
+	ck_assert_int_gt(n, 0);
+	snprintf(line, sizeof(line), "10 %u 1 2 rolling\n",
+		 kvp_block_table_physical(tb, 10));
+	ck_assert_msg(strstr(buf, line), "no '%s' in:\n%s", line, buf);
+	ck_assert(!strncmp(buf, "0 0 4 2 ", 8));
+	/* snprintf semantics */
+	ck_assert_int_eq(kvp_kvcache_format_block_table(c, b, buf, 4), n);
+	ck_assert_uint_eq(strlen(buf), 3);
+	/* b's step copies its last block on write; a keeps the old one */
+	ck_assert_int_eq(kvp_kvcache_step(c, &b, 1, &src, NULL, NULL), 0);
+	kvp_kvcache_stats(c, &st);
+	ck_assert_uint_eq(st.cow_copies, 1);
+	tb = kvp_kvcache_seq_table(c, b);
+	ta = kvp_kvcache_seq_table(c, a);
+	ck_assert_uint_ne(kvp_block_table_physical(ta, 10),
+			  kvp_block_table_physical(tb, 10));
+	ck_assert(!kvp_block_table_shared(tb, 10));
+	ck_assert(kvp_block_table_shared(tb, 9));
+	ck_assert_int_eq(kvp_kvcache_seq_free(c, a), 0);
+	ck_assert(!kvp_block_table_shared(tb, 9));
+	ck_assert_int_eq(kvp_kvcache_format_block_table(c, a, buf, 10),
+			 -EINVAL);
+	kvp_kvcache_destroy(c);
+	kvp_kv_synth_destroy(sy);
+}
+END_TEST
+
+/*
+ * Freeing a sequence discards its pager blocks: dirty ones are not
+ * written back, and they read back as zeros.
+ */
+START_TEST(discard_on_free)
+{
+	struct kvp_kv_synth *sy = synth(&G4K);
+	struct kvp_kv_source src;
+	struct kvp_kvcache_opts o;
+	struct kvp_kvcache *c;
+	struct kvp_kvcache_stats st;
+	struct kvp_stats s0, s1;
+	struct kvp_block_info bi;
+	struct kvp_region *r;
+	const struct kvp_kv_layout *l;
+	uint32_t a, b, p, layer, i;
+	uint64_t pb, npb;
+	char *base;
+	int dirty = 0;
+
+	kvp_kv_source_synth(&src, sy);
+	/* big budget, pager block of 8 KV blocks: decode flushes land in
+	 * resident pager blocks and dirty them */
+	opts(&o, &G4K, KVP_KVCACHE_PAGER, 2, 4096, 32768, KVP_PREDICTOR_EXACT);
+	o.budget_bytes = 64u << 20;
+	ck_assert_int_eq(kvp_kvcache_create(&o, &c), 0);
+	r = kvp_kvcache_region(c);
+	l = kvp_kvcache_layout(c);
+	base = kvp_region_addr(r);
+	ck_assert_int_eq(kvp_kvcache_seq_create(c, &a), 0);
+	ck_assert_int_eq(kvp_kvcache_seq_create(c, &b), 0);
+	ck_assert_int_eq(kvp_kvcache_prefill(c, a, 64, &src, NULL, NULL), 0);
+	ck_assert_int_eq(kvp_kvcache_prefill(c, b, 1024, &src, NULL, NULL), 0);
+	for (i = 0; i < 16; i++)
+		ck_assert_int_eq(kvp_kvcache_step(c, &b, 1, &src, NULL, NULL),
+				 0);
+	kvp_kvcache_stats(c, &st);
+	ck_assert_uint_gt(st.sum.flush_region, 0);
+	npb = l->region_bytes / l->pager_block_bytes;
+	p = kvp_block_table_physical(kvp_kvcache_seq_table(c, b), 0);
+	for (layer = 0; layer < 2; layer++) {
+		for (pb = kvp_kv_layout_pager_block(l, layer, p); pb < npb;
+		     pb++) {
+			ck_assert_int_eq(kvp_region_block_info(r, pb, &bi), 0);
+			dirty += bi.dirty;
+		}
+	}
+	ck_assert_int_gt(dirty, 0);
+	kvp_region_stats(r, &s0);
+	ck_assert_int_eq(kvp_kvcache_seq_free(c, b), 0);
+	ck_assert_int_eq(kvp_region_flush(r), 0);
+	kvp_region_stats(r, &s1);
+	ck_assert_uint_eq(s1.bytes_written_total, s0.bytes_written_total);
+	kvp_kvcache_stats(c, &st);
+	ck_assert_uint_gt(st.discarded_pager_blocks, 0);
+	/* b's first pager block (after a's 16 blocks: wholly b's) is
+	 * zero and not in the store any more */
+	pb = kvp_kv_layout_pager_block(l, 1, p + 8);
+	ck_assert_int_eq(kvp_region_block_info(r, pb, &bi), 0);
+	ck_assert(!bi.dirty);
+	ck_assert(!bi.in_store);
+	ck_assert_uint_eq(base[pb * l->pager_block_bytes + 100], 0);
+	/* a survives intact: a step still works, a's blocks are in store */
+	ck_assert_int_eq(kvp_kvcache_step(c, &a, 1, &src, NULL, NULL), 0);
+	kvp_kvcache_destroy(c);
+	kvp_kv_synth_destroy(sy);
+}
+END_TEST
+
+/*
+ * lowrank end to end, llama3-8b shape (2 layers), 16K tokens through the
+ * pager with a budget of an eighth: the blocks it reads hold the planted
+ * heavy hitters and recall >= 0.9 of the oracle's mass.
+ */
+START_TEST(lowrank_heavy_hitters)
+{
+	struct kvp_kv_geometry g;
+	struct kvp_kv_synth *sy;
+	struct kvp_kv_source src;
+	struct kvp_kvcache_opts o;
+	struct kvp_config cfg;
+	struct kvp_kvcache *c;
+	double recall, rel, mass;
+	uint32_t id, nsamp, k, seq, layer, step;
+	int heavy = 0, found = 0;
+
+	kvp_kv_geometry_preset("llama3-8b", &g);
+	g.layers = 2;
+	sy = synth(&g);
+	kvp_kv_source_synth(&src, sy);
+	opts(&o, &g, KVP_KVCACHE_PAGER, 1, 16384 + 64, 0,
+	     KVP_PREDICTOR_LOWRANK);
+	o.budget_bytes = 16u << 20; /* an eighth of the 128 MiB of KV */
+	o.prefetch_depth = 1;
+	/* UFFDIO_COPY: the engine's move install of 16 KiB blocks was seen
+	 * to livelock (a fault never resolved) about one run in six */
+	kvp_config_defaults(&cfg);
+	cfg.install_mode = KVP_INSTALL_COPY;
+	o.cfg = &cfg;
+	o.sample_every = 1;
+	o.sample_layers = 2;
+	o.max_samples = 64;
+	ck_assert_int_eq(kvp_kvcache_create(&o, &c), 0);
+	ck_assert_int_eq(kvp_kvcache_seq_create(c, &id), 0);
+	ck_assert_int_eq(kvp_kvcache_prefill(c, id, 16384, &src, NULL, NULL),
+			 0);
+	for (step = 0; step < 6; step++)
+		ck_assert_int_eq(kvp_kvcache_step(c, &id, 1, &src, NULL, NULL),
+				 0);
+	ck_assert_int_eq(kvp_kvcache_quality(c, &recall, &rel, &mass, &nsamp),
+			 0);
+	ck_assert_uint_eq(nsamp, 12);
+	for (k = 0; k < nsamp; k++) {
+		const uint32_t *lb;
+		uint64_t npos, t;
+		size_t n, j;
+
+		ck_assert_int_eq(
+		    kvp_kvcache_sample_info(c, k, &seq, &layer, &npos, &lb, &n),
+		    0);
+		ck_assert_uint_le(n, 400 / 4 + 1);
+		for (t = 0; t < npos; t++) {
+			bool got = false;
+
+			if (!kvp_kv_synth_is_heavy(sy, seq, t))
+				continue;
+			for (j = 0; j < n; j++)
+				got |= lb[j] == t / 4;
+			heavy++;
+			found += got;
+		}
+	}
+	printf("lowrank end to end (llama3-8b shape, 2 layers, 16K tokens, "
+	       "synthetic KV): recall %.3f, rel error %.3f, chosen mass %.3f, "
+	       "heavy hitters %d/%d\n",
+	       recall, rel, mass, found, heavy);
+	ck_assert_int_gt(heavy, 0);
+	ck_assert_int_ge(found * 10, heavy * 9);
+	ck_assert_msg(recall >= 0.9, "recall %.3f", recall);
+	ck_assert_int_eq(
+	    kvp_kvcache_sample_info(c, nsamp, &seq, &layer, NULL, NULL, NULL),
+	    -ENOENT);
+	kvp_kvcache_destroy(c);
+	kvp_kv_synth_destroy(sy);
+}
+END_TEST
+
+START_TEST(bad_arguments)
+{
+	struct kvp_kvcache_opts o;
+	struct kvp_kvcache *c;
+	uint32_t id;
+
+	opts(&o, &G4K, KVP_KVCACHE_RAM, 1, 100, 0, KVP_PREDICTOR_EXACT);
+	o.capacity_tokens = 0;
+	ck_assert_int_eq(kvp_kvcache_create(&o, &c), -EINVAL);
+	o.capacity_tokens = 100;
+	o.prefetch_depth = 2; /* two layers: at most 1 */
+	ck_assert_int_eq(kvp_kvcache_create(&o, &c), -EINVAL);
+	o.prefetch_depth = 1;
+	ck_assert_int_eq(kvp_kvcache_create(&o, &c), 0);
+	ck_assert_int_eq(kvp_kvcache_seq_create(c, &id), 0);
+	ck_assert_int_eq(kvp_kvcache_seq_create(c, &id), -ENOSPC);
+	ck_assert_int_eq(kvp_kvcache_seq_free(c, 5), -EINVAL);
+	ck_assert_int_eq(kvp_kvcache_step(c, &id, 0, NULL, NULL, NULL),
+			 -EINVAL);
+	kvp_kvcache_destroy(c);
+}
+END_TEST
+
+int main(void)
+{
+	struct kvp_config cfg;
+	struct kvp_pager *p;
+	Suite *s = suite_create("kvcache");
+	TCase *tc = tcase_create("core");
+	SRunner *sr;
+	int nf, err;
+
+	kvp_config_defaults(&cfg);
+	cfg.ram_budget_bytes = 2u << 20;
+	err = kvp_pager_open(&cfg, &p);
+	if (err) {
+		printf("skipped: cannot open a pager: %s\n", kvp_strerror(err));
+		return 77;
+	}
+	kvp_pager_close(p);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, bad_arguments);
+	tcase_add_test(tc, rolling_writes_once_prefetch);
+	tcase_add_test(tc, rolling_writes_once_demand);
+	tcase_add_test(tc, sharing_and_table_text);
+	tcase_add_test(tc, discard_on_free);
+	tcase_add_test(tc, exact_bit_for_bit_4k);
+	tcase_add_test(tc, exact_bit_for_bit_32k);
+	tcase_add_test(tc, lowrank_heavy_hitters);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	nf = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return nf ? 1 : 0;
+}
