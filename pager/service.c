@@ -416,13 +416,14 @@ static int install(struct kvp_pager *p, struct kvp_region *r, uint64_t blk,
 	char *addr = kvp_blk_addr(r, blk);
 	size_t len = r->block_bytes, off = 0, mapped = 0;
 	bool skipped = false, pagewise = false;
+	bool move = r->install == KVP_INSTALL_MOVE, copied = !move;
 	int err = 0;
 
 	*split = false;
 	while (off < len) {
 		size_t done = 0, n = pagewise ? KVP_PAGE_BYTES : len - off;
 
-		if (r->install == KVP_INSTALL_MOVE)
+		if (move)
 			err = kvp_uffd_move(&p->uffd, addr + off,
 					    (char *)slot + off, n,
 					    UFFDIO_MOVE_MODE_DONTWAKE, &done);
@@ -443,28 +444,37 @@ static int install(struct kvp_pager *p, struct kvp_region *r, uint64_t blk,
 			off += KVP_PAGE_BYTES; /* unmapped: nothing to fill */
 			skipped = true;
 			*split = true;
+		} else if (err && err != -EAGAIN && move) {
+			/* The kernel would not move these pages (a THP shared
+			 * with a slot under I/O cannot be split: EBUSY):
+			 * copy the rest, which always works. */
+			move = false;
+			copied = true;
 		} else if (err && err != -EAGAIN) {
-			break;
+			return err; /* the block stays LOADING: retried */
 		}
 		if (!err && !pagewise)
 			break;
 		err = 0;
 	}
-	if (err == -ESRCH || (*split && mapped == 0))
+	if (*split && mapped == 0)
 		return -ENOENT;
 	if (r->install == KVP_INSTALL_MOVE) {
 		KVP_STAT_ADD(r, installs_move_total, 1);
-		if (wp && !*split)
+		if (wp && !*split && !copied)
 			(void)kvp_uffd_writeprotect(&p->uffd, addr, len, true,
 						    false);
-		/* Pages skipped stay in the slot: not a clean empty slot. */
-		*slot_full = skipped;
+		else if (wp && !*split && copied && off)
+			/* The part moved before the fallback: protect it. */
+			(void)kvp_uffd_writeprotect(&p->uffd, addr, len, true,
+						    false);
 	} else {
 		KVP_STAT_ADD(r, installs_copy_total, 1);
-		*slot_full = true;
 	}
+	/* Pages left in the slot (skipped, or copied): not an empty slot. */
+	*slot_full = skipped || copied;
 	(void)kvp_uffd_wake(&p->uffd, addr, len);
-	return err;
+	return 0;
 }
 
 static void latency(struct kvp_region *r, uint64_t submit_ns)
@@ -547,6 +557,15 @@ static void install_finish(struct kvp_service *s, struct kvp_op *op)
 		       op->rm_end - op->rm_start);
 	err = install(p, r, op->blk, op->slot, !dirty, &full, &split);
 
+	if (err && err != -ENOENT) {
+		/* Could not map it (out of memory): keep it loading and try
+		 * again on the next turn; the faulting threads still wait. */
+		pthread_mutex_lock(&p->lock);
+		op->next = s->ready;
+		s->ready = op;
+		pthread_mutex_unlock(&p->lock);
+		return;
+	}
 	pthread_mutex_lock(&p->lock);
 	if (split)
 		dirty = true;
@@ -989,7 +1008,7 @@ static void *service_main(void *arg)
 				    s->queues[i].q),
 				.events = POLLIN
 			};
-		if (s->want_frame || s->to_submit)
+		if (s->want_frame || s->to_submit || s->ready)
 			timeout = 1; /* waiting on another thread's work */
 		if (s->stopping)
 			timeout = 10;
