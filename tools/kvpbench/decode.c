@@ -1,0 +1,477 @@
+/*
+ * decode.c - `kvpbench decode`: the same decode work side by side.
+ *
+ * One synthetic KV (lib/kv_synth.h), one predictor, one budget; each mode
+ * prefills its own backing and decodes the same steps:
+ *
+ *   ram             everything in anonymous memory (the compute bound)
+ *   mmap            the kernel's mmap of a file, cold, no prediction
+ *   mmap-willneed   the same with madvise(MADV_WILLNEED) on the blocks
+ *                   the predictor chose, layer-ahead
+ *   kvpager-demand  a pager region, demand faults only
+ *   kvpager         a pager region with layer-ahead prefetch
+ *
+ * The mmap modes keep the budget by dropping (MADV_DONTNEED and
+ * POSIX_FADV_DONTNEED) the least recently used pager blocks over it, and
+ * at each step's end whatever the kernel read around them (kvcache.c).
+ * Attention reads the predictor's blocks in every mode, so the work is the
+ * same; modes differ only in where the KV is and how it gets there.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "lib/kv_synth.h"
+#include "lib/kvcache.h"
+#include "tools/kvpbench/kvpbench.h"
+
+struct dmode {
+	const char *name;
+	enum kvp_kvcache_backend be;
+	bool prefetch;
+};
+
+static const struct dmode dmodes[] = {
+	{ "ram", KVP_KVCACHE_RAM, false },
+	{ "mmap", KVP_KVCACHE_MMAP, false },
+	{ "mmap-willneed", KVP_KVCACHE_MMAP, true },
+	{ "kvpager-demand", KVP_KVCACHE_PAGER, false },
+	{ "kvpager", KVP_KVCACHE_PAGER, true },
+};
+#define NDMODES (sizeof(dmodes) / sizeof(dmodes[0]))
+
+struct dres {
+	bool ran;
+	double tps, t_step, t_compute, t_load, t_prefill;
+	double bytes_read, faults, reuse, recall, rel;
+	uint64_t hit, late, wasted;
+	char install[8];
+};
+
+struct dopts {
+	const char *preset, *path;
+	uint64_t context, budget, block;
+	uint32_t batch, steps, warmup, depth, M;
+	enum kvp_predictor_kind pred;
+	int install;
+	bool json, quiet;
+	unsigned modes;
+};
+
+static int dparse_num(const char *s, uint64_t *v)
+{
+	char *end;
+	double x;
+
+	errno = 0;
+	x = strtod(s, &end);
+	if (errno || end == s || x < 0)
+		return -EINVAL;
+	if (*end == 'k' || *end == 'K')
+		x *= 1024, end++;
+	else if (*end == 'm' || *end == 'M')
+		x *= 1024.0 * 1024, end++;
+	else if (*end == 'g' || *end == 'G')
+		x *= 1024.0 * 1024 * 1024, end++;
+	if (*end == 'i')
+		end++;
+	if (*end == 'B')
+		end++;
+	if (*end)
+		return -EINVAL;
+	*v = (uint64_t)x;
+	return 0;
+}
+
+static void dusage(FILE *f)
+{
+	fprintf(
+	    f, "usage: kvpbench decode [options]\n"
+	       "  --preset P        llama3-8b | qwen3-8b | tiny (llama3-8b)\n"
+	       "  --context N       tokens per sequence (32768)\n"
+	       "  --batch B         sequences (1)\n"
+	       "  --predictor K     exact | window | lowrank (lowrank)\n"
+	       "  --budget-tokens M sparse predictors' tokens per layer (400)\n"
+	       "  --steps N         decode steps per mode (12)\n"
+	       "  --warmup N        steps left out (2)\n"
+	       "  --budget BYTES    RAM budget (a quarter of the KV)\n"
+	       "  --block BYTES     pager block (exact: 2M, sparse: one KV "
+	       "block)\n"
+	       "  --depth D         prefetch depth in layers (2)\n"
+	       "  --install M       auto | move | copy (copy: see the report)\n"
+	       "  --modes LIST      comma list of ram,mmap,mmap-willneed,"
+	       "kvpager-demand,kvpager\n"
+	       "  --path DIR        backing files' directory\n"
+	       "  --short           context 8192, 8 steps\n"
+	       "  --json            one JSON object per mode\n"
+	       "  --quiet           no progress on stderr\n"
+	       "The KV is synthetic (lib/kv_synth.h).\n");
+}
+
+static int run_mode(const struct dopts *o, const struct dmode *m,
+		    const struct kvp_kv_geometry *g, struct kvp_kv_synth *sy,
+		    struct dres *r)
+{
+	struct kvp_kv_source src;
+	struct kvp_kvcache_opts co;
+	struct kvp_kvcache_stats s0, s1;
+	struct kvp_kvcache_step_stats d;
+	struct kvp_config cfg;
+	struct kvp_kvcache *c;
+	uint32_t *ids, i;
+	double n, t0;
+	int err;
+
+	kvp_kv_source_synth(&src, sy);
+	kvp_kvcache_opts_default(&co, g);
+	co.backend = m->be;
+	co.prefetch = m->prefetch;
+	co.prefetch_depth = o->depth;
+	co.max_seqs = o->batch;
+	co.capacity_tokens = (o->context + o->steps + 8) * o->batch;
+	co.pager_block_bytes = (size_t)o->block;
+	co.budget_bytes = o->budget;
+	co.dir = o->path;
+	kvp_predictor_opts_default(&co.pred, o->pred);
+	co.pred.budget_tokens = o->M;
+	co.sample_every = 4;
+	co.sample_layers = 2;
+	co.max_samples = 256;
+	kvp_config_defaults(&cfg);
+	if (o->install >= 0)
+		cfg.install_mode = (uint64_t)o->install;
+	co.cfg = &cfg;
+	err = kvp_kvcache_create(&co, &c);
+	if (err)
+		return err;
+	ids = calloc(o->batch, sizeof(*ids));
+	if (!ids) {
+		kvp_kvcache_destroy(c);
+		return -ENOMEM;
+	}
+	t0 = kvpb_now();
+	for (i = 0; i < o->batch && !err; i++) {
+		err = kvp_kvcache_seq_create(c, &ids[i]);
+		if (!err)
+			err = kvp_kvcache_prefill(c, ids[i], o->context, &src,
+						  NULL, NULL);
+	}
+	r->t_prefill = kvpb_now() - t0;
+	memset(&s0, 0, sizeof(s0));
+	for (i = 0; i < o->steps && !err; i++) {
+		if (i == o->warmup)
+			kvp_kvcache_stats(c, &s0);
+		err = kvp_kvcache_step(c, ids, o->batch, &src, NULL, NULL);
+		if (!o->quiet)
+			fprintf(stderr, "\rdecode %-15s step %u/%u ", m->name,
+				i + 1, o->steps);
+	}
+	if (!o->quiet)
+		fputc('\n', stderr);
+	if (!err) {
+		kvp_kvcache_stats(c, &s1);
+		err = kvp_kvcache_quality(c, &r->recall, &r->rel, NULL, NULL);
+	}
+	if (!err) {
+		d = s1.sum;
+		n = (double)(d.steps - s0.sum.steps);
+		if (n < 1)
+			n = 1;
+		r->t_step = (d.t_step_s - s0.sum.t_step_s) / n;
+		r->tps =
+		    (d.tokens - s0.sum.tokens) / (d.t_step_s - s0.sum.t_step_s);
+		r->t_compute = (d.t_compute_s + d.t_predict_s + d.t_fill_s -
+				s0.sum.t_compute_s - s0.sum.t_predict_s -
+				s0.sum.t_fill_s) /
+			       n;
+		r->t_load = (s1.t_load_busy_s - s0.t_load_busy_s) / n;
+		r->bytes_read = (d.bytes_read - s0.sum.bytes_read) / n;
+		r->faults = (d.demand_faults - s0.sum.demand_faults) / n;
+		r->hit = d.prefetch_hit - s0.sum.prefetch_hit;
+		r->late = d.prefetch_late - s0.sum.prefetch_late;
+		r->wasted = d.prefetch_wasted - s0.sum.prefetch_wasted;
+		r->reuse =
+		    d.chosen_blocks - s0.sum.chosen_blocks
+			? (double)(d.reused_blocks - s0.sum.reused_blocks) /
+			      (d.chosen_blocks - s0.sum.chosen_blocks)
+			: 0;
+		snprintf(r->install, sizeof(r->install), "%s",
+			 kvp_kvcache_region(c)
+			     ? kvp_region_install_mode(kvp_kvcache_region(c))
+			     : "-");
+		r->ran = true;
+	}
+	free(ids);
+	kvp_kvcache_destroy(c);
+	return err;
+}
+
+enum {
+	D_PRESET = 300,
+	D_CONTEXT,
+	D_BATCH,
+	D_PRED,
+	D_M,
+	D_STEPS,
+	D_WARMUP,
+	D_BUDGET,
+	D_BLOCK,
+	D_DEPTH,
+	D_INSTALL,
+	D_MODES,
+	D_PATH,
+	D_SHORT,
+	D_JSON,
+	D_QUIET,
+	D_HELP
+};
+
+int kvpbench_decode(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "preset", required_argument, NULL, D_PRESET },
+		{ "context", required_argument, NULL, D_CONTEXT },
+		{ "batch", required_argument, NULL, D_BATCH },
+		{ "predictor", required_argument, NULL, D_PRED },
+		{ "budget-tokens", required_argument, NULL, D_M },
+		{ "steps", required_argument, NULL, D_STEPS },
+		{ "warmup", required_argument, NULL, D_WARMUP },
+		{ "budget", required_argument, NULL, D_BUDGET },
+		{ "block", required_argument, NULL, D_BLOCK },
+		{ "depth", required_argument, NULL, D_DEPTH },
+		{ "install", required_argument, NULL, D_INSTALL },
+		{ "modes", required_argument, NULL, D_MODES },
+		{ "path", required_argument, NULL, D_PATH },
+		{ "short", no_argument, NULL, D_SHORT },
+		{ "json", no_argument, NULL, D_JSON },
+		{ "quiet", no_argument, NULL, D_QUIET },
+		{ "help", no_argument, NULL, D_HELP },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct dopts o = {
+		.preset = "llama3-8b",
+		.context = 32768,
+		.batch = 1,
+		.steps = 12,
+		.warmup = 2,
+		.depth = 2,
+		.M = 400,
+		.pred = KVP_PREDICTOR_LOWRANK,
+		.install = -1,
+		.modes = (1u << NDMODES) - 1,
+	};
+	struct dres res[NDMODES];
+	struct kvp_kv_geometry g;
+	struct kvp_kv_synth_opts so;
+	struct kvp_kv_synth *sy;
+	uint64_t v, kv;
+	unsigned i;
+	int c, err, failed = 0;
+	bool shortrun = false;
+
+	memset(res, 0, sizeof(res));
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+		switch (c) {
+		case D_PRESET:
+			o.preset = optarg;
+			continue;
+		case D_PATH:
+			o.path = optarg;
+			continue;
+		case D_SHORT:
+			shortrun = true;
+			continue;
+		case D_JSON:
+			o.json = true;
+			continue;
+		case D_QUIET:
+			o.quiet = true;
+			continue;
+		case D_HELP:
+			dusage(stdout);
+			return 0;
+		case D_PRED:
+			if (kvp_predictor_kind_parse(optarg, &o.pred)) {
+				fprintf(stderr,
+					"kvpbench decode: unknown "
+					"predictor '%s'\n",
+					optarg);
+				return 2;
+			}
+			continue;
+		case D_INSTALL:
+			o.install = !strcmp(optarg, "auto")   ? KVP_INSTALL_AUTO
+				    : !strcmp(optarg, "move") ? KVP_INSTALL_MOVE
+				    : !strcmp(optarg, "copy") ? KVP_INSTALL_COPY
+							      : -2;
+			if (o.install == -2) {
+				fprintf(stderr, "kvpbench decode: --install "
+						"takes auto, move or copy\n");
+				return 2;
+			}
+			continue;
+		case D_MODES: {
+			char *s = strdup(optarg), *tok, *save = NULL;
+
+			o.modes = 0;
+			for (tok = strtok_r(s, ",", &save); tok;
+			     tok = strtok_r(NULL, ",", &save)) {
+				for (i = 0; i < NDMODES; i++)
+					if (!strcmp(tok, dmodes[i].name))
+						break;
+				if (i == NDMODES) {
+					fprintf(stderr,
+						"kvpbench decode: unknown mode "
+						"'%s'\n",
+						tok);
+					free(s);
+					return 2;
+				}
+				o.modes |= 1u << i;
+			}
+			free(s);
+			continue;
+		}
+		case '?':
+			dusage(stderr);
+			return 2;
+		}
+		if (dparse_num(optarg, &v)) {
+			fprintf(stderr, "kvpbench decode: bad number '%s'\n",
+				optarg);
+			return 2;
+		}
+		switch (c) {
+		case D_CONTEXT:
+			o.context = v;
+			break;
+		case D_BATCH:
+			o.batch = (uint32_t)v;
+			break;
+		case D_M:
+			o.M = (uint32_t)v;
+			break;
+		case D_STEPS:
+			o.steps = (uint32_t)v;
+			break;
+		case D_WARMUP:
+			o.warmup = (uint32_t)v;
+			break;
+		case D_BUDGET:
+			o.budget = v;
+			break;
+		case D_BLOCK:
+			o.block = v;
+			break;
+		case D_DEPTH:
+			o.depth = (uint32_t)v;
+			break;
+		}
+	}
+	if (shortrun) {
+		o.context = 8192;
+		o.steps = 8;
+	}
+	if (!o.context || !o.batch || !o.steps) {
+		fprintf(stderr, "kvpbench decode: context, batch and steps "
+				"must be at least 1\n");
+		return 2;
+	}
+	if (o.warmup >= o.steps)
+		o.warmup = o.steps - 1;
+	if (kvp_kv_geometry_preset(o.preset, &g)) {
+		fprintf(stderr, "kvpbench decode: unknown preset '%s'\n",
+			o.preset);
+		return 2;
+	}
+	if (o.depth >= g.layers)
+		o.depth = g.layers - 1;
+	if (!o.depth)
+		o.depth = 1;
+	kv = o.context * o.batch * kvp_kv_token_bytes(&g);
+	if (!o.budget)
+		o.budget = kv / 4;
+	if (!o.block)
+		o.block = o.pred == KVP_PREDICTOR_EXACT ? 2u << 20 : 0;
+	kvp_kv_synth_opts_default(&so);
+	err = kvp_kv_synth_create(&g, &so, &sy);
+	if (err) {
+		fprintf(stderr, "kvpbench decode: synthetic KV: %s\n",
+			kvp_strerror(err));
+		return 1;
+	}
+	for (i = 0; i < NDMODES; i++) {
+		if (!(o.modes & (1u << i)))
+			continue;
+		err = run_mode(&o, &dmodes[i], &g, sy, &res[i]);
+		if (err) {
+			fprintf(stderr, "kvpbench decode: mode %s failed: %s\n",
+				dmodes[i].name, kvp_strerror(err));
+			failed++;
+		}
+	}
+	kvp_kv_synth_destroy(sy);
+
+	if (!o.json) {
+		printf("kvpbench decode: %s, context %" PRIu64
+		       ", batch %u, predictor %s%s, budget %.0f MiB of %.0f "
+		       "MiB of KV, %u steps (%u warm-up left out); SYNTHETIC "
+		       "KV\n",
+		       o.preset, o.context, o.batch,
+		       kvp_predictor_kind_name(o.pred),
+		       o.pred == KVP_PREDICTOR_EXACT ? "" : " (M=400)",
+		       o.budget / 1048576.0, kv / 1048576.0, o.steps, o.warmup);
+		printf("%-15s %9s %9s %9s %9s %11s %9s %7s %7s %8s %8s\n",
+		       "mode", "tokens/s", "T_step", "T_comp", "T_load",
+		       "MiB read/st", "faults/st", "reuse", "recall", "vs_ram",
+		       "vs_mmwn");
+	}
+	for (i = 0; i < NDMODES; i++) {
+		struct dres *r = &res[i];
+		double ram = res[0].ran ? res[0].tps : -1;
+		double wn = res[2].ran ? res[2].tps : -1;
+		double rr = ram > 0 ? r->tps / ram : -1;
+		double rw = wn > 0 ? r->tps / wn : -1;
+
+		if (!r->ran)
+			continue;
+		if (o.json) {
+			printf("{\"scenario\":\"decode\",\"mode\":\"%s\","
+			       "\"preset\":\"%s\",\"context\":%" PRIu64
+			       ",\"batch\":%u,\"predictor\":\"%s\","
+			       "\"budget_bytes\":%" PRIu64
+			       ",\"synthetic_kv\":true,"
+			       "\"tokens_per_s\":%.4f,\"t_step_s\":%.6f,"
+			       "\"t_compute_s\":%.6f,\"t_load_s\":%.6f,"
+			       "\"bytes_read_per_step\":%.1f,"
+			       "\"demand_faults_per_step\":%.2f,"
+			       "\"prefetch_hit\":%" PRIu64
+			       ",\"prefetch_late\":%" PRIu64
+			       ",\"prefetch_wasted\":%" PRIu64
+			       ",\"reuse_rate\":%.4f,\"recall\":%.4f,"
+			       "\"rel_error\":%.5f,\"t_prefill_s\":%.3f,"
+			       "\"install_mode\":\"%s\","
+			       "\"ratio_vs_ram\":%.4f,"
+			       "\"ratio_vs_mmap_willneed\":%.4f}\n",
+			       dmodes[i].name, o.preset, o.context, o.batch,
+			       kvp_predictor_kind_name(o.pred), o.budget,
+			       r->tps, r->t_step, r->t_compute, r->t_load,
+			       r->bytes_read, r->faults, r->hit, r->late,
+			       r->wasted, r->reuse, r->recall, r->rel,
+			       r->t_prefill, r->install, rr, rw);
+		} else {
+			printf("%-15s %9.3f %9.4f %9.4f %9.4f %11.2f %9.1f "
+			       "%7.3f %7.4f %8.3f %8.3f\n",
+			       dmodes[i].name, r->tps, r->t_step, r->t_compute,
+			       r->t_load, r->bytes_read / 1048576.0, r->faults,
+			       r->reuse, r->recall, rr, rw);
+		}
+	}
+	fflush(stdout);
+	return failed ? 1 : 0;
+}
