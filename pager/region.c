@@ -26,11 +26,13 @@
 
 #define MAX_BLOCK_BYTES ((size_t)4096 << (KVP_SIZE_CLASSES - 1))
 
-/* auto install: UFFDIO_MOVE from this block size up, UFFDIO_COPY below.
- * kvpbench install measures both per block size on the machine at hand;
- * on this project's machines a 4 KiB move (with its TLB flush) costs
- * about what a copy does, and from 16 KiB up moves win by 2x to 100x. */
-#define AUTO_MOVE_MIN_BYTES (16u << 10)
+/* auto install: UFFDIO_MOVE for blocks of a THP and more, UFFDIO_COPY
+ * below.  `kvpbench install` on this project's machines: a 2 MiB block
+ * moves as one PMD at 7.4 GB/s against 1.5 GB/s copied (5x); from 4 KiB
+ * to 1 MiB the two are within 20% of each other (fault cost dominates),
+ * and a copy installs write-protected in one step, with no window between
+ * mapping and protecting. */
+#define AUTO_MOVE_MIN_BYTES KVP_HUGE_SIZE
 
 static int region_cmp(const void *a, const void *b)
 {
