@@ -38,7 +38,7 @@ struct kvp_instance_entry {
 	bool alive;		  /* false: the process is gone */
 	unsigned long long start; /* its start time, in clock ticks */
 	char comm[32];		  /* its command name */
-	char mount[PATH_MAX];	  /* its view's mount point */
+	char mount[4096];	  /* its view's mount point (PATH_MAX) */
 };
 
 /* kvp_instance_dir - the registry folder (see above) into @buf.

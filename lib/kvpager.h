@@ -4,13 +4,17 @@
  * Compile with: cc prog.c $(pkg-config --cflags --libs kvpager)
  *
  * One umbrella header: the paging engine (regions, stores, prefetch,
- * statistics) and, as they land, the KV layer, the tunables registry and
- * the debug view.  Every function returns 0 or -errno; kvp_strerror()
+ * statistics), the KV layer, the tunables registry, the instance registry
+ * and the debug view.  Every function returns 0 or -errno; kvp_strerror()
  * explains the codes.
  */
 #ifndef KVPAGER_H
 #define KVPAGER_H
 
 #include "pager/pager.h"
+#include "lib/tunables.h"
+#include "lib/instance.h"
+#include "lib/fuse_view.h"
+#include "lib/kvcache.h"
 
 #endif /* KVPAGER_H */
