@@ -190,11 +190,53 @@ out:
 	return err;
 }
 
+/* One install run: a fresh pager, a region over the memory store @s. */
+static int install_once(struct kvpb_ctx *c, struct kvp_store *s,
+			uint64_t budget, const struct kvpb_job *j,
+			unsigned install, struct kvpb_result *r)
+{
+	struct kvp_region_opts ro = {
+		.name = "kvpbench-install",
+		.size = j->len,
+		.block_bytes = j->block,
+		.store = s,
+		.flags = KVP_REGION_FROM_STORE,
+	};
+	struct kvp_pager *p = NULL;
+	struct kvp_region *reg = NULL;
+	int err;
+
+	/* No readahead: one fault, one install. */
+	err = pager_open(c, budget, install, 0, &p);
+	if (err)
+		return err;
+	err = kvp_region_create(p, &ro, &reg);
+	if (err) {
+		fprintf(stderr, "kvpbench: install: region: %s\n",
+			kvp_strerror(err));
+		goto out;
+	}
+	err =
+	    kvpb_run_threads(c, j, pager_worker, kvp_region_addr(reg), NULL, r);
+	fill_stats(reg, r);
+	kvp_region_destroy(reg);
+out:
+	kvp_pager_close(p);
+	return err;
+}
+
+static int cmp_gbps(const void *a, const void *b)
+{
+	const struct kvpb_result *x = a, *y = b;
+
+	return (x->gb_per_s > y->gb_per_s) - (x->gb_per_s < y->gb_per_s);
+}
+
 /*
  * install: what one install costs, MOVE against COPY, per block size.  The
  * store is memory (no disk in the way), the region twice the budget so that
  * the second half also pays eviction (a MOVE back, or a zap), as a pager in
- * steady state does.
+ * steady state does.  Modes interleave per round; the median is kept.
  */
 int kvpb_install(struct kvpb_ctx *c)
 {
@@ -205,11 +247,12 @@ int kvpb_install(struct kvpb_ctx *c)
 		const char *name;
 	} modes[] = { { KVP_INSTALL_MOVE, "kvpager-move" },
 		      { KVP_INSTALL_COPY, "kvpager-copy" } };
-	uint64_t budget = c->opts.short_run ? (16u << 20) : (64u << 20);
+	static struct kvpb_result runs[2][KVPB_MAX_REPEAT];
+	uint64_t budget = c->opts.short_run ? (64u << 20) : (256u << 20);
 	uint64_t len = 2 * budget, off;
+	unsigned k, m, n, round, nruns[2];
 	struct kvp_store *s = NULL;
 	void *buf = NULL;
-	unsigned k, m;
 	int err;
 
 	err = kvp_store_memory_create(len, &s);
@@ -235,67 +278,62 @@ int kvpb_install(struct kvpb_ctx *c)
 		}
 	}
 	for (k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
-		for (m = 0; m < 2; m++) {
-			struct kvpb_job j = {
-				.scenario = "install",
-				.off = 0,
-				.len = len,
-				.block = sizes[k],
-				.threads = 1,
-				.depth = 1,
-				.reads = len / sizes[k],
-				.group = c->next_group,
-			};
-			struct kvp_region_opts ro = {
-				.name = "kvpbench-install",
-				.size = len,
-				.block_bytes = sizes[k],
-				.store = s,
-				.flags = KVP_REGION_FROM_STORE,
-			};
-			struct kvp_pager *p = NULL;
-			struct kvp_region *reg = NULL;
-			struct kvpb_result *r;
-			int e;
+		struct kvpb_job j = {
+			.scenario = "install",
+			.off = 0,
+			.len = len,
+			.block = sizes[k],
+			.threads = 1,
+			.depth = 1,
+			.reads = len / sizes[k],
+			.group = c->next_group++,
+		};
 
+		nruns[0] = nruns[1] = 0;
+		for (round = 0; round < c->opts.repeat; round++) {
+			for (m = 0; m < 2; m++) {
+				struct kvpb_result *r = &runs[m][nruns[m]];
+
+				kvpb_result_init(r, &j, modes[m].name);
+				kvpb_progress(
+				    c,
+				    "install %s: %llu KiB blocks "
+				    "(run %u/%u)",
+				    modes[m].name,
+				    (unsigned long long)(sizes[k] >> 10),
+				    round + 1, c->opts.repeat);
+				if (install_once(c, s, budget, &j,
+						 modes[m].install, r)) {
+					c->failures++;
+					continue;
+				}
+				if (r->bad) {
+					fprintf(stderr,
+						"kvpbench: install %s: %llu "
+						"pattern mismatches: the data "
+						"read is wrong\n",
+						modes[m].name,
+						(unsigned long long)r->bad);
+					c->failures++;
+				}
+				nruns[m]++;
+			}
+		}
+		for (m = 0; m < 2; m++) {
+			struct kvpb_result *r;
+
+			n = nruns[m];
+			if (!n)
+				continue;
+			qsort(runs[m], n, sizeof(runs[m][0]), cmp_gbps);
 			r = kvpb_result_new(c, &j, modes[m].name);
 			if (!r)
 				goto out;
-			kvpb_progress(c, "install %s: %llu KiB blocks",
-				      modes[m].name,
-				      (unsigned long long)(sizes[k] >> 10));
-			/* No readahead: one fault, one install. */
-			e = pager_open(c, budget, modes[m].install, 0, &p);
-			if (!e) {
-				e = kvp_region_create(p, &ro, &reg);
-				if (e)
-					fprintf(stderr,
-						"kvpbench: install: region: "
-						"%s\n",
-						kvp_strerror(e));
-			}
-			if (!e) {
-				e = kvpb_run_threads(c, &j, pager_worker,
-						     kvp_region_addr(reg), NULL,
-						     r);
-				fill_stats(reg, r);
-			}
-			if (reg)
-				kvp_region_destroy(reg);
-			kvp_pager_close(p);
-			if (e) {
-				c->nresults--;
-				c->failures++;
-			} else if (r->bad) {
-				fprintf(stderr,
-					"kvpbench: install %s: %llu pattern "
-					"mismatches: the data read is wrong\n",
-					modes[m].name,
-					(unsigned long long)r->bad);
-				c->failures++;
-			}
+			*r = runs[m][n / 2];
+			r->runs = n;
+			r->gb_per_s_min = runs[m][0].gb_per_s;
+			r->gb_per_s_max = runs[m][n - 1].gb_per_s;
 		}
-		c->next_group++;
 	}
 out:
 	free(buf);
