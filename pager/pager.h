@@ -53,7 +53,9 @@ void kvp_pager_config(const struct kvp_pager *p, struct kvp_config *out);
  * kvp_pager_reconfigure - apply @cfg to a live pager.  Only tunables marked
  * runtime may differ from the current ones; otherwise -EINVAL and nothing
  * changes (*bad, if not NULL, names the offending tunable).  A smaller
- * budget takes effect by evicting at once.
+ * budget frees pooled frames at once and wakes the service threads, which
+ * evict down to it right away (asynchronously: resident_bytes follows
+ * within milliseconds).  -EBUSY: more is pinned than the new budget.
  */
 int kvp_pager_reconfigure(struct kvp_pager *p, const struct kvp_config *cfg,
 			  const char **bad);
@@ -75,7 +77,9 @@ struct kvp_region_opts {
 	const char *name;	 /* unique per pager; NULL: "region<N>" */
 	size_t size;		 /* bytes, a multiple of block_bytes */
 	size_t block_bytes;	 /* power of two, 4 KiB .. 2 MiB (or more) */
-	struct kvp_store *store; /* must outlive the region */
+	struct kvp_store *store; /* must outlive the region (the pager drops
+				    its queues on a store with its last
+				    region) */
 	uint64_t store_offset;	 /* where block 0 lives in the store */
 	unsigned flags;		 /* KVP_REGION_* */
 };
@@ -84,7 +88,10 @@ struct kvp_region_opts {
  * kvp_region_create - reserve, register and start serving a region.
  *
  * The address is aligned to the block size (to 2 MiB for blocks of 2 MiB and
- * more).  Returns 0 and *out, or -EINVAL (bad size, block size, or a store
+ * more, and for blocks of 64 KiB and more in regions of 2 MiB and more).
+ * The region is not inherited by fork(2) (MADV_DONTFORK): in a child its
+ * addresses are unmapped, so an access is SIGSEGV, never a hang.  Each
+ * region is one VMA: vm.max_map_count bounds how many a process holds.  Returns 0 and *out, or -EINVAL (bad size, block size, or a store
  * too small or misaligned for it), -EEXIST (name taken), -ENOMEM (address
  * space, or vm.max_map_count reached); nothing is left behind on failure.
  */
@@ -128,7 +135,11 @@ int kvp_region_advise(struct kvp_region *r, uint64_t first, uint64_t n,
  * Prefetch: asynchronous prefault of named blocks.  Reads are submitted in
  * batches, each block is installed as its read completes, and the program
  * takes no fault on it afterwards.  Blocks already resident or loading are
- * not read again.  @out may be NULL (fire and forget).
+ * not read again.  @out may be NULL (fire and forget).  Statistics: a
+ * prefetched block is a hit when the pager sees it used (a pin, a write, a
+ * COLD hint, a fault on one of its pages), late when the program faulted
+ * on it before it was installed, wasted when it is evicted or dropped with
+ * no such sign (a block that is only read leaves none).
  */
 int kvp_prefetch_submit(struct kvp_region *r, const uint64_t *blocks, size_t n,
 			struct kvp_prefetch **out);

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #include "kmod-helpers/mem.h"
 #include "pager/pager_i.h"
@@ -631,35 +632,17 @@ int kvp_region_peek(struct kvp_region *r, uint64_t block, void *buf)
 	p = r->p;
 	b = &r->blocks[block];
 	pthread_mutex_lock(&p->lock);
-	switch (b->state) {
-	case KVP_BLOCK_RESIDENT:
-		if (!(b->flags & BLK_HOLES)) {
-			/* Pages present and held by the lock: eviction
-			 * needs it to start. */
+	for (;;) {
+		if (b->state == KVP_BLOCK_RESIDENT && !(b->flags & BLK_HOLES)) {
+			/* Pages present, and eviction needs the lock to
+			 * start: copy them as they are. */
 			memcpy(buf, kvp_blk_addr(r, block), r->block_bytes);
 			pthread_mutex_unlock(&p->lock);
 			return 0;
 		}
-		break;
-	case KVP_BLOCK_EVICTING:
-		if (b->op && b->op->kind == OP_WRITEBACK && b->op->io.buf) {
-			memcpy(buf, b->op->slot, r->block_bytes);
-			pthread_mutex_unlock(&p->lock);
-			return 0;
-		}
-		break;
-	case KVP_BLOCK_POISONED:
-		pthread_mutex_unlock(&p->lock);
-		return -EIO;
-	default:
-		break;
-	}
-	in_store = b->flags & BLK_IN_STORE;
-	if (b->state == KVP_BLOCK_RESIDENT || b->state == KVP_BLOCK_EVICTING) {
-		/* Holes, or pages on the move: wait for a stable state by
-		 * pinning, then read through the region outside the lock
-		 * (a hole is filled with zeros by the service thread). */
 		if (b->state == KVP_BLOCK_RESIDENT) {
+			/* Holes read as zeros: read through the region with
+			 * the block pinned (a service thread fills them). */
 			b->pins++;
 			pthread_mutex_unlock(&p->lock);
 			memcpy(buf, kvp_blk_addr(r, block), r->block_bytes);
@@ -668,7 +651,30 @@ int kvp_region_peek(struct kvp_region *r, uint64_t block, void *buf)
 			pthread_mutex_unlock(&p->lock);
 			return 0;
 		}
+		if (b->state == KVP_BLOCK_POISONED) {
+			pthread_mutex_unlock(&p->lock);
+			return -EIO;
+		}
+		if (b->state != KVP_BLOCK_EVICTING)
+			break;
+		if (b->op->io.buf) {
+			/* Detached and being written back: the frame holds
+			 * the newest bytes. */
+			memcpy(buf, b->op->slot, r->block_bytes);
+			pthread_mutex_unlock(&p->lock);
+			return 0;
+		}
+		if (!(b->flags & BLK_DIRTY) && p->have_wp)
+			break; /* clean: the store has the same bytes */
+		/* A dirty block being detached: wait a moment for it. */
+		pthread_mutex_unlock(&p->lock);
+		struct timespec ts = { 0, 50000 };
+
+		nanosleep(&ts, NULL);
+		pthread_mutex_lock(&p->lock);
 	}
+	/* ABSENT or LOADING: the store holds the bytes, or nothing does. */
+	in_store = (b->flags & BLK_IN_STORE) && !(b->flags & BLK_DROP);
 	pthread_mutex_unlock(&p->lock);
 	if (in_store)
 		err = kvp_store_pread(r->store, buf, r->block_bytes,
