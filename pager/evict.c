@@ -56,7 +56,8 @@ void kvp_clock_cold(struct kvp_pager *p, struct kvp_block *b)
 	p->clock = b; /* the hand points at it: next victim */
 }
 
-struct kvp_block *kvp_clock_victim(struct kvp_pager *p, struct kvp_region **rp)
+struct kvp_block *kvp_clock_victim(struct kvp_pager *p, struct kvp_region **rp,
+				   bool take_prefetched)
 {
 	struct kvp_block *b = p->clock, *start = b;
 	unsigned rounds = 0;
@@ -65,10 +66,12 @@ struct kvp_block *kvp_clock_victim(struct kvp_pager *p, struct kvp_region **rp)
 		return NULL;
 	for (;;) {
 		/* A block prefetched and not used yet is about to be: take
-		 * it only when a whole round found nothing else. */
+		 * it only when two rounds found nothing else (the first
+		 * only clears reference bits). */
 		if (b->pins == 0 && !(b->flags & BLK_WB_FAILED) &&
 		    !(b->flags & BLK_REF) &&
-		    (rounds > 0 || !(b->flags & BLK_PREFETCHED))) {
+		    ((rounds > 1 && take_prefetched) ||
+		     !(b->flags & BLK_PREFETCHED))) {
 			p->clock = b->next == b ? NULL : b->next;
 			*rp = b->owner;
 			return b;
@@ -125,7 +128,7 @@ int kvp_detach(struct kvp_pager *p, struct kvp_region *r, uint64_t blk,
 	return err;
 }
 
-int kvp_evict_one(struct kvp_service *s)
+int kvp_evict_one(struct kvp_service *s, bool take_prefetched)
 {
 	struct kvp_pager *p = s->p;
 	struct kvp_region *r = NULL;
@@ -137,7 +140,7 @@ int kvp_evict_one(struct kvp_service *s)
 	int err;
 
 	pthread_mutex_lock(&p->lock);
-	b = kvp_clock_victim(p, &r);
+	b = kvp_clock_victim(p, &r, take_prefetched);
 	if (!b) {
 		pthread_mutex_unlock(&p->lock);
 		return -EAGAIN;
@@ -184,6 +187,7 @@ int kvp_evict_one(struct kvp_service *s)
 		op->next = s->to_submit;
 		s->to_submit = op;
 		p->wb_inflight++;
+		p->wb_bytes += r->block_bytes;
 		pthread_mutex_unlock(&p->lock);
 		return 0;
 	}

@@ -196,6 +196,7 @@ struct kvp_pager {
 	struct kvp_region **rtab; /* regions sorted by address */
 	unsigned wb_inflight;	  /* eviction write-backs queued or in
 				     flight: each frees a frame */
+	uint64_t wb_bytes;	  /* their bytes */
 	struct kvp_op *staged;	  /* read-ahead blocks read, not installed
 				      (newest first) */
 	uint64_t pinned_bytes;	  /* bytes of blocks with pins > 0 */
@@ -246,10 +247,13 @@ uint64_t kvp_budget(const struct kvp_pager *p);
 void kvp_clock_add(struct kvp_pager *p, struct kvp_block *b);
 void kvp_clock_del(struct kvp_pager *p, struct kvp_block *b);
 void kvp_clock_cold(struct kvp_pager *p, struct kvp_block *b);
-struct kvp_block *kvp_clock_victim(struct kvp_pager *p, struct kvp_region **r);
+/* @take_prefetched: may take a prefetched, unused block when nothing
+ * else is left (a load needs the frame); background eviction may not. */
+struct kvp_block *kvp_clock_victim(struct kvp_pager *p, struct kvp_region **r,
+				   bool take_prefetched);
 /* Evict one block (takes and drops p->lock itself; called unlocked).
  * Returns 0, -EAGAIN if nothing could be evicted, or -errno. */
-int kvp_evict_one(struct kvp_service *s);
+int kvp_evict_one(struct kvp_service *s, bool take_prefetched);
 /* Detach a resident block's pages into an empty slot (p->lock not held,
  * block in EVICTING); returns 0 or -errno; *slot receives the slot. */
 int kvp_detach(struct kvp_pager *p, struct kvp_region *r, uint64_t blk,

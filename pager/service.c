@@ -673,6 +673,7 @@ static void complete_writeback(struct kvp_service *s, struct kvp_op *op)
 
 	pthread_mutex_lock(&p->lock);
 	p->wb_inflight--;
+	p->wb_bytes -= len;
 	if (!ok && !(b->flags & BLK_DROP)) {
 		/* Keep the only copy: put the pages back, dirty, and never
 		 * pick the block again until a flush succeeds. */
@@ -879,7 +880,7 @@ static void frame_stage(struct kvp_service *s)
 		bool wait = p->wb_inflight >= waiting;
 
 		pthread_mutex_unlock(&p->lock);
-		if (wait || ++tries > 64 || kvp_evict_one(s) == -EAGAIN)
+		if (wait || ++tries > 64 || kvp_evict_one(s, true) == -EAGAIN)
 			return;
 	}
 }
@@ -893,18 +894,19 @@ static void watermark_stage(struct kvp_service *s)
 	uint64_t low = budget / 100 * p->cfg.evict_low_watermark_percent;
 	unsigned n = 0;
 
+	/* Blocks whose write-back is queued are as good as gone. */
 	pthread_mutex_lock(&p->lock);
-	bool over = p->frames.in_use > high;
+	bool over = p->frames.in_use - p->wb_bytes > high;
 
 	pthread_mutex_unlock(&p->lock);
 	if (!over)
 		return;
 	while (n++ < 256) {
 		pthread_mutex_lock(&p->lock);
-		bool done = p->frames.in_use <= low;
+		bool done = p->frames.in_use - p->wb_bytes <= low;
 
 		pthread_mutex_unlock(&p->lock);
-		if (done || kvp_evict_one(s) == -EAGAIN)
+		if (done || kvp_evict_one(s, false) == -EAGAIN)
 			break;
 	}
 }
