@@ -76,7 +76,8 @@ struct kvp_region {
 	unsigned inflight; /* ops of this region in flight */
 	unsigned pf_reqs;  /* prefetch requests not yet run */
 	bool dying;
-	uint64_t ra_next;   /* readahead: next expected block */
+	uint64_t ra_next;   /* readahead: block after the window */
+	uint64_t ra_last;   /* readahead: block of the last fault */
 	unsigned ra_window; /* readahead: blocks ahead */
 	struct kvp_astats st;
 	struct kvp_region *next; /* pager's list, creation order */

@@ -148,11 +148,16 @@ static void readahead(struct kvp_service *s, struct kvp_region *r, uint64_t blk,
 
 	if (max > cap)
 		max = cap;
-	if (!sequential && blk != r->ra_next) {
+	/* Sequential: the fault is past the last one and no further than
+	 * the block after the window read ahead (a read-ahead block that
+	 * was installed before it was touched takes no fault). */
+	if (!sequential && !(blk > r->ra_last && blk <= r->ra_next)) {
 		r->ra_window = 0;
+		r->ra_last = blk;
 		r->ra_next = blk + 1;
 		return;
 	}
+	r->ra_last = blk;
 	r->ra_next = blk + 1;
 	if (max == 0)
 		return;
@@ -169,6 +174,7 @@ static void readahead(struct kvp_service *s, struct kvp_region *r, uint64_t blk,
 		if (kvp_load_start(s, r, i, LOAD_READAHEAD, NULL, false))
 			break;
 	}
+	r->ra_next = blk + 1 + r->ra_window;
 }
 
 /* Mark a prefetched or read-ahead block used. */
