@@ -342,7 +342,18 @@ int kvp_region_destroy(struct kvp_region *r)
 		}
 	}
 	kvp_uffd_unregister(&p->uffd, r->addr, r->size);
-	kvp_mem_release(r->addr, r->size);
+	/* Unmap only what the program has not unmapped itself: the address
+	 * of a block it unmapped may hold someone else's mapping by now. */
+	for (uint64_t blk = 0; blk < r->nblocks;) {
+		uint64_t end = blk;
+
+		while (end < r->nblocks && !(r->blocks[end].flags & BLK_GONE))
+			end++;
+		if (end > blk)
+			kvp_mem_release(kvp_blk_addr(r, blk),
+					(end - blk) << r->block_shift);
+		blk = end + 1;
+	}
 
 	pthread_mutex_lock(&p->rlock);
 	pthread_mutex_lock(&p->lock);
