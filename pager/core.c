@@ -83,7 +83,7 @@ void kvp_blk_installed(struct kvp_region *r, struct kvp_block *b, bool dirty)
 	assert(b->state == KVP_BLOCK_LOADING && b->op != NULL);
 	b->state = KVP_BLOCK_RESIDENT;
 	b->op = NULL;
-	b->flags &= ~(BLK_DROP | BLK_HOLES);
+	b->flags &= ~BLK_HOLES; /* BLK_DROP: the caller discards at once */
 	if (dirty)
 		b->flags |= BLK_DIRTY;
 	r->inflight--;
@@ -162,6 +162,6 @@ void kvp_blk_forget(struct kvp_region *r, struct kvp_block *b)
 	if (b->state == KVP_BLOCK_POISONED)
 		KVP_STAT_SUB(r, poisoned_blocks, 1);
 	b->state = KVP_BLOCK_ABSENT;
-	b->flags &= BLK_GONE;
+	b->flags &= BLK_GONE | BLK_SPLIT;
 	assert(kvp_blk_sane(r, b));
 }

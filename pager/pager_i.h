@@ -35,6 +35,9 @@ enum {
 	BLK_HOLES = 1u << 9,	  /* resident, some pages dropped by the
 				     program: a fault there fills zeros */
 	BLK_READAHEAD = 1u << 10, /* loaded by readahead, not used yet */
+	BLK_SPLIT = 1u << 11,	  /* part of it was unmapped by the program:
+				     never write-protected, written back
+				     around the hole */
 };
 
 struct kvp_op;
@@ -277,6 +280,10 @@ enum kvp_load_why { LOAD_FAULT, LOAD_PREFETCH, LOAD_READAHEAD };
 int kvp_load_start(struct kvp_service *s, struct kvp_region *r, uint64_t blk,
 		   enum kvp_load_why why, struct kvp_prefetch *pf, bool write);
 void kvp_op_free(struct kvp_op *op);
+
+/* region.c, under p->lock (dropped and retaken inside): drop a resident,
+ * unpinned block's contents, its pages back to the pool. */
+void kvp_discard_resident(struct kvp_region *r, uint64_t blk);
 
 /* Under p->lock: a staged read-ahead block is wanted now / dropped. */
 void kvp_stage_release(struct kvp_service *s, struct kvp_op *op);

@@ -20,7 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kmod-helpers/mem.h"
 #include "pager/pager_i.h"
@@ -241,6 +243,38 @@ out_meta:
 	return err;
 }
 
+/*
+ * Store one block's bytes from the region itself.  A block the program
+ * unmapped in part is copied out around the hole first (the hole reads as
+ * zeros): process_vm_readv reports an unmapped page instead of faulting.
+ */
+static int store_from_region(struct kvp_region *r, uint64_t blk)
+{
+	char *addr = kvp_blk_addr(r, blk);
+	size_t len = r->block_bytes;
+	char *bounce;
+	int err;
+
+	if (!(r->blocks[blk].flags & BLK_SPLIT))
+		return kvp_store_pwrite(r->store, addr, len,
+					kvp_blk_store_off(r, blk));
+	bounce = aligned_alloc(KVP_PAGE_BYTES, len);
+	if (!bounce)
+		return -ENOMEM;
+	for (size_t off = 0; off < len; off += KVP_PAGE_BYTES) {
+		struct iovec l = { bounce + off, KVP_PAGE_BYTES };
+		struct iovec rv = { addr + off, KVP_PAGE_BYTES };
+
+		if (process_vm_readv(getpid(), &l, 1, &rv, 1, 0) !=
+		    (ssize_t)KVP_PAGE_BYTES)
+			memset(bounce + off, 0, KVP_PAGE_BYTES);
+	}
+	err =
+	    kvp_store_pwrite(r->store, bounce, len, kvp_blk_store_off(r, blk));
+	free(bounce);
+	return err;
+}
+
 /* Write back one resident dirty block from the region itself. */
 static int write_block(struct kvp_region *r, uint64_t blk)
 {
@@ -251,12 +285,12 @@ static int write_block(struct kvp_region *r, uint64_t blk)
 	pthread_mutex_lock(&p->lock);
 	b->flags &= ~BLK_DIRTY;
 	pthread_mutex_unlock(&p->lock);
-	/* Protect first: a later write faults and marks it dirty again. */
-	if (p->have_wp)
+	/* Protect first: a later write faults and marks it dirty again.  A
+	 * split block cannot be protected over its hole: it stays dirty. */
+	if (p->have_wp && !(b->flags & BLK_SPLIT))
 		(void)kvp_uffd_writeprotect(&p->uffd, kvp_blk_addr(r, blk),
 					    r->block_bytes, true, false);
-	err = kvp_store_pwrite(r->store, kvp_blk_addr(r, blk), r->block_bytes,
-			       kvp_blk_store_off(r, blk));
+	err = store_from_region(r, blk);
 	pthread_mutex_lock(&p->lock);
 	if (err) {
 		b->flags |= BLK_DIRTY | BLK_WB_FAILED;
@@ -264,7 +298,7 @@ static int write_block(struct kvp_region *r, uint64_t blk)
 	} else {
 		b->flags |= BLK_IN_STORE;
 		b->flags &= ~BLK_WB_FAILED;
-		if (!p->have_wp)
+		if (!p->have_wp || (b->flags & BLK_SPLIT))
 			b->flags |= BLK_DIRTY;
 		KVP_STAT_ADD(r, bytes_written_total, r->block_bytes);
 	}
@@ -322,17 +356,19 @@ int kvp_region_destroy(struct kvp_region *r)
 		pthread_cond_wait(&p->idle, &p->lock);
 	pthread_mutex_unlock(&p->lock);
 
-	/* Nothing of the region is in flight now: write back what is dirty
-	 * straight from the region (the program no longer touches it). */
+	/* Nothing of the region is in flight now.  Unregister first: a page
+	 * the program dropped then reads as zeros instead of faulting to a
+	 * service thread that no longer serves this region.  Then write
+	 * back what is dirty straight from the region. */
+	kvp_uffd_unregister(&p->uffd, r->addr, r->size);
 	for (uint64_t blk = 0; blk < r->nblocks; blk++) {
 		struct kvp_block *b = &r->blocks[blk];
 
 		if (b->state != KVP_BLOCK_RESIDENT || !(b->flags & BLK_DIRTY) ||
 		    (b->flags & BLK_DROP))
 			continue;
-		int err =
-		    kvp_store_pwrite(r->store, kvp_blk_addr(r, blk),
-				     r->block_bytes, kvp_blk_store_off(r, blk));
+		int err = store_from_region(r, blk);
+
 		if (err) {
 			KVP_STAT_ADD(r, write_errors_total, 1);
 			if (!first)
@@ -341,7 +377,6 @@ int kvp_region_destroy(struct kvp_region *r)
 			KVP_STAT_ADD(r, bytes_written_total, r->block_bytes);
 		}
 	}
-	kvp_uffd_unregister(&p->uffd, r->addr, r->size);
 	/* Unmap only what the program has not unmapped itself: the address
 	 * of a block it unmapped may hold someone else's mapping by now. */
 	for (uint64_t blk = 0; blk < r->nblocks;) {
@@ -500,7 +535,7 @@ int kvp_region_unpin(struct kvp_region *r, uint64_t first, uint64_t n)
 }
 
 /* Drop a resident block's contents: its pages go back to the pool. */
-static void discard_resident(struct kvp_region *r, uint64_t blk)
+void kvp_discard_resident(struct kvp_region *r, uint64_t blk)
 {
 	struct kvp_pager *p = r->p;
 	struct kvp_block *b = &r->blocks[blk];
@@ -572,11 +607,14 @@ int kvp_region_advise(struct kvp_region *r, uint64_t first, uint64_t n,
 				err = -EBUSY;
 				break;
 			}
-			discard_resident(r, i);
+			kvp_discard_resident(r, i);
 			break;
 		case KVP_BLOCK_LOADING:
 		case KVP_BLOCK_EVICTING:
-			b->flags |= BLK_DROP;
+			if (b->pins)
+				err = -EBUSY;
+			else
+				b->flags |= BLK_DROP;
 			break;
 		case KVP_BLOCK_POISONED:
 			/* Poison markers go with the pages: zap them.  The

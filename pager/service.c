@@ -334,6 +334,8 @@ static void handle_drop(struct kvp_service *s, uint64_t start, uint64_t end,
 					kvp_frame_unuse(p, r->block_bytes);
 				} else {
 					b->flags |= BLK_DIRTY | BLK_HOLES;
+					if (gone)
+						b->flags |= BLK_SPLIT;
 				}
 				break;
 			case KVP_BLOCK_LOADING:
@@ -382,6 +384,8 @@ static void handle_drop(struct kvp_service *s, uint64_t start, uint64_t end,
 			}
 			if (gone && whole)
 				b->flags |= BLK_GONE;
+			else if (gone)
+				b->flags |= BLK_SPLIT;
 		}
 	}
 	pthread_mutex_unlock(&p->lock);
@@ -477,9 +481,9 @@ static int install(struct kvp_pager *p, struct kvp_region *r, uint64_t blk,
 	} else {
 		KVP_STAT_ADD(r, installs_copy_total, 1);
 	}
-	/* Pages left in the slot (skipped, or copied): not an empty slot. */
+	/* Pages left in the slot (skipped, or copied): not an empty slot.
+	 * The caller wakes the waiters once the block is RESIDENT. */
 	*slot_full = skipped || copied;
-	(void)kvp_uffd_wake(&p->uffd, addr, len);
 	return 0;
 }
 
@@ -573,8 +577,10 @@ static void install_finish(struct kvp_service *s, struct kvp_op *op)
 		return;
 	}
 	pthread_mutex_lock(&p->lock);
-	if (split)
+	if (split) {
 		dirty = true;
+		b->flags |= BLK_SPLIT;
+	}
 	if (err == -ENOENT) {
 		b->flags |= BLK_GONE;
 		kvp_blk_load_dropped(r, b);
@@ -585,8 +591,17 @@ static void install_finish(struct kvp_service *s, struct kvp_op *op)
 	}
 	finish_pfs(p, op, false);
 	kvp_frame_put(p, op->slot, len, full);
+	if (err == 0 && (b->flags & BLK_DROP)) {
+		/* Discarded while it was being installed: drop it now.  The
+		 * waiters are woken by the discard (they read zeros). */
+		b->flags &= ~BLK_DROP;
+		if (!b->pins)
+			kvp_discard_resident(r, op->blk);
+	}
 	pthread_cond_broadcast(&p->idle);
 	pthread_mutex_unlock(&p->lock);
+	/* Only now: a woken thread finds the block RESIDENT. */
+	(void)kvp_uffd_wake(&p->uffd, kvp_blk_addr(r, op->blk), len);
 	kvp_op_free(op);
 }
 
@@ -896,8 +911,8 @@ static void watermark_stage(struct kvp_service *s)
 {
 	struct kvp_pager *p = s->p;
 	uint64_t budget = kvp_budget(p);
-	uint64_t high = budget / 100 * p->cfg.evict_high_watermark_percent;
-	uint64_t low = budget / 100 * p->cfg.evict_low_watermark_percent;
+	uint64_t high = budget * p->cfg.evict_high_watermark_percent / 100;
+	uint64_t low = budget * p->cfg.evict_low_watermark_percent / 100;
 	unsigned n = 0;
 
 	/* Blocks whose write-back is queued are as good as gone. */

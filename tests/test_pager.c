@@ -65,15 +65,6 @@ static void fx_teardown(void)
 /* ------------------------------------------------------------------ */
 /* helpers */
 
-/* KVP_TEST_KNOWN_BUGS=1 runs the tests of the engine bugs listed at the
- * end of this file (they fail, hang or crash until fixed). */
-static bool known_bugs(void)
-{
-	const char *v = getenv("KVP_TEST_KNOWN_BUGS");
-
-	return v && v[0] == '1';
-}
-
 static inline uint64_t pat(uint64_t seed, uint64_t off)
 {
 	return (off * 0x9E3779B97F4A7C15ull) ^ seed;
@@ -859,8 +850,8 @@ START_TEST(test_unmap)
 END_TEST
 
 /* munmap of part of a resident, dirty block: the rest of the block keeps
- * its data through eviction, and destroy does not touch the hole.  Engine
- * bug 5 (end of file): destroy crashes; run with KVP_TEST_KNOWN_BUGS=1. */
+ * its data through eviction, and destroy does not touch the hole (engine
+ * bug 5 at the end of this file). */
 START_TEST(test_unmap_part_of_block)
 {
 	size_t bs = 64 * KIB, size = 64 * bs;
@@ -1281,10 +1272,8 @@ END_TEST
 START_TEST(test_cold_hint)
 {
 	size_t bs = 64 * KIB, nb = 64;
-	/* 32 blocks.  The +100: the engine's high watermark is budget / 100
-	 * * percent, so at 100% a budget that is not a multiple of 100
-	 * evicts when it is exactly full (engine bug 3 below). */
-	uint64_t budget = 2 * MIB + 100;
+	/* 32 blocks. */
+	uint64_t budget = 2 * MIB;
 
 	prefetch_fixture(nb, bs, budget, 0, true);
 	/* Fill the budget exactly: blocks 0..31. */
@@ -1706,19 +1695,16 @@ START_TEST(test_readahead)
 	       (unsigned long long)s.readahead_blocks_total,
 	       (unsigned long long)s.coalesced_faults_total, nb);
 	ck_assert_uint_gt(s.readahead_blocks_total, nb / 4);
-	if (!_i || known_bugs()) /* copy: engine bug 4 */
-		ck_assert_uint_le(s.demand_faults_total * 4, nb);
+	ck_assert_uint_le(s.demand_faults_total * 4, nb);
 	ck_assert_uint_eq(s.read_errors_total, 0);
 }
 END_TEST
 
 /* ------------------------------------------------------------------ */
 /*
- * Engine bugs found by these tests.  Fixed ones keep their test in the
- * "regressions" case; open ones fail until fixed and run only with
- * KVP_TEST_KNOWN_BUGS=1 ("known_bugs" case).
+ * Engine bugs found by these tests, all fixed; each keeps its test in the
+ * "regressions" case:
  *
- * Fixed (regressions):
  * 1. A service thread kept its queue on every store it served after the
  *    last region on it was destroyed; destroying the store then (allowed
  *    by store.h) left a dangling s->queues[i].store and the thread crashed
@@ -1728,8 +1714,6 @@ END_TEST
  *    failed with EBUSY (file store, move mode, 1 MiB blocks), the block
  *    became RESIDENT with none of its pages and the faulting thread
  *    livelocked (fault -> RESIDENT -> UFFDIO_WAKE -> fault) at 100% CPU.
- *
- * Open (known_bugs):
  * 3. The watermarks are budget / 100 * percent (service.c,
  *    watermark_stage): at 100% a budget that is not a multiple of 100
  *    counts an exactly full budget as over the high watermark and evicts
@@ -1897,13 +1881,10 @@ static Suite *pager_suite(void)
 	t = tc(s, "regressions", 120);
 	tcase_add_test(t, test_bug_store_outlives_last_region);
 	tcase_add_test(t, test_bug_move_ebusy);
-	if (known_bugs()) {
-		t = tc(s, "known_bugs", 60);
-		tcase_add_test(t, test_unmap_part_of_block);
-		tcase_add_test(t, test_bug_watermark_100);
-		tcase_add_test(t, test_bug_discard_after_fault);
-		tcase_add_test(t, test_bug_readahead_copy);
-	}
+	tcase_add_test(t, test_unmap_part_of_block);
+	tcase_add_test(t, test_bug_watermark_100);
+	tcase_add_test(t, test_bug_discard_after_fault);
+	tcase_add_test(t, test_bug_readahead_copy);
 	return s;
 }
 
