@@ -19,6 +19,7 @@
 #define FUSE_USE_VERSION 31
 
 #include "lib/fuse_view.h"
+#include "lib/paths.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -1340,28 +1341,6 @@ int kvp_fuse_view_cleanup_stale(const char *path)
 	return 1;
 }
 
-/* mkdir -p, the last level 0700. */
-static int make_dirs(const char *path)
-{
-	char tmp[PATH_MAX];
-	size_t i, n = strlen(path);
-
-	if (n >= sizeof(tmp))
-		return -ENAMETOOLONG;
-	memcpy(tmp, path, n + 1);
-	for (i = 1; i < n; i++) {
-		if (tmp[i] != '/')
-			continue;
-		tmp[i] = '\0';
-		if (mkdir(tmp, 0755) && errno != EEXIST)
-			return -errno;
-		tmp[i] = '/';
-	}
-	if (mkdir(tmp, 0700) && errno != EEXIST)
-		return -errno;
-	return 0;
-}
-
 static bool is_mountpoint(const char *path)
 {
 	char parent[PATH_MAX + 4];
@@ -1394,7 +1373,7 @@ int kvp_fuse_view_mount(struct kvp_pager *p,
 	r = kvp_fuse_view_cleanup_stale(opts->mountpoint);
 	if (r < 0)
 		return r;
-	r = make_dirs(opts->mountpoint);
+	r = kvp_mkdir_p(opts->mountpoint);
 	if (r)
 		return r;
 	if (stat(opts->mountpoint, &st))

@@ -3,6 +3,7 @@
  * pager opened from the environment with its view and registry entry.
  */
 #include "lib/instance.h"
+#include "lib/paths.h"
 
 #include "lib/tunables.h"
 
@@ -30,28 +31,6 @@ int kvp_instance_dir(char *buf, size_t len)
 	else
 		n = snprintf(buf, len, "/run/kvpager");
 	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
-}
-
-/* mkdir -p of @path, the last level 0700. */
-static int make_dir(const char *path)
-{
-	char tmp[PATH_MAX];
-	size_t i, n = strlen(path);
-
-	if (n >= sizeof(tmp))
-		return -ENAMETOOLONG;
-	memcpy(tmp, path, n + 1);
-	for (i = 1; i < n; i++) {
-		if (tmp[i] != '/')
-			continue;
-		tmp[i] = '\0';
-		if (mkdir(tmp, 0755) && errno != EEXIST)
-			return -errno;
-		tmp[i] = '/';
-	}
-	if (mkdir(tmp, 0700) && errno != EEXIST)
-		return -errno;
-	return 0;
 }
 
 /* Field 22 of /proc/@pid/stat, 0 if unreadable. */
@@ -119,7 +98,7 @@ int kvp_instance_register(const char *mount)
 	r = kvp_instance_dir(dir, sizeof(dir));
 	if (r)
 		return r;
-	r = make_dir(dir);
+	r = kvp_mkdir_p(dir);
 	if (r)
 		return r;
 	start = proc_start(pid, comm, sizeof(comm));

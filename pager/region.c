@@ -275,6 +275,18 @@ static int store_from_region(struct kvp_region *r, uint64_t blk)
 	return err;
 }
 
+/* store_from_region, counted in the region's statistics. */
+static int store_block(struct kvp_region *r, uint64_t blk)
+{
+	int err = store_from_region(r, blk);
+
+	if (err)
+		KVP_STAT_ADD(r, write_errors_total, 1);
+	else
+		KVP_STAT_ADD(r, bytes_written_total, r->block_bytes);
+	return err;
+}
+
 /* Write back one resident dirty block from the region itself. */
 static int write_block(struct kvp_region *r, uint64_t blk)
 {
@@ -290,17 +302,15 @@ static int write_block(struct kvp_region *r, uint64_t blk)
 	if (p->have_wp && !(b->flags & BLK_SPLIT))
 		(void)kvp_uffd_writeprotect(&p->uffd, kvp_blk_addr(r, blk),
 					    r->block_bytes, true, false);
-	err = store_from_region(r, blk);
+	err = store_block(r, blk);
 	pthread_mutex_lock(&p->lock);
 	if (err) {
 		b->flags |= BLK_DIRTY | BLK_WB_FAILED;
-		KVP_STAT_ADD(r, write_errors_total, 1);
 	} else {
 		b->flags |= BLK_IN_STORE;
 		b->flags &= ~BLK_WB_FAILED;
 		if (!p->have_wp || (b->flags & BLK_SPLIT))
 			b->flags |= BLK_DIRTY;
-		KVP_STAT_ADD(r, bytes_written_total, r->block_bytes);
 	}
 	pthread_mutex_unlock(&p->lock);
 	return err;
@@ -367,15 +377,10 @@ int kvp_region_destroy(struct kvp_region *r)
 		if (b->state != KVP_BLOCK_RESIDENT || !(b->flags & BLK_DIRTY) ||
 		    (b->flags & BLK_DROP))
 			continue;
-		int err = store_from_region(r, blk);
+		int err = store_block(r, blk);
 
-		if (err) {
-			KVP_STAT_ADD(r, write_errors_total, 1);
-			if (!first)
-				first = err;
-		} else {
-			KVP_STAT_ADD(r, bytes_written_total, r->block_bytes);
-		}
+		if (err && !first)
+			first = err;
 	}
 	/* Unmap only what the program has not unmapped itself: the address
 	 * of a block it unmapped may hold someone else's mapping by now. */
