@@ -628,13 +628,18 @@ START_TEST(test_budget)
 	ck_assert_uint_gt(sm.samples, 0);
 	ck_assert_uint_gt(sm.max_resident, 0);
 	ck_assert_uint_le(sm.max_resident, budget + slack);
+	ck_assert_uint_gt(rstats(R).evictions_dirty_total, 0);
+#ifdef __SANITIZE_ADDRESS__
+	/* ASan's shadow and quarantine grow VmRSS with every byte touched:
+	 * only the pager's own accounting is checked in that build. */
+	return;
+#endif
 	ck_assert_msg(sm.max_rss <= base_rss + budget + slack + RSS_ALLOWANCE,
 		      "VmRSS %llu over a baseline of %llu: more than budget "
 		      "%llu + slack %llu + allowance %zu",
 		      (unsigned long long)sm.max_rss,
 		      (unsigned long long)base_rss, (unsigned long long)budget,
 		      (unsigned long long)slack, RSS_ALLOWANCE);
-	ck_assert_uint_gt(rstats(R).evictions_dirty_total, 0);
 }
 END_TEST
 
