@@ -42,7 +42,8 @@ static int dio_probe(int fd, struct kvp_dio_align *out)
 		return 0; /* else: unknown, keep the fallback */
 	}
 	out->direct = true;
-	if (posix_memalign(&area, 2 * DIO_FALLBACK_ALIGN, 3 * DIO_FALLBACK_ALIGN))
+	if (posix_memalign(&area, 2 * DIO_FALLBACK_ALIGN,
+			   3 * DIO_FALLBACK_ALIGN))
 		goto out;
 	n = dio_probe_read(dfd, area, 512);
 	if (n > 0) {

@@ -8,10 +8,10 @@
 #include <stdint.h>
 
 struct kvp_dio_align {
-	bool direct;          /* the file accepts O_DIRECT */
-	uint32_t mem_align;   /* buffer address alignment in bytes */
+	bool direct;	       /* the file accepts O_DIRECT */
+	uint32_t mem_align;    /* buffer address alignment in bytes */
 	uint32_t offset_align; /* file offset and length alignment in bytes */
-	const char *source;   /* "statx", "probe" or "fallback" */
+	const char *source;    /* "statx", "probe" or "fallback" */
 };
 
 /*

@@ -48,7 +48,7 @@ struct uffdio_move {
 	__u64 dst;
 	__u64 src;
 	__u64 len;
-#define UFFDIO_MOVE_MODE_DONTWAKE ((__u64)1 << 0)
+#define UFFDIO_MOVE_MODE_DONTWAKE	 ((__u64)1 << 0)
 #define UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES ((__u64)1 << 1)
 	__u64 mode;
 	/* Bytes moved, or a negative errno; written by the kernel. */
@@ -82,20 +82,20 @@ struct uffdio_poison {
 /* PAGEMAP_SCAN (Linux 6.7), used with WP_ASYNC to find written pages. */
 #ifndef PAGEMAP_SCAN
 #include <linux/fs.h>
-#define PAGE_IS_WPALLOWED (1 << 0)
-#define PAGE_IS_WRITTEN (1 << 1)
-#define PAGE_IS_FILE (1 << 2)
-#define PAGE_IS_PRESENT (1 << 3)
-#define PAGE_IS_SWAPPED (1 << 4)
-#define PAGE_IS_PFNZERO (1 << 5)
-#define PAGE_IS_HUGE (1 << 6)
+#define PAGE_IS_WPALLOWED  (1 << 0)
+#define PAGE_IS_WRITTEN	   (1 << 1)
+#define PAGE_IS_FILE	   (1 << 2)
+#define PAGE_IS_PRESENT	   (1 << 3)
+#define PAGE_IS_SWAPPED	   (1 << 4)
+#define PAGE_IS_PFNZERO	   (1 << 5)
+#define PAGE_IS_HUGE	   (1 << 6)
 #define PAGE_IS_SOFT_DIRTY (1 << 7)
 struct page_region {
 	__u64 start;
 	__u64 end;
 	__u64 categories;
 };
-#define PM_SCAN_WP_MATCHING (1 << 0)
+#define PM_SCAN_WP_MATCHING   (1 << 0)
 #define PM_SCAN_CHECK_WPASYNC (1 << 1)
 struct pm_scan_arg {
 	__u64 size;

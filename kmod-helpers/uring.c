@@ -24,8 +24,8 @@ int kvp_uring_init(struct io_uring *ring, unsigned entries, unsigned flags)
 	 * an eventfd) only when the owner enters io_uring_enter(2).
 	 */
 	if (flags & KVP_URING_SINGLE_ISSUER)
-		want[n++] = IORING_SETUP_COOP_TASKRUN |
-			    IORING_SETUP_SINGLE_ISSUER;
+		want[n++] =
+		    IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SINGLE_ISSUER;
 	want[n++] = IORING_SETUP_COOP_TASKRUN;
 	want[n++] = 0;
 	for (i = 0; i < n; i++) {

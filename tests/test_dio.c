@@ -84,7 +84,8 @@ START_TEST(test_open_create)
 	struct stat st;
 	int fd;
 
-	snprintf(path, sizeof(path), "/var/tmp/kvp-test-dio-c%d", (int)getpid());
+	snprintf(path, sizeof(path), "/var/tmp/kvp-test-dio-c%d",
+		 (int)getpid());
 	unlink(path);
 	fd = kvp_dio_open(path, O_RDWR | O_CREAT | O_EXCL, 0600, &direct);
 	ck_assert_int_ge(fd, 0);
@@ -92,9 +93,9 @@ START_TEST(test_open_create)
 	ck_assert_int_eq(fstat(fd, &st), 0);
 	ck_assert_int_eq(st.st_mode & 0777, 0600);
 	close(fd);
-	ck_assert_int_eq(kvp_dio_open(path, O_RDWR | O_CREAT | O_EXCL, 0600,
-				      &direct),
-			 -EEXIST);
+	ck_assert_int_eq(
+	    kvp_dio_open(path, O_RDWR | O_CREAT | O_EXCL, 0600, &direct),
+	    -EEXIST);
 	unlink(path);
 	ck_assert_int_eq(kvp_dio_open(path, O_RDONLY, 0, &direct), -ENOENT);
 }

@@ -20,7 +20,7 @@
 
 #define KIB 1024u
 #define MIB (1024u * 1024u)
-#define BS (64 * KIB)
+#define BS  (64 * KIB)
 
 static struct kvp_store *inner, *faulty;
 static char *mem;
@@ -136,8 +136,8 @@ START_TEST(test_read_errors_queue)
 
 	ck_assert_int_eq(kvp_store_faulty_set(faulty, &p), 0);
 	ck_assert_int_eq(faulty->ops->queue_create(faulty, 8, &q), 0);
-	pfd = (struct pollfd){ .fd = faulty->ops->queue_fd(q),
-			       .events = POLLIN };
+	pfd =
+	    (struct pollfd){ .fd = faulty->ops->queue_fd(q), .events = POLLIN };
 	ck_assert_int_ge(pfd.fd, 0);
 	for (i = 0; i < 4; i++) {
 		ios[i] = (struct kvp_io){ .op = KVP_IO_READ,
@@ -212,8 +212,8 @@ START_TEST(test_delay)
 	ck_assert_uint_ge(now_ns() - t0, 50000000u);
 
 	ck_assert_int_eq(faulty->ops->queue_create(faulty, 4, &q), 0);
-	pfd = (struct pollfd){ .fd = faulty->ops->queue_fd(q),
-			       .events = POLLIN };
+	pfd =
+	    (struct pollfd){ .fd = faulty->ops->queue_fd(q), .events = POLLIN };
 	/* Two forwarded reads and one injected failure, all delayed. */
 	p.read_fail_off = 2 * BS;
 	p.read_fail_len = BS;
@@ -271,11 +271,15 @@ END_TEST
 /* Over the memory store (whose queue completes at submit) as well. */
 START_TEST(test_over_memory)
 {
-	struct kvp_fault_plan p = { .read_fail_off = BS, .read_fail_len = BS,
-				    .read_errno = EIO, .delay_us = 20000 };
+	struct kvp_fault_plan p = { .read_fail_off = BS,
+				    .read_fail_len = BS,
+				    .read_errno = EIO,
+				    .delay_us = 20000 };
 	struct kvp_store *m, *f;
 	struct kvp_store_queue *q;
-	struct kvp_io io = { .op = KVP_IO_READ, .buf = mem, .len = BS,
+	struct kvp_io io = { .op = KVP_IO_READ,
+			     .buf = mem,
+			     .len = BS,
 			     .off = BS },
 		      *ptr = &io, *done;
 	uint64_t t0;

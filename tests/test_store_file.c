@@ -49,8 +49,7 @@ static void fill(void *buf, size_t len, uint64_t off, uint64_t seed)
 		w[i] = pattern(off + i * 8, seed);
 }
 
-static bool check_fill(const void *buf, size_t len, uint64_t off,
-		       uint64_t seed)
+static bool check_fill(const void *buf, size_t len, uint64_t off, uint64_t seed)
 {
 	const uint64_t *w = buf;
 	size_t i;
@@ -179,7 +178,8 @@ static int deleted_file_mode(const char *dir)
 		if (n <= 0)
 			continue;
 		link[n] = 0;
-		if (strncmp(link, dir, strlen(dir)) || !strstr(link, "(deleted)"))
+		if (strncmp(link, dir, strlen(dir)) ||
+		    !strstr(link, "(deleted)"))
 			continue;
 		if (!stat(path, &st))
 			mode = st.st_mode & 07777;
@@ -334,9 +334,8 @@ START_TEST(test_open_paths)
 	ck_assert_int_eq(kvp_store_file_open(NULL, 4096, 0, &s), -EINVAL);
 	ck_assert_int_lt(kvp_store_file_open(disk_dir, 4096, 0, &s), 0);
 
-	ck_assert_int_eq(kvp_store_file_open(path, 2 * MIB, KVP_STORE_CREATE,
-					     &s),
-			 0);
+	ck_assert_int_eq(
+	    kvp_store_file_open(path, 2 * MIB, KVP_STORE_CREATE, &s), 0);
 	ck_assert_int_eq(stat(path, &st), 0);
 	ck_assert_int_eq(st.st_mode & 0777, 0600);
 	ck_assert_int_eq(st.st_size, 2 * MIB);
@@ -360,11 +359,10 @@ START_TEST(test_open_paths)
 	kvp_store_destroy(s);
 	ck_assert_int_eq(stat(path, &st), 0);
 	ck_assert_int_eq(st.st_size, 4 * MIB);
-	ck_assert_int_eq(kvp_store_file_open(path, 1 * MIB,
-					     KVP_STORE_CREATE |
-						     KVP_STORE_TRUNCATE,
-					     &s),
-			 0);
+	ck_assert_int_eq(
+	    kvp_store_file_open(path, 1 * MIB,
+				KVP_STORE_CREATE | KVP_STORE_TRUNCATE, &s),
+	    0);
 	{
 		char *r = abuf(4096);
 
@@ -406,11 +404,10 @@ START_TEST(test_forced_buffered)
 	uint64_t before;
 
 	snprintf(path, sizeof(path), "%s/buffered", disk_dir);
-	ck_assert_int_eq(kvp_store_file_open(path, 4 * MIB,
-					     KVP_STORE_CREATE |
-						     KVP_STORE_BUFFERED,
-					     &s),
-			 0);
+	ck_assert_int_eq(
+	    kvp_store_file_open(path, 4 * MIB,
+				KVP_STORE_CREATE | KVP_STORE_BUFFERED, &s),
+	    0);
 	unlink(path);
 	ck_assert(!s->direct);
 	ck_assert_ptr_nonnull(strstr(s->desc, "buffered"));
@@ -447,9 +444,8 @@ START_TEST(test_ramfs_refuses_direct)
 	if (!*ramfs_dir)
 		return; /* main() said why */
 	snprintf(path, sizeof(path), "%s/store", ramfs_dir);
-	ck_assert_int_eq(kvp_store_file_open(path, 2 * MIB, KVP_STORE_CREATE,
-					     &s),
-			 0);
+	ck_assert_int_eq(
+	    kvp_store_file_open(path, 2 * MIB, KVP_STORE_CREATE, &s), 0);
 	ck_assert(!s->direct);
 	sync_round_trip(s, 256 * 1024, 0, 14);
 	queue_round_trip(s, 4, 8, 64 * 1024, 15);
@@ -480,9 +476,8 @@ START_TEST(test_enospc)
 		return; /* main() said why */
 	/* Too big for the disk: fails at creation, leaves nothing. */
 	snprintf(path, sizeof(path), "%s/store", tiny_dir);
-	ck_assert_int_eq(kvp_store_file_open(path, 8 * MIB, KVP_STORE_CREATE,
-					     &s),
-			 -ENOSPC);
+	ck_assert_int_eq(
+	    kvp_store_file_open(path, 8 * MIB, KVP_STORE_CREATE, &s), -ENOSPC);
 	ck_assert_int_eq(access(path, F_OK), -1);
 	ck_assert_int_eq(kvp_store_file_temp(tiny_dir, 8 * MIB, &s), -ENOSPC);
 	ck_assert_int_eq(dir_entries(tiny_dir), 0);
@@ -497,8 +492,9 @@ START_TEST(test_enospc)
 	fill(w, 4 * MIB, 0, 17);
 	ck_assert_int_eq(kvp_store_pwrite(s, w, 4 * MIB, 0), -ENOSPC);
 	ck_assert_int_eq(s->ops->queue_create(s, 2, &q), 0);
-	io = (struct kvp_io){ .op = KVP_IO_WRITE, .buf = w, .len = 4 * MIB,
-			      .off = 4 * MIB };
+	io = (struct kvp_io){
+		.op = KVP_IO_WRITE, .buf = w, .len = 4 * MIB, .off = 4 * MIB
+	};
 	ck_assert_int_eq(s->ops->submit(q, &p, 1), 1);
 	ck_assert_int_eq(s->ops->reap(q, &done, 1, true), 1);
 	ck_assert_ptr_eq(done, &io);
@@ -532,15 +528,16 @@ static Suite *store_file_suite(void)
 	return s;
 }
 
-static bool mount_at(char *dir, size_t len, const char *tag,
-		     const char *type, const char *opts)
+static bool mount_at(char *dir, size_t len, const char *tag, const char *type,
+		     const char *opts)
 {
 	snprintf(dir, len, "%s/%s", disk_dir, tag);
 	if (mkdir(dir, 0700))
 		goto fail;
 	if (mount("none", dir, type, 0, opts)) {
-		fprintf(stderr, "note: cannot mount %s (%s): its test does "
-				"nothing\n",
+		fprintf(stderr,
+			"note: cannot mount %s (%s): its test does "
+			"nothing\n",
 			type, strerror(errno));
 		rmdir(dir);
 		goto fail;
