@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lib/instance.h"
 #include "lib/kv_synth.h"
 #include "lib/kvcache.h"
 
@@ -406,6 +407,8 @@ static int run(int argc, char **argv)
 	struct kvp_kvcache_opts co;
 	struct kvp_config cfg;
 	struct kvp_kvcache *c = NULL;
+	struct kvp_instance *inst = NULL;
+	char why[512];
 	struct kvp_kvcache_stats s_warm, s_end;
 	struct kvp_kvcache_step_stats d;
 	struct bar bar = { 0 };
@@ -468,16 +471,33 @@ static int run(int argc, char **argv)
 	kvp_config_defaults(&cfg);
 	if (o.install >= 0)
 		cfg.install_mode = (uint64_t)o.install;
-	co.cfg = &cfg;
+	cfg.ram_budget_bytes = o.budget < (2u << 20) ? 2u << 20 : o.budget;
 	t0 = now_s();
+	/* The pager comes from the instance: KVP_<TUNABLE> variables apply
+	 * over these settings, and KVP_FUSE_MOUNT mounts the debug view
+	 * (with seqs/<id>/block_table) for kvpctl. */
+	err = kvp_instance_open(&(struct kvp_instance_opts){ .cfg = &cfg },
+				&inst, why, sizeof(why));
+	if (err) {
+		fprintf(stderr, "kvpager: %s\n", why);
+		kvp_kv_synth_destroy(sy);
+		return 1;
+	}
+	kvp_pager_config(kvp_instance_pager(inst), &cfg);
+	o.budget = cfg.ram_budget_bytes;
+	co.budget_bytes = o.budget;
+	co.pager = kvp_instance_pager(inst);
 	err = kvp_kvcache_create(&co, &c);
 	t_open = now_s() - t0;
 	if (err) {
 		fprintf(stderr, "kvpager: cannot set up the KV cache: %s\n",
 			kvp_strerror(err));
+		kvp_instance_close(inst);
 		kvp_kv_synth_destroy(sy);
 		return 1;
 	}
+	if (kvp_instance_view(inst))
+		kvp_kvcache_attach_view(c, kvp_instance_view(inst));
 	ids = calloc(o.batch, sizeof(*ids));
 	if (!ids)
 		goto nomem;
@@ -548,7 +568,7 @@ static int run(int argc, char **argv)
 				   ? (double)d.reused_blocks / d.chosen_blocks
 				   : 0;
 		struct kvp_region *r = kvp_kvcache_region(c);
-		const char *inst = r ? kvp_region_install_mode(r) : "-";
+		const char *imode = r ? kvp_region_install_mode(r) : "-";
 		const char *pk = kvp_predictor_kind_name(o.pred);
 		uint64_t pbb = kvp_kvcache_layout(c)->pager_block_bytes;
 
@@ -589,7 +609,7 @@ static int run(int argc, char **argv)
 			    d.bytes_written / n, d.demand_faults / n,
 			    d.prefetch_issued, d.prefetch_hit, d.prefetch_late,
 			    d.prefetch_wasted, reuse, recall, rel, mass, nsamp,
-			    pbb, o.prefetch ? co.prefetch_depth : 0, inst,
+			    pbb, o.prefetch ? co.prefetch_depth : 0, imode,
 			    kvp_predictor_metadata_bytes(
 				kvp_kvcache_predictor(c)),
 			    t_open, t_prefill, t_decode, t_quality,
@@ -612,7 +632,7 @@ static int run(int argc, char **argv)
 			    "install %s, prefetch %s\n",
 			    human((double)o.budget, h2, sizeof(h2)),
 			    100.0 * o.budget / kv_bytes,
-			    human((double)pbb, h3, sizeof(h3)), inst,
+			    human((double)pbb, h3, sizeof(h3)), imode,
 			    o.prefetch ? "layer-ahead" : "off (demand)");
 			if (o.prefetch)
 				printf("  prefetch depth %u layers\n",
@@ -670,7 +690,9 @@ static int run(int argc, char **argv)
 			       s_end.sum.flush_store, s_end.sum.flush_region);
 		}
 	}
+	kvp_kvcache_attach_view(c, NULL);
 	kvp_kvcache_destroy(c);
+	kvp_instance_close(inst);
 	kvp_kv_synth_destroy(sy);
 	free(ids);
 	return 0;
@@ -678,7 +700,9 @@ nomem:
 	err = -ENOMEM;
 	fprintf(stderr, "kvpager: out of memory\n");
 fail:
+	kvp_kvcache_attach_view(c, NULL);
 	kvp_kvcache_destroy(c);
+	kvp_instance_close(inst);
 	kvp_kv_synth_destroy(sy);
 	free(ids);
 	return 1;
