@@ -18,6 +18,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -408,6 +409,7 @@ static int run(int argc, char **argv)
 	struct kvp_config cfg;
 	struct kvp_kvcache *c = NULL;
 	struct kvp_instance *inst = NULL;
+	bool budget_given;
 	char why[512];
 	struct kvp_kvcache_stats s_warm, s_end;
 	struct kvp_kvcache_step_stats d;
@@ -435,6 +437,7 @@ static int run(int argc, char **argv)
 		return 2;
 	}
 	kv_bytes = o.context * o.batch * kvp_kv_token_bytes(&g);
+	budget_given = o.budget != 0;
 	if (!o.budget)
 		o.budget = kv_bytes / 4;
 	if (!o.block)
@@ -484,6 +487,12 @@ static int run(int argc, char **argv)
 		return 1;
 	}
 	kvp_pager_config(kvp_instance_pager(inst), &cfg);
+	if (budget_given && cfg.ram_budget_bytes != o.budget) {
+		/* --budget wins over KVP_RAM_BUDGET_BYTES. */
+		cfg.ram_budget_bytes = o.budget;
+		kvp_pager_reconfigure(kvp_instance_pager(inst), &cfg, NULL);
+		kvp_pager_config(kvp_instance_pager(inst), &cfg);
+	}
 	o.budget = cfg.ram_budget_bytes;
 	co.budget_bytes = o.budget;
 	co.pager = kvp_instance_pager(inst);
