@@ -629,8 +629,8 @@ START_TEST(test_budget)
 	ck_assert_uint_gt(sm.max_resident, 0);
 	ck_assert_uint_le(sm.max_resident, budget + slack);
 	ck_assert_uint_gt(rstats(R).evictions_dirty_total, 0);
-#ifdef __SANITIZE_ADDRESS__
-	/* ASan's shadow and quarantine grow VmRSS with every byte touched:
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+	/* The sanitizers' shadow memory grows VmRSS with every byte touched:
 	 * only the pager's own accounting is checked in that build. */
 	return;
 #endif
