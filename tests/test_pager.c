@@ -217,6 +217,26 @@ static struct kvp_stats rstats(struct kvp_region *r)
 	return s;
 }
 
+/* Wait until background eviction has settled: the region's residency and
+ * eviction counts unchanged over a few samples 20 ms apart. */
+static void settle(struct kvp_region *r)
+{
+	struct kvp_stats a = rstats(r), b;
+	int same = 0;
+
+	for (int i = 0; i < 250 && same < 3; i++) {
+		usleep(20000);
+		b = rstats(r);
+		if (b.resident_bytes == a.resident_bytes &&
+		    b.evictions_clean_total == a.evictions_clean_total &&
+		    b.evictions_dirty_total == a.evictions_dirty_total)
+			same++;
+		else
+			same = 0;
+		a = b;
+	}
+}
+
 /*
  * A block's info once it is out of transit.  The engine wakes a faulting
  * thread before it marks the block RESIDENT (install, then the state under
@@ -755,6 +775,7 @@ START_TEST(test_remove_whole_block)
 	fill_words(a + 4 * bs, bs, SEED_B, 4 * bs);
 	ck_assert_int_eq(binfo(R, 3).state, KVP_BLOCK_RESIDENT);
 	ck_assert(binfo(R, 4).dirty);
+	settle(R);
 	s0 = rstats(R);
 	ck_assert_int_eq(madvise(a + 3 * bs, 2 * bs, MADV_DONTNEED), 0);
 	/* Block 7 never loaded: dropped whole too. */
@@ -1138,6 +1159,7 @@ START_TEST(test_prefetch_basic)
 	struct kvp_stats s0, s1;
 
 	prefetch_fixture(64, bs, 8 * MIB, 0, false);
+	settle(R);
 	s0 = rstats(R);
 	ck_assert_int_eq(kvp_prefetch_submit(R, blocks, n, &pf), 0);
 	ck_assert_ptr_nonnull(pf);
@@ -1161,6 +1183,7 @@ START_TEST(test_prefetch_basic)
 	ck_assert_uint_ge(rstats(R).prefetch_hit_total, 1);
 
 	/* Prefetch of resident blocks reads nothing again. */
+	settle(R);
 	s0 = rstats(R);
 	ck_assert_int_eq(kvp_prefetch_submit(R, blocks, n, &pf), 0);
 	ck_assert_int_eq(kvp_prefetch_wait(pf, 5000), 0);
@@ -1243,6 +1266,7 @@ START_TEST(test_pin)
 	ck_assert_int_eq(kvp_region_pin(R, 10, 8), 0);
 	ck_assert_uint_eq(binfo(R, 12).pins, 2);
 	check_region(R, 10 * bs, 8 * bs, SEED_A);
+	settle(R);
 	s0 = rstats(R);
 	for (unsigned pass = 0; pass < 3; pass++)
 		touch_read(R, 20 * bs, (nb - 20) * bs);
@@ -1250,6 +1274,7 @@ START_TEST(test_pin)
 			  s0.evictions_clean_total);
 	for (uint64_t b = 10; b < 18; b++)
 		ck_assert_int_eq(binfo(R, b).state, KVP_BLOCK_RESIDENT);
+	settle(R);
 	s0 = rstats(R);
 	check_region(R, 10 * bs, 8 * bs, SEED_A);
 	ck_assert_uint_eq(rstats(R).demand_faults_total,
@@ -1323,6 +1348,7 @@ START_TEST(test_discard)
 	ck_assert_int_eq(binfo(R, 4).state, KVP_BLOCK_RESIDENT);
 	ck_assert_int_eq(binfo(R, 6).state, KVP_BLOCK_RESIDENT);
 	ck_assert(binfo(R, 4).dirty);
+	settle(R);
 	s0 = rstats(R);
 	ck_assert_int_eq(kvp_region_advise(R, 4, 1, KVP_ADVICE_DISCARD), 0);
 	ck_assert_int_eq(kvp_region_advise(R, 6, 1, KVP_ADVICE_DISCARD), 0);
@@ -1471,6 +1497,7 @@ START_TEST(test_bad_args)
 	ck_assert_uint_eq(kvp_region_size(r), 1 * MIB);
 	memset(kvp_region_addr(r), 7, 1 * MIB);
 	ck_assert_int_eq(kvp_store_file_temp("/var/tmp", 4 * MIB, &fs), 0);
+	settle(r);
 	s0 = pstats();
 	maps = count_maps();
 
@@ -1635,6 +1662,7 @@ START_TEST(test_peek)
 	ck_assert_int_eq(binfo(R, 4).state, KVP_BLOCK_RESIDENT);
 	ck_assert(!binfo(R, 4).dirty);
 
+	settle(R);
 	s0 = rstats(R);
 	for (size_t i = 0; i < 4; i++) {
 		uint64_t b = blks[i];
