@@ -117,7 +117,7 @@ void kvp_blk_load_dropped(struct kvp_region *r, struct kvp_block *b)
 void kvp_blk_begin_evict(struct kvp_region *r, struct kvp_block *b,
 			 struct kvp_op *op)
 {
-	assert(b->state == KVP_BLOCK_RESIDENT && b->pins == 0);
+	assert(b->state == KVP_BLOCK_RESIDENT && b->pins == 0 && !b->holds);
 	kvp_clock_del(r->p, b);
 	b->state = KVP_BLOCK_EVICTING;
 	b->op = op;

@@ -68,8 +68,8 @@ struct kvp_block *kvp_clock_victim(struct kvp_pager *p, struct kvp_region **rp,
 		/* A block prefetched and not used yet is about to be: take
 		 * it only when two rounds found nothing else (the first
 		 * only clears reference bits). */
-		if (b->pins == 0 && !(b->flags & BLK_WB_FAILED) &&
-		    !(b->flags & BLK_REF) &&
+		if (b->pins == 0 && b->holds == 0 &&
+		    !(b->flags & BLK_WB_FAILED) && !(b->flags & BLK_REF) &&
 		    ((rounds > 1 && take_prefetched) ||
 		     !(b->flags & BLK_PREFETCHED))) {
 			p->clock = b->next == b ? NULL : b->next;

@@ -47,6 +47,7 @@ struct kvp_block {
 	uint8_t state;	/* enum kvp_block_state */
 	uint16_t flags; /* BLK_* */
 	uint16_t pins;
+	uint8_t holds; /* transient: a flush or peek copying it out */
 	uint64_t last_use;
 	struct kvp_block *next, *prev; /* clock list, while RESIDENT */
 	struct kvp_op *op;	       /* while LOADING or EVICTING */

@@ -332,14 +332,14 @@ int kvp_region_flush(struct kvp_region *r)
 		want = b->state == KVP_BLOCK_RESIDENT &&
 		       (b->flags & BLK_DIRTY) && !(b->flags & BLK_DROP);
 		if (want)
-			b->pins++; /* stays resident while written */
+			b->holds++; /* stays resident while written */
 		pthread_mutex_unlock(&p->lock);
 		if (!want)
 			continue;
 		int err = write_block(r, blk);
 
 		pthread_mutex_lock(&p->lock);
-		b->pins--;
+		b->holds--;
 		pthread_mutex_unlock(&p->lock);
 		if (err && !first)
 			first = err;
@@ -602,13 +602,14 @@ int kvp_region_advise(struct kvp_region *r, uint64_t first, uint64_t n,
 			if (b->flags & BLK_PREFETCHED)
 				KVP_STAT_ADD(r, prefetch_hit_total, 1);
 			b->flags &= ~(BLK_PREFETCHED | BLK_READAHEAD);
-			if (b->state == KVP_BLOCK_RESIDENT && !b->pins)
+			if (b->state == KVP_BLOCK_RESIDENT && !b->pins &&
+			    !b->holds)
 				kvp_clock_cold(p, b);
 			continue;
 		}
 		switch (b->state) {
 		case KVP_BLOCK_RESIDENT:
-			if (b->pins) {
+			if (b->pins || b->holds) {
 				err = -EBUSY;
 				break;
 			}
@@ -687,21 +688,16 @@ int kvp_region_peek(struct kvp_region *r, uint64_t block, void *buf)
 	b = &r->blocks[block];
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
-		if (b->state == KVP_BLOCK_RESIDENT && !(b->flags & BLK_HOLES)) {
-			/* Pages present, and eviction needs the lock to
-			 * start: copy them as they are. */
-			memcpy(buf, kvp_blk_addr(r, block), r->block_bytes);
-			pthread_mutex_unlock(&p->lock);
-			return 0;
-		}
 		if (b->state == KVP_BLOCK_RESIDENT) {
-			/* Holes read as zeros: read through the region with
-			 * the block pinned (a service thread fills them). */
-			b->pins++;
+			/* Pinned, so it stays; copied outside the lock, since
+			 * a page the program has just dropped (its REMOVE
+			 * event not handled yet) faults, and the service
+			 * thread serving that fault needs the lock. */
+			b->holds++;
 			pthread_mutex_unlock(&p->lock);
 			memcpy(buf, kvp_blk_addr(r, block), r->block_bytes);
 			pthread_mutex_lock(&p->lock);
-			b->pins--;
+			b->holds--;
 			pthread_mutex_unlock(&p->lock);
 			return 0;
 		}

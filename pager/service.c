@@ -595,7 +595,7 @@ static void install_finish(struct kvp_service *s, struct kvp_op *op)
 		/* Discarded while it was being installed: drop it now.  The
 		 * waiters are woken by the discard (they read zeros). */
 		b->flags &= ~BLK_DROP;
-		if (!b->pins)
+		if (!b->pins && !b->holds)
 			kvp_discard_resident(r, op->blk);
 	}
 	pthread_cond_broadcast(&p->idle);
