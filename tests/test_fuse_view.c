@@ -920,10 +920,12 @@ START_TEST(stale_mount_recovered)
 	pid_t pid;
 	char c;
 
-#ifdef __SANITIZE_THREAD__
-	/* The child starts a pager's threads after fork from a threaded
-	 * process, which TSan does not support: plain builds test it. */
-	printf("stale_mount_recovered: not run under TSan\n");
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+	/* The child starts a pager after fork from a threaded process: TSan
+	 * does not support that, and under ASan the child can deadlock on
+	 * the sanitizer allocator's lock taken at fork time by another
+	 * thread (seen).  Plain builds test it. */
+	printf("stale_mount_recovered: not run under a sanitizer\n");
 	return;
 #endif
 	snprintf(stale, sizeof(stale), "%s/stale", base);
