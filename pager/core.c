@@ -134,8 +134,8 @@ void kvp_blk_evicted(struct kvp_region *r, struct kvp_block *b, bool stored)
 		b->flags |= BLK_IN_STORE;
 	if (b->flags & BLK_DROP)
 		b->flags &= ~BLK_IN_STORE;
-	b->flags &= ~(BLK_DIRTY | BLK_REF | BLK_COLD | BLK_PREFETCHED |
-		      BLK_READAHEAD | BLK_DROP | BLK_HOLES | BLK_WB_FAILED);
+	b->flags &= ~(BLK_DIRTY | BLK_REF | BLK_PREFETCHED | BLK_READAHEAD |
+		      BLK_DROP | BLK_HOLES | BLK_WB_FAILED);
 	r->inflight--;
 	KVP_STAT_SUB(r, resident_bytes, r->block_bytes);
 	assert(kvp_blk_sane(r, b));

@@ -49,7 +49,6 @@ void kvp_clock_del(struct kvp_pager *p, struct kvp_block *b)
 
 void kvp_clock_cold(struct kvp_pager *p, struct kvp_block *b)
 {
-	b->flags |= BLK_COLD;
 	b->flags &= ~BLK_REF;
 	kvp_clock_del(p, b);
 	kvp_clock_add(p, b);
@@ -154,7 +153,6 @@ int kvp_evict_one(struct kvp_service *s, bool take_prefetched)
 		return -ENOMEM;
 	}
 	op->slot = slot;
-	op->svc = s;
 	kvp_blk_begin_evict(r, b, op);
 	dirty = (b->flags & BLK_DIRTY) || !p->have_wp;
 	pthread_mutex_unlock(&p->lock);

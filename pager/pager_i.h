@@ -26,7 +26,6 @@ enum {
 	BLK_IN_STORE = 1u << 1,	  /* the store holds its data */
 	BLK_PREFETCHED = 1u << 2, /* loaded by prefetch, not used yet */
 	BLK_REF = 1u << 3,	  /* clock reference bit */
-	BLK_COLD = 1u << 4,	  /* hinted: evict first */
 	BLK_WAITERS = 1u << 5,	  /* a fault waits for the transition */
 	BLK_WB_FAILED = 1u << 6,  /* write-back failed: keep resident */
 	BLK_DROP = 1u << 7,	  /* contents dropped while LOADING or
@@ -112,7 +111,6 @@ struct kvp_op {
 	uint32_t rm_start, rm_end; /* load: bytes the program dropped
 				      meanwhile, zeroed before install */
 	struct kvp_pf_ref *pfs;	   /* prefetch handles waiting on it */
-	struct kvp_service *svc;   /* the thread that owns its I/O */
 	struct kvp_op *next;	   /* queue links */
 };
 
@@ -159,7 +157,6 @@ struct kvp_squeue {
 /* One service thread. */
 struct kvp_service {
 	struct kvp_pager *p;
-	unsigned idx;
 	pthread_t thread;
 	int wake_fd;		   /* eventfd: requests queued */
 	struct kvp_req *reqs;	   /* under p->lock */
@@ -169,6 +166,7 @@ struct kvp_service {
 	struct kvp_op *ready;	   /* loads to install now */
 	struct kvp_op *want_frame; /* loads waiting for a frame (FIFO) */
 	struct kvp_op **want_tail;
+	unsigned nwant; /* loads on want_frame */
 	bool stopping;
 };
 

@@ -508,8 +508,7 @@ int kvp_region_pin(struct kvp_region *r, uint64_t first, uint64_t n)
 		if (b->state == KVP_BLOCK_RESIDENT) {
 			if (b->flags & BLK_PREFETCHED)
 				KVP_STAT_ADD(r, prefetch_hit_total, 1);
-			b->flags &=
-			    ~(BLK_PREFETCHED | BLK_READAHEAD | BLK_COLD);
+			b->flags &= ~(BLK_PREFETCHED | BLK_READAHEAD);
 			kvp_blk_touch(p, b);
 		}
 	}

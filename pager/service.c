@@ -68,6 +68,19 @@ static void want_frame_push(struct kvp_service *s, struct kvp_op *op)
 	op->next = NULL;
 	*s->want_tail = op;
 	s->want_tail = &op->next;
+	s->nwant++;
+}
+
+/* Take the oldest load waiting for a frame off the queue. */
+static struct kvp_op *want_frame_pop(struct kvp_service *s)
+{
+	struct kvp_op *op = s->want_frame;
+
+	s->want_frame = op->next;
+	if (!s->want_frame)
+		s->want_tail = &s->want_frame;
+	s->nwant--;
+	return op;
 }
 
 /* Queue @op's I/O (or its zero fill) for the submit stage. */
@@ -84,7 +97,6 @@ static void load_arm(struct kvp_service *s, struct kvp_op *op, void *slot)
 	struct kvp_block *b = &r->blocks[op->blk];
 
 	op->slot = slot;
-	op->svc = s;
 	op->zero = !(b->flags & BLK_IN_STORE);
 	if (!op->zero) {
 		op->io.op = KVP_IO_READ;
@@ -863,9 +875,7 @@ static void frame_stage(struct kvp_service *s)
 		}
 		if (op->r->dying ||
 		    (op->r->blocks[op->blk].flags & (BLK_GONE | BLK_DROP))) {
-			s->want_frame = op->next;
-			if (!s->want_frame)
-				s->want_tail = &s->want_frame;
+			want_frame_pop(s);
 			kvp_blk_load_dropped(op->r, &op->r->blocks[op->blk]);
 			finish_pfs(p, op, false);
 			pthread_cond_broadcast(&p->idle);
@@ -875,9 +885,7 @@ static void frame_stage(struct kvp_service *s)
 		}
 		slot = kvp_frame_get(p, op->r->block_bytes);
 		if (slot) {
-			s->want_frame = op->next;
-			if (!s->want_frame)
-				s->want_tail = &s->want_frame;
+			want_frame_pop(s);
 			load_arm(s, op, slot);
 			pthread_mutex_unlock(&p->lock);
 			continue;
@@ -894,11 +902,7 @@ static void frame_stage(struct kvp_service *s)
 		}
 		/* Each write-back queued or in flight frees a frame when it
 		 * is done: evict only for the loads they will not cover. */
-		unsigned waiting = 0;
-
-		for (struct kvp_op *w = s->want_frame; w; w = w->next)
-			waiting++;
-		bool wait = p->wb_inflight >= waiting;
+		bool wait = p->wb_inflight >= s->nwant;
 
 		pthread_mutex_unlock(&p->lock);
 		if (wait || ++tries > 64 || kvp_evict_one(s, true) == -EAGAIN)
@@ -1119,7 +1123,6 @@ int kvp_service_start(struct kvp_pager *p)
 		struct kvp_service *s = &p->svc[i];
 
 		s->p = p;
-		s->idx = i;
 		s->want_tail = &s->want_frame;
 		s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 		if (s->wake_fd < 0) {
