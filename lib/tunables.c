@@ -29,34 +29,32 @@ enum kvp_tunable_id {
 	    KVP_TUNABLE_COUNT
 };
 
+/* One registry entry of tunable @n, a field of @cfg owned by @own. */
+#define ENTRY(n, ty, mn, mx, df, rt, ch, dc, own, cfg)                         \
+	[KVP_TUNABLE_##n] = { .name = #n,                                      \
+			      .type = ty,                                      \
+			      .min = (uint64_t)(mn),                           \
+			      .max = (uint64_t)(mx),                           \
+			      .def = (uint64_t)(df),                           \
+			      .runtime = rt,                                   \
+			      .choices = ch,                                   \
+			      .doc = dc,                                       \
+			      .owner = own,                                    \
+			      .offset = offsetof(cfg, n) },
+#define PAGER_ENTRY(n, ty, mn, mx, df, rt, ch, dc)                             \
+	ENTRY(n, ty, mn, mx, df, rt, ch, dc, KVP_TUNABLE_PAGER,                \
+	      struct kvp_config)
+#define KV_ENTRY(n, ty, mn, mx, df, rt, ch, dc)                                \
+	ENTRY(n, ty, mn, mx, df, rt, ch, dc, KVP_TUNABLE_KV,                   \
+	      struct kvp_kv_config)
+
 static const struct kvp_tunable registry[KVP_TUNABLE_COUNT] = {
-#define X(n, ty, mn, mx, df, rt, ch, dc)                                       \
-	[KVP_TUNABLE_##n] = { .name = #n,                                      \
-			      .type = ty,                                      \
-			      .min = (uint64_t)(mn),                           \
-			      .max = (uint64_t)(mx),                           \
-			      .def = (uint64_t)(df),                           \
-			      .runtime = rt,                                   \
-			      .choices = ch,                                   \
-			      .doc = dc,                                       \
-			      .owner = KVP_TUNABLE_PAGER,                      \
-			      .offset = offsetof(struct kvp_config, n) },
-	KVP_PAGER_TUNABLES(X)
-#undef X
-#define X(n, ty, mn, mx, df, rt, ch, dc)                                       \
-	[KVP_TUNABLE_##n] = { .name = #n,                                      \
-			      .type = ty,                                      \
-			      .min = (uint64_t)(mn),                           \
-			      .max = (uint64_t)(mx),                           \
-			      .def = (uint64_t)(df),                           \
-			      .runtime = rt,                                   \
-			      .choices = ch,                                   \
-			      .doc = dc,                                       \
-			      .owner = KVP_TUNABLE_KV,                         \
-			      .offset = offsetof(struct kvp_kv_config, n) },
-	    KVP_KV_TUNABLES(X)
-#undef X
+	KVP_PAGER_TUNABLES(PAGER_ENTRY) KVP_KV_TUNABLES(KV_ENTRY)
 };
+
+#undef KV_ENTRY
+#undef PAGER_ENTRY
+#undef ENTRY
 
 static void seterr(char *err, size_t len, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -234,6 +232,28 @@ static int parse_decimal(const char *s, uint64_t *out, const char **end)
 	return 0;
 }
 
+int kvp_parse_bytes(const char *s, uint64_t *out)
+{
+	static const char suffix[] = "KMGTP";
+	const char *end, *p;
+	uint64_t v;
+	int shift, r = parse_decimal(s, &v, &end);
+
+	if (r)
+		return r;
+	if (*end) {
+		p = strchr(suffix, toupper((unsigned char)*end));
+		if (!p || end[1])
+			return -EINVAL;
+		shift = 10 * (int)(p - suffix + 1);
+		if (v > (UINT64_MAX >> shift))
+			return -ERANGE;
+		v <<= shift;
+	}
+	*out = v;
+	return 0;
+}
+
 int kvp_tunable_parse(const struct kvp_tunable *t, const char *text,
 		      uint64_t *out, char *err, size_t errlen)
 {
@@ -254,34 +274,14 @@ int kvp_tunable_parse(const struct kvp_tunable *t, const char *text,
 		return -EINVAL;
 	}
 	switch (t->type) {
-	case KVP_T_BYTES: {
-		static const char suffix[] = "KMGTP";
-		const char *p;
-		int shift = 0;
-
-		r = parse_decimal(s, &v, &end);
-		if (r == -EINVAL) {
-			what = "is not a size (a number with an optional K M "
-			       "G T P suffix)";
-			break;
-		}
-		if (r == 0 && *end) {
-			p = strchr(suffix, toupper((unsigned char)*end));
-			if (!p || end[1]) {
-				what = "is not a size (a number with an "
-				       "optional K M G T P suffix)";
-				break;
-			}
-			shift = 10 * (int)(p - suffix + 1);
-			if (v > (UINT64_MAX >> shift))
-				r = -ERANGE;
-			else
-				v <<= shift;
-		}
+	case KVP_T_BYTES:
+		r = kvp_parse_bytes(s, &v);
 		if (r == -ERANGE)
 			what = "is out of range";
+		else if (r)
+			what = "is not a size (a number with an optional K M "
+			       "G T P suffix)";
 		break;
-	}
 	case KVP_T_UINT:
 		r = parse_decimal(s, &v, &end);
 		if (r == -ERANGE)

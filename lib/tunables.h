@@ -90,6 +90,12 @@ int kvp_tunable_format(const struct kvp_tunable *t, uint64_t v, char *buf,
 int kvp_tunable_format_range(const struct kvp_tunable *t, char *buf,
 			     size_t len);
 
+/* kvp_parse_bytes - a size as every kvpager interface takes it: a decimal
+ * number with an optional K, M, G, T or P suffix (powers of 1024, either
+ * case): "512M", "4g", "2048".  0 and *out, -EINVAL (not a size) or -ERANGE
+ * (over 2^64 - 1). */
+int kvp_parse_bytes(const char *s, uint64_t *out);
+
 /* kvp_format_bytes - @v with the largest suffix that divides it exactly
  * (2097152 -> "2M", 1000 -> "1000"). */
 int kvp_format_bytes(uint64_t v, char *buf, size_t len);

@@ -28,6 +28,7 @@
 #include "lib/instance.h"
 #include "lib/kv_synth.h"
 #include "lib/kvcache.h"
+#include "lib/tunables.h"
 
 struct run_opts {
 	const char *preset;
@@ -58,47 +59,6 @@ static double now_s(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int parse_bytes(const char *s, uint64_t *out)
-{
-	char *end;
-	double v;
-
-	errno = 0;
-	v = strtod(s, &end);
-	if (errno || end == s || v < 0)
-		return -EINVAL;
-	switch (*end) {
-	case 'k':
-	case 'K':
-		v *= 1024;
-		end++;
-		break;
-	case 'm':
-	case 'M':
-		v *= 1024.0 * 1024;
-		end++;
-		break;
-	case 'g':
-	case 'G':
-		v *= 1024.0 * 1024 * 1024;
-		end++;
-		break;
-	case 't':
-	case 'T':
-		v *= 1024.0 * 1024 * 1024 * 1024;
-		end++;
-		break;
-	}
-	if (*end == 'i' || *end == 'B')
-		end++;
-	if (*end == 'B')
-		end++;
-	if (*end)
-		return -EINVAL;
-	*out = (uint64_t)v;
-	return 0;
 }
 
 static const char *human(double b, char *buf, size_t len)
@@ -235,7 +195,7 @@ static const struct option long_opts[] = {
 static int parse_u64(const char *s, uint64_t *v)
 {
 	uint64_t b;
-	int err = parse_bytes(s, &b); /* accepts 32K for contexts too */
+	int err = kvp_parse_bytes(s, &b); /* 32K for contexts too */
 
 	if (err)
 		return err;
@@ -298,8 +258,10 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
 		default:
 			if (parse_u64(a, &v)) {
 				fprintf(stderr,
-					"kvpager: bad number '%s' for --%s\n",
-					a, long_opts[c - O_PRESET].name);
+					"kvpager: --%s: '%s' is not a number "
+					"(decimal, with an optional K M G T P "
+					"suffix: 32K, 512M)\n",
+					long_opts[c - O_PRESET].name, a);
 				return -EINVAL;
 			}
 			switch (c) {

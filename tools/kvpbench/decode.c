@@ -27,6 +27,7 @@
 
 #include "lib/kv_synth.h"
 #include "lib/kvcache.h"
+#include "lib/tunables.h"
 #include "tools/kvpbench/kvpbench.h"
 
 struct dmode {
@@ -61,31 +62,6 @@ struct dopts {
 	bool json, quiet;
 	unsigned modes;
 };
-
-static int dparse_num(const char *s, uint64_t *v)
-{
-	char *end;
-	double x;
-
-	errno = 0;
-	x = strtod(s, &end);
-	if (errno || end == s || x < 0)
-		return -EINVAL;
-	if (*end == 'k' || *end == 'K')
-		x *= 1024, end++;
-	else if (*end == 'm' || *end == 'M')
-		x *= 1024.0 * 1024, end++;
-	else if (*end == 'g' || *end == 'G')
-		x *= 1024.0 * 1024 * 1024, end++;
-	if (*end == 'i')
-		end++;
-	if (*end == 'B')
-		end++;
-	if (*end)
-		return -EINVAL;
-	*v = (uint64_t)x;
-	return 0;
-}
 
 static void dusage(FILE *f)
 {
@@ -341,8 +317,11 @@ int kvpbench_decode(int argc, char **argv)
 			dusage(stderr);
 			return 2;
 		}
-		if (dparse_num(optarg, &v)) {
-			fprintf(stderr, "kvpbench decode: bad number '%s'\n",
+		if (kvp_parse_bytes(optarg, &v)) {
+			fprintf(stderr,
+				"kvpbench decode: '%s' is not a number "
+				"(decimal, with an optional K M G T P suffix: "
+				"32K, 512M)\n",
 				optarg);
 			return 2;
 		}

@@ -172,7 +172,6 @@ struct kvpb_result *kvpb_result_new(struct kvpb_ctx *c,
 				    const struct kvpb_job *j, const char *mode);
 
 /* "64M" style sizes; 0 or -EINVAL. */
-int kvpb_parse_bytes(const char *s, uint64_t *out);
 
 /* One thread of a mode's run (kvpb_run_threads). */
 struct kvpb_worker {

@@ -21,6 +21,7 @@
  * --dir and removed at exit, also on SIGINT/SIGTERM/SIGHUP.
  */
 #include "tools/kvpbench/kvpbench.h"
+#include "lib/tunables.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -117,50 +118,6 @@ struct kvpb_result *kvpb_result_new(struct kvpb_ctx *c,
 	r = &c->results[c->nresults++];
 	kvpb_result_init(r, j, mode);
 	return r;
-}
-
-int kvpb_parse_bytes(const char *s, uint64_t *out)
-{
-	char *end;
-	unsigned long long v;
-	unsigned shift = 0;
-
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || end == s)
-		return -EINVAL;
-	switch (*end) {
-	case 'k':
-	case 'K':
-		shift = 10;
-		end++;
-		break;
-	case 'm':
-	case 'M':
-		shift = 20;
-		end++;
-		break;
-	case 'g':
-	case 'G':
-		shift = 30;
-		end++;
-		break;
-	case 't':
-	case 'T':
-		shift = 40;
-		end++;
-		break;
-	default:
-		break;
-	}
-	if (*end == 'i' && shift)
-		end++;
-	if (*end == 'B' || *end == 'b')
-		end++;
-	if (*end || (shift && v > (~0ull >> shift)))
-		return -EINVAL;
-	*out = (uint64_t)v << shift;
-	return 0;
 }
 
 /* ---- the backing file ------------------------------------------------- */
@@ -729,13 +686,13 @@ int main(int argc, char **argv)
 			o->dir = optarg;
 			break;
 		case 'b':
-			if (kvpb_parse_bytes(optarg, &o->budget) ||
+			if (kvp_parse_bytes(optarg, &o->budget) ||
 			    o->budget < (2u << 20))
 				return bad_arg("budget", optarg);
 			budget_set = true;
 			break;
 		case 'F':
-			if (kvpb_parse_bytes(optarg, &o->file_bytes) ||
+			if (kvp_parse_bytes(optarg, &o->file_bytes) ||
 			    !o->file_bytes)
 				return bad_arg("file-size", optarg);
 			break;
@@ -743,7 +700,7 @@ int main(int argc, char **argv)
 		case 'R': {
 			uint64_t v;
 
-			if (kvpb_parse_bytes(optarg, &v) || v < KVPB_PAGE ||
+			if (kvp_parse_bytes(optarg, &v) || v < KVPB_PAGE ||
 			    (v & (v - 1)))
 				return bad_arg(opt == 'B' ? "block"
 							  : "random-block",
