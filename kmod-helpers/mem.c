@@ -90,6 +90,28 @@ int kvp_mem_advise(void *addr, size_t len, int advice)
 	return madvise(addr, len, advice) ? -errno : 0;
 }
 
+int kvp_mem_self_pidfd(void)
+{
+	long fd = syscall(SYS_pidfd_open, getpid(), 0);
+
+	return fd < 0 ? -errno : (int)fd;
+}
+
+int kvp_mem_advise_batch(int pidfd, const struct iovec *iov, size_t n,
+			 int advice, size_t *done)
+{
+	size_t want = 0;
+	long r;
+
+	for (size_t i = 0; i < n; i++)
+		want += iov[i].iov_len;
+	r = syscall(SYS_process_madvise, pidfd, iov, n, advice, 0);
+	*done = r > 0 ? (size_t)r : 0;
+	if (r < 0)
+		return -errno;
+	return (size_t)r == want ? 0 : -EAGAIN;
+}
+
 int kvp_mem_memfd(const char *name, size_t len, int *fd)
 {
 	int f = memfd_create(name, MFD_CLOEXEC);

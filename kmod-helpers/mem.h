@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/uio.h>
 
 #define KVP_PAGE_SIZE 4096UL
 #define KVP_HUGE_SIZE (2UL << 20) /* PMD size on x86-64 */
@@ -32,6 +33,25 @@ int kvp_mem_populate(void *addr, size_t len);
 
 /* kvp_mem_advise - madvise(2) returning -errno. */
 int kvp_mem_advise(void *addr, size_t len, int advice);
+
+/*
+ * kvp_mem_self_pidfd - a pidfd for this process (pidfd_open), for
+ * kvp_mem_advise_batch.  Returns the descriptor (close it) or -errno.
+ */
+int kvp_mem_self_pidfd(void);
+
+/*
+ * kvp_mem_advise_batch - process_madvise(2) of @n ranges of this process
+ * (@pidfd from kvp_mem_self_pidfd) with one @advice: one call, and for
+ * MADV_DONTNEED one TLB flush for the whole batch on kernels that batch it
+ * (6.16 and later).  The kernel stops at the first range it fails on:
+ * *done receives the bytes advised, in range order.  Returns 0 when every
+ * range was advised, -EAGAIN when only the first *done bytes were (the
+ * kernel does not say why), else -errno (-EINVAL: the kernel does not take
+ * @advice from process_madvise).
+ */
+int kvp_mem_advise_batch(int pidfd, const struct iovec *iov, size_t n,
+			 int advice, size_t *done);
 
 /* kvp_mem_memfd - memfd_create(@name, MFD_CLOEXEC) sized to @len. */
 int kvp_mem_memfd(const char *name, size_t len, int *fd);

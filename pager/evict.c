@@ -13,10 +13,13 @@
  * atomically: a write that lands before the move is in the frame and is
  * written back, a write after it faults on a missing page and waits for
  * the block to be loaded again.  It also recycles the pages as the next
- * frame and, unlike MADV_DONTNEED, raises no UFFD_EVENT_REMOVE that our own
- * service threads would have to read before the call returns.
+ * frame and, unlike MADV_DONTNEED, raises no UFFD_EVENT_REMOVE.  Clean
+ * blocks of copy-mode regions are dropped instead, in batches, by the
+ * zapper (zap.c): the store holds their data, and a batch costs one TLB
+ * flush where a move costs one per page.
  */
 #include <errno.h>
+#include <stdlib.h>
 
 #include "pager/pager_i.h"
 
@@ -107,6 +110,8 @@ int kvp_detach(struct kvp_pager *p, struct kvp_region *r, uint64_t blk,
 			off += KVP_PAGE_BYTES;
 			hole = true;
 			err = 0;
+		} else if (err == -EAGAIN && done == 0) {
+			kvp_uffd_unblock(p); /* an event to read first */
 		} else if (err && err != -EAGAIN) {
 			break;
 		}
@@ -117,12 +122,20 @@ int kvp_detach(struct kvp_pager *p, struct kvp_region *r, uint64_t blk,
 		return -ENOENT; /* the program unmapped all of it */
 	if (err && moved) {
 		/* Part moved (a page pinned by I/O, say): put it back. */
-		size_t back = 0;
+		size_t back = 0, done;
+		int e2;
 
-		(void)kvp_uffd_move(&p->uffd, addr, *slot, off,
-				    UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES |
-					UFFDIO_MOVE_MODE_DONTWAKE,
-				    &back);
+		do {
+			done = 0;
+			e2 = kvp_uffd_move(&p->uffd, addr + back,
+					   (char *)*slot + back, off - back,
+					   UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES |
+					       UFFDIO_MOVE_MODE_DONTWAKE,
+					   &done);
+			back += done;
+			if (e2 == -EAGAIN && done == 0)
+				kvp_uffd_unblock(p);
+		} while (e2 == -EAGAIN && back < off);
 	}
 	return err;
 }
@@ -133,10 +146,7 @@ int kvp_evict_one(struct kvp_service *s, bool take_prefetched)
 	struct kvp_region *r = NULL;
 	struct kvp_block *b;
 	struct kvp_op *op;
-	bool dirty, waiters = false;
-	uint64_t blk;
 	void *slot;
-	int err;
 
 	pthread_mutex_lock(&p->lock);
 	b = kvp_clock_victim(p, &r, take_prefetched);
@@ -144,8 +154,20 @@ int kvp_evict_one(struct kvp_service *s, bool take_prefetched)
 		pthread_mutex_unlock(&p->lock);
 		return -EAGAIN;
 	}
-	blk = kvp_blk_index(r, b);
-	op = kvp_op_new(OP_WRITEBACK, r, blk);
+	op = kvp_op_new(OP_WRITEBACK, r, kvp_blk_index(r, b));
+	if (op && kvp_zap_eligible(p, r, b,
+				   (b->flags & BLK_DIRTY) || !p->have_wp)) {
+		op->cover = calloc(r->block_bytes / KVP_PAGE_BYTES, 1);
+		if (op->cover) {
+			op->kind = OP_ZAP;
+			kvp_blk_begin_evict(r, b, op);
+			p->leaving++;
+			p->leaving_bytes += r->block_bytes;
+			kvp_zap_queue(p, op);
+			pthread_mutex_unlock(&p->lock);
+			return 0;
+		}
+	}
 	slot = op ? kvp_frame_empty_slot(p, r->block_bytes) : NULL;
 	if (!slot) {
 		pthread_mutex_unlock(&p->lock);
@@ -154,6 +176,21 @@ int kvp_evict_one(struct kvp_service *s, bool take_prefetched)
 	}
 	op->slot = slot;
 	kvp_blk_begin_evict(r, b, op);
+	pthread_mutex_unlock(&p->lock);
+	return kvp_evict_move(s, op);
+}
+
+int kvp_evict_move(struct kvp_service *s, struct kvp_op *op)
+{
+	struct kvp_pager *p = s->p;
+	struct kvp_region *r = op->r;
+	uint64_t blk = op->blk;
+	struct kvp_block *b = &r->blocks[blk];
+	void *slot = op->slot;
+	bool dirty, waiters = false;
+	int err;
+
+	pthread_mutex_lock(&p->lock);
 	dirty = (b->flags & BLK_DIRTY) || !p->have_wp;
 	pthread_mutex_unlock(&p->lock);
 
@@ -170,8 +207,13 @@ int kvp_evict_one(struct kvp_service *s, bool take_prefetched)
 		kvp_frame_put(p, slot, r->block_bytes, false);
 		kvp_blk_evict_aborted(r, b);
 		b->flags |= BLK_REF;
+		waiters = b->flags & BLK_WAITERS;
+		b->flags &= ~BLK_WAITERS;
 		pthread_mutex_unlock(&p->lock);
 		kvp_op_free(op);
+		if (waiters) /* they find it resident again */
+			(void)kvp_uffd_wake(&p->uffd, kvp_blk_addr(r, blk),
+					    r->block_bytes);
 		return 0;
 	}
 	if (b->flags & BLK_PREFETCHED)
@@ -184,8 +226,8 @@ int kvp_evict_one(struct kvp_service *s, bool take_prefetched)
 		op->io.off = kvp_blk_store_off(r, blk);
 		op->next = s->to_submit;
 		s->to_submit = op;
-		p->wb_inflight++;
-		p->wb_bytes += r->block_bytes;
+		p->leaving++;
+		p->leaving_bytes += r->block_bytes;
 		pthread_mutex_unlock(&p->lock);
 		return 0;
 	}

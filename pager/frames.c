@@ -166,6 +166,13 @@ void *kvp_frame_get(struct kvp_pager *p, size_t bytes)
 	size_t at;
 	void *slot;
 
+	/* Over budget (it was just lowered): free what is free, and hand
+	 * out nothing until evictions bring the charge under it. */
+	if (f->charged > kvp_budget(p)) {
+		kvp_frames_shrink(p, kvp_budget(p));
+		if (f->charged > kvp_budget(p))
+			return NULL;
+	}
 	slot = stack_pop(&f->full[c]);
 	if (slot) {
 		f->in_use += bytes;
@@ -189,14 +196,40 @@ void *kvp_frame_get(struct kvp_pager *p, size_t bytes)
 	return slot;
 }
 
+/* Free pre-touched memory not carved yet, from its end, in huge pages:
+ * at least @want bytes where there are that many. */
+static void pretouched_give_back(struct kvp_pager *p, uint64_t want)
+{
+	struct kvp_frames *f = &p->frames;
+	uint64_t from = (f->pre_bump + KVP_HUGE_SIZE - 1) &
+			~(uint64_t)(KVP_HUGE_SIZE - 1);
+	uint64_t have = f->prefault_end > from ? f->prefault_end - from : 0;
+	uint64_t give = (want + KVP_HUGE_SIZE - 1) &
+			~(uint64_t)(KVP_HUGE_SIZE - 1);
+
+	if (give > have)
+		give = have;
+	if (!give)
+		return;
+	(void)kvp_mem_advise(f->arena + f->prefault_end - give, give,
+			     MADV_DONTNEED);
+	f->prefault_end -= give;
+	f->charged -= give;
+}
+
 void kvp_frame_put(struct kvp_pager *p, void *slot, size_t bytes, bool full)
 {
 	struct kvp_frames *f = &p->frames;
 	unsigned c = kvp_size_class(bytes);
 
-	if (full && f->charged + bytes > kvp_budget(p) + 0) {
-		/* Over budget (a copy install, or a smaller budget): free the
-		 * pages rather than keep them. */
+	if (full && f->charged + bytes > kvp_budget(p))
+		/* Over budget (after a copy install, the block's pages are in
+		 * the region and its frame is free): keep this frame, warm
+		 * for the next read, and give back pre-touched memory nobody
+		 * used yet, a huge page at a time. */
+		pretouched_give_back(p, f->charged + bytes - kvp_budget(p));
+	if (full && f->charged + bytes > kvp_budget(p)) {
+		/* Still over (a smaller budget): free the pages. */
 		(void)kvp_mem_advise(slot, bytes, MADV_DONTNEED);
 		full = false;
 	}
@@ -224,24 +257,7 @@ uint64_t kvp_frames_shrink(struct kvp_pager *p, uint64_t target)
 
 	while (f->charged > target && drop_one_full(p, -1))
 		;
-	if (f->charged > target && f->prefault_end > f->pre_bump) {
-		/* Give back pre-touched memory not carved yet. */
-		uint64_t from = (f->pre_bump + KVP_HUGE_SIZE - 1) &
-				~(uint64_t)(KVP_HUGE_SIZE - 1);
-		uint64_t give =
-		    f->prefault_end > from ? f->prefault_end - from : 0;
-
-		if (give > f->charged - target)
-			give = (f->charged - target + KVP_HUGE_SIZE - 1) &
-			       ~(uint64_t)(KVP_HUGE_SIZE - 1);
-		if (give > f->prefault_end - from)
-			give = f->prefault_end - from;
-		if (give) {
-			(void)kvp_mem_advise(f->arena + f->prefault_end - give,
-					     give, MADV_DONTNEED);
-			f->prefault_end -= give;
-			f->charged -= give;
-		}
-	}
+	if (f->charged > target)
+		pretouched_give_back(p, f->charged - target);
 	return before - p->frames.charged;
 }

@@ -47,6 +47,8 @@ int kvp_pager_open(const struct kvp_config *cfg, struct kvp_pager **out)
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&p->idle, &ca);
 	pthread_condattr_destroy(&ca);
+	pthread_cond_init(&p->zap_cond, NULL);
+	p->pidfd = -1;
 
 	err = kvp_uffd_open(&p->uffd, 0);
 	if (err)
@@ -77,6 +79,9 @@ int kvp_pager_open(const struct kvp_config *cfg, struct kvp_pager **out)
 	err = kvp_service_start(p);
 	if (err)
 		goto fail;
+	err = kvp_zap_start(p);
+	if (err)
+		goto fail;
 	*out = p;
 	return 0;
 fail:
@@ -100,6 +105,7 @@ void kvp_pager_close(struct kvp_pager *p)
 		pthread_mutex_unlock(&p->lock);
 		kvp_region_destroy(r);
 	}
+	kvp_zap_stop(p);
 	kvp_service_stop(p);
 	kvp_frames_fini(p);
 	if (p->zero_page)
@@ -107,6 +113,7 @@ void kvp_pager_close(struct kvp_pager *p)
 	kvp_uffd_close(&p->uffd);
 	free(p->rtab);
 	pthread_cond_destroy(&p->idle);
+	pthread_cond_destroy(&p->zap_cond);
 	pthread_mutex_destroy(&p->rlock);
 	pthread_mutex_destroy(&p->lock);
 	free(p);

@@ -90,6 +90,7 @@ struct kvp_region {
 enum kvp_op_kind {
 	OP_LOAD,      /* store -> frame -> region */
 	OP_WRITEBACK, /* evicted dirty frame -> store */
+	OP_ZAP,	      /* clean block dropped by the zapper (zap.c) */
 };
 
 struct kvp_pf_ref {
@@ -111,6 +112,8 @@ struct kvp_op {
 	uint32_t rm_start, rm_end; /* load: bytes the program dropped
 				      meanwhile, zeroed before install */
 	struct kvp_pf_ref *pfs;	   /* prefetch handles waiting on it */
+	uint8_t *cover;		   /* zap: REMOVE events seen, per page */
+	bool zapped;		   /* zap: our call dropped all of it */
 	struct kvp_op *next;	   /* queue links */
 };
 
@@ -167,6 +170,8 @@ struct kvp_service {
 	struct kvp_op *want_frame; /* loads waiting for a frame (FIFO) */
 	struct kvp_op **want_tail;
 	unsigned nwant; /* loads on want_frame */
+	struct uffd_msg *deferred; /* faults read inside an ioctl's retry */
+	size_t ndeferred, deferred_cap;
 	bool stopping;
 };
 
@@ -197,9 +202,10 @@ struct kvp_pager {
 	unsigned nregions;
 	unsigned next_region_id;
 	struct kvp_region **rtab; /* regions sorted by address */
-	unsigned wb_inflight;	  /* eviction write-backs queued or in
-				     flight: each frees a frame */
-	uint64_t wb_bytes;	  /* their bytes */
+	unsigned leaving;	  /* evictions under way (a write-back or
+				     a zap queued or in flight): each
+				     frees a frame when done */
+	uint64_t leaving_bytes;	  /* their bytes */
 	struct kvp_op *staged;	  /* read-ahead blocks read, not installed
 				      (newest first) */
 	uint64_t pinned_bytes;	  /* bytes of blocks with pins > 0 */
@@ -209,6 +215,13 @@ struct kvp_pager {
 	unsigned rr;		/* round robin for requests */
 	unsigned forget_acks;	/* threads done with REQ_FORGET_STORE */
 	struct kvp_astats gone; /* totals of destroyed regions */
+	/* zap.c: clean eviction by batched MADV_DONTNEED. */
+	int pidfd;		/* this process, for process_madvise */
+	pthread_t zapper;
+	bool zapper_running, zap_stop;
+	pthread_cond_t zap_cond;   /* work for the zapper */
+	struct kvp_op *zap_queue;  /* victims waiting for the zapper */
+	struct kvp_op *zap_done;   /* zapped: a service thread settles */
 	void *zero_page;	/* a page of zeros, for hole fills */
 };
 
@@ -261,6 +274,20 @@ int kvp_evict_one(struct kvp_service *s, bool take_prefetched);
  * block in EVICTING); returns 0 or -errno; *slot receives the slot. */
 int kvp_detach(struct kvp_pager *p, struct kvp_region *r, uint64_t blk,
 	       void **slot);
+/* Evict an EVICTING block by moving its pages out (called unlocked; @op
+ * is its op, a write-back or a zap the zapper could not do). */
+int kvp_evict_move(struct kvp_service *s, struct kvp_op *op);
+
+/* zap.c: the zapper thread. */
+int kvp_zap_start(struct kvp_pager *p); /* 0, or -errno; none if no zap */
+void kvp_zap_stop(struct kvp_pager *p);
+/* Under p->lock: may this EVICTING-to-be block leave by a zap? */
+bool kvp_zap_eligible(const struct kvp_pager *p, const struct kvp_region *r,
+		      const struct kvp_block *b, bool dirty);
+/* Under p->lock: queue a victim (already EVICTING, op->kind OP_ZAP). */
+void kvp_zap_queue(struct kvp_pager *p, struct kvp_op *op);
+/* Under p->lock: a REMOVE event covered [lo, hi) of a zapping block. */
+void kvp_zap_seen(struct kvp_op *op, uint32_t lo, uint32_t hi);
 
 /* service.c: the fault service threads. */
 int kvp_service_start(struct kvp_pager *p);
@@ -269,6 +296,18 @@ void kvp_service_request(struct kvp_pager *p, struct kvp_req *req);
 /* Under p->lock: every service thread drops its queue on @store (its last
  * region is gone, the caller may destroy it next); waits for them. */
 void kvp_service_forget_store(struct kvp_pager *p, struct kvp_store *store);
+/*
+ * An ioctl on p->uffd said EAGAIN with nothing done: the kernel refuses
+ * the resolving ioctls while an event (REMOVE, UNMAP) waits to be read,
+ * and the reader may be this very thread.  On a service thread, read and
+ * handle the events now (faults are kept for the main loop); elsewhere,
+ * yield to the service threads.  Call it in the retry loop.
+ */
+void kvp_uffd_unblock(struct kvp_pager *p);
+/* UFFDIO_WRITEPROTECT (clearing wakes), retried through EAGAIN. */
+int kvp_uffd_protect(struct kvp_pager *p, void *addr, size_t len, bool wp);
+/* UFFDIO_POISON over the range's missing pages, retried through EAGAIN. */
+void kvp_uffd_poison_range(struct kvp_pager *p, void *addr, size_t len);
 /* Wake a service thread (its eventfd). */
 void kvp_service_poke(struct kvp_service *s);
 struct kvp_op *kvp_op_new(enum kvp_op_kind kind, struct kvp_region *r,

@@ -300,8 +300,8 @@ static int write_block(struct kvp_region *r, uint64_t blk)
 	/* Protect first: a later write faults and marks it dirty again.  A
 	 * split block cannot be protected over its hole: it stays dirty. */
 	if (p->have_wp && !(b->flags & BLK_SPLIT))
-		(void)kvp_uffd_writeprotect(&p->uffd, kvp_blk_addr(r, blk),
-					    r->block_bytes, true, false);
+		(void)kvp_uffd_protect(p, kvp_blk_addr(r, blk), r->block_bytes,
+				       true);
 	err = store_block(r, blk);
 	pthread_mutex_lock(&p->lock);
 	if (err) {

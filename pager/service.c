@@ -16,6 +16,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,12 @@
 
 #define MSG_BATCH  32
 #define REAP_BATCH 64
+
+/* The service thread running on this thread, if any (kvp_uffd_unblock). */
+static _Thread_local struct kvp_service *this_service;
+
+static size_t read_events(struct kvp_service *s, bool defer_faults);
+static void submit_stage(struct kvp_service *s);
 
 static uint64_t now_ns(void)
 {
@@ -54,6 +61,7 @@ void kvp_op_free(struct kvp_op *op)
 {
 	if (!op)
 		return;
+	free(op->cover);
 	while (op->pfs) {
 		struct kvp_pf_ref *n = op->pfs->next;
 
@@ -200,9 +208,12 @@ static void mark_used(struct kvp_region *r, struct kvp_block *b)
 static void fill_hole(struct kvp_pager *p, char *page)
 {
 	size_t done;
-	int err = kvp_uffd_copy(&p->uffd, page, p->zero_page, KVP_PAGE_BYTES,
-				false, false, &done);
+	int err;
 
+	while ((err = kvp_uffd_copy(&p->uffd, page, p->zero_page,
+				    KVP_PAGE_BYTES, false, false, &done)) ==
+	       -EAGAIN)
+		kvp_uffd_unblock(p);
 	if (err == -EEXIST)
 		(void)kvp_uffd_wake(&p->uffd, page, KVP_PAGE_BYTES);
 }
@@ -294,15 +305,13 @@ out:
 		(void)kvp_uffd_wake(&p->uffd, page, KVP_PAGE_BYTES);
 		break;
 	case UNPROTECT:
-		(void)kvp_uffd_writeprotect(&p->uffd, baddr, r->block_bytes,
-					    false, false);
+		(void)kvp_uffd_protect(p, baddr, r->block_bytes, false);
 		break;
 	case HOLE:
 		fill_hole(p, page);
 		break;
 	case POISON:
-		(void)kvp_uffd_poison(&p->uffd, page, KVP_PAGE_BYTES, false,
-				      NULL);
+		kvp_uffd_poison_range(p, page, KVP_PAGE_BYTES);
 		break;
 	}
 }
@@ -324,7 +333,6 @@ static void handle_drop(struct kvp_service *s, uint64_t start, uint64_t end,
 
 		if (a >= e || r->dying)
 			continue;
-		KVP_STAT_ADD(r, removed_bytes_total, e - a);
 		for (uint64_t blk = (a - rs) >> r->block_shift;
 		     blk < r->nblocks && (blk << r->block_shift) + rs < e;
 		     blk++) {
@@ -335,6 +343,9 @@ static void handle_drop(struct kvp_service *s, uint64_t start, uint64_t end,
 			uint32_t lo = (uint32_t)((a > bs ? a : bs) - bs);
 			uint32_t hi = (uint32_t)((e < be ? e : be) - bs);
 
+			if (b->state != KVP_BLOCK_EVICTING ||
+			    b->op->kind != OP_ZAP || gone)
+				KVP_STAT_ADD(r, removed_bytes_total, hi - lo);
 			switch (b->state) {
 			case KVP_BLOCK_RESIDENT:
 				if (whole) {
@@ -371,6 +382,12 @@ static void handle_drop(struct kvp_service *s, uint64_t start, uint64_t end,
 					b->op->dirty = true;
 				break;
 			case KVP_BLOCK_EVICTING:
+				if (b->op->kind == OP_ZAP && !gone) {
+					/* Ours, or the program's too: counted
+					 * page by page (zap.c). */
+					kvp_zap_seen(b->op, lo, hi);
+					continue;
+				}
 				if (whole)
 					b->flags |= BLK_DROP;
 				else
@@ -401,6 +418,113 @@ static void handle_drop(struct kvp_service *s, uint64_t start, uint64_t end,
 		}
 	}
 	pthread_mutex_unlock(&p->lock);
+}
+
+/* Keep a fault for later; false (handle it now) when out of memory. */
+static bool defer_fault(struct kvp_service *s, const struct uffd_msg *m)
+{
+	if (s->ndeferred == s->deferred_cap) {
+		size_t cap = s->deferred_cap ? 2 * s->deferred_cap : 64;
+		struct uffd_msg *v = realloc(s->deferred, cap * sizeof(*v));
+
+		if (!v)
+			return false;
+		s->deferred = v;
+		s->deferred_cap = cap;
+	}
+	s->deferred[s->ndeferred++] = *m;
+	return true;
+}
+
+/*
+ * Read the userfaultfd until it is empty.  Drops are handled at once.
+ * Faults are handled too, unless @defer_faults: then they wait in
+ * s->deferred for the main loop (we are inside an ioctl's retry, see
+ * kvp_uffd_unblock, and handling a fault may issue ioctls of its own).
+ * Returns the number of messages read.
+ */
+static size_t read_events(struct kvp_service *s, bool defer_faults)
+{
+	struct kvp_pager *p = s->p;
+	struct uffd_msg msgs[MSG_BATCH];
+	size_t got = 0, total = 0;
+
+	while (kvp_uffd_read(&p->uffd, msgs, MSG_BATCH, &got) == 0 && got) {
+		total += got;
+		for (size_t i = 0; i < got; i++) {
+			const struct uffd_msg *m = &msgs[i];
+
+			if (m->event == UFFD_EVENT_PAGEFAULT && defer_faults &&
+			    defer_fault(s, m))
+				continue;
+			if (m->event == UFFD_EVENT_PAGEFAULT)
+				handle_fault(s, m);
+			else if (m->event == UFFD_EVENT_REMOVE)
+				handle_drop(s, m->arg.remove.start,
+					    m->arg.remove.end, false);
+			else if (m->event == UFFD_EVENT_UNMAP)
+				handle_drop(s, m->arg.remove.start,
+					    m->arg.remove.end, true);
+		}
+		if (!defer_faults)
+			submit_stage(s);
+		if (got < MSG_BATCH)
+			break;
+	}
+	return total;
+}
+
+/* Handle the faults read while an ioctl waited (see read_events). */
+static void deferred_stage(struct kvp_service *s)
+{
+	struct uffd_msg *list = s->deferred;
+	size_t n = s->ndeferred;
+
+	if (!n)
+		return;
+	s->deferred = NULL;
+	s->ndeferred = s->deferred_cap = 0;
+	for (size_t i = 0; i < n; i++)
+		handle_fault(s, &list[i]);
+	free(list);
+}
+
+void kvp_uffd_unblock(struct kvp_pager *p)
+{
+	struct kvp_service *s = this_service;
+
+	if (s && s->p == p && read_events(s, true))
+		return;
+	sched_yield(); /* another thread holds the event: let it run */
+}
+
+int kvp_uffd_protect(struct kvp_pager *p, void *addr, size_t len, bool wp)
+{
+	int err;
+
+	while ((err = kvp_uffd_writeprotect(&p->uffd, addr, len, wp, false)) ==
+	       -EAGAIN)
+		kvp_uffd_unblock(p);
+	return err;
+}
+
+void kvp_uffd_poison_range(struct kvp_pager *p, void *addr, size_t len)
+{
+	size_t off = 0;
+
+	while (off < len) {
+		size_t done = 0;
+		int err = kvp_uffd_poison(&p->uffd, (char *)addr + off,
+					  len - off, false, &done);
+
+		off += done;
+		if (err == -EEXIST || err == -ENOENT)
+			off += KVP_PAGE_BYTES; /* mapped or unmapped: skip */
+		else if (err == -EAGAIN && done == 0)
+			kvp_uffd_unblock(p);
+		else if (err && err != -EAGAIN)
+			break;
+	}
 }
 
 static struct kvp_squeue *queue_for(struct kvp_service *s,
@@ -466,6 +590,8 @@ static int install(struct kvp_pager *p, struct kvp_region *r, uint64_t blk,
 			off += KVP_PAGE_BYTES; /* unmapped: nothing to fill */
 			skipped = true;
 			*split = true;
+		} else if (err == -EAGAIN && done == 0) {
+			kvp_uffd_unblock(p); /* an event to read first */
 		} else if (err && err != -EAGAIN && move) {
 			/* The kernel would not move these pages (a THP shared
 			 * with a slot under I/O cannot be split: EBUSY):
@@ -483,13 +609,10 @@ static int install(struct kvp_pager *p, struct kvp_region *r, uint64_t blk,
 		return -ENOENT;
 	if (r->install == KVP_INSTALL_MOVE) {
 		KVP_STAT_ADD(r, installs_move_total, 1);
-		if (wp && !*split && !copied)
-			(void)kvp_uffd_writeprotect(&p->uffd, addr, len, true,
-						    false);
-		else if (wp && !*split && copied && off)
-			/* The part moved before the fallback: protect it. */
-			(void)kvp_uffd_writeprotect(&p->uffd, addr, len, true,
-						    false);
+		/* Moved pages arrive writable (and, after a fallback to
+		 * copy, the part moved first). */
+		if (wp && !*split)
+			(void)kvp_uffd_protect(p, addr, len, true);
 	} else {
 		KVP_STAT_ADD(r, installs_copy_total, 1);
 	}
@@ -647,6 +770,7 @@ static void complete_load(struct kvp_service *s, struct kvp_op *op)
 		kvp_frame_put(p, op->slot, len, true);
 		pthread_cond_broadcast(&p->idle);
 		pthread_mutex_unlock(&p->lock);
+		(void)kvp_uffd_wake(&p->uffd, kvp_blk_addr(r, op->blk), len);
 		kvp_op_free(op);
 		return;
 	}
@@ -660,9 +784,8 @@ static void complete_load(struct kvp_service *s, struct kvp_op *op)
 		pthread_mutex_unlock(&p->lock);
 		/* SIGBUS for every access, now and later: never a hang. */
 		if (p->have_poison)
-			(void)kvp_uffd_poison(&p->uffd,
-					      kvp_blk_addr(r, op->blk), len,
-					      false, NULL);
+			kvp_uffd_poison_range(p, kvp_blk_addr(r, op->blk),
+					      len);
 		kvp_op_free(op);
 		return;
 	}
@@ -705,8 +828,8 @@ static void complete_writeback(struct kvp_service *s, struct kvp_op *op)
 	bool ok = op->io.result == (int64_t)len, waiters;
 
 	pthread_mutex_lock(&p->lock);
-	p->wb_inflight--;
-	p->wb_bytes -= len;
+	p->leaving--;
+	p->leaving_bytes -= len;
 	if (!ok && !(b->flags & BLK_DROP)) {
 		/* Keep the only copy: put the pages back, dirty, and never
 		 * pick the block again until a flush succeeds. */
@@ -723,6 +846,8 @@ static void complete_writeback(struct kvp_service *s, struct kvp_op *op)
 						UFFDIO_MOVE_MODE_DONTWAKE,
 					    &done);
 			off += done;
+			if (err == -EAGAIN && done == 0)
+				kvp_uffd_unblock(p);
 		} while (err == -EAGAIN && off < len);
 		pthread_mutex_lock(&p->lock);
 		b->flags |= BLK_WB_FAILED | BLK_DIRTY;
@@ -880,6 +1005,10 @@ static void frame_stage(struct kvp_service *s)
 			finish_pfs(p, op, false);
 			pthread_cond_broadcast(&p->idle);
 			pthread_mutex_unlock(&p->lock);
+			/* A fault that waited on it faults again (zeros). */
+			(void)kvp_uffd_wake(&p->uffd,
+					    kvp_blk_addr(op->r, op->blk),
+					    op->r->block_bytes);
 			kvp_op_free(op);
 			continue;
 		}
@@ -902,11 +1031,94 @@ static void frame_stage(struct kvp_service *s)
 		}
 		/* Each write-back queued or in flight frees a frame when it
 		 * is done: evict only for the loads they will not cover. */
-		bool wait = p->wb_inflight >= s->nwant;
+		bool wait = p->leaving >= s->nwant;
 
 		pthread_mutex_unlock(&p->lock);
 		if (wait || ++tries > 64 || kvp_evict_one(s, true) == -EAGAIN)
 			return;
+	}
+}
+
+/*
+ * Settle a block the zapper took (zap.c).  Pages counted twice were also
+ * dropped by the program: all of them, and the block reads as zeros; some,
+ * and it is loaded again at once with those zeroed, as a partial drop of
+ * an absent block is.  A block the call did not finish is evicted by move.
+ */
+static void zap_settle(struct kvp_service *s, struct kvp_op *op)
+{
+	struct kvp_pager *p = s->p;
+	struct kvp_region *r = op->r;
+	struct kvp_block *b = &r->blocks[op->blk];
+	size_t len = r->block_bytes, pages = len / KVP_PAGE_BYTES;
+	size_t dropped = 0, lo = pages, hi = 0;
+	bool waiters;
+
+	pthread_mutex_lock(&p->lock);
+	p->leaving--;
+	p->leaving_bytes -= len;
+	if (!op->zapped && !(b->flags & BLK_GONE)) {
+		op->kind = OP_WRITEBACK;
+		op->slot = kvp_frame_empty_slot(p, len);
+		pthread_mutex_unlock(&p->lock);
+		if (op->slot) {
+			(void)kvp_evict_move(s, op);
+			return;
+		}
+		/* No address space left for a slot (the arena is 64 GiB
+		 * past the budget): let the zapper try again. */
+		pthread_mutex_lock(&p->lock);
+		op->kind = OP_ZAP;
+		p->leaving++;
+		p->leaving_bytes += len;
+		kvp_zap_queue(p, op);
+		pthread_mutex_unlock(&p->lock);
+		return;
+	}
+	for (size_t i = 0; i < pages; i++)
+		if (op->cover[i] > 1) {
+			dropped++;
+			lo = i < lo ? i : lo;
+			hi = i + 1;
+		}
+	if (dropped == pages)
+		b->flags |= BLK_DROP;
+	if (b->flags & BLK_PREFETCHED)
+		KVP_STAT_ADD(r, prefetch_wasted_total, 1);
+	if (!(b->flags & BLK_DROP))
+		KVP_STAT_ADD(r, evictions_clean_total, 1);
+	KVP_STAT_ADD(r, evictions_zap_total, 1);
+	waiters = b->flags & BLK_WAITERS;
+	b->flags &= ~BLK_WAITERS;
+	kvp_blk_evicted(r, b, false);
+	kvp_frame_unuse(p, len);
+	if (dropped && dropped < pages && (b->flags & BLK_IN_STORE) &&
+	    !r->dying &&
+	    kvp_load_start(s, r, op->blk, LOAD_FAULT, NULL, true) == 0) {
+		b->op->rm_start = (uint32_t)(lo * KVP_PAGE_BYTES);
+		b->op->rm_end = (uint32_t)(hi * KVP_PAGE_BYTES);
+	}
+	pthread_cond_broadcast(&p->idle);
+	pthread_mutex_unlock(&p->lock);
+	if (waiters)
+		(void)kvp_uffd_wake(&p->uffd, kvp_blk_addr(r, op->blk), len);
+	kvp_op_free(op);
+}
+
+static void zap_stage(struct kvp_service *s)
+{
+	struct kvp_pager *p = s->p;
+	struct kvp_op *list;
+
+	pthread_mutex_lock(&p->lock);
+	list = p->zap_done;
+	p->zap_done = NULL;
+	pthread_mutex_unlock(&p->lock);
+	while (list) {
+		struct kvp_op *n = list->next;
+
+		zap_settle(s, list);
+		list = n;
 	}
 }
 
@@ -921,14 +1133,14 @@ static void watermark_stage(struct kvp_service *s)
 
 	/* Blocks whose write-back is queued are as good as gone. */
 	pthread_mutex_lock(&p->lock);
-	bool over = p->frames.in_use - p->wb_bytes > high;
+	bool over = p->frames.in_use - p->leaving_bytes > high;
 
 	pthread_mutex_unlock(&p->lock);
 	if (!over)
 		return;
 	while (n++ < 256) {
 		pthread_mutex_lock(&p->lock);
-		bool done = p->frames.in_use - p->wb_bytes <= low;
+		bool done = p->frames.in_use - p->leaving_bytes <= low;
 
 		pthread_mutex_unlock(&p->lock);
 		if (done || kvp_evict_one(s, false) == -EAGAIN)
@@ -1011,9 +1223,10 @@ static void *service_main(void *arg)
 {
 	struct kvp_service *s = arg;
 	struct kvp_pager *p = s->p;
-	struct uffd_msg msgs[MSG_BATCH];
 	struct pollfd *pfd = NULL;
 	unsigned npfd = 0;
+
+	this_service = s;
 
 	for (;;) {
 		unsigned want = 2 + s->nqueues;
@@ -1035,7 +1248,9 @@ static void *service_main(void *arg)
 				    s->queues[i].q),
 				.events = POLLIN
 			};
-		if (s->want_frame || s->to_submit || s->ready)
+		if (s->ndeferred)
+			timeout = 0;
+		else if (s->want_frame || s->to_submit || s->ready)
 			timeout = 1; /* waiting on another thread's work */
 		if (s->stopping)
 			timeout = 10;
@@ -1047,31 +1262,10 @@ static void *service_main(void *arg)
 		if (pfd[1].revents & POLLIN)
 			if (take_requests(s))
 				s->stopping = true;
-		if (pfd[0].revents & POLLIN) {
-			size_t got = 0;
-
-			while (kvp_uffd_read(&p->uffd, msgs, MSG_BATCH, &got) ==
-				   0 &&
-			       got) {
-				for (size_t i = 0; i < got; i++) {
-					const struct uffd_msg *m = &msgs[i];
-
-					if (m->event == UFFD_EVENT_PAGEFAULT)
-						handle_fault(s, m);
-					else if (m->event == UFFD_EVENT_REMOVE)
-						handle_drop(
-						    s, m->arg.remove.start,
-						    m->arg.remove.end, false);
-					else if (m->event == UFFD_EVENT_UNMAP)
-						handle_drop(
-						    s, m->arg.remove.start,
-						    m->arg.remove.end, true);
-				}
-				submit_stage(s);
-				if (got < MSG_BATCH)
-					break;
-			}
-		}
+		deferred_stage(s);
+		if (pfd[0].revents & POLLIN)
+			read_events(s, false);
+		zap_stage(s);
 		ready_stage(s);
 		reap_stage(s);
 		ready_stage(s);
@@ -1089,6 +1283,7 @@ static void *service_main(void *arg)
 		}
 	}
 	free(pfd);
+	free(s->deferred);
 	return NULL;
 }
 

@@ -37,6 +37,8 @@ enum kvp_stat_kind { KVP_COUNTER, KVP_GAUGE };
 	X(evictions_clean_total, KVP_COUNTER, "clean blocks evicted")          \
 	X(evictions_dirty_total, KVP_COUNTER,                                  \
 	  "dirty blocks written and evicted")                                  \
+	X(evictions_zap_total, KVP_COUNTER,                                    \
+	  "clean evictions by batched MADV_DONTNEED (the others move out)")   \
 	X(installs_move_total, KVP_COUNTER, "blocks installed by UFFDIO_MOVE") \
 	X(installs_copy_total, KVP_COUNTER, "blocks installed by UFFDIO_COPY") \
 	X(read_errors_total, KVP_COUNTER, "failed or short store reads")       \

@@ -754,6 +754,169 @@ START_TEST(test_write_during_eviction)
 }
 END_TEST
 
+/*
+ * Clean blocks of a copy-mode region leave by batched MADV_DONTNEED (the
+ * zapper): read-only passes over a region four times the budget, each
+ * evicting, must read the store's data back and write nothing.
+ */
+START_TEST(test_zap_clean_eviction)
+{
+	enum store_kind k = _i ? ST_FILE : ST_MEM;
+	uint64_t budget = 4 * MIB;
+	size_t size = 4 * budget, bs = 64 * KIB;
+	struct popts po = { .budget = budget, .mode = KVP_INSTALL_COPY };
+	struct kvp_stats st;
+
+	make_store(k, size);
+	store_fill(S, 0, size, SEED_A);
+	open_pager(&po);
+	R = make_region(size, bs, KVP_REGION_FROM_STORE);
+	for (int pass = 0; pass < 3; pass++)
+		check_region(R, 0, size, SEED_A);
+	st = rstats(R);
+	ck_assert_uint_ge(st.evictions_clean_total, 2 * (size - budget) / bs);
+	ck_assert_uint_gt(st.evictions_zap_total, st.evictions_clean_total / 2);
+	ck_assert_uint_eq(st.evictions_dirty_total, 0);
+	ck_assert_uint_eq(st.bytes_written_total, 0);
+	ck_assert_uint_eq(st.removed_bytes_total, 0); /* ours are not counted */
+	ck_assert_uint_le(st.resident_bytes, budget);
+	ck_assert_int_eq(store_check(S, 0, size, SEED_A), -1);
+}
+END_TEST
+
+/*
+ * The program's MADV_DONTNEED racing the zapper's: a reader streams over
+ * the region (evicting all the time), a dropper drops whole and half
+ * blocks of the upper half, a writer writes a word per block of the lower
+ * half (write-protect faults, whose ioctls the kernel refuses while a
+ * REMOVE waits to be read).  Dropped pages read zeros, the rest the
+ * store's pattern or the last write: a REMOVE taken for the wrong owner
+ * shows as stale data or lost data, a refused ioctl as a hang.
+ */
+#define RACE_MS 1500
+
+struct race {
+	struct kvp_region *r;
+	size_t size, bs;
+	atomic_bool stop;
+	uint8_t *dropped; /* per page of the upper half */
+	uint64_t *written; /* per block of the lower half: last value */
+	unsigned long drops, writes;
+	atomic_size_t at; /* the reader's offset */
+};
+
+static void *race_reader(void *arg)
+{
+	struct race *x = arg;
+	volatile uint64_t *p = kvp_region_addr(x->r);
+
+	while (!atomic_load(&x->stop))
+		for (size_t off = 0; off < x->size; off += PG) {
+			(void)p[off / 8];
+			atomic_store(&x->at, off);
+		}
+	return NULL;
+}
+
+static void *race_dropper(void *arg)
+{
+	struct race *x = arg;
+	char *a = kvp_region_addr(x->r);
+	size_t half = x->size / 2, nb = half / x->bs;
+	unsigned seed = 12345;
+
+	while (!atomic_load(&x->stop)) {
+		/* Mostly the blocks the reader left a budget behind: the
+		 * clock's next victims, often being zapped right now. */
+		size_t behind = (atomic_load(&x->at) - half) / x->bs;
+		size_t blk = rand_r(&seed) % 4 && behind < nb && behind > 40
+				 ? behind - 28 - (size_t)rand_r(&seed) % 12
+				 : (size_t)rand_r(&seed) % nb;
+		size_t len = rand_r(&seed) % 2 ? x->bs : x->bs / 2;
+		size_t off = half + blk * x->bs;
+
+		ck_assert_int_eq(madvise(a + off, len, MADV_DONTNEED), 0);
+		memset(x->dropped + (off - half) / PG, 1, len / PG);
+		x->drops++;
+		usleep(50);
+	}
+	return NULL;
+}
+
+static void *race_writer(void *arg)
+{
+	struct race *x = arg;
+	volatile uint64_t *p = kvp_region_addr(x->r);
+	size_t nb = x->size / 2 / x->bs;
+	uint64_t v = 1;
+
+	while (!atomic_load(&x->stop))
+		for (size_t blk = 0; blk < nb; blk += 3, v++) {
+			p[blk * x->bs / 8] = v;
+			x->written[blk] = v;
+			x->writes++;
+		}
+	return NULL;
+}
+
+START_TEST(test_zap_drop_race)
+{
+	uint64_t budget = 2 * MIB;
+	struct race x = { .size = 8 * budget, .bs = 64 * KIB };
+	struct popts po = { .budget = budget, .mode = KVP_INSTALL_COPY };
+	pthread_t t[3];
+	size_t half = x.size / 2;
+	const char *base;
+
+	make_store(ST_MEM, x.size);
+	store_fill(S, 0, x.size, SEED_B);
+	open_pager(&po);
+	R = make_region(x.size, x.bs, KVP_REGION_FROM_STORE);
+	x.r = R;
+	x.dropped = calloc(half / PG, 1);
+	x.written = calloc(half / x.bs, sizeof(uint64_t));
+	ck_assert(x.dropped && x.written);
+	ck_assert_int_eq(pthread_create(&t[0], NULL, race_reader, &x), 0);
+	ck_assert_int_eq(pthread_create(&t[1], NULL, race_dropper, &x), 0);
+	ck_assert_int_eq(pthread_create(&t[2], NULL, race_writer, &x), 0);
+	usleep(RACE_MS * 1000);
+	atomic_store(&x.stop, true);
+	for (int i = 0; i < 3; i++)
+		pthread_join(t[i], NULL);
+	ck_assert_uint_gt(x.drops, 10);
+	ck_assert_uint_gt(x.writes, 10);
+	ck_assert_uint_gt(rstats(R).evictions_zap_total, 0);
+
+	base = kvp_region_addr(R);
+	for (size_t off = 0; off < half; off += PG) {
+		size_t blk = off / x.bs;
+		const uint64_t *w = (const uint64_t *)(base + off);
+
+		if (off % x.bs == 0 && x.written[blk]) {
+			ck_assert_msg(w[0] == x.written[blk],
+				      "block %zu: write %llu lost (reads %llu)",
+				      blk, (unsigned long long)x.written[blk],
+				      (unsigned long long)w[0]);
+			ck_assert_int_eq(check_words(w + 1, PG - 8, SEED_B,
+						     off + 8),
+					 -1);
+		} else {
+			check_region(R, off, PG, SEED_B);
+		}
+	}
+	for (size_t off = half; off < x.size; off += PG) {
+		if (x.dropped[(off - half) / PG])
+			ck_assert_msg(is_zero(base + off, PG),
+				      "page at %zu was dropped but reads data",
+				      off);
+		else
+			check_region(R, off, PG, SEED_B);
+	}
+	free(x.dropped);
+	free(x.written);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ */
 /* REMOVE and UNMAP */
 
@@ -1891,6 +2054,9 @@ static Suite *pager_suite(void)
 	tcase_add_loop_test(t, test_budget, 0, 4);
 	t = tc(s, "write_race", 120);
 	tcase_add_loop_test(t, test_write_during_eviction, 0, 4);
+	t = tc(s, "zap", 120);
+	tcase_add_loop_test(t, test_zap_clean_eviction, 0, 2);
+	tcase_add_test(t, test_zap_drop_race);
 	t = tc(s, "remove_unmap", 120);
 	tcase_add_loop_test(t, test_remove_whole_block, 0, 2);
 	tcase_add_loop_test(t, test_remove_part_of_block, 0, 2);

@@ -1,0 +1,150 @@
+/*
+ * zap.c - clean eviction by batched MADV_DONTNEED: the zapper thread.
+ *
+ * A block leaves its region either by moving its pages back into a frame
+ * (UFFDIO_MOVE, evict.c) or, when the store already holds its data, by
+ * dropping them.  A move flushes the TLB once per page for a block of up
+ * to 32 pages, and in a guest each flush costs a hypercall and an IPI to
+ * every CPU running the program: 40-70 us for a 64 KiB block on these
+ * machines.  One process_madvise(MADV_DONTNEED) drops a whole batch of
+ * blocks with one flush.  It serves clean blocks of copy-mode regions,
+ * whose frames went back to the pool at install; move-mode regions keep
+ * moving, since their pages are the pool's next frames.
+ *
+ * Each range dropped raises a UFFD_EVENT_REMOVE, and the call waits until
+ * a service thread has read it: so the call runs on a thread of its own.
+ * A service thread that reads a REMOVE over a zapping block counts it
+ * page by page (kvp_zap_seen) instead of taking it for the program's.  Our
+ * call drops each page of the block exactly once, so a page counted twice
+ * was dropped by the program too and must read back as zeros.
+ *
+ * Every block the zapper took goes back to a service thread (p->zap_done),
+ * which settles it (service.c): state changes stay on service threads.  A
+ * block the call did not finish (it stops at the first range it fails on,
+ * such as one the program unmapped in part) is evicted by move there.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "kmod-helpers/mem.h"
+#include "pager/pager_i.h"
+
+#define ZAP_BATCH 256 /* ranges per call (the kernel takes up to 1024) */
+
+bool kvp_zap_eligible(const struct kvp_pager *p, const struct kvp_region *r,
+		      const struct kvp_block *b, bool dirty)
+{
+	return p->zapper_running && r->install == KVP_INSTALL_COPY && !dirty &&
+	       !(b->flags & (BLK_SPLIT | BLK_HOLES | BLK_DROP));
+}
+
+void kvp_zap_queue(struct kvp_pager *p, struct kvp_op *op)
+{
+	op->next = p->zap_queue;
+	p->zap_queue = op;
+	pthread_cond_signal(&p->zap_cond);
+}
+
+void kvp_zap_seen(struct kvp_op *op, uint32_t lo, uint32_t hi)
+{
+	for (uint32_t pg = lo / KVP_PAGE_BYTES;
+	     pg < (hi + KVP_PAGE_BYTES - 1) / KVP_PAGE_BYTES; pg++)
+		if (op->cover[pg] < UINT8_MAX)
+			op->cover[pg]++;
+}
+
+static void *zapper_main(void *arg)
+{
+	struct kvp_pager *p = arg;
+	struct iovec iov[ZAP_BATCH];
+	struct kvp_op *batch[ZAP_BATCH];
+
+	pthread_mutex_lock(&p->lock);
+	for (;;) {
+		unsigned n = 0;
+		size_t done = 0;
+
+		while (!p->zap_queue && !p->zap_stop)
+			pthread_cond_wait(&p->zap_cond, &p->lock);
+		if (!p->zap_queue)
+			break;
+		while (p->zap_queue && n < ZAP_BATCH) {
+			struct kvp_op *op = p->zap_queue;
+
+			p->zap_queue = op->next;
+			batch[n] = op;
+			iov[n].iov_base = kvp_blk_addr(op->r, op->blk);
+			iov[n].iov_len = op->r->block_bytes;
+			n++;
+		}
+		pthread_mutex_unlock(&p->lock);
+		(void)kvp_mem_advise_batch(p->pidfd, iov, n, MADV_DONTNEED,
+					   &done);
+		pthread_mutex_lock(&p->lock);
+		for (unsigned i = 0; i < n; i++) {
+			batch[i]->zapped = done >= iov[i].iov_len;
+			done -= batch[i]->zapped ? iov[i].iov_len : done;
+			batch[i]->next = p->zap_done;
+			p->zap_done = batch[i];
+		}
+		kvp_service_poke(&p->svc[p->rr++ % p->nsvc]);
+	}
+	pthread_mutex_unlock(&p->lock);
+	return NULL;
+}
+
+/* Does this kernel take MADV_DONTNEED from process_madvise? */
+static bool zap_works(int pidfd)
+{
+	struct iovec iov = { .iov_len = KVP_PAGE_BYTES };
+	size_t done;
+	bool ok;
+
+	iov.iov_base = mmap(NULL, KVP_PAGE_BYTES, PROT_READ | PROT_WRITE,
+			    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (iov.iov_base == MAP_FAILED)
+		return false;
+	ok = kvp_mem_advise_batch(pidfd, &iov, 1, MADV_DONTNEED, &done) == 0;
+	munmap(iov.iov_base, KVP_PAGE_BYTES);
+	return ok;
+}
+
+int kvp_zap_start(struct kvp_pager *p)
+{
+	int err;
+
+	p->pidfd = kvp_mem_self_pidfd();
+	if (p->pidfd < 0 || !zap_works(p->pidfd)) {
+		/* Older kernels: every block leaves by move. */
+		if (p->pidfd >= 0)
+			close(p->pidfd);
+		p->pidfd = -1;
+		return 0;
+	}
+	err = -pthread_create(&p->zapper, NULL, zapper_main, p);
+	if (err) {
+		close(p->pidfd);
+		p->pidfd = -1;
+		return err;
+	}
+	p->zapper_running = true;
+	return 0;
+}
+
+void kvp_zap_stop(struct kvp_pager *p)
+{
+	if (p->zapper_running) {
+		pthread_mutex_lock(&p->lock);
+		p->zap_stop = true;
+		pthread_cond_signal(&p->zap_cond);
+		pthread_mutex_unlock(&p->lock);
+		pthread_join(p->zapper, NULL);
+		p->zapper_running = false;
+	}
+	if (p->pidfd >= 0)
+		close(p->pidfd);
+	p->pidfd = -1;
+}
