@@ -214,6 +214,48 @@ START_TEST(test_advise)
 }
 END_TEST
 
+/* process_madvise of scattered ranges: each dropped, the rest kept; a
+ * range that is not mapped stops the call there, with *done saying how far
+ * it got. */
+START_TEST(test_advise_batch)
+{
+	int pidfd = kvp_mem_self_pidfd();
+	struct iovec iov[3];
+	size_t done = 99;
+	char *p;
+
+	ck_assert_int_ge(pidfd, 0);
+	ck_assert_int_eq(kvp_mem_reserve(8 * PG, PG, false, (void **)&p), 0);
+	memset(p, 0xab, 8 * PG);
+	iov[0] = (struct iovec){ p + 1 * PG, PG };
+	iov[1] = (struct iovec){ p + 4 * PG, 2 * PG };
+	ck_assert_int_eq(kvp_mem_advise_batch(pidfd, iov, 2, MADV_DONTNEED,
+					      &done),
+			 0);
+	ck_assert_uint_eq(done, 3 * PG);
+	ck_assert_uint_eq(resident_pages(p, 8 * PG), 5);
+	ck_assert_int_eq(p[PG], 0);
+	ck_assert_int_eq(p[5 * PG], 0);
+	ck_assert_int_eq((unsigned char)p[0], 0xab);
+	ck_assert_int_eq((unsigned char)p[7 * PG], 0xab);
+	/* The second range is unmapped: the first is done, then it stops. */
+	memset(p, 0xab, 8 * PG);
+	ck_assert_int_eq(kvp_mem_release(p + 4 * PG, 4 * PG), 0);
+	iov[2] = (struct iovec){ p + 2 * PG, PG };
+	ck_assert_int_eq(kvp_mem_advise_batch(pidfd, iov, 3, MADV_DONTNEED,
+					      &done),
+			 -EAGAIN);
+	ck_assert_uint_eq(done, PG);
+	ck_assert_int_eq(p[PG], 0);
+	ck_assert_int_eq((unsigned char)p[2 * PG], 0xab);
+	ck_assert_int_eq(kvp_mem_advise_batch(pidfd, iov, 1, 12345, &done),
+			 -EINVAL);
+	ck_assert_uint_eq(done, 0);
+	ck_assert_int_eq(kvp_mem_release(p, 4 * PG), 0);
+	close(pidfd);
+}
+END_TEST
+
 START_TEST(test_memfd)
 {
 	struct stat st;
@@ -302,6 +344,7 @@ static Suite *mem_suite(void)
 	tcase_add_test(tc, test_reserve_errors);
 	tcase_add_test(tc, test_populate);
 	tcase_add_test(tc, test_advise);
+	tcase_add_test(tc, test_advise_batch);
 	tcase_add_test(tc, test_memfd);
 	tcase_add_test(tc, test_thp_mode);
 	suite_add_tcase(s, tc);
