@@ -1058,6 +1058,9 @@ static void zap_settle(struct kvp_service *s, struct kvp_op *op)
 	p->leaving--;
 	p->leaving_bytes -= len;
 	if (!op->zapped && !(b->flags & BLK_GONE)) {
+		/* The move ignores op->cover: a drop by the program that
+		 * raced this cut-short zap (it needs a partial munmap of the
+		 * block too) is not seen, and that part reads the store. */
 		op->kind = OP_WRITEBACK;
 		op->slot = kvp_frame_empty_slot(p, len);
 		pthread_mutex_unlock(&p->lock);
