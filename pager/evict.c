@@ -122,22 +122,27 @@ int kvp_detach(struct kvp_pager *p, struct kvp_region *r, uint64_t blk,
 		return -ENOENT; /* the program unmapped all of it */
 	if (err && moved) {
 		/* Part moved (a page pinned by I/O, say): put it back. */
-		size_t back = 0, done;
-		int e2;
-
-		do {
-			done = 0;
-			e2 = kvp_uffd_move(&p->uffd, addr + back,
-					   (char *)*slot + back, off - back,
-					   UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES |
-					       UFFDIO_MOVE_MODE_DONTWAKE,
-					   &done);
-			back += done;
-			if (e2 == -EAGAIN && done == 0)
-				kvp_uffd_unblock(p);
-		} while (e2 == -EAGAIN && back < off);
+		kvp_put_back(p, addr, *slot, off);
 	}
 	return err;
+}
+
+void kvp_put_back(struct kvp_pager *p, char *addr, void *slot, size_t len)
+{
+	size_t off = 0, done;
+	int err;
+
+	do {
+		done = 0;
+		err = kvp_uffd_move(&p->uffd, addr + off, (char *)slot + off,
+				    len - off,
+				    UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES |
+					UFFDIO_MOVE_MODE_DONTWAKE,
+				    &done);
+		off += done;
+		if (err == -EAGAIN && done == 0)
+			kvp_uffd_unblock(p);
+	} while (err == -EAGAIN && off < len);
 }
 
 int kvp_evict_one(struct kvp_service *s, bool take_prefetched)

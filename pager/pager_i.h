@@ -274,6 +274,9 @@ int kvp_evict_one(struct kvp_service *s, bool take_prefetched);
  * block in EVICTING); returns 0 or -errno; *slot receives the slot. */
 int kvp_detach(struct kvp_pager *p, struct kvp_region *r, uint64_t blk,
 	       void **slot);
+/* Move a slot's pages back to the region at @addr (an eviction undone),
+ * retried through EAGAIN; the waiters are not woken. */
+void kvp_put_back(struct kvp_pager *p, char *addr, void *slot, size_t len);
 /* Evict an EVICTING block by moving its pages out (called unlocked; @op
  * is its op, a write-back or a zap the zapper could not do). */
 int kvp_evict_move(struct kvp_service *s, struct kvp_op *op);

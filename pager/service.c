@@ -835,20 +835,7 @@ static void complete_writeback(struct kvp_service *s, struct kvp_op *op)
 		 * pick the block again until a flush succeeds. */
 		KVP_STAT_ADD(r, write_errors_total, 1);
 		pthread_mutex_unlock(&p->lock);
-		size_t done = 0, off = 0;
-		int err;
-
-		do {
-			err = kvp_uffd_move(&p->uffd,
-					    kvp_blk_addr(r, op->blk) + off,
-					    (char *)op->slot + off, len - off,
-					    UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES |
-						UFFDIO_MOVE_MODE_DONTWAKE,
-					    &done);
-			off += done;
-			if (err == -EAGAIN && done == 0)
-				kvp_uffd_unblock(p);
-		} while (err == -EAGAIN && off < len);
+		kvp_put_back(p, kvp_blk_addr(r, op->blk), op->slot, len);
 		pthread_mutex_lock(&p->lock);
 		b->flags |= BLK_WB_FAILED | BLK_DIRTY;
 		kvp_blk_evict_aborted(r, b);
