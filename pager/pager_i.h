@@ -113,7 +113,10 @@ struct kvp_op {
 				      meanwhile, zeroed before install */
 	struct kvp_pf_ref *pfs;	   /* prefetch handles waiting on it */
 	uint8_t *cover;		   /* zap: REMOVE events seen, per page */
+	uint32_t uncovered;	   /* zap: pages no event has covered yet */
 	bool zapped;		   /* zap: our call dropped all of it */
+	bool parked;		   /* zap: call done, our events not all
+				      handled yet (zap.c) */
 	struct kvp_op *next;	   /* queue links */
 };
 
@@ -289,8 +292,11 @@ bool kvp_zap_eligible(const struct kvp_pager *p, const struct kvp_region *r,
 		      const struct kvp_block *b, bool dirty);
 /* Under p->lock: queue a victim (already EVICTING, op->kind OP_ZAP). */
 void kvp_zap_queue(struct kvp_pager *p, struct kvp_op *op);
-/* Under p->lock: a REMOVE event covered [lo, hi) of a zapping block. */
-void kvp_zap_seen(struct kvp_op *op, uint32_t lo, uint32_t hi);
+/* Under p->lock: a REMOVE event covered [lo, hi) of a zapping block; true
+ * when that was the last event a parked zap waited for. */
+bool kvp_zap_seen(struct kvp_op *op, uint32_t lo, uint32_t hi);
+/* Under p->lock: send a parked zap to be settled. */
+void kvp_zap_unpark(struct kvp_pager *p, struct kvp_op *op);
 
 /* service.c: the fault service threads. */
 int kvp_service_start(struct kvp_pager *p);

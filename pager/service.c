@@ -385,7 +385,8 @@ static void handle_drop(struct kvp_service *s, uint64_t start, uint64_t end,
 				if (b->op->kind == OP_ZAP && !gone) {
 					/* Ours, or the program's too: counted
 					 * page by page (zap.c). */
-					kvp_zap_seen(b->op, lo, hi);
+					if (kvp_zap_seen(b->op, lo, hi))
+						kvp_zap_unpark(p, b->op);
 					continue;
 				}
 				if (whole)
@@ -1042,6 +1043,12 @@ static void zap_settle(struct kvp_service *s, struct kvp_op *op)
 	bool waiters;
 
 	pthread_mutex_lock(&p->lock);
+	if (op->zapped && op->uncovered && !r->dying) {
+		/* Our events are read, not all handled yet (zap.c). */
+		op->parked = true;
+		pthread_mutex_unlock(&p->lock);
+		return;
+	}
 	p->leaving--;
 	p->leaving_bytes -= len;
 	if (!op->zapped && !(b->flags & BLK_GONE)) {

@@ -22,6 +22,14 @@
  * which settles it (service.c): state changes stay on service threads.  A
  * block the call did not finish (it stops at the first range it fails on,
  * such as one the program unmapped in part) is evicted by move there.
+ *
+ * The call returns once each event has been read, not handled: with two
+ * service threads, one may still hold our event for a block while the
+ * other settles it.  Handled after the block left, that event would read
+ * as the program's drop and zero the block.  So a zapped block whose
+ * pages are not all covered yet is parked, still EVICTING, and the event
+ * that covers its last page sends it back to be settled.  A dying region's
+ * events are no longer counted: its parked zaps settle at once.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -48,12 +56,24 @@ void kvp_zap_queue(struct kvp_pager *p, struct kvp_op *op)
 	pthread_cond_signal(&p->zap_cond);
 }
 
-void kvp_zap_seen(struct kvp_op *op, uint32_t lo, uint32_t hi)
+bool kvp_zap_seen(struct kvp_op *op, uint32_t lo, uint32_t hi)
 {
 	for (uint32_t pg = lo / KVP_PAGE_BYTES;
-	     pg < (hi + KVP_PAGE_BYTES - 1) / KVP_PAGE_BYTES; pg++)
+	     pg < (hi + KVP_PAGE_BYTES - 1) / KVP_PAGE_BYTES; pg++) {
+		if (op->cover[pg] == 0)
+			op->uncovered--;
 		if (op->cover[pg] < UINT8_MAX)
 			op->cover[pg]++;
+	}
+	return op->parked && op->uncovered == 0;
+}
+
+void kvp_zap_unpark(struct kvp_pager *p, struct kvp_op *op)
+{
+	op->parked = false;
+	op->next = p->zap_done;
+	p->zap_done = op;
+	kvp_service_poke(&p->svc[p->rr++ % p->nsvc]);
 }
 
 static void *zapper_main(void *arg)
