@@ -112,6 +112,21 @@ int kvp_mem_advise_batch(int pidfd, const struct iovec *iov, size_t n,
 	return (size_t)r == want ? 0 : -EAGAIN;
 }
 
+int kvp_mem_batch_dontneed_works(int pidfd)
+{
+	struct iovec iov = { .iov_len = 4096 };
+	size_t done;
+	int err;
+
+	iov.iov_base = mmap(NULL, iov.iov_len, PROT_READ | PROT_WRITE,
+			    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (iov.iov_base == MAP_FAILED)
+		return -errno;
+	err = kvp_mem_advise_batch(pidfd, &iov, 1, MADV_DONTNEED, &done);
+	munmap(iov.iov_base, iov.iov_len);
+	return err;
+}
+
 int kvp_mem_memfd(const char *name, size_t len, int *fd)
 {
 	int f = memfd_create(name, MFD_CLOEXEC);

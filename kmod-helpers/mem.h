@@ -53,6 +53,14 @@ int kvp_mem_self_pidfd(void);
 int kvp_mem_advise_batch(int pidfd, const struct iovec *iov, size_t n,
 			 int advice, size_t *done);
 
+/*
+ * kvp_mem_batch_dontneed_works - does this kernel take MADV_DONTNEED from
+ * process_madvise (tried on a page of our own)?  @pidfd from
+ * kvp_mem_self_pidfd.  Returns 0 when it does, else -errno (-EINVAL: it
+ * does not take that advice there).
+ */
+int kvp_mem_batch_dontneed_works(int pidfd);
+
 /* kvp_mem_memfd - memfd_create(@name, MFD_CLOEXEC) sized to @len. */
 int kvp_mem_memfd(const char *name, size_t len, int *fd);
 

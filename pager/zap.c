@@ -116,28 +116,12 @@ static void *zapper_main(void *arg)
 	return NULL;
 }
 
-/* Does this kernel take MADV_DONTNEED from process_madvise? */
-static bool zap_works(int pidfd)
-{
-	struct iovec iov = { .iov_len = KVP_PAGE_BYTES };
-	size_t done;
-	bool ok;
-
-	iov.iov_base = mmap(NULL, KVP_PAGE_BYTES, PROT_READ | PROT_WRITE,
-			    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (iov.iov_base == MAP_FAILED)
-		return false;
-	ok = kvp_mem_advise_batch(pidfd, &iov, 1, MADV_DONTNEED, &done) == 0;
-	munmap(iov.iov_base, KVP_PAGE_BYTES);
-	return ok;
-}
-
 int kvp_zap_start(struct kvp_pager *p)
 {
 	int err;
 
 	p->pidfd = kvp_mem_self_pidfd();
-	if (p->pidfd < 0 || !zap_works(p->pidfd)) {
+	if (p->pidfd < 0 || kvp_mem_batch_dontneed_works(p->pidfd)) {
 		/* Older kernels: every block leaves by move. */
 		if (p->pidfd >= 0)
 			close(p->pidfd);

@@ -34,7 +34,8 @@ for f in 'userfaultfd syscall' 'userfaultfd device' 'userfaultfd user-mode' \
 	'uffd WP_ASYNC' 'uffd MINOR_SHMEM' 'uffd THREAD_ID' \
 	'uffd EVENT_REMOVE' 'uffd EVENT_UNMAP' 'io_uring' \
 	'io_uring op READ' 'io_uring op WRITE' 'O_DIRECT' \
-	'transparent hugepages' '/dev/fuse' 'fusermount3' \
+	'transparent hugepages' 'process_madvise DONTNEED' '/dev/fuse' \
+	'fusermount3' \
 	'RLIMIT_MEMLOCK' 'CUDA device'; do
 	grep -Eq "^$f +(ok|missing) " "$tmp/out" || fail "no line for '$f'"
 done

@@ -294,6 +294,30 @@ static bool probe_dio(const char *where, char *why, size_t whylen)
 	return true;
 }
 
+/* How clean blocks of copy-mode regions leave (pager/zap.c). */
+static void probe_zap(void)
+{
+	char detail[256];
+	int pidfd = kvp_mem_self_pidfd(), err;
+
+	err = pidfd < 0 ? pidfd : kvp_mem_batch_dontneed_works(pidfd);
+	if (pidfd >= 0)
+		close(pidfd);
+	if (!err) {
+		report("process_madvise DONTNEED", true,
+		       "clean evictions drop blocks in batches, one TLB flush "
+		       "per batch",
+		       NULL);
+		return;
+	}
+	snprintf(detail, sizeof(detail),
+		 "%s: every eviction moves its pages back, one TLB flush per "
+		 "page (slower random reads in copy mode)",
+		 strerror(-err));
+	report("process_madvise DONTNEED", false, detail,
+	       "a kernel whose process_madvise takes MADV_DONTNEED");
+}
+
 static void probe_misc(void)
 {
 	char buf[64], detail[256];
@@ -311,6 +335,7 @@ static void probe_misc(void)
 		report("transparent hugepages", false, "not in this kernel",
 		       "2 MiB blocks are installed as 4 KiB pages");
 	}
+	probe_zap();
 	if (access("/dev/fuse", F_OK))
 		report("/dev/fuse", false, "the debug view: no such device",
 		       "modprobe fuse, or give the container /dev/fuse");
