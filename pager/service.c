@@ -1222,8 +1222,12 @@ static void *service_main(void *arg)
 	struct kvp_pager *p = s->p;
 	struct pollfd *pfd = NULL;
 	unsigned npfd = 0;
+	char name[16];
 
 	this_service = s;
+	/* Named for top -H, perf and gdb. */
+	snprintf(name, sizeof(name), "kvp-svc%u", (unsigned)(s - p->svc));
+	(void)pthread_setname_np(pthread_self(), name);
 
 	for (;;) {
 		unsigned want = 2 + s->nqueues;

@@ -82,6 +82,7 @@ static void *zapper_main(void *arg)
 	struct iovec iov[ZAP_BATCH];
 	struct kvp_op *batch[ZAP_BATCH];
 
+	(void)pthread_setname_np(pthread_self(), "kvp-zap");
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
 		unsigned n = 0;
