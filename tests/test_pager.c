@@ -511,12 +511,12 @@ static void *diff_blocks_main(void *arg)
 	for (unsigned pass = 0; pass < 3; pass++) {
 		uint64_t seed = pass == 0 ? SEED_A : SEED_B;
 
-		for (uint64_t b = t->id; b < t->nblocks; b += NTHREADS) {
-			/* Walk each thread's blocks from a different end. */
-			uint64_t blk = (pass & 1) ? t->nblocks - 1 - b : b;
-
-			if (blk % NTHREADS != t->id)
-				continue;
+		for (uint64_t k = 0; k < t->nblocks / NTHREADS; k++) {
+			/* The thread's own blocks (id, id + NTHREADS, ...),
+			 * walked from the other end on odd passes. */
+			uint64_t n = t->nblocks / NTHREADS;
+			uint64_t blk = ((pass & 1) ? n - 1 - k : k) * NTHREADS +
+				       t->id;
 			char *p = base + blk * bs;
 			int64_t x = check_words(p, bs, seed, blk * bs);
 
