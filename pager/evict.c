@@ -120,16 +120,18 @@ int kvp_detach(struct kvp_pager *p, struct kvp_region *r, uint64_t blk,
 	}
 	if (err == 0 && hole && moved == 0)
 		return -ENOENT; /* the program unmapped all of it */
-	if (err && moved) {
-		/* Part moved (a page pinned by I/O, say): put it back. */
-		kvp_put_back(p, addr, *slot, off);
+	if (err && moved && !kvp_put_back(p, addr, *slot, off)) {
+		/* Part moved (a page pinned by I/O, or the slot was not
+		 * empty): put back, or else its data lives in the slot. */
+		*slot = NULL;
 	}
 	return err;
 }
 
-void kvp_put_back(struct kvp_pager *p, char *addr, void *slot, size_t len)
+bool kvp_put_back(struct kvp_pager *p, char *addr, void *slot, size_t len)
 {
 	size_t off = 0, done;
+	bool all = true;
 	int err;
 
 	do {
@@ -143,6 +145,20 @@ void kvp_put_back(struct kvp_pager *p, char *addr, void *slot, size_t len)
 		if (err == -EAGAIN && done == 0)
 			kvp_uffd_unblock(p);
 	} while (err == -EAGAIN && off < len);
+	/* The kernel would not move a page back (EBUSY): copy the rest page
+	 * by page, so that the region keeps its data whatever becomes of the
+	 * slot.  EEXIST: that page is in the region already. */
+	if (err)
+		for (; off < len; off += KVP_PAGE_BYTES) {
+			while ((err = kvp_uffd_copy(&p->uffd, addr + off,
+						    (char *)slot + off,
+						    KVP_PAGE_BYTES, false, true,
+						    NULL)) == -EAGAIN)
+				kvp_uffd_unblock(p);
+			if (err && err != -EEXIST)
+				all = false;
+		}
+	return all;
 }
 
 int kvp_evict_one(struct kvp_service *s, bool take_prefetched)
@@ -210,10 +226,13 @@ int kvp_evict_move(struct kvp_service *s, struct kvp_op *op)
 	}
 	if (err) {
 		/* Could not take the pages (pinned by in-flight I/O, shared
-		 * after a fork): leave it resident, try another. */
-		kvp_frame_put(p, slot, r->block_bytes, false);
+		 * after a fork, a slot that was not empty): leave it
+		 * resident, try another.  Pages put back arrive writable:
+		 * dirty, so that no write goes unseen. */
+		if (slot)
+			kvp_frame_put_undone(p, slot, r->block_bytes);
 		kvp_blk_evict_aborted(r, b);
-		b->flags |= BLK_REF;
+		b->flags |= BLK_REF | BLK_DIRTY;
 		waiters = b->flags & BLK_WAITERS;
 		b->flags &= ~BLK_WAITERS;
 		pthread_mutex_unlock(&p->lock);

@@ -243,6 +243,13 @@ void kvp_frame_put(struct kvp_pager *p, void *slot, size_t bytes, bool full)
 	(void)stack_push(&f->empty[c], slot);
 }
 
+void kvp_frame_put_undone(struct kvp_pager *p, void *slot, size_t bytes)
+{
+	/* Rare (a failed eviction): one flush is nothing here. */
+	(void)kvp_mem_advise(slot, bytes, MADV_DONTNEED);
+	kvp_frame_put(p, slot, bytes, false);
+}
+
 /* A block gave up its frame's bytes (evicted, dropped, forgotten). */
 void kvp_frame_unuse(struct kvp_pager *p, size_t bytes)
 {

@@ -256,6 +256,10 @@ void *kvp_frame_get(struct kvp_pager *p, size_t bytes);
 void *kvp_frame_empty_slot(struct kvp_pager *p, size_t bytes);
 /* Give back a slot: @full if pages are present in it. */
 void kvp_frame_put(struct kvp_pager *p, void *slot, size_t bytes, bool full);
+/* Give back the slot of an eviction undone, which may still hold pages
+ * (copied back, or there before: the move stopped on them): they are
+ * freed, so that an empty slot never holds a page. */
+void kvp_frame_put_undone(struct kvp_pager *p, void *slot, size_t bytes);
 /* A block gave up its frame's bytes (evicted, dropped, forgotten). */
 void kvp_frame_unuse(struct kvp_pager *p, size_t bytes);
 /* Drop free pages down to @target bytes charged (returns bytes freed). */
@@ -278,8 +282,10 @@ int kvp_evict_one(struct kvp_service *s, bool take_prefetched);
 int kvp_detach(struct kvp_pager *p, struct kvp_region *r, uint64_t blk,
 	       void **slot);
 /* Move a slot's pages back to the region at @addr (an eviction undone),
- * retried through EAGAIN; the waiters are not woken. */
-void kvp_put_back(struct kvp_pager *p, char *addr, void *slot, size_t len);
+ * retried through EAGAIN, a page the kernel will not move copied; the
+ * waiters are not woken.  False when a page could be neither (out of
+ * memory): its data is then only in the slot, which must be kept. */
+bool kvp_put_back(struct kvp_pager *p, char *addr, void *slot, size_t len);
 /* Evict an EVICTING block by moving its pages out (called unlocked; @op
  * is its op, a write-back or a zap the zapper could not do). */
 int kvp_evict_move(struct kvp_service *s, struct kvp_op *op);

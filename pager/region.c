@@ -570,9 +570,13 @@ void kvp_discard_resident(struct kvp_region *r, uint64_t blk)
 
 	pthread_mutex_lock(&p->lock);
 	if (err && err != -ENOENT) {
-		kvp_frame_put(p, slot, r->block_bytes, false);
+		if (slot)
+			kvp_frame_put_undone(p, slot, r->block_bytes);
 		kvp_blk_evict_aborted(r, b);
-		b->flags &= ~(BLK_DIRTY | BLK_IN_STORE | BLK_DROP);
+		/* Its contents are dropped all the same; pages put back
+		 * arrive writable, so later writes are tracked as dirty. */
+		b->flags &= ~(BLK_IN_STORE | BLK_DROP);
+		b->flags |= BLK_DIRTY;
 	} else {
 		bool waiters = b->flags & BLK_WAITERS;
 

@@ -836,11 +836,14 @@ static void complete_writeback(struct kvp_service *s, struct kvp_op *op)
 		 * pick the block again until a flush succeeds. */
 		KVP_STAT_ADD(r, write_errors_total, 1);
 		pthread_mutex_unlock(&p->lock);
-		kvp_put_back(p, kvp_blk_addr(r, op->blk), op->slot, len);
+		bool back = kvp_put_back(p, kvp_blk_addr(r, op->blk),
+					 op->slot, len);
+
 		pthread_mutex_lock(&p->lock);
 		b->flags |= BLK_WB_FAILED | BLK_DIRTY;
 		kvp_blk_evict_aborted(r, b);
-		kvp_frame_put(p, op->slot, len, false);
+		if (back) /* else the data lives in the slot: keep it */
+			kvp_frame_put_undone(p, op->slot, len);
 		waiters = true;
 	} else {
 		if (ok) {
