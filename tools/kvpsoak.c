@@ -2,7 +2,7 @@
  * kvpsoak - a long data-integrity run of the pager, for races too rare
  * for the unit tests.
  *
- *   kvpsoak [--seconds S] [--mode move|copy] [--service-threads N]
+ *   kvpsoak [--seconds S] [--mode auto|move|copy] [--service-threads N]
  *
  * Over and over until S seconds have passed (default 300): a memory store
  * of 32 MiB holding a pattern, a pager with an 8 MiB budget, a 64 KiB
@@ -27,6 +27,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "lib/tunables.h"
 #include "pager/pager.h"
 #include "pager/store.h"
 
@@ -168,8 +169,20 @@ static int round_once(unsigned install, unsigned service_threads)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: kvpsoak [--seconds S] [--mode move|copy] "
+	fprintf(f, "usage: kvpsoak [--seconds S] [--mode auto|move|copy] "
 		   "[--service-threads N]\n");
+}
+
+/* @text as a value of the pager tunable @name: its own range and words. */
+static bool parse_tunable(const char *name, const char *text, uint64_t *out)
+{
+	char msg[KVP_TUNABLE_ERR_MAX];
+
+	if (kvp_tunable_parse(kvp_tunable_find(name), text, out, msg,
+			      sizeof(msg)) == 0)
+		return true;
+	fprintf(stderr, "kvpsoak: %s\n", msg);
+	return false;
 }
 
 int main(int argc, char **argv)
@@ -181,7 +194,7 @@ int main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
-	unsigned install = KVP_INSTALL_MOVE, svc = 2;
+	uint64_t install = KVP_INSTALL_MOVE, svc = 2;
 	long seconds = 300, rounds = 0;
 	time_t end;
 	int c, rc = 0;
@@ -199,23 +212,12 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'm':
-			if (!strcmp(optarg, "move")) {
-				install = KVP_INSTALL_MOVE;
-			} else if (!strcmp(optarg, "copy")) {
-				install = KVP_INSTALL_COPY;
-			} else {
-				fprintf(stderr, "kvpsoak: --mode is move or "
-						"copy\n");
+			if (!parse_tunable("install_mode", optarg, &install))
 				return 2;
-			}
 			break;
 		case 't':
-			svc = (unsigned)strtoul(optarg, &e, 10);
-			if (*e || svc < 1 || svc > 64) {
-				fprintf(stderr, "kvpsoak: --service-threads "
-						"is 1 to 64\n");
+			if (!parse_tunable("service_threads", optarg, &svc))
 				return 2;
-			}
 			break;
 		case 'h':
 			usage(stdout);
@@ -227,7 +229,7 @@ int main(int argc, char **argv)
 	}
 	end = time(NULL) + seconds;
 	while (!rc && time(NULL) < end) {
-		rc = round_once(install, svc);
+		rc = round_once((unsigned)install, (unsigned)svc);
 		rounds++;
 		if (!rc && rounds % 50 == 0)
 			fprintf(stderr, "kvpsoak: %ld rounds, no bad word\n",
