@@ -506,15 +506,15 @@ static void *diff_blocks_main(void *arg)
 	struct thr *t = arg;
 	size_t bs = kvp_region_block_bytes(t->r);
 	char *base = kvp_region_addr(t->r);
+	uint64_t n = t->nblocks / NTHREADS; /* blocks of this thread */
 
 	pthread_barrier_wait(t->bar);
 	for (unsigned pass = 0; pass < 3; pass++) {
 		uint64_t seed = pass == 0 ? SEED_A : SEED_B;
 
-		for (uint64_t k = 0; k < t->nblocks / NTHREADS; k++) {
+		for (uint64_t k = 0; k < n; k++) {
 			/* The thread's own blocks (id, id + NTHREADS, ...),
 			 * walked from the other end on odd passes. */
-			uint64_t n = t->nblocks / NTHREADS;
 			uint64_t blk = ((pass & 1) ? n - 1 - k : k) * NTHREADS +
 				       t->id;
 			char *p = base + blk * bs;
