@@ -2,10 +2,12 @@
  * uffd.c - userfaultfd wrappers; the conventions are in uffd.h.
  */
 #include "kmod-helpers/uffd.h"
+#include "kmod-helpers/mem.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -214,6 +216,30 @@ int kvp_uffd_zeropage(struct kvp_uffd *u, void *dst, size_t len, bool dontwake,
 	return resolve_result(rc, z.zeropage, done);
 }
 
+/*
+ * Bytes from @dst/@src (page-aligned, @len of them) in the run of pages
+ * that are present at @dst and absent at @src: 0 when mincore fails.
+ */
+static size_t moved_run(const char *dst, const char *src, size_t len)
+{
+	unsigned char d[256], s[256];
+	size_t run = 0;
+
+	while (run < len) {
+		size_t n = (len - run) / KVP_PAGE_SIZE;
+
+		if (n > sizeof(d))
+			n = sizeof(d);
+		if (mincore((void *)(dst + run), n * KVP_PAGE_SIZE, d) ||
+		    mincore((void *)(src + run), n * KVP_PAGE_SIZE, s))
+			return run;
+		for (size_t i = 0; i < n; i++, run += KVP_PAGE_SIZE)
+			if (!(d[i] & 1) || (s[i] & 1))
+				return run;
+	}
+	return run;
+}
+
 int kvp_uffd_move(struct kvp_uffd *u, void *dst, void *src, size_t len,
 		  uint64_t mode, size_t *done)
 {
@@ -224,8 +250,27 @@ int kvp_uffd_move(struct kvp_uffd *u, void *dst, void *src, size_t len,
 		.mode = mode,
 	};
 	int rc = ioctl(u->fd, UFFDIO_MOVE, &m);
+	size_t did, more;
+	int err = resolve_result(rc, m.move, &did);
 
-	return resolve_result(rc, m.move, done);
+	/*
+	 * Linux 6.18 can move pages and then fail with EEXIST without
+	 * counting them: it retries a batch of ptes that met contention
+	 * after moving part of it, and the retry finds its own work at dst.
+	 * Count them here, from what the page tables show: a page now at
+	 * dst and gone from src has moved (or there was nothing to move).
+	 * Taking the call for a failure would leave the caller with pages
+	 * it does not know it holds.  Any rest is for another call.
+	 */
+	if (err == -EEXIST &&
+	    (more = moved_run((char *)dst + did, (char *)src + did,
+			      len - did))) {
+		did += more;
+		err = did == len ? 0 : -EAGAIN;
+	}
+	if (done)
+		*done = did;
+	return err;
 }
 
 int kvp_uffd_continue(struct kvp_uffd *u, void *addr, size_t len, bool wp,

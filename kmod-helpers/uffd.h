@@ -112,7 +112,14 @@ int kvp_uffd_copy(struct kvp_uffd *u, void *dst, const void *src, size_t len,
 		  bool wp, bool dontwake, size_t *done);
 int kvp_uffd_zeropage(struct kvp_uffd *u, void *dst, size_t len, bool dontwake,
 		      size_t *done);
-/* @mode: UFFDIO_MOVE_MODE_DONTWAKE | UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES. */
+/*
+ * @mode: UFFDIO_MOVE_MODE_DONTWAKE | UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES.
+ * Some kernels (6.18 seen) fail with EEXIST after moving pages they do not
+ * count; kvp_uffd_move counts them itself, as the run of pages present at
+ * dst and absent at src from where the kernel stopped, and returns 0 or
+ * -EAGAIN with *done past them.  A dst page that was there before the call
+ * over a src hole is counted too: neither needs moving.
+ */
 int kvp_uffd_move(struct kvp_uffd *u, void *dst, void *src, size_t len,
 		  uint64_t mode, size_t *done);
 int kvp_uffd_continue(struct kvp_uffd *u, void *addr, size_t len, bool wp,

@@ -646,6 +646,52 @@ START_TEST(test_move_holes)
 }
 END_TEST
 
+/*
+ * After a move that the kernel did not count (6.18 fails with EEXIST after
+ * moving pages), the page tables show the pages at dst and holes at src:
+ * kvp_uffd_move counts that run as done, so that the caller goes on past
+ * it instead of taking its own pages for a failure.
+ */
+START_TEST(test_move_counts_pages_already_moved)
+{
+	char *p, *src;
+	size_t done = 99;
+
+	if (!have(UFFD_FEATURE_MOVE, "move_counts_pages_already_moved"))
+		return;
+	p = registered(&uf, 4 * PG, PG, UFFDIO_REGISTER_MODE_MISSING);
+	ck_assert_int_eq(kvp_mem_reserve(4 * PG, PG, false, (void **)&src), 0);
+	/* Pages 0 and 1 "moved already": at dst, holes at src. */
+	for (size_t i = 0; i < 4; i++)
+		fill_page(src + i * PG, i);
+	ck_assert_int_eq(kvp_uffd_move(&uf, p, src, 2 * PG, 0, &done), 0);
+	ck_assert_uint_eq(done, 2 * PG);
+	/* The kernel says EEXIST at page 0; two pages are done, the rest is
+	 * for another call. */
+	ck_assert_int_eq(kvp_uffd_move(&uf, p, src, 4 * PG, 0, &done),
+			 -EAGAIN);
+	ck_assert_uint_eq(done, 2 * PG);
+	ck_assert_int_eq(kvp_uffd_move(&uf, p + done, src + done, 2 * PG, 0,
+				       &done),
+			 0);
+	ck_assert_uint_eq(done, 2 * PG);
+	for (size_t i = 0; i < 4; i++)
+		ck_assert_msg(page_is(p + i * PG, i), "page %zu", i);
+	/* All of it there already: done, not an error. */
+	ck_assert_int_eq(kvp_uffd_move(&uf, p, src, 4 * PG, 0, &done), 0);
+	ck_assert_uint_eq(done, 4 * PG);
+	/* A real EEXIST (the source still holds its page) stays one. */
+	fill_page(src + PG, 7);
+	ck_assert_int_eq(kvp_uffd_move(&uf, p + PG, src + PG, PG, 0, &done),
+			 -EEXIST);
+	ck_assert_uint_eq(done, 0);
+	ck_assert(page_is(src + PG, 7));
+	ck_assert(page_is(p + PG, 1));
+	kvp_mem_release(src, 4 * PG);
+	kvp_mem_release(p, 4 * PG);
+}
+END_TEST
+
 START_TEST(test_writeprotect)
 {
 	struct handler h;
@@ -1177,6 +1223,7 @@ static Suite *uffd_suite(void)
 	tcase_add_test(tc, test_move_4k);
 	tcase_add_test(tc, test_move_2m);
 	tcase_add_test(tc, test_move_holes);
+	tcase_add_test(tc, test_move_counts_pages_already_moved);
 	tcase_add_test(tc, test_writeprotect);
 	tcase_add_test(tc, test_continue);
 	tcase_add_test(tc, test_poison);
