@@ -156,6 +156,13 @@ void *kvp_frame_empty_slot(struct kvp_pager *p, size_t bytes)
 	if (at + bytes > f->arena_len)
 		return NULL;
 	f->bump = at + bytes;
+	/* The arena is MADV_HUGEPAGE for blocks of 2 MiB and more.  A
+	 * smaller slot must not be: its first touch (a read into it) would
+	 * fault in a whole huge page, over the budget and into the slots
+	 * carved next, which are then not empty.  Consecutive slots of one
+	 * size share one VMA. */
+	if (bytes < KVP_HUGE_SIZE)
+		(void)kvp_mem_advise(f->arena + at, bytes, MADV_NOHUGEPAGE);
 	return f->arena + at;
 }
 

@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kmod-helpers/mem.h"
 #include "pager/pager.h"
 
 #define KIB ((size_t)1024)
@@ -168,6 +169,7 @@ struct popts {
 	uint64_t readahead;
 	unsigned threads;
 	bool exact_budget; /* watermarks 100/99: evict on demand only */
+	bool no_prefault;  /* pool_prefault_bytes 0: every frame fresh */
 };
 
 static void open_pager(const struct popts *o)
@@ -180,6 +182,8 @@ static void open_pager(const struct popts *o)
 	c.readahead_bytes = o->readahead;
 	if (o->threads)
 		c.service_threads = o->threads;
+	if (o->no_prefault)
+		c.pool_prefault_bytes = 0;
 	if (o->exact_budget) {
 		c.evict_high_watermark_percent = 100;
 		c.evict_low_watermark_percent = 99;
@@ -700,6 +704,40 @@ START_TEST(test_budget)
 		      (unsigned long long)sm.max_rss,
 		      (unsigned long long)base_rss, (unsigned long long)budget,
 		      (unsigned long long)slack, RSS_ALLOWANCE);
+}
+END_TEST
+
+/*
+ * The frame pool's arena is MADV_HUGEPAGE for 2 MiB blocks.  A fresh frame
+ * of a small block must fault in its own pages only: a whole huge page
+ * would be 2 MiB of RSS the budget does not see, and would fill the frames
+ * carved after it, which eviction takes for empty.
+ */
+START_TEST(test_small_frames_not_huge)
+{
+	struct popts po = { .budget = 16 * MIB,
+			    .mode = KVP_INSTALL_COPY,
+			    .no_prefault = true };
+	volatile uint64_t *p;
+	uint64_t before, after;
+	char thp[16];
+
+	if (kvp_thp_mode(thp, sizeof(thp)) || strcmp(thp, "never") == 0) {
+		printf("small_frames_not_huge: THP off, nothing to check\n");
+		return;
+	}
+	make_store(ST_MEM, 4 * MIB);
+	store_fill(S, 0, 4 * MIB, SEED_A);
+	open_pager(&po);
+	R = make_region(4 * MIB, 64 * KIB, KVP_REGION_FROM_STORE);
+	p = kvp_region_addr(R);
+	before = vm_rss_bytes();
+	(void)p[0]; /* one frame read into, one block installed */
+	after = vm_rss_bytes();
+	ck_assert_uint_eq(rstats(R).demand_faults_total, 1);
+	ck_assert_msg(after - before < 1 * MIB,
+		      "one 64 KiB block grew VmRSS by %llu bytes",
+		      (unsigned long long)(after - before));
 }
 END_TEST
 
@@ -2099,6 +2137,7 @@ static Suite *pager_suite(void)
 	tcase_add_loop_test(t, test_threads_diff_blocks, 0, 2);
 	t = tc(s, "budget", 120);
 	tcase_add_loop_test(t, test_budget, 0, 4);
+	tcase_add_test(t, test_small_frames_not_huge);
 	t = tc(s, "write_race", 120);
 	tcase_add_loop_test(t, test_write_during_eviction, 0, 4);
 	t = tc(s, "zap", 120);
