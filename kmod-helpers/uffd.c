@@ -225,7 +225,7 @@ static size_t moved_run(const char *dst, const char *src, size_t len)
 	unsigned char d[256], s[256];
 	size_t run = 0;
 
-	while (run < len) {
+	while (run + KVP_PAGE_SIZE <= len) {
 		size_t n = (len - run) / KVP_PAGE_SIZE;
 
 		if (n > sizeof(d))
