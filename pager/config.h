@@ -55,7 +55,10 @@ enum kvp_install_mode {
 	X(evict_high_watermark_percent, KVP_T_UINT, 50, 100, 95, true, NULL,   \
 	  "resident share of the budget that starts eviction")                 \
 	X(evict_low_watermark_percent, KVP_T_UINT, 10, 99, 85, true, NULL,     \
-	  "resident share of the budget that eviction brings it back to")
+	  "resident share of the budget that eviction brings it back to")     \
+	X(zap_follow_reader, KVP_T_BOOL, 0, 1, 1, true, NULL,                  \
+	  "run the zapper on the CPU of the service thread that reads its "   \
+	  "REMOVE events (a switch there, not a cross-CPU wake-up per range)")
 
 #define KVP_CONFIG_FIELD(name, type, min, max, def, runtime, choices, doc)     \
 	uint64_t name;

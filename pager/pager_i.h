@@ -225,6 +225,9 @@ struct kvp_pager {
 	pthread_cond_t zap_cond;   /* work for the zapper */
 	struct kvp_op *zap_queue;  /* victims waiting for the zapper */
 	struct kvp_op *zap_done;   /* zapped: a service thread settles */
+	int zap_reader_cpu;	   /* CPU that last read one of our REMOVE
+				      events (-1: none yet); the zapper
+				      runs there (zap.c) */
 	void *zero_page;	/* a page of zeros, for hole fills */
 };
 
@@ -300,7 +303,8 @@ bool kvp_zap_eligible(const struct kvp_pager *p, const struct kvp_region *r,
 void kvp_zap_queue(struct kvp_pager *p, struct kvp_op *op);
 /* Under p->lock: a REMOVE event covered [lo, hi) of a zapping block; true
  * when that was the last event a parked zap waited for. */
-bool kvp_zap_seen(struct kvp_op *op, uint32_t lo, uint32_t hi);
+bool kvp_zap_seen(struct kvp_pager *p, struct kvp_op *op, uint32_t lo,
+		  uint32_t hi);
 /* Under p->lock: send a parked zap to be settled. */
 void kvp_zap_unpark(struct kvp_pager *p, struct kvp_op *op);
 

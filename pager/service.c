@@ -385,7 +385,7 @@ static void handle_drop(struct kvp_service *s, uint64_t start, uint64_t end,
 				if (b->op->kind == OP_ZAP && !gone) {
 					/* Ours, or the program's too: counted
 					 * page by page (zap.c). */
-					if (kvp_zap_seen(b->op, lo, hi))
+					if (kvp_zap_seen(p, b->op, lo, hi))
 						kvp_zap_unpark(p, b->op);
 					continue;
 				}

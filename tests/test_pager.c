@@ -14,6 +14,7 @@
  * (-EPERM) or lacks what the engine needs (-EOPNOTSUPP).
  */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -866,6 +867,91 @@ START_TEST(test_zap_clean_eviction)
 	ck_assert_uint_eq(st.removed_bytes_total, 0); /* ours are not counted */
 	ck_assert_uint_le(st.resident_bytes, budget);
 	ck_assert_int_eq(store_check(S, 0, size, SEED_A), -1);
+}
+END_TEST
+
+/* Cpus_allowed_list of the thread whose status file is @path; false if
+ * it is gone.  With @name, only if the thread is named so. */
+static bool status_cpus(const char *path, const char *name, char *out,
+			size_t len)
+{
+	char line[256];
+	bool named = !name, found = false;
+	FILE *f = fopen(path, "r");
+
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f)) {
+		char *v = strchr(line, ':');
+
+		if (!v)
+			continue;
+		*v++ = 0;
+		v += strspn(v, " \t");
+		v[strcspn(v, "\n")] = 0;
+		if (!strcmp(line, "Name"))
+			named = !name || !strcmp(v, name);
+		else if (named && !strcmp(line, "Cpus_allowed_list")) {
+			snprintf(out, len, "%s", v);
+			found = true;
+		}
+	}
+	fclose(f);
+	return found;
+}
+
+/* The CPUs this process's thread @name may run on. */
+static bool thread_cpus(const char *name, char *out, size_t len)
+{
+	char path[320];
+	bool found = false;
+	DIR *d = opendir("/proc/self/task");
+
+	ck_assert_ptr_nonnull(d);
+	for (struct dirent *e; !found && (e = readdir(d));) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/status",
+			 e->d_name);
+		found = status_cpus(path, name, out, len);
+	}
+	closedir(d);
+	return found;
+}
+
+/*
+ * The zapper runs on the CPU of the service thread that reads its REMOVE
+ * events (zap_follow_reader), and goes back to the process's CPUs when that
+ * is turned off on the live pager.
+ */
+START_TEST(test_zap_follows_reader)
+{
+	uint64_t budget = 4 * MIB;
+	size_t size = 4 * budget, bs = 64 * KIB;
+	struct popts po = { .budget = budget, .mode = KVP_INSTALL_COPY };
+	char own[256], zap[256];
+	struct kvp_config c;
+
+	ck_assert(status_cpus("/proc/thread-self/status", NULL, own,
+			      sizeof(own)));
+	make_store(ST_MEM, size);
+	store_fill(S, 0, size, SEED_A);
+	open_pager(&po);
+	R = make_region(size, bs, KVP_REGION_FROM_STORE);
+	check_region(R, 0, size, SEED_A);
+	check_region(R, 0, size, SEED_A);
+	ck_assert_uint_gt(rstats(R).evictions_zap_total, 0);
+	ck_assert(thread_cpus("kvp-zap", zap, sizeof(zap)));
+	/* One CPU: no range, no list. */
+	ck_assert_msg(strpbrk(zap, ",-") == NULL,
+		      "zapper on CPUs %s, not one (process: %s)", zap, own);
+
+	kvp_pager_config(P, &c);
+	c.zap_follow_reader = 0;
+	ck_assert_int_eq(kvp_pager_reconfigure(P, &c, NULL), 0);
+	check_region(R, 0, size, SEED_A);
+	ck_assert(thread_cpus("kvp-zap", zap, sizeof(zap)));
+	ck_assert_str_eq(zap, own);
 }
 END_TEST
 
@@ -2143,6 +2229,7 @@ static Suite *pager_suite(void)
 	t = tc(s, "zap", 120);
 	tcase_add_loop_test(t, test_zap_clean_eviction, 0, 4);
 	tcase_add_test(t, test_zap_drop_race);
+	tcase_add_test(t, test_zap_follows_reader);
 	t = tc(s, "remove_unmap", 120);
 	tcase_add_loop_test(t, test_remove_whole_block, 0, 2);
 	tcase_add_loop_test(t, test_remove_part_of_block, 0, 2);
