@@ -34,7 +34,8 @@ for f in 'userfaultfd syscall' 'userfaultfd device' 'userfaultfd user-mode' \
 	'uffd WP_ASYNC' 'uffd MINOR_SHMEM' 'uffd THREAD_ID' \
 	'uffd EVENT_REMOVE' 'uffd EVENT_UNMAP' 'io_uring' \
 	'io_uring op READ' 'io_uring op WRITE' 'O_DIRECT' \
-	'transparent hugepages' 'process_madvise DONTNEED' '/dev/fuse' \
+	'transparent hugepages' 'process_madvise DONTNEED' \
+	'page first touch' '/dev/fuse' \
 	'fusermount3' \
 	'RLIMIT_MEMLOCK' 'CUDA device'; do
 	grep -Eq "^$f +(ok|missing) " "$tmp/out" || fail "no line for '$f'"
@@ -44,6 +45,8 @@ grep -Eq '^O_DIRECT +ok .*memory align [0-9]+, offset align [0-9]+' \
 	"$tmp/out" || fail "O_DIRECT line has no alignment"
 grep -Eq '^transparent hugepages +(ok|missing) +mode (always|madvise|never)' \
 	"$tmp/out" || fail "THP line has no mode"
+grep -Eq '^page first touch +ok +[0-9]+\.[0-9]+ us per 4 KiB page .*\([0-9]+\.[0-9]+ us after\): [0-9]+ us per 64 KiB block' \
+	"$tmp/out" || fail "first-touch line has no figures"
 grep -Eq '^RLIMIT_MEMLOCK +ok +[0-9]+ bytes' "$tmp/out" ||
 	fail "RLIMIT_MEMLOCK line has no value"
 # The status is the column after the 26-wide name.
