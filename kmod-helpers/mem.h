@@ -27,7 +27,8 @@ int kvp_mem_release(void *addr, size_t len);
 /*
  * kvp_mem_populate - fault the range in for writing now (MADV_POPULATE_WRITE,
  * or a touch per page where the kernel lacks it), so that its first use does
- * not pay the first-touch cost.
+ * not pay the page faults.  (In a guest that shadows page tables the first
+ * access to each page still traps once: kvp-probe's `page first touch`.)
  */
 int kvp_mem_populate(void *addr, size_t len);
 
