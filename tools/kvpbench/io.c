@@ -135,6 +135,7 @@ int kvpb_run_threads(struct kvpb_ctx *c, const struct kvpb_job *j,
 	struct kvpb_worker w[KVPB_MAX_THREADS];
 	pthread_t tid[KVPB_MAX_THREADS];
 	pthread_barrier_t start;
+	struct kvpb_cpu cpu0, cpu1;
 	unsigned t, n = j->threads;
 	double t0, t1;
 	int err = 0;
@@ -159,10 +160,13 @@ int kvpb_run_threads(struct kvpb_ctx *c, const struct kvpb_job *j,
 		}
 	}
 	pthread_barrier_wait(&start);
+	kvpb_cpu_sample(&cpu0);
 	t0 = kvpb_now();
 	for (t = 0; t < n; t++)
 		watch_join(c, j, r->mode, w, tid[t]);
 	t1 = kvpb_now();
+	kvpb_cpu_sample(&cpu1);
+	kvpb_cpu_account(&cpu0, &cpu1, r);
 	pthread_barrier_destroy(&start);
 
 	r->bytes = 0;

@@ -108,9 +108,12 @@ struct kvpb_result {
 	double ratio_vs_mmap;
 	double ratio_vs_raw_ref; /* vs the depth-32 raw line (random) */
 	uint64_t bad;		 /* pattern mismatches found by sampling */
-	int64_t disk_bytes; /* read from the file's disk meanwhile, by anyone;
+	int64_t disk_bytes;  /* read from the file's disk meanwhile, by anyone;
 			     < 0: unknown */
-	bool has_stats;	    /* a kvpager mode: the fields below are set */
+	double cpu_s;	     /* CPU time of this process in the run */
+	double cpu_pager_s;  /* of it, the pager's threads' (kvp-*) */
+	double machine_busy; /* share of all CPUs busy meanwhile, 0..1 */
+	bool has_stats;	     /* a kvpager mode: the fields below are set */
 	struct kvp_stats stats;
 	char install_mode[8]; /* what the region reported: "move", "copy" */
 };
@@ -213,6 +216,18 @@ uint64_t kvpb_job_off(const struct kvpb_job *j, unsigned t, uint64_t i);
 int kvpb_run_threads(struct kvpb_ctx *c, const struct kvpb_job *j,
 		     void *(*fn)(void *), uint8_t *base, void *arg,
 		     struct kvpb_result *r);
+
+/* cpu.c: a snapshot of CPU time (< 0: unknown). */
+struct kvpb_cpu {
+	double self_s;			/* this process, all its threads */
+	double pager_s;			/* the pager's threads (kvp-*) */
+	unsigned long long busy, total; /* /proc/stat, all CPUs, ticks */
+};
+void kvpb_cpu_sample(struct kvpb_cpu *s);
+/* @r's cpu_s, cpu_pager_s and machine_busy from two snapshots (-1 where
+ * unknown). */
+void kvpb_cpu_account(const struct kvpb_cpu *a, const struct kvpb_cpu *b,
+		      struct kvpb_result *r);
 
 /* Scenarios (io.c).  0, or -errno when the scenario could not run. */
 int kvpb_stream(struct kvpb_ctx *c);

@@ -99,6 +99,7 @@ void kvpb_result_init(struct kvpb_result *r, const struct kvpb_job *j,
 	r->depth = j->depth;
 	r->group = j->group;
 	r->ratio_vs_raw = r->ratio_vs_mmap = r->ratio_vs_raw_ref = -1;
+	r->cpu_s = r->cpu_pager_s = r->machine_busy = -1;
 	r->disk_bytes = -1;
 	r->runs = 1;
 }
@@ -382,6 +383,14 @@ static uint64_t lat_pct(const struct kvp_stats *s, double q)
 
 static bool thp_off;
 
+/* Microseconds of this process's CPU per block read, or -1 (cpu.c). */
+static double cpu_us_per_block(const struct kvpb_result *r)
+{
+	if (r->cpu_s < 0 || !r->bytes)
+		return -1;
+	return r->cpu_s * 1e6 / ((double)r->bytes / (double)r->block_bytes);
+}
+
 static void print_json(const struct kvpb_result *r)
 {
 	printf("{\"scenario\":\"%s\",\"block_bytes\":%llu,\"threads\":%u,"
@@ -404,9 +413,16 @@ static void print_json(const struct kvpb_result *r)
 		printf(",\"ratio_vs_mmap\":%.4f", r->ratio_vs_mmap);
 	if (r->ratio_vs_raw_ref >= 0)
 		printf(",\"ratio_vs_raw_depth32\":%.4f", r->ratio_vs_raw_ref);
+	if (cpu_us_per_block(r) >= 0)
+		printf(",\"cpu_s\":%.6f,\"cpu_us_per_block\":%.1f", r->cpu_s,
+		       cpu_us_per_block(r));
+	if (r->machine_busy >= 0)
+		printf(",\"machine_busy\":%.3f", r->machine_busy);
 	if (r->has_stats) {
 		const struct kvp_stats *s = &r->stats;
 
+		if (r->cpu_pager_s >= 0)
+			printf(",\"cpu_pager_s\":%.6f", r->cpu_pager_s);
 		printf(",\"install_mode\":\"%s\"", r->install_mode);
 		/* Every statistic the pager declares, by its name. */
 #define J(name, kind, doc)                                                     \
@@ -432,16 +448,17 @@ static const char *size_str(uint64_t b, char *buf, size_t len)
 
 static void print_header(void)
 {
-	printf("%-8s %6s %3s %5s %-16s %7s %11s %8s %7s %7s %8s %8s %8s %s\n",
+	printf("%-8s %6s %3s %5s %-16s %7s %11s %8s %7s %7s %7s %5s %8s %8s "
+	       "%8s %s\n",
 	       "scenario", "block", "thr", "depth", "mode", "GB/s", "min-max",
-	       "seconds", "vs_raw", "vs_mmap", "disk_MiB", "faults", "read_MiB",
-	       "installs m/c");
+	       "seconds", "vs_raw", "vs_mmap", "cpu/blk", "busy", "disk_MiB",
+	       "faults", "read_MiB", "installs m/c");
 }
 
 static void print_row(const struct kvpb_result *r)
 {
 	char b[24], rr[16] = "", rm[16] = "", tag[40], disk[24] = "";
-	char range[32];
+	char range[32], cpu[16] = "", busy[16] = "";
 
 	if (r->ratio_vs_raw >= 0)
 		snprintf(rr, sizeof(rr), "%.2fx", r->ratio_vs_raw);
@@ -450,13 +467,18 @@ static void print_row(const struct kvpb_result *r)
 	if (r->disk_bytes >= 0)
 		snprintf(disk, sizeof(disk), "%lld",
 			 (long long)(r->disk_bytes >> 20));
+	if (cpu_us_per_block(r) >= 0)
+		snprintf(cpu, sizeof(cpu), "%.0fus", cpu_us_per_block(r));
+	if (r->machine_busy >= 0)
+		snprintf(busy, sizeof(busy), "%.0f%%", r->machine_busy * 100);
 	snprintf(tag, sizeof(tag), "%s%s", r->mode,
 		 r->reference ? " (ref)" : "");
 	snprintf(range, sizeof(range), "%.2f-%.2f", r->gb_per_s_min,
 		 r->gb_per_s_max);
-	printf("%-8s %6s %3u %5u %-16s %7.3f %11s %8.3f %7s %7s %8s",
+	printf("%-8s %6s %3u %5u %-16s %7.3f %11s %8.3f %7s %7s %7s %5s %8s",
 	       r->scenario, size_str(r->block_bytes, b, sizeof(b)), r->threads,
-	       r->depth, tag, r->gb_per_s, range, r->seconds, rr, rm, disk);
+	       r->depth, tag, r->gb_per_s, range, r->seconds, rr, rm, cpu, busy,
+	       disk);
 	if (r->has_stats)
 		printf(" %8llu %8llu %llu/%llu",
 		       (unsigned long long)r->stats.demand_faults_total,
@@ -737,8 +759,15 @@ int main(int argc, char **argv)
 				return bad_arg("threads", optarg);
 			break;
 		case 'm':
-			if (parse_modes(optarg, &o->modes))
-				return bad_arg("modes", optarg);
+			if (parse_modes(optarg, &o->modes)) {
+				fprintf(stderr,
+					"kvpbench: bad value for --modes: "
+					"'%s' (a comma-separated list of raw, "
+					"mmap, kvpager-move, kvpager-copy, "
+					"kvpager)\n",
+					optarg);
+				return 2;
+			}
 			break;
 		case 'N':
 			o->prefetch = true;

@@ -1,0 +1,111 @@
+#!/bin/bash
+# t_bench.sh - tools/kvpbench: what its output promises.
+#
+# A short run of stream and random (one thread) with the modes side by
+# side: each JSON line has the fields the README and the issue name
+# (scenario, block_bytes, threads, mode, gb_per_s; ratio_vs_raw and
+# ratio_vs_mmap for kvpager modes), the data read was verified, the CPU
+# accounting is there and consistent (cpu_s, cpu_us_per_block,
+# machine_busy; cpu_pager_s of the pager's threads, part of cpu_s), the
+# table has its columns and target lines, and bad options are refused
+# with a message and exit 2.
+#
+# Needs $BUILD/bin/kvpbench (run by tests/run-tests.sh with BUILD set).
+set -u
+BUILD=${BUILD:-build}
+B="$BUILD/bin/kvpbench"
+fails=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+fail() {
+	echo "FAIL: $*"
+	fails=$((fails + 1))
+}
+
+[ -x "$B" ] || { echo "t_bench: $B not built (make BUILD=$BUILD)"; exit 77; }
+command -v python3 >/dev/null || { echo "t_bench: python3 not found"; exit 77; }
+
+"$B" --short stream random --threads 1 --repeat 1 --quiet --json \
+	--dir "$tmp" >"$tmp/json" 2>"$tmp/err"
+rc=$?
+cat "$tmp/json" "$tmp/err"
+[ $rc = 0 ] || fail "kvpbench --json exit $rc"
+
+python3 - "$tmp/json" <<'PY' || fail "JSON lines do not keep their promises"
+import json, sys
+
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+bad = []
+def need(ok, what):
+    if not ok:
+        bad.append(what)
+
+modes = {(r["scenario"], r["mode"]) for r in rows}
+for sc in ("stream", "random"):
+    for m in ("raw", "mmap", "kvpager-move", "kvpager-copy"):
+        need((sc, m) in modes, f"no {sc} {m} line")
+for r in rows:
+    tag = f'{r.get("scenario")} {r.get("mode")}'
+    for k in ("scenario", "block_bytes", "threads", "mode", "gb_per_s"):
+        need(k in r, f"{tag}: no {k}")
+    need(r.get("verified") is True, f"{tag}: data not verified")
+    need(r.get("gb_per_s", 0) > 0, f"{tag}: gb_per_s {r.get('gb_per_s')}")
+    need(r.get("cpu_s", -1) >= 0, f"{tag}: no cpu_s")
+    need(r.get("cpu_us_per_block", -1) >= 0, f"{tag}: no cpu_us_per_block")
+    blocks = r["bytes"] / r["block_bytes"]
+    need(abs(r["cpu_us_per_block"] - r["cpu_s"] * 1e6 / blocks) <=
+         0.05 * r["cpu_us_per_block"] + 0.1,
+         f"{tag}: cpu_us_per_block is not cpu_s per block")
+    need(0 <= r.get("machine_busy", -1) <= 1,
+         f"{tag}: machine_busy {r.get('machine_busy')}")
+    if r["mode"].startswith("kvpager"):
+        for k in ("ratio_vs_raw", "ratio_vs_mmap", "install_mode",
+                  "demand_faults_total", "cpu_pager_s"):
+            need(k in r, f"{tag}: no {k}")
+        need(0 <= r.get("cpu_pager_s", -1) <= r["cpu_s"] + 0.02,
+             f"{tag}: cpu_pager_s {r.get('cpu_pager_s')} not within "
+             f"cpu_s {r['cpu_s']}")
+        raw = [q for q in rows if q["mode"] == "raw" and
+               q["scenario"] == r["scenario"] and
+               q["threads"] == r["threads"] and not q.get("reference")]
+        if raw:
+            want = r["gb_per_s"] / raw[0]["gb_per_s"]
+            need(abs(r["ratio_vs_raw"] - want) < 0.01 * want + 1e-3,
+                 f"{tag}: ratio_vs_raw {r['ratio_vs_raw']} is not "
+                 f"gb_per_s over raw's ({want:.4f})")
+    else:
+        need("cpu_pager_s" not in r, f"{tag}: cpu_pager_s without a pager")
+# A kvpager mode spends CPU in its service threads; raw has none.
+copy = [r for r in rows if r["mode"] == "kvpager-copy" and
+        r["scenario"] == "random"]
+need(copy and copy[0].get("cpu_pager_s", 0) > 0,
+     "random kvpager-copy: its service threads took no CPU")
+for b in bad:
+    print("  " + b)
+sys.exit(1 if bad else 0)
+PY
+
+"$B" --short random --threads 1 --modes raw,kvpager-copy --repeat 1 \
+	--quiet --dir "$tmp" >"$tmp/table" 2>&1
+rc=$?
+cat "$tmp/table"
+[ $rc = 0 ] || fail "kvpbench (table) exit $rc"
+for col in vs_raw vs_mmap cpu/blk busy faults; do
+	head -n 3 "$tmp/table" | grep -q "$col" || fail "table: no $col column"
+done
+grep -Eq '^random +64K +1 +1 +kvpager-copy +[0-9.]+ .* [0-9]+us +[0-9]+%' \
+	"$tmp/table" || fail "table: kvpager-copy row without cpu/blk and busy"
+
+"$B" --modes bogus >"$tmp/bad" 2>&1
+rc=$?
+[ $rc = 2 ] || fail "--modes bogus: exit $rc, want 2"
+grep -q "kvpager-copy" "$tmp/bad" || fail "--modes bogus: the message does not list the modes"
+"$B" --budget 12Q >"$tmp/bad" 2>&1
+rc=$?
+[ $rc = 2 ] || fail "--budget 12Q: exit $rc, want 2"
+grep -q -- "--budget" "$tmp/bad" || fail "--budget 12Q: the message does not name the option"
+ls "$tmp"/kvpbench* 2>/dev/null && fail "a backing file was left in $tmp"
+
+[ $fails = 0 ] || { echo "t_bench: $fails failure(s)"; exit 1; }
+echo "t_bench: ok"
