@@ -328,6 +328,32 @@ static double now_us(void)
 	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }
 
+/*
+ * Map @len bytes of 4 KiB pages, populated, for a measuring probe.  On
+ * failure the probe's line @name says why, and NULL is returned.
+ */
+static void *measure_range(const char *name, size_t len)
+{
+	char detail[256];
+	void *mem;
+	int err;
+
+	err = kvp_mem_reserve(len, KVP_PAGE_SIZE, false, &mem);
+	if (!err) {
+		err = kvp_mem_advise(mem, len, MADV_NOHUGEPAGE);
+		if (!err)
+			err = kvp_mem_populate(mem, len);
+		if (err)
+			kvp_mem_release(mem, len);
+	}
+	if (!err)
+		return mem;
+	snprintf(detail, sizeof(detail), "cannot map a %zu KiB test range: %s",
+		 len >> 10, strerror(-err));
+	report(name, false, detail, "none needed: this line only measures");
+	return NULL;
+}
+
 static volatile uint64_t first_touch_sink; /* keeps the reads */
 
 /*
@@ -345,24 +371,10 @@ static void probe_first_touch(void)
 	double t0, t1, t2;
 	uint64_t sum = 0;
 	char detail[256];
-	void *mem;
-	int err;
+	void *mem = measure_range("page first touch", len);
 
-	err = kvp_mem_reserve(len, KVP_PAGE_SIZE, false, &mem);
-	if (!err) {
-		err = kvp_mem_advise(mem, len, MADV_NOHUGEPAGE);
-		if (!err)
-			err = kvp_mem_populate(mem, len);
-		if (err)
-			kvp_mem_release(mem, len);
-	}
-	if (err) {
-		snprintf(detail, sizeof(detail),
-			 "cannot map a 2 MiB test range: %s", strerror(-err));
-		report("page first touch", false, detail,
-		       "none needed: this line only measures");
+	if (!mem)
 		return;
-	}
 	w = mem;
 	t0 = now_us();
 	for (size_t i = 0; i < len / 8; i += step)
@@ -396,24 +408,11 @@ static void probe_tlb_flush(void)
 	struct iovec iov[BATCH];
 	double t0, t1, t2 = 0, t3 = 0;
 	char detail[256], batch[96] = "";
-	int pidfd = -1, err;
-	void *mem;
+	void *mem = measure_range("tlb flush", len);
+	int pidfd;
 
-	err = kvp_mem_reserve(len, KVP_PAGE_SIZE, false, &mem);
-	if (!err) {
-		err = kvp_mem_advise(mem, len, MADV_NOHUGEPAGE);
-		if (!err)
-			err = kvp_mem_populate(mem, len);
-		if (err)
-			kvp_mem_release(mem, len);
-	}
-	if (err) {
-		snprintf(detail, sizeof(detail),
-			 "cannot map a 4 MiB test range: %s", strerror(-err));
-		report("tlb flush", false, detail,
-		       "none needed: this line only measures");
+	if (!mem)
 		return;
-	}
 	/* Half the ranges one call each, half in batches of BATCH. */
 	t0 = now_us();
 	for (int i = 0; i < RANGES / 2; i++)
@@ -425,8 +424,8 @@ static void probe_tlb_flush(void)
 		t2 = now_us();
 		for (int i = RANGES / 2; i < RANGES; i += BATCH) {
 			for (int k = 0; k < BATCH; k++) {
-				iov[k].iov_base = (char *)mem +
-						  (size_t)(i + k) * RANGE;
+				iov[k].iov_base =
+				    (char *)mem + (size_t)(i + k) * RANGE;
 				iov[k].iov_len = RANGE;
 			}
 			(void)kvp_mem_advise_batch(pidfd, iov, BATCH,
