@@ -7,8 +7,8 @@
 # ratio_vs_mmap for kvpager modes), the data read was verified, the CPU
 # accounting is there and consistent (cpu_s, cpu_us_per_block,
 # machine_busy; cpu_pager_s of the pager's threads, part of cpu_s), the
-# table has its columns and target lines, and bad options are refused
-# with a message and exit 2.
+# table has its columns, and bad options are refused with a message and
+# exit 2.
 #
 # Needs $BUILD/bin/kvpbench (run by tests/run-tests.sh with BUILD set).
 set -u

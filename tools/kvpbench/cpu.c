@@ -53,7 +53,7 @@ static bool pager_thread(const char *tid)
 
 void kvpb_cpu_sample(struct kvpb_cpu *s)
 {
-	unsigned long long v[10] = { 0 };
+	unsigned long long v[8] = { 0 };
 	struct rusage ru;
 	struct dirent *d;
 	DIR *dir;

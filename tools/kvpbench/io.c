@@ -160,8 +160,8 @@ int kvpb_run_threads(struct kvpb_ctx *c, const struct kvpb_job *j,
 		}
 	}
 	pthread_barrier_wait(&start);
+	t0 = kvpb_now(); /* the workers run from here: sample after */
 	kvpb_cpu_sample(&cpu0);
-	t0 = kvpb_now();
 	for (t = 0; t < n; t++)
 		watch_join(c, j, r->mode, w, tid[t]);
 	t1 = kvpb_now();
