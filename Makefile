@@ -8,8 +8,8 @@
 #   make SANITIZE=address,undefined check   (or SANITIZE=thread) into build-<san>/
 #   make V=1             show the commands
 #
-# Sources are found by folder: kmod-helpers/, pager/ and lib/ make
-# libkvpager; lib/preload/ the LD_PRELOAD shim; tools/X.c (or tools/X/*.c)
+# Sources are found by folder: kmod-helpers/, pager/ and lib/<subsystem>/
+# make libkvpager; lib/preload/ the LD_PRELOAD shim; tools/X.c (or tools/X/*.c)
 # the program X; tests/test_*.c one test binary each; tests/progs/*.c plain
 # programs that know nothing of kvpager; lib/cuda/*.cu the CUDA objects.
 
@@ -51,7 +51,12 @@ override CFLAGS += -std=c11 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -fPIC \
 	-Wstrict-prototypes -Wmissing-prototypes -I. -MMD -MP
 override LDFLAGS += -pthread
 
-LIB_SRCS := $(sort $(wildcard kmod-helpers/*.c pager/*.c lib/*.c))
+# lib/ has one folder per subsystem; the shim and the CUDA code build apart.
+LIB_SUBSYS_SRCS := $(filter-out lib/preload/% lib/cuda/%,$(wildcard lib/*/*.c))
+LIB_SRCS := $(sort $(wildcard kmod-helpers/*.c pager/*.c lib/*.c) $(LIB_SUBSYS_SRCS))
+# Public headers: every lib/ header but the shim's, CUDA's and the *_i.h.
+LIB_PUBLIC_HDRS := $(filter-out lib/kvpager.h lib/preload/% lib/cuda/% %_i.h,\
+	$(wildcard lib/*.h lib/*/*.h))
 PRELOAD_SRCS := $(sort $(wildcard lib/preload/*.c))
 TOOL_SINGLE := $(sort $(wildcard tools/*.c))
 TOOL_DIRS := $(sort $(patsubst %/,%,$(dir $(wildcard tools/*/*.c))))
@@ -201,8 +206,7 @@ bench: $(ALL)
 # PREFIX.
 install: $(ALL)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
-		$(DESTDIR)$(PREFIX)/include/kvpager/pager \
-		$(DESTDIR)$(PREFIX)/include/kvpager/lib
+		$(DESTDIR)$(PREFIX)/include/kvpager/pager
 	install -m 0755 $(TOOLS) $(DESTDIR)$(PREFIX)/bin/
 	install -m 0644 $(STATIC_LIB) $(DESTDIR)$(PREFIX)/lib/
 	install -m 0755 $(SHARED_LIB) $(DESTDIR)$(PREFIX)/lib/
@@ -212,8 +216,9 @@ install: $(ALL)
 	install -m 0644 lib/kvpager.h $(DESTDIR)$(PREFIX)/include/kvpager/
 	install -m 0644 pager/config.h pager/stats.h pager/store.h pager/pager.h \
 		$(DESTDIR)$(PREFIX)/include/kvpager/pager/
-	install -m 0644 $(filter-out lib/kvpager.h %_i.h,$(wildcard lib/*.h)) \
-		$(DESTDIR)$(PREFIX)/include/kvpager/lib/
+	for h in $(LIB_PUBLIC_HDRS); do \
+		install -D -m 0644 $$h $(DESTDIR)$(PREFIX)/include/kvpager/$$h || exit 1; \
+	done
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
 		lib/kvpager.pc.in >$(DESTDIR)$(PREFIX)/lib/pkgconfig/kvpager.pc
 	chmod 0644 $(DESTDIR)$(PREFIX)/lib/pkgconfig/kvpager.pc

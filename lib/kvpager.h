@@ -12,9 +12,9 @@
 #define KVPAGER_H
 
 #include "pager/pager.h"
-#include "lib/tunables.h"
-#include "lib/instance.h"
-#include "lib/fuse_view.h"
-#include "lib/kvcache.h"
+#include "lib/tunables/tunables.h"
+#include "lib/instance/instance.h"
+#include "lib/view/fuse_view.h"
+#include "lib/kv/kvcache.h"
 
 #endif /* KVPAGER_H */

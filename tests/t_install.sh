@@ -32,7 +32,7 @@ for f in include/kvpager/kvpager.h include/kvpager/pager/pager.h \
 	lib/libkvpager.so.0 lib/pkgconfig/kvpager.pc bin/kvp-probe; do
 	[ -e "$root/$f" ] || fail "not installed: /usr/$f"
 done
-ls "$root/include/kvpager"/lib/*_i.h >/dev/null 2>&1 &&
+find "$root/include/kvpager" -name '*_i.h' | grep -q . &&
 	fail "private *_i.h headers installed"
 grep -qx 'prefix=/usr' "$root/lib/pkgconfig/kvpager.pc" ||
 	fail "kvpager.pc does not say prefix=/usr: $(head -1 "$root/lib/pkgconfig/kvpager.pc")"

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "lib/attention.h"
+#include "lib/kv/attention.h"
 
 static uint32_t rng = 99;
 

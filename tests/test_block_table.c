@@ -3,7 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "lib/block_table.h"
+#include "lib/kv/block_table.h"
 
 static struct kvp_block_alloc *A;
 

@@ -1,5 +1,5 @@
 /*
- * test_fuse_view.c - lib/fuse_view.c: the debug view, on a real mount.
+ * test_fuse_view.c - lib/view/fuse_view.c: the debug view, on a real mount.
  *
  * Each test (a checked fixture, in its own child) opens a pager, makes a
  * region on a memory store, writes a pattern into its first blocks and
@@ -33,9 +33,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "lib/fuse_view.h"
-#include "lib/instance.h"
-#include "lib/tunables.h"
+#include "lib/view/fuse_view.h"
+#include "lib/instance/instance.h"
+#include "lib/tunables/tunables.h"
 #include "pager/pager.h"
 
 #define KIB	1024u

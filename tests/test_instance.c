@@ -1,5 +1,5 @@
 /*
- * test_instance.c - lib/instance.c: the registry of running pagers.
+ * test_instance.c - lib/instance/instance.c: the registry of running pagers.
  *
  * Each test points KVP_RUNTIME_DIR at a fresh folder: register, list,
  * unregister, stale entries of dead processes and of reused pids, junk.
@@ -13,7 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "lib/instance.h"
+#include "lib/instance/instance.h"
 
 static char dir[64];
 

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/kv_geometry.h"
+#include "lib/kv/kv_geometry.h"
 
 START_TEST(presets)
 {

@@ -7,8 +7,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "lib/attention.h"
-#include "lib/kv_synth.h"
+#include "lib/kv/attention.h"
+#include "lib/synth/kv_synth.h"
 
 /* The fill rate it must beat: disk speed (well, a fair share of it); a
  * sanitizer build only checks that it runs. */

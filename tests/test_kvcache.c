@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/kv_synth.h"
-#include "lib/kvcache.h"
+#include "lib/synth/kv_synth.h"
+#include "lib/kv/kvcache.h"
 
 /* ---- a store that counts the bytes written to each 4 KiB unit -------- */
 

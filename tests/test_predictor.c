@@ -7,8 +7,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "lib/kv_synth.h"
-#include "lib/predictor.h"
+#include "lib/synth/kv_synth.h"
+#include "lib/predict/predictor.h"
 
 static struct kvp_block_alloc *A;
 static struct kvp_kv_geometry G = { 2, 4, 2, 16, KVP_KV_FP32, 4 };

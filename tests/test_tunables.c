@@ -1,5 +1,5 @@
 /*
- * test_tunables.c - lib/tunables.c: the merged registry, parsing and
+ * test_tunables.c - lib/tunables/tunables.c: the merged registry, parsing and
  * formatting of every type, bounds, environment loading and `name = value`
  * lines, each all or nothing.
  */
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/tunables.h"
+#include "lib/tunables/tunables.h"
 
 static struct kvp_config pc;
 static struct kvp_kv_config kc;

@@ -6,7 +6,7 @@
  *               [--predictor exact|window|lowrank] [--steps N]
  *               [--budget BYTES] [--path DIR] [--json] ...
  *
- * Prefills a synthetic KV (lib/kv_synth.h: sink tokens, a recent window,
+ * Prefills a synthetic KV (lib/synth/kv_synth.h: sink tokens, a recent window,
  * heavy hitters, topic clusters; no model runs) for `batch` sequences of
  * `context` tokens through a pager region backed by a temporary file,
  * then decodes `steps` tokens per sequence with the chosen predictor,
@@ -25,10 +25,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "lib/instance.h"
-#include "lib/kv_synth.h"
-#include "lib/kvcache.h"
-#include "lib/tunables.h"
+#include "lib/instance/instance.h"
+#include "lib/synth/kv_synth.h"
+#include "lib/kv/kvcache.h"
+#include "lib/tunables/tunables.h"
 
 struct run_opts {
 	const char *preset;
@@ -140,7 +140,7 @@ static void usage(FILE *f)
 	    "  --seed S           synthetic KV seed (1)\n"
 	    "  --json             one JSON object on stdout\n"
 	    "  --quiet            no progress on stderr\n"
-	    "The KV is synthetic (lib/kv_synth.h); no model runs.\n");
+	    "The KV is synthetic (lib/synth/kv_synth.h); no model runs.\n");
 }
 
 enum {

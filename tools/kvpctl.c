@@ -12,7 +12,7 @@
  *   kvpctl load FILE            `name = value` lines, all or nothing
  *
  * A pager is chosen with -p PID or -m MOUNT; without either, the only pager
- * in the registry (lib/instance.h).  Values are checked against the
+ * in the registry (lib/instance/instance.h).  Values are checked against the
  * tunables registry before anything is written, and a write the pager
  * refuses is reported with the pager's reason (its last_error file).
  * Exit status: 0 done, 1 failed, 2 bad usage.
@@ -29,8 +29,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "lib/instance.h"
-#include "lib/tunables.h"
+#include "lib/instance/instance.h"
+#include "lib/tunables/tunables.h"
 #include "pager/stats.h"
 
 static const char *const stat_names[] = {

@@ -27,7 +27,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "lib/tunables.h"
+#include "lib/tunables/tunables.h"
 #include "pager/pager.h"
 #include "pager/store.h"
 

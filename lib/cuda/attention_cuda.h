@@ -6,7 +6,7 @@
  * lib/cuda/attn_common.h, the same code the CPU path runs (tested there).
  *
  * One call: for one sequence and one layer, the attention of the query over
- * n KV blocks in the layout of lib/kv_geometry.h, each at byte offset
+ * n KV blocks in the layout of lib/kv/kv_geometry.h, each at byte offset
  * offsets[i] from kv_base, all in device memory.  The kernel splits the
  * blocks over `splits` thread blocks per query head (flash-decoding) and
  * merges the partials in a second kernel.

@@ -6,7 +6,7 @@
  * beyond <math.h> (expf) and <stdint.h>/<string.h>-free bit casts, no
  * project headers, so lib/cuda/attention.cu needs nothing else.  The CPU
  * tests (tests/test_attention.c) run this code through the scalar path of
- * lib/attention.c.
+ * lib/kv/attention.c.
  *
  * Online softmax (Milakov & Gimelshein; flash-decoding): a partial result
  * over some tokens is (m, l, acc[dim]): the running max score m, the sum
@@ -25,7 +25,7 @@
 #define KVP_HD static inline
 #endif
 
-/* Element types, numbered as enum kvp_kv_dtype in lib/kv_geometry.h. */
+/* Element types, numbered as enum kvp_kv_dtype in lib/kv/kv_geometry.h. */
 #define KVP_ATTN_FP16 0
 #define KVP_ATTN_BF16 1
 #define KVP_ATTN_FP32 2

@@ -4,7 +4,7 @@
  * Read once, by the library's constructor (the environment is in place by
  * then; earlier allocations, made by the dynamic loader, are small and are
  * forwarded).  The engine's tunables come from the project's registry
- * (lib/tunables.h: KVP_RAM_BUDGET_BYTES, KVP_IO_DEPTH, ...); the shim's own
+ * (lib/tunables/tunables.h: KVP_RAM_BUDGET_BYTES, KVP_IO_DEPTH, ...); the shim's own
  * variables are parsed by the same code, through descriptors of the same
  * form that are not part of the registry.
  */
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "lib/tunables.h"
+#include "lib/tunables/tunables.h"
 
 struct kvp_preload_env kvp_env = {
 	.min_bytes = UINT64_MAX, /* nothing is served before the constructor */

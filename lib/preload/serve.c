@@ -36,7 +36,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "lib/instance.h"
+#include "lib/instance/instance.h"
 
 enum pager_state {
 	PAGER_UNTRIED, /* no large allocation yet */

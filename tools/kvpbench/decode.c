@@ -1,7 +1,7 @@
 /*
  * decode.c - `kvpbench decode`: the same decode work side by side.
  *
- * One synthetic KV (lib/kv_synth.h), one predictor, one budget; each mode
+ * One synthetic KV (lib/synth/kv_synth.h), one predictor, one budget; each mode
  * prefills its own backing and decodes the same steps:
  *
  *   ram             everything in anonymous memory (the compute bound)
@@ -25,9 +25,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "lib/kv_synth.h"
-#include "lib/kvcache.h"
-#include "lib/tunables.h"
+#include "lib/synth/kv_synth.h"
+#include "lib/kv/kvcache.h"
+#include "lib/tunables/tunables.h"
 #include "tools/kvpbench/kvpbench.h"
 
 struct dmode {
@@ -85,7 +85,7 @@ static void dusage(FILE *f)
 	       "  --short           context 8192, 8 steps\n"
 	       "  --json            one JSON object per mode\n"
 	       "  --quiet           no progress on stderr\n"
-	       "The KV is synthetic (lib/kv_synth.h).\n");
+	       "The KV is synthetic (lib/synth/kv_synth.h).\n");
 }
 
 static int run_mode(const struct dopts *o, const struct dmode *m,

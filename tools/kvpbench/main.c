@@ -21,7 +21,7 @@
  * --dir and removed at exit, also on SIGINT/SIGTERM/SIGHUP.
  */
 #include "tools/kvpbench/kvpbench.h"
-#include "lib/tunables.h"
+#include "lib/tunables/tunables.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/tunables.h"
+#include "lib/tunables/tunables.h"
 #include "pager/pager.h"
 
 #define RA_DEFAULT UINT64_MAX /* leave readahead_bytes as it is */

@@ -2,10 +2,10 @@
  * instance.c - the registry of running pagers (one file per pid), and a
  * pager opened from the environment with its view and registry entry.
  */
-#include "lib/instance.h"
-#include "lib/paths.h"
+#include "lib/instance/instance.h"
+#include "lib/instance/paths.h"
 
-#include "lib/tunables.h"
+#include "lib/tunables/tunables.h"
 
 #include <ctype.h>
 #include <dirent.h>

@@ -2,7 +2,7 @@
  * predict_window.c - StreamingLLM: the sink tokens' blocks plus the most
  * recent blocks, within the budget.
  */
-#include "lib/predict_i.h"
+#include "lib/predict/predict_i.h"
 
 static int window_select(struct kvp_predictor *p, uint32_t seq, uint32_t layer,
 			 const struct kvp_block_table *bt, const float *q,

@@ -18,8 +18,8 @@
  */
 #define FUSE_USE_VERSION 31
 
-#include "lib/fuse_view.h"
-#include "lib/paths.h"
+#include "lib/view/fuse_view.h"
+#include "lib/instance/paths.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -42,7 +42,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "lib/tunables.h"
+#include "lib/tunables/tunables.h"
 
 extern char **environ;
 

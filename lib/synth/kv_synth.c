@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/kv_synth.h"
+#include "lib/synth/kv_synth.h"
 
 #define NOISE_BITS  16
 #define NOISE_LEN   (1u << NOISE_BITS)

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "lib/paths.h"
+#include "lib/instance/paths.h"
 
 int kvp_mkdir_p(const char *path)
 {

@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "lib/cuda/attn_common.h"
-#include "lib/predict_i.h"
+#include "lib/predict/predict_i.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>

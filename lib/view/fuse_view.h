@@ -42,7 +42,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "lib/kv_tunables.h"
+#include "lib/kv/kv_tunables.h"
 #include "pager/pager.h"
 
 struct kvp_fuse_view;

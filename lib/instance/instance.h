@@ -29,8 +29,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-#include "lib/fuse_view.h"
-#include "lib/kv_tunables.h"
+#include "lib/view/fuse_view.h"
+#include "lib/kv/kv_tunables.h"
 #include "pager/pager.h"
 
 struct kvp_instance_entry {

@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "lib/attention.h"
+#include "lib/kv/attention.h"
 #include "lib/cuda/attn_common.h"
 
 #if defined(__x86_64__) || defined(__i386__)

@@ -56,10 +56,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "lib/attention.h"
-#include "lib/block_table.h"
-#include "lib/kv_geometry.h"
-#include "lib/predictor.h"
+#include "lib/kv/attention.h"
+#include "lib/kv/block_table.h"
+#include "lib/kv/kv_geometry.h"
+#include "lib/predict/predictor.h"
 #include "pager/pager.h"
 
 struct kvp_kvcache;
@@ -280,7 +280,7 @@ int kvp_kvcache_format_block_table(struct kvp_kvcache *c, uint32_t seq,
 
 /*
  * kvp_kvcache_attach_view - serve seqs/<id>/block_table of a FUSE debug
- * view (lib/fuse_view.h) from this cache, or detach with NULL.  The view
+ * view (lib/view/fuse_view.h) from this cache, or detach with NULL.  The view
  * reads the tables under a lock the cache takes around every table change,
  * so it may read while the cache decodes.  Destroying the cache detaches.
  */

@@ -2,7 +2,7 @@
  * tunables.h - the one registry of kvpager's tunables.
  *
  * The registry is generated from KVP_PAGER_TUNABLES (pager/config.h) and
- * KVP_KV_TUNABLES (lib/kv_tunables.h) and from nothing else: each entry has
+ * KVP_KV_TUNABLES (lib/kv/kv_tunables.h) and from nothing else: each entry has
  * a name (units in the name), a type, a range or choices, a default, a
  * runtime flag and a one-line doc.  The KVP_<NAME> environment variables,
  * the FUSE view's tunables/ files and `kvpctl list` all come from it.
@@ -28,7 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "lib/kv_tunables.h"
+#include "lib/kv/kv_tunables.h"
 #include "pager/config.h"
 
 /* Which config struct a tunable lives in. */

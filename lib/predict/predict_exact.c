@@ -2,7 +2,7 @@
  * predict_exact.c - every block: full attention.  The schedule is known
  * ahead for any layer, which is what layer-ahead prefetch needs.
  */
-#include "lib/predict_i.h"
+#include "lib/predict/predict_i.h"
 
 static int exact_select(struct kvp_predictor *p, uint32_t seq, uint32_t layer,
 			const struct kvp_block_table *bt, const float *q,

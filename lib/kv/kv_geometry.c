@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "lib/cuda/attn_common.h"
-#include "lib/kv_geometry.h"
+#include "lib/kv/kv_geometry.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/block_table.h"
+#include "lib/kv/block_table.h"
 
 struct kvp_block_alloc {
 	uint32_t nblocks;	/* capacity */

@@ -7,7 +7,7 @@
  * caller's structs only after the whole change checked out, so that a
  * failure leaves nothing behind.
  */
-#include "lib/tunables.h"
+#include "lib/tunables/tunables.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -36,7 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "lib/kv_geometry.h"
+#include "lib/kv/kv_geometry.h"
 
 struct kvp_kv_synth;
 

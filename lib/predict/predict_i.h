@@ -4,7 +4,7 @@
 #ifndef KVP_PREDICT_I_H
 #define KVP_PREDICT_I_H
 
-#include "lib/predictor.h"
+#include "lib/predict/predictor.h"
 
 struct kvp_predictor {
 	struct kvp_kv_geometry g;    /* copy */

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/predict_i.h"
+#include "lib/predict/predict_i.h"
 
 static const struct kvp_predict_ops *const kinds[] = {
 	[KVP_PREDICTOR_EXACT] = &kvp_predict_exact_ops,
@@ -16,7 +16,7 @@ static const struct kvp_predict_ops *const kinds[] = {
 
 #define NKINDS (sizeof(kinds) / sizeof(kinds[0]))
 
-/* The defaults of lib/kv_tunables.h, by name. */
+/* The defaults of lib/kv/kv_tunables.h, by name. */
 #define KV_DEFAULT(name, type, min, max, def, runtime, choices, doc)           \
 	static const uint64_t def_##name = (def);
 KVP_KV_TUNABLES(KV_DEFAULT)

@@ -2,7 +2,7 @@
  * predictor.h - which KV blocks one decode step reads, per layer and sequence.
  *
  * One interface, three predictors (enum kvp_predictor_kind in
- * lib/kv_tunables.h):
+ * lib/kv/kv_tunables.h):
  *
  *   exact    every block of the sequence: full attention.  Its "prediction"
  *            is the layer-ahead schedule itself: layer l+1's blocks are
@@ -45,10 +45,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "lib/attention.h"
-#include "lib/block_table.h"
-#include "lib/kv_geometry.h"
-#include "lib/kv_tunables.h"
+#include "lib/kv/attention.h"
+#include "lib/kv/block_table.h"
+#include "lib/kv/kv_geometry.h"
+#include "lib/kv/kv_tunables.h"
 
 struct kvp_predictor;
 
@@ -64,7 +64,7 @@ struct kvp_predictor_opts {
 };
 
 /*
- * Defaults from lib/kv_tunables.h: M = 400, sink 4, r = 128, fit_tokens
+ * Defaults from lib/kv/kv_tunables.h: M = 400, sink 4, r = 128, fit_tokens
  * 1024, power_iters 4, max_seqs 64, seed 1; kind as given.
  */
 void kvp_predictor_opts_default(struct kvp_predictor_opts *o,

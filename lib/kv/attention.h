@@ -32,8 +32,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "lib/block_table.h"
-#include "lib/kv_geometry.h"
+#include "lib/kv/block_table.h"
+#include "lib/kv/kv_geometry.h"
 
 struct kvp_attn_pool;
 

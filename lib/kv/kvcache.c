@@ -36,9 +36,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "lib/fuse_view.h"
-#include "lib/kv_synth.h"
-#include "lib/kvcache.h"
+#include "lib/view/fuse_view.h"
+#include "lib/synth/kv_synth.h"
+#include "lib/kv/kvcache.h"
 
 #define KV_DEFAULT(name, type, min, max, def, runtime, choices, doc)           \
 	static const uint64_t kvdef_##name __attribute__((unused)) = (def);
