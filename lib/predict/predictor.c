@@ -58,6 +58,11 @@ int kvp_predictor_kind_parse(const char *name, enum kvp_predictor_kind *out)
 	return -EINVAL;
 }
 
+uint32_t kvp_predictor_max_rank(const struct kvp_kv_geometry *g)
+{
+	return g->kv_heads * g->head_dim;
+}
+
 int kvp_predictor_create(const struct kvp_kv_geometry *g,
 			 const struct kvp_predictor_opts *o,
 			 struct kvp_predictor **out)
@@ -72,7 +77,7 @@ int kvp_predictor_create(const struct kvp_kv_geometry *g,
 	    o->budget_tokens < g->block_tokens)
 		return -EINVAL;
 	if (o->kind == KVP_PREDICTOR_LOWRANK &&
-	    (o->rank == 0 || o->rank > g->kv_heads * g->head_dim ||
+	    (o->rank == 0 || o->rank > kvp_predictor_max_rank(g) ||
 	     o->fit_tokens == 0))
 		return -EINVAL;
 	p = calloc(1, sizeof(*p));

@@ -74,10 +74,14 @@ void kvp_predictor_opts_default(struct kvp_predictor_opts *o,
 const char *kvp_predictor_kind_name(enum kvp_predictor_kind kind);
 int kvp_predictor_kind_parse(const char *name, enum kvp_predictor_kind *out);
 
+/* kvp_predictor_max_rank - the largest lowrank rank geometry g allows:
+ * kv_heads * head_dim (a key's dimension). */
+uint32_t kvp_predictor_max_rank(const struct kvp_kv_geometry *g);
+
 /*
  * kvp_predictor_create - a predictor for geometry g (copied).
  * Returns 0 and *out, -EINVAL (bad geometry or option: rank 0 or over
- * kv_heads * head_dim, budget under G, max_seqs 0), -ENOMEM.
+ * kvp_predictor_max_rank, budget under G, max_seqs 0), -ENOMEM.
  */
 int kvp_predictor_create(const struct kvp_kv_geometry *g,
 			 const struct kvp_predictor_opts *o,
