@@ -13,11 +13,20 @@
  * prefetching layer-ahead, and reports tokens/s, the overlap of compute
  * and loads, bytes read, faults, prefetch outcomes, the reuse rate, and
  * (sampled against exact attention) recall and relative error.
+ *
+ * Settings come from the tunables' defaults, then the KVP_<TUNABLE>
+ * variables, then the options (an option wins over its variable).
+ * SIGINT and SIGTERM stop the run at the next step (or sequence of the
+ * prefill) and clean up the view and the registry entry; a second one
+ * ends the process at once.
  */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,31 +35,123 @@
 #include <unistd.h>
 
 #include "lib/instance/instance.h"
-#include "lib/synth/kv_synth.h"
 #include "lib/kv/kvcache.h"
+#include "lib/synth/kv_synth.h"
 #include "lib/tunables/tunables.h"
+
+/* Progress when stderr is not a terminal: one line this often. */
+#define PROGRESS_LINE_S 5.0
+
+/*
+ * The options.  A numeric option is parsed by the tunables registry's
+ * parser (kvp_tunable_parse), with the registry entry of its tunable when
+ * it sets one (its range and its KVP_ variable) or with its own type and
+ * range, so that every value is whole, in range, and refused with the
+ * option's name.
+ */
+enum opt_id {
+	O_PRESET,
+	O_CONTEXT,
+	O_BATCH,
+	O_PRED,
+	O_STEPS,
+	O_WARMUP,
+	O_BUDGET,
+	O_PATH,
+	O_DEPTH,
+	O_NOPF,
+	O_BLOCK,
+	O_M,
+	O_G,
+	O_RANK,
+	O_SEVERY,
+	O_SLAYERS,
+	O_THREADS,
+	O_SEED,
+	O_INSTALL,
+	O_JSON,
+	O_QUIET,
+	O_HELP,
+	O_COUNT
+};
+
+struct opt_spec {
+	const char *name;    /* without the dashes */
+	const char *arg;     /* NULL: a flag */
+	const char *tunable; /* the registry entry it sets, or NULL */
+	enum kvp_tunable_type type; /* otherwise: type and range */
+	uint64_t min, max;
+	const char *help;
+};
+
+static const struct opt_spec opts[O_COUNT] = {
+	[O_PRESET] = { "preset", "P", NULL, 0, 0, 0, NULL },
+	[O_CONTEXT] = { "context", "N", NULL, KVP_T_BYTES, 1, 1ULL << 31,
+			"tokens per sequence, 32K allowed (32768)" },
+	[O_BATCH] = { "batch", "B", NULL, KVP_T_UINT, 1, 65536,
+		      "sequences (1)" },
+	[O_PRED] = { "predictor", "K", "predictor", 0, 0, 0,
+		     "exact | window | lowrank (exact)" },
+	[O_STEPS] = { "steps", "N", NULL, KVP_T_UINT, 1, UINT32_MAX,
+		      "decode steps (16)" },
+	[O_WARMUP] = { "warmup", "N", NULL, KVP_T_UINT, 0, UINT32_MAX,
+		       "steps left out of the figures (2)" },
+	[O_BUDGET] = { "budget", "BYTES", "ram_budget_bytes", 0, 0, 0,
+		       "RAM budget (a quarter of the KV, at least 2M)" },
+	[O_PATH] = { "path", "DIR", NULL, 0, 0, 0,
+		     "where the backing file goes ($TMPDIR or /tmp)" },
+	[O_DEPTH] = { "depth", "D", "prefetch_depth_layers", 0, 0, 0,
+		      "prefetch depth in layers, 0: none (2)" },
+	[O_NOPF] = { "no-prefetch", NULL, NULL, 0, 0, 0,
+		     "demand faults only (--depth 0)" },
+	[O_BLOCK] = { "block", "BYTES", NULL, KVP_T_BYTES, 4096, 1ULL << 30,
+		      "pager block (exact: 2M; sparse: one KV block)" },
+	[O_M] = { "budget-tokens", "M", "predict_budget_tokens", 0, 0, 0,
+		  "sparse predictors' tokens per layer (400)" },
+	[O_G] = { "block-tokens", "G", "kv_block_tokens", 0, 0, 0,
+		  "tokens per KV block (4)" },
+	[O_RANK] = { "rank", "R", "lowrank_rank", 0, 0, 0,
+		     "lowrank's projection rank, at most KV heads x head dim "
+		     "(128)" },
+	[O_SEVERY] = { "sample-every", "N", NULL, KVP_T_UINT, 0, UINT32_MAX,
+		       "score the choice against exact attention every N "
+		       "steps, 0: never (4)" },
+	[O_SLAYERS] = { "sample-layers", "K", NULL, KVP_T_UINT, 0, UINT32_MAX,
+			"layers scored per sampled step (4)" },
+	[O_THREADS] = { "threads", "T", "attention_threads", 0, 0, 0,
+			"attention threads (0: all CPUs)" },
+	[O_SEED] = { "seed", "S", NULL, KVP_T_UINT, 0, UINT64_MAX,
+		     "synthetic KV seed (1)" },
+	[O_INSTALL] = { "install", "MODE", "install_mode", 0, 0, 0,
+			"auto | move | copy (auto)" },
+	[O_JSON] = { "json", NULL, NULL, 0, 0, 0, "one JSON object on stdout" },
+	[O_QUIET] = { "quiet", NULL, NULL, 0, 0, 0, "no progress on stderr" },
+	[O_HELP] = { "help", NULL, NULL, 0, 0, 0, "this text" },
+};
+
+/* A tunable set by an option, applied over the KVP_ variables. */
+struct opt_value {
+	const struct kvp_tunable *t;
+	uint64_t v;
+	enum opt_id id;
+};
 
 struct run_opts {
 	const char *preset;
 	uint64_t context;
 	uint32_t batch;
-	enum kvp_predictor_kind pred;
 	uint32_t steps;
 	uint32_t warmup;
-	uint64_t budget; /* 0: a quarter of the KV */
+	bool warmup_given;
 	const char *path;
 	bool json;
 	bool quiet;
-	bool prefetch;
-	uint32_t depth;
 	uint64_t block; /* pager block bytes; 0: by predictor */
-	uint32_t M;	/* predictor budget tokens */
-	uint32_t G;	/* tokens per KV block */
 	uint32_t sample_every;
 	uint32_t sample_layers;
 	uint64_t seed;
-	unsigned threads;
-	int install; /* -1: the pager's default */
+	struct opt_value set[O_COUNT]; /* tunables given as options */
+	unsigned nset;
 };
 
 static double now_s(void)
@@ -74,14 +175,76 @@ static const char *human(double b, char *buf, size_t len)
 	return buf;
 }
 
-/* ---- progress bar on stderr ---------------------------------------- */
+/* ---- interruption --------------------------------------------------- */
+
+/*
+ * SIGINT and SIGTERM are blocked in every thread (the mask is set before
+ * the first thread starts and inherited) and taken by one thread with
+ * sigwait, so that no pager, view or attention thread sees EINTR and the
+ * run stops only where it can clean up.  The second signal ends the
+ * process as the signal would.  A signal ignored on entry stays ignored.
+ */
+static atomic_int stop_signal;
+
+static void *signal_main(void *arg)
+{
+	sigset_t *set = arg;
+	int sig;
+
+	if (sigwait(set, &sig))
+		return NULL;
+	atomic_store(&stop_signal, sig);
+	if (sigwait(set, &sig))
+		return NULL;
+	signal(sig, SIG_DFL);
+	pthread_sigmask(SIG_UNBLOCK, set, NULL);
+	raise(sig);
+	return NULL;
+}
+
+static int signals_take(void)
+{
+	static const int sigs[] = { SIGINT, SIGTERM };
+	static sigset_t set;
+	pthread_t t;
+	int i, err;
+
+	sigemptyset(&set);
+	for (i = 0; i < 2; i++) {
+		struct sigaction sa;
+
+		/* one ignored on entry (nohup, a background job) stays so */
+		if (!sigaction(sigs[i], NULL, &sa) && sa.sa_handler != SIG_IGN)
+			sigaddset(&set, sigs[i]);
+	}
+	err = pthread_sigmask(SIG_BLOCK, &set, NULL);
+	if (!err)
+		err = pthread_create(&t, NULL, signal_main, &set);
+	if (!err)
+		pthread_detach(t);
+	return -err;
+}
+
+static bool stopped(void)
+{
+	return atomic_load(&stop_signal) != 0;
+}
+
+/* ---- progress on stderr ---------------------------------------------- */
 
 struct bar {
 	const char *what;
-	bool on;
+	bool on;  /* progress asked for */
+	bool tty; /* a bar redrawn in place; else a line now and then */
 	double t0, last;
-	int shown;
 };
+
+static void bar_start(struct bar *b, const char *what)
+{
+	b->what = what;
+	b->t0 = now_s();
+	b->last = b->tty ? 0 : b->t0;
+}
 
 static void bar_draw(struct bar *b, uint64_t done, uint64_t total,
 		     const char *unit)
@@ -90,7 +253,19 @@ static void bar_draw(struct bar *b, uint64_t done, uint64_t total,
 	char line[64];
 	int n = (int)(frac * 30), i;
 
-	if (!b->on || (t - b->last < 0.1 && done < total))
+	if (!b->on)
+		return;
+	if (!b->tty) {
+		if (t - b->last < PROGRESS_LINE_S)
+			return;
+		b->last = t;
+		fprintf(stderr,
+			"kvpager: %s %" PRIu64 "/%" PRIu64 " %s (%.0f%%), "
+			"%.0f s\n",
+			b->what, done, total, unit, frac * 100, t - b->t0);
+		return;
+	}
+	if (t - b->last < 0.1 && done < total)
 		return;
 	b->last = t;
 	for (i = 0; i < 30; i++)
@@ -98,7 +273,6 @@ static void bar_draw(struct bar *b, uint64_t done, uint64_t total,
 	line[30] = 0;
 	fprintf(stderr, "\r%-8s [%s] %3.0f%% %" PRIu64 "/%" PRIu64 " %s %.1fs ",
 		b->what, line, frac * 100, done, total, unit, t - b->t0);
-	b->shown = 1;
 	if (done >= total)
 		fputc('\n', stderr);
 }
@@ -108,203 +282,156 @@ static void prefill_progress(void *arg, uint64_t done, uint64_t total)
 	bar_draw(arg, done >> 20, total >> 20, "MiB");
 }
 
+/* ---- options ---------------------------------------------------------- */
+
 static void usage(FILE *f)
 {
 	const char *const *p = kvp_kv_geometry_presets();
+	char left[40];
+	int i;
 
 	fprintf(f, "usage: kvpager run [options]\n"
-		   "  --preset P         model shape:");
+		   "  --preset P           model shape:");
 	for (; *p; p++)
 		fprintf(f, " %s", *p);
-	fprintf(
-	    f,
-	    " (llama3-8b)\n"
-	    "  --context N        tokens per sequence (32768)\n"
-	    "  --batch B          sequences (1)\n"
-	    "  --predictor K      exact | window | lowrank (exact)\n"
-	    "  --steps N          decode steps (16)\n"
-	    "  --warmup N         steps left out of the figures (2)\n"
-	    "  --budget BYTES     RAM budget (a quarter of the KV)\n"
-	    "  --path DIR         where the backing file goes ($TMPDIR "
-	    "or /tmp)\n"
-	    "  --depth D          prefetch depth in layers (2)\n"
-	    "  --no-prefetch      demand faults only\n"
-	    "  --block BYTES      pager block (exact: 2M; sparse: one KV "
-	    "block)\n"
-	    "  --budget-tokens M  sparse predictors' tokens per layer (400)\n"
-	    "  --block-tokens G   tokens per KV block (4)\n"
-	    "  --sample-every N   score the choice against exact attention "
-	    "every N steps (4)\n"
-	    "  --sample-layers K  layers scored per sampled step (4)\n"
-	    "  --threads T        attention threads (0: all CPUs)\n"
-	    "  --seed S           synthetic KV seed (1)\n"
-	    "  --json             one JSON object on stdout\n"
-	    "  --quiet            no progress on stderr\n"
-	    "The KV is synthetic (lib/synth/kv_synth.h); no model runs.\n");
+	fprintf(f, " (llama3-8b)\n");
+	for (i = O_PRESET + 1; i < O_COUNT; i++) {
+		snprintf(left, sizeof(left), "--%s%s%s", opts[i].name,
+			 opts[i].arg ? " " : "",
+			 opts[i].arg ? opts[i].arg : "");
+		fprintf(f, "  %-20s %s\n", left, opts[i].help);
+	}
+	fprintf(f,
+		"Every KV and engine tunable is also read from its KVP_<NAME> "
+		"variable\n(kvpctl list shows them); an option wins over its "
+		"variable.\n"
+		"The KV is synthetic; no model runs.\n");
 }
 
-enum {
-	O_PRESET = 256,
-	O_CONTEXT,
-	O_BATCH,
-	O_PRED,
-	O_STEPS,
-	O_WARMUP,
-	O_BUDGET,
-	O_PATH,
-	O_JSON,
-	O_QUIET,
-	O_DEPTH,
-	O_NOPF,
-	O_BLOCK,
-	O_M,
-	O_G,
-	O_SEVERY,
-	O_SLAYERS,
-	O_SEED,
-	O_THREADS,
-	O_HELP,
-	O_INSTALL
-};
-
-static const struct option long_opts[] = {
-	{ "preset", required_argument, NULL, O_PRESET },
-	{ "context", required_argument, NULL, O_CONTEXT },
-	{ "batch", required_argument, NULL, O_BATCH },
-	{ "predictor", required_argument, NULL, O_PRED },
-	{ "steps", required_argument, NULL, O_STEPS },
-	{ "warmup", required_argument, NULL, O_WARMUP },
-	{ "budget", required_argument, NULL, O_BUDGET },
-	{ "path", required_argument, NULL, O_PATH },
-	{ "json", no_argument, NULL, O_JSON },
-	{ "quiet", no_argument, NULL, O_QUIET },
-	{ "depth", required_argument, NULL, O_DEPTH },
-	{ "no-prefetch", no_argument, NULL, O_NOPF },
-	{ "block", required_argument, NULL, O_BLOCK },
-	{ "budget-tokens", required_argument, NULL, O_M },
-	{ "block-tokens", required_argument, NULL, O_G },
-	{ "sample-every", required_argument, NULL, O_SEVERY },
-	{ "sample-layers", required_argument, NULL, O_SLAYERS },
-	{ "seed", required_argument, NULL, O_SEED },
-	{ "threads", required_argument, NULL, O_THREADS },
-	{ "help", no_argument, NULL, O_HELP },
-	{ "install", required_argument, NULL, O_INSTALL },
-	{ NULL, 0, NULL, 0 },
-};
-
-static int parse_u64(const char *s, uint64_t *v)
+/*
+ * @a as option @id wants it: parsed by the registry's parser into *v,
+ * range checked; on error a message naming the option.
+ */
+static int parse_value(enum opt_id id, const char *a, uint64_t *v)
 {
-	uint64_t b;
-	int err = kvp_parse_bytes(s, &b); /* 32K for contexts too */
+	char name[40], err[KVP_TUNABLE_ERR_MAX];
+	struct kvp_tunable t = { .type = opts[id].type,
+				 .min = opts[id].min,
+				 .max = opts[id].max };
 
-	if (err)
-		return err;
-	*v = b;
+	if (opts[id].tunable)
+		t = *kvp_tunable_find(opts[id].tunable);
+	snprintf(name, sizeof(name), "--%s", opts[id].name);
+	t.name = name;
+	if (kvp_tunable_parse(&t, a, v, err, sizeof(err))) {
+		fprintf(stderr, "kvpager: %s\n", err);
+		return -EINVAL;
+	}
 	return 0;
+}
+
+
+/* The option that set tunable @t, or NULL. */
+static const struct opt_value *option_of(const struct run_opts *o,
+					 const struct kvp_tunable *t)
+{
+	unsigned i;
+
+	for (i = 0; i < o->nset; i++)
+		if (o->set[i].t == t)
+			return &o->set[i];
+	return NULL;
+}
+
+/* Record tunable-setting option @id = @v; a later one wins. */
+static void set_tunable(struct run_opts *o, enum opt_id id, uint64_t v)
+{
+	const struct kvp_tunable *t = kvp_tunable_find(opts[id].tunable);
+	struct opt_value *s = (struct opt_value *)option_of(o, t);
+
+	if (!s)
+		s = &o->set[o->nset++];
+	s->t = t;
+	s->v = v;
+	s->id = id;
 }
 
 static int parse_args(int argc, char **argv, struct run_opts *o)
 {
+	struct option lo[O_COUNT + 1];
 	uint64_t v;
-	int c;
+	int c, i;
 
-	while ((c = getopt_long(argc, argv, "", long_opts, NULL)) != -1) {
+	for (i = 0; i < O_COUNT; i++)
+		lo[i] = (struct option){ opts[i].name,
+					 opts[i].arg ? required_argument
+						     : no_argument,
+					 NULL, 256 + i };
+	memset(&lo[O_COUNT], 0, sizeof(lo[O_COUNT]));
+	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+		enum opt_id id = (enum opt_id)(c - 256);
 		const char *a = optarg;
 
-		switch (c) {
+		if (c == '?' || c < 256) {
+			usage(stderr);
+			return -EINVAL;
+		}
+		switch (id) {
 		case O_PRESET:
 			o->preset = a;
-			break;
+			continue;
 		case O_PATH:
 			o->path = a;
-			break;
+			continue;
 		case O_JSON:
 			o->json = true;
-			break;
+			continue;
 		case O_QUIET:
 			o->quiet = true;
-			break;
+			continue;
 		case O_NOPF:
-			o->prefetch = false;
-			break;
+			set_tunable(o, O_DEPTH, 0);
+			continue;
 		case O_HELP:
 			usage(stdout);
 			exit(0);
-		case O_INSTALL:
-			if (!strcmp(a, "auto"))
-				o->install = KVP_INSTALL_AUTO;
-			else if (!strcmp(a, "move"))
-				o->install = KVP_INSTALL_MOVE;
-			else if (!strcmp(a, "copy"))
-				o->install = KVP_INSTALL_COPY;
-			else {
-				fprintf(stderr, "kvpager: --install takes "
-						"auto, move or copy\n");
-				return -EINVAL;
-			}
-			break;
-		case O_PRED:
-			if (kvp_predictor_kind_parse(a, &o->pred)) {
-				fprintf(stderr,
-					"kvpager: unknown predictor '%s': "
-					"use exact, window or lowrank\n",
-					a);
-				return -EINVAL;
-			}
-			break;
-		case '?':
-			usage(stderr);
-			return -EINVAL;
 		default:
-			if (parse_u64(a, &v)) {
-				fprintf(stderr,
-					"kvpager: --%s: '%s' is not a number "
-					"(decimal, with an optional K M G T P "
-					"suffix: 32K, 512M)\n",
-					long_opts[c - O_PRESET].name, a);
-				return -EINVAL;
-			}
-			switch (c) {
-			case O_CONTEXT:
-				o->context = v;
-				break;
-			case O_BATCH:
-				o->batch = (uint32_t)v;
-				break;
-			case O_STEPS:
-				o->steps = (uint32_t)v;
-				break;
-			case O_WARMUP:
-				o->warmup = (uint32_t)v;
-				break;
-			case O_BUDGET:
-				o->budget = v;
-				break;
-			case O_DEPTH:
-				o->depth = (uint32_t)v;
-				break;
-			case O_BLOCK:
-				o->block = v;
-				break;
-			case O_M:
-				o->M = (uint32_t)v;
-				break;
-			case O_G:
-				o->G = (uint32_t)v;
-				break;
-			case O_SEVERY:
-				o->sample_every = (uint32_t)v;
-				break;
-			case O_SLAYERS:
-				o->sample_layers = (uint32_t)v;
-				break;
-			case O_SEED:
-				o->seed = v;
-				break;
-			case O_THREADS:
-				o->threads = (unsigned)v;
-				break;
-			}
+			break;
+		}
+		if (parse_value(id, a, &v))
+			return -EINVAL;
+		if (opts[id].tunable) {
+			set_tunable(o, id, v);
+			continue;
+		}
+		switch (id) {
+		case O_CONTEXT:
+			o->context = v;
+			break;
+		case O_BATCH:
+			o->batch = (uint32_t)v;
+			break;
+		case O_STEPS:
+			o->steps = (uint32_t)v;
+			break;
+		case O_WARMUP:
+			o->warmup = (uint32_t)v;
+			o->warmup_given = true;
+			break;
+		case O_BLOCK:
+			o->block = v;
+			break;
+		case O_SEVERY:
+			o->sample_every = (uint32_t)v;
+			break;
+		case O_SLAYERS:
+			o->sample_layers = (uint32_t)v;
+			break;
+		case O_SEED:
+			o->seed = v;
+			break;
+		default:
+			break;
 		}
 	}
 	if (optind < argc) {
@@ -312,15 +439,187 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
 			argv[optind]);
 		return -EINVAL;
 	}
-	if (!o->context || !o->batch || !o->steps) {
-		fprintf(stderr, "kvpager: context, batch and steps must be "
-				"at least 1\n");
-		return -EINVAL;
-	}
-	if (o->warmup >= o->steps)
+	if (o->warmup >= o->steps) {
+		if (o->warmup_given) {
+			fprintf(stderr,
+				"kvpager: --warmup %u leaves no step to "
+				"measure: use fewer than --steps %u\n",
+				o->warmup, o->steps);
+			return -EINVAL;
+		}
 		o->warmup = o->steps > 1 ? 1 : 0;
+	}
 	return 0;
 }
+
+/* Where tunable @name's value came from, for messages: the option, its
+ * variable, or the option to set it ("--rank"). */
+static const char *tunable_source(const struct run_opts *o, const char *name,
+				  char *buf, size_t len)
+{
+	const struct kvp_tunable *t = kvp_tunable_find(name);
+	const struct opt_value *v = option_of(o, t);
+	int id;
+
+	if (v) {
+		snprintf(buf, len, "--%s", opts[v->id].name);
+		return buf;
+	}
+	kvp_tunable_env_name(t, buf, len);
+	if (getenv(buf))
+		return buf;
+	for (id = 0; id < O_COUNT; id++)
+		if (opts[id].tunable && !strcmp(opts[id].tunable, name))
+			break;
+	snprintf(buf, len, "--%s", id < O_COUNT ? opts[id].name : name);
+	return buf;
+}
+
+/* Whether tunable @name was given, by an option or its variable. */
+static bool tunable_given(const struct run_opts *o, const char *name)
+{
+	const struct kvp_tunable *t = kvp_tunable_find(name);
+	char env[96];
+
+	kvp_tunable_env_name(t, env, sizeof(env));
+	return option_of(o, t) || getenv(env);
+}
+
+/*
+ * The engine and KV configs: the tunables' defaults (the budget: a
+ * quarter of the KV), then the KVP_ variables, then the options.  On error
+ * a message names the option or variable and what it accepts.
+ */
+static int configure(const struct run_opts *o, uint64_t kv_bytes,
+		     struct kvp_config *cfg, struct kvp_kv_config *kv)
+{
+	struct kvp_tunable_target tg = { .pager = cfg, .kv = kv };
+	const struct kvp_tunable *budget = kvp_tunable_find("ram_budget_bytes");
+	char err[KVP_TUNABLE_ERR_MAX];
+	unsigned i;
+
+	kvp_config_defaults(cfg);
+	kvp_kv_config_defaults(kv);
+	cfg->ram_budget_bytes = kv_bytes / 4;
+	if (cfg->ram_budget_bytes < budget->min)
+		cfg->ram_budget_bytes = budget->min;
+	if (cfg->ram_budget_bytes > budget->max)
+		cfg->ram_budget_bytes = budget->max;
+	if (kvp_tunables_load_env(&tg, err, sizeof(err))) {
+		fprintf(stderr, "kvpager: %s\n", err);
+		return -EINVAL;
+	}
+	for (i = 0; i < o->nset; i++) {
+		if (kvp_tunable_set(&tg, o->set[i].t, o->set[i].v, err,
+				    sizeof(err))) {
+			fprintf(stderr, "kvpager: --%s: %s\n",
+				opts[o->set[i].id].name, err);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+/*
+ * What the geometry allows of the KV config: the low-rank rank, the
+ * sparse budget against the block, the prefetch depth against the layers
+ * (the default depth is cut to the layers quietly, a depth asked for is
+ * refused).  0, or -EINVAL with the message printed.
+ */
+static int check_geometry(const struct run_opts *o,
+			  const struct kvp_kv_geometry *g,
+			  struct kvp_kv_config *kv)
+{
+	uint32_t max_rank = kvp_predictor_max_rank(g);
+	char src[96], src2[96];
+
+	if (kv->predictor == KVP_PREDICTOR_LOWRANK &&
+	    kv->lowrank_rank > max_rank) {
+		fprintf(stderr,
+			"kvpager: lowrank: rank %" PRIu64 " is over this "
+			"shape's limit of %u (%u KV heads x head dim %u of "
+			"preset %s): set %s to 4..%u\n",
+			kv->lowrank_rank, max_rank, g->kv_heads, g->head_dim,
+			o->preset,
+			tunable_source(o, "lowrank_rank", src, sizeof(src)),
+			max_rank);
+		return -EINVAL;
+	}
+	if (kv->predictor != KVP_PREDICTOR_EXACT &&
+	    kv->predict_budget_tokens < kv->kv_block_tokens) {
+		fprintf(stderr,
+			"kvpager: %s %" PRIu64 " is under one KV block of "
+			"%" PRIu64 " tokens (%s): a sparse predictor could "
+			"choose nothing\n",
+			tunable_source(o, "predict_budget_tokens", src,
+				       sizeof(src)),
+			kv->predict_budget_tokens, kv->kv_block_tokens,
+			tunable_source(o, "kv_block_tokens", src2,
+				       sizeof(src2)));
+		return -EINVAL;
+	}
+	if (kv->prefetch_depth_layers > g->layers - 1) {
+		if (tunable_given(o, "prefetch_depth_layers")) {
+			fprintf(stderr,
+				"kvpager: %s %" PRIu64 ": preset %s has %u "
+				"layers, so prefetch reaches at most %u "
+				"ahead\n",
+				tunable_source(o, "prefetch_depth_layers", src,
+					       sizeof(src)),
+				kv->prefetch_depth_layers, o->preset, g->layers,
+				g->layers - 1);
+			return -EINVAL;
+		}
+		kv->prefetch_depth_layers = g->layers - 1;
+	}
+	return 0;
+}
+
+/*
+ * Warn when the budget cannot hold what layer-ahead prefetch keeps in
+ * memory at once: the layer computing and the prefetch depth's layers
+ * ahead, each as many pager blocks as the predictor chooses in a layer.
+ * Below that, blocks are evicted before they are used and every step
+ * reads (and faults) the layer again.
+ */
+static void warn_budget(const struct run_opts *o, const struct kvp_kv_config *kv,
+			const struct kvp_kvcache *c, uint64_t budget)
+{
+	const struct kvp_kv_layout *l = kvp_kvcache_layout(c);
+	uint64_t pbb = l->pager_block_bytes, G = kv->kv_block_tokens;
+	uint64_t blocks = (o->context + G - 1) / G, per_layer, need;
+	uint64_t layers = kv->prefetch_depth_layers + 1;
+	char h1[32], h2[32], h3[32];
+
+	if (kv->predictor == KVP_PREDICTOR_EXACT) {
+		per_layer = (blocks * l->block_stride * o->batch + pbb - 1) /
+			    pbb * pbb;
+	} else {
+		uint64_t chosen = kv->predict_budget_tokens / G + 1;
+
+		if (chosen > blocks)
+			chosen = blocks;
+		per_layer = chosen * o->batch * pbb;
+	}
+	need = layers * per_layer;
+	if (budget >= need)
+		return;
+	/* with the eviction watermark's headroom, rounded up to 1 MiB */
+	need = need / 90 * 100;
+	need = (need + (1u << 20) - 1) >> 20 << 20;
+	kvp_format_bytes(need, h3, sizeof(h3));
+	fprintf(stderr,
+		"kvpager: warning: the RAM budget of %s is under the %" PRIu64
+		" layer%s of KV that layer-ahead prefetch holds at once (%s "
+		"per layer): blocks will be evicted before they are used and "
+		"every step faults them in again; --budget %s or more would "
+		"hold them%s\n",
+		human((double)budget, h1, sizeof(h1)), layers,
+		layers > 1 ? "s" : "", human((double)per_layer, h2, sizeof(h2)),
+		h3, kv->prefetch_depth_layers > 1 ? ", or a lower --depth" : "");
+}
+
+/* ---- the report -------------------------------------------------------- */
 
 static void sub_stats(struct kvp_kvcache_step_stats *a,
 		      const struct kvp_kvcache_step_stats *b)
@@ -345,23 +644,76 @@ static void sub_stats(struct kvp_kvcache_step_stats *a,
 	a->flush_region -= b->flush_region;
 }
 
+/* Prefetch outcomes over the measured steps, from the region's counters:
+ * asked (blocks the plans named), loaded (the pager read them), and what
+ * became of the loaded ones. */
+struct pf_counts {
+	uint64_t asked, loaded, hit, late, wasted;
+};
+
+static void pf_snapshot(const struct kvp_kvcache *c,
+			const struct kvp_kvcache_stats *ks, struct pf_counts *p)
+{
+	struct kvp_region *r = kvp_kvcache_region(c);
+	struct kvp_stats s;
+
+	memset(&s, 0, sizeof(s));
+	if (r)
+		kvp_region_stats(r, &s);
+	p->asked = ks->sum.prefetch_issued;
+	p->loaded = s.prefetch_issued_total;
+	p->hit = s.prefetch_hit_total;
+	p->late = s.prefetch_late_total;
+	p->wasted = s.prefetch_wasted_total;
+}
+
+static void pf_sub(struct pf_counts *a, const struct pf_counts *b)
+{
+	a->asked -= b->asked;
+	a->loaded -= b->loaded;
+	a->hit -= b->hit;
+	a->late -= b->late;
+	a->wasted -= b->wasted;
+}
+
+/* Loaded blocks whose fate falls outside the window: loaded before it and
+ * used in it (negative), or loaded in it and not yet used at its end. */
+static int64_t pf_open(const struct pf_counts *p)
+{
+	return (int64_t)p->loaded - (int64_t)(p->hit + p->late + p->wasted);
+}
+
+static void print_prefetch(const struct pf_counts *p)
+{
+	int64_t open = pf_open(p);
+
+	printf("  prefetch              asked %" PRIu64 " blocks: %" PRIu64
+	       " resident or loading already, %" PRIu64 " loaded\n",
+	       p->asked, p->asked > p->loaded ? p->asked - p->loaded : 0,
+	       p->loaded);
+	printf("                        of those loaded: hit %" PRIu64
+	       ", late %" PRIu64 ", wasted %" PRIu64,
+	       p->hit, p->late, p->wasted);
+	if (open > 0)
+		printf(", %" PRId64 " not used yet when the run ended\n", open);
+	else if (open < 0)
+		printf(" (%" PRId64 " of them loaded during the warm-up)\n",
+		       -open);
+	else
+		printf("\n");
+}
+
 static int run(int argc, char **argv)
 {
 	struct run_opts o = {
 		.preset = "llama3-8b",
 		.context = 32768,
 		.batch = 1,
-		.pred = KVP_PREDICTOR_EXACT,
 		.steps = 16,
 		.warmup = 2,
-		.prefetch = true,
-		.depth = 2,
-		.M = 400,
-		.G = 4,
 		.sample_every = 4,
 		.sample_layers = 4,
 		.seed = 1,
-		.install = -1,
 	};
 	struct kvp_kv_geometry g;
 	struct kvp_kv_synth_opts so;
@@ -369,42 +721,62 @@ static int run(int argc, char **argv)
 	struct kvp_kv_source src;
 	struct kvp_kvcache_opts co;
 	struct kvp_config cfg;
+	struct kvp_kv_config kv, kv_start;
 	struct kvp_kvcache *c = NULL;
 	struct kvp_instance *inst = NULL;
-	bool budget_given;
+	struct kvp_fuse_view *view = NULL;
 	char why[512];
 	struct kvp_kvcache_stats s_warm, s_end;
 	struct kvp_kvcache_step_stats d;
+	struct pf_counts pf_warm, pf_end;
 	struct bar bar = { 0 };
-	uint32_t *ids = NULL, i;
+	uint32_t *ids = NULL, i, done_steps = 0, changes = 0;
 	uint64_t kv_bytes;
-	double t_open, t_prefill, t_decode, t_quality, t0, busy;
+	double t_open, t_prefill, t_decode, t_quality = 0, t0, busy;
 	double recall = 0, rel = 0, mass = 0;
 	uint32_t nsamp = 0;
 	char h1[32], h2[32], h3[32];
-	int err;
+	int err, status = 1;
 
-	err = parse_args(argc, argv, &o);
-	if (err)
+	if (parse_args(argc, argv, &o))
 		return 2;
 	if (kvp_kv_geometry_preset(o.preset, &g)) {
 		fprintf(stderr, "kvpager: unknown preset '%s'\n", o.preset);
 		usage(stderr);
 		return 2;
 	}
-	g.block_tokens = o.G;
-	if (kvp_kv_geometry_check(&g)) {
-		fprintf(stderr, "kvpager: bad geometry (--block-tokens %u)\n",
-			o.G);
+	if (__builtin_mul_overflow(o.context, (uint64_t)o.batch, &kv_bytes) ||
+	    __builtin_mul_overflow(kv_bytes, kvp_kv_token_bytes(&g),
+				   &kv_bytes)) {
+		fprintf(stderr,
+			"kvpager: --context %" PRIu64 " x --batch %u tokens of "
+			"%s is more KV than 64-bit sizes hold\n",
+			o.context, o.batch, o.preset);
 		return 2;
 	}
-	kv_bytes = o.context * o.batch * kvp_kv_token_bytes(&g);
-	budget_given = o.budget != 0;
-	if (!o.budget)
-		o.budget = kv_bytes / 4;
+	if (configure(&o, kv_bytes, &cfg, &kv))
+		return 2;
+	g.block_tokens = (uint32_t)kv.kv_block_tokens;
+	if (kvp_kv_geometry_check(&g)) {
+		fprintf(stderr,
+			"kvpager: %u tokens per KV block do not fit preset %s "
+			"(set --block-tokens)\n",
+			g.block_tokens, o.preset);
+		return 2;
+	}
+	if (check_geometry(&o, &g, &kv))
+		return 2;
+	kv_start = kv;
 	if (!o.block)
-		o.block = o.pred == KVP_PREDICTOR_EXACT ? 2u << 20 : 0;
-	bar.on = !o.quiet && isatty(2);
+		o.block = kv.predictor == KVP_PREDICTOR_EXACT ? 2u << 20 : 0;
+	bar.on = !o.quiet;
+	bar.tty = isatty(2);
+	err = signals_take();
+	if (err) {
+		fprintf(stderr, "kvpager: cannot take SIGINT and SIGTERM: %s\n",
+			kvp_strerror(err));
+		return 1;
+	}
 
 	kvp_kv_synth_opts_default(&so);
 	so.seed = o.seed;
@@ -421,63 +793,61 @@ static int run(int argc, char **argv)
 	co.capacity_tokens = (o.context + o.steps + g.block_tokens) * o.batch;
 	co.pager_block_bytes = (size_t)o.block;
 	co.dir = o.path;
-	co.budget_bytes = o.budget;
-	co.prefetch = o.prefetch;
-	co.prefetch_depth = o.depth < g.layers ? o.depth : g.layers - 1;
-	if (!co.prefetch_depth)
-		co.prefetch_depth = 1;
-	kvp_predictor_opts_default(&co.pred, o.pred);
-	co.pred.budget_tokens = o.M;
+	co.budget_bytes = cfg.ram_budget_bytes;
+	co.prefetch = kv.prefetch_depth_layers > 0;
+	co.prefetch_depth = co.prefetch ? (uint32_t)kv.prefetch_depth_layers : 1;
+	kvp_predictor_opts_default(&co.pred,
+				   (enum kvp_predictor_kind)kv.predictor);
+	co.pred.budget_tokens = (uint32_t)kv.predict_budget_tokens;
+	co.pred.sink_tokens = (uint32_t)kv.sink_tokens;
+	co.pred.rank = (uint32_t)kv.lowrank_rank;
+	co.pred.fit_tokens = (uint32_t)kv.lowrank_fit_tokens;
 	co.pred.max_seqs = o.batch;
-	co.attn_threads = o.threads;
+	co.attn_threads = (unsigned)kv.attention_threads;
 	co.sample_every = o.sample_every;
 	co.sample_layers = o.sample_layers;
 	co.max_samples = 4096;
-	kvp_config_defaults(&cfg);
-	if (o.install >= 0)
-		cfg.install_mode = (uint64_t)o.install;
-	cfg.ram_budget_bytes = o.budget < (2u << 20) ? 2u << 20 : o.budget;
 	t0 = now_s();
-	/* The pager comes from the instance: KVP_<TUNABLE> variables apply
-	 * over these settings, and KVP_FUSE_MOUNT mounts the debug view
-	 * (with seqs/<id>/block_table) for kvpctl. */
-	err = kvp_instance_open(&(struct kvp_instance_opts){ .cfg = &cfg },
-				&inst, why, sizeof(why));
+	/* The pager comes from the instance (the variables were read above),
+	 * and KVP_FUSE_MOUNT mounts the debug view for kvpctl. */
+	err = kvp_instance_open(
+	    &(struct kvp_instance_opts){ .cfg = &cfg, .kv = &kv, .no_env = true },
+	    &inst, why, sizeof(why));
 	if (err) {
 		fprintf(stderr, "kvpager: %s\n", why);
 		kvp_kv_synth_destroy(sy);
 		return 1;
 	}
-	kvp_pager_config(kvp_instance_pager(inst), &cfg);
-	if (budget_given && cfg.ram_budget_bytes != o.budget) {
-		/* --budget wins over KVP_RAM_BUDGET_BYTES. */
-		cfg.ram_budget_bytes = o.budget;
-		kvp_pager_reconfigure(kvp_instance_pager(inst), &cfg, NULL);
-		kvp_pager_config(kvp_instance_pager(inst), &cfg);
-	}
-	o.budget = cfg.ram_budget_bytes;
-	co.budget_bytes = o.budget;
 	co.pager = kvp_instance_pager(inst);
 	err = kvp_kvcache_create(&co, &c);
 	t_open = now_s() - t0;
 	if (err) {
-		fprintf(stderr, "kvpager: cannot set up the KV cache: %s\n",
+		fprintf(stderr,
+			"kvpager: cannot set up the KV cache (%s of KV for "
+			"%" PRIu64 " tokens in %s): %s\n",
+			human((double)(co.capacity_tokens *
+				       kvp_kv_token_bytes(&g)),
+			      h1, sizeof(h1)),
+			co.capacity_tokens, o.path ? o.path : "$TMPDIR",
 			kvp_strerror(err));
 		kvp_instance_close(inst);
 		kvp_kv_synth_destroy(sy);
 		return 1;
 	}
-	if (kvp_instance_view(inst))
-		kvp_kvcache_attach_view(c, kvp_instance_view(inst));
+	warn_budget(&o, &kv, c, cfg.ram_budget_bytes);
+	view = kvp_instance_view(inst);
+	if (view)
+		kvp_kvcache_attach_view(c, view);
 	ids = calloc(o.batch, sizeof(*ids));
-	if (!ids)
-		goto nomem;
+	if (!ids) {
+		fprintf(stderr, "kvpager: out of memory\n");
+		goto out;
+	}
 
 	/* prefill */
 	t0 = now_s();
-	bar.what = "prefill";
-	bar.t0 = t0;
-	for (i = 0; i < o.batch; i++) {
+	bar_start(&bar, "prefill");
+	for (i = 0; i < o.batch && !stopped(); i++) {
 		err = kvp_kvcache_seq_create(c, &ids[i]);
 		if (!err)
 			err = kvp_kvcache_prefill(
@@ -487,45 +857,65 @@ static int run(int argc, char **argv)
 			fprintf(stderr,
 				"kvpager: prefill of sequence %u failed: %s\n",
 				i, kvp_strerror(err));
-			goto fail;
+			goto out;
 		}
 		if (o.batch > 1)
 			bar_draw(&bar, i + 1, o.batch, "sequences");
 	}
 	t_prefill = now_s() - t0;
+	if (stopped()) {
+		fprintf(stderr,
+			"kvpager: interrupted during the prefill (%u of %u "
+			"sequences): nothing to report\n",
+			i, o.batch);
+		goto out;
+	}
 
 	/* decode */
 	t0 = now_s();
-	bar.what = "decode";
-	bar.t0 = t0;
-	bar.last = 0;
+	bar_start(&bar, "decode");
 	memset(&s_warm, 0, sizeof(s_warm));
-	for (i = 0; i < o.steps; i++) {
-		if (i == o.warmup)
+	memset(&pf_warm, 0, sizeof(pf_warm));
+	for (i = 0; i < o.steps && !stopped(); i++) {
+		if (i == o.warmup) {
 			kvp_kvcache_stats(c, &s_warm);
+			pf_snapshot(c, &s_warm, &pf_warm);
+		}
 		err = kvp_kvcache_step(c, ids, o.batch, &src, NULL, NULL);
 		if (err) {
 			fprintf(stderr, "kvpager: decode step %u failed: %s\n",
 				i, kvp_strerror(err));
-			goto fail;
+			goto out;
 		}
+		done_steps = i + 1;
 		bar_draw(&bar, i + 1, o.steps, "steps");
 	}
 	kvp_kvcache_stats(c, &s_end);
+	pf_snapshot(c, &s_end, &pf_end);
 	t_decode = now_s() - t0;
-	t0 = now_s();
-	err = kvp_kvcache_quality(c, &recall, &rel, &mass, &nsamp);
-	t_quality = now_s() - t0;
-	if (err) {
+	if (stopped()) {
+		if (bar.tty && bar.on)
+			fputc('\n', stderr);
 		fprintf(stderr,
-			"kvpager: scoring against exact attention "
-			"failed: %s\n",
-			kvp_strerror(err));
-		goto fail;
+			"kvpager: interrupted after %u of %u decode steps; the "
+			"report covers those, without scoring\n",
+			done_steps, o.steps);
+	} else {
+		t0 = now_s();
+		err = kvp_kvcache_quality(c, &recall, &rel, &mass, &nsamp);
+		t_quality = now_s() - t0;
+		if (err) {
+			fprintf(stderr,
+				"kvpager: scoring against exact attention "
+				"failed: %s\n",
+				kvp_strerror(err));
+			goto out;
+		}
 	}
 
 	d = s_end.sum;
 	sub_stats(&d, &s_warm.sum);
+	pf_sub(&pf_end, &pf_warm);
 	busy = s_end.t_load_busy_s - s_warm.t_load_busy_s;
 	{
 		double n = d.steps ? (double)d.steps : 1;
@@ -540,15 +930,20 @@ static int run(int argc, char **argv)
 				   : 0;
 		struct kvp_region *r = kvp_kvcache_region(c);
 		const char *imode = r ? kvp_region_install_mode(r) : "-";
-		const char *pk = kvp_predictor_kind_name(o.pred);
+		const char *pk = kvp_predictor_kind_name(
+		    (enum kvp_predictor_kind)kv.predictor);
 		uint64_t pbb = kvp_kvcache_layout(c)->pager_block_bytes;
+		uint32_t warm = done_steps > o.warmup ? o.warmup : done_steps;
 
 		if (o.json) {
 			printf(
 			    "{\"preset\":\"%s\",\"context\":%" PRIu64
 			    ",\"batch\":%u,\"predictor\":\"%s\","
+			    "\"predictor_at_start\":\"%s\","
+			    "\"kv_config_changes\":%u,"
 			    "\"budget_bytes\":%" PRIu64 ",\"kv_bytes\":%" PRIu64
 			    ",\"synthetic_kv\":true,\"steps\":%u,"
+			    "\"steps_done\":%u,\"interrupted\":%s,"
 			    "\"warmup_steps\":%u,\"measured_steps\":%" PRIu64
 			    ",\"tokens_per_s\":%.4f,\"t_step_s\":%.6f,"
 			    "\"t_compute_s\":%.6f,\"t_load_s\":%.6f,"
@@ -558,29 +953,38 @@ static int run(int argc, char **argv)
 			    "\"bytes_read_per_step\":%.1f,"
 			    "\"bytes_written_per_step\":%.1f,"
 			    "\"demand_faults_per_step\":%.3f,"
-			    "\"prefetch_issued\":%" PRIu64
+			    "\"prefetch_asked\":%" PRIu64
+			    ",\"prefetch_issued\":%" PRIu64
 			    ",\"prefetch_hit\":%" PRIu64
 			    ",\"prefetch_late\":%" PRIu64
 			    ",\"prefetch_wasted\":%" PRIu64
+			    ",\"prefetch_open\":%" PRId64
 			    ",\"reuse_rate\":%.4f,\"recall\":%.4f,"
 			    "\"rel_error\":%.5f,\"chosen_mass\":%.4f,"
 			    "\"quality_samples\":%u,"
 			    "\"pager_block_bytes\":%" PRIu64
-			    ",\"prefetch_depth_layers\":%u,"
+			    ",\"prefetch_depth_layers\":%" PRIu64 ","
+			    "\"predict_budget_tokens\":%" PRIu64 ","
+			    "\"lowrank_rank\":%" PRIu64 ","
 			    "\"install_mode\":\"%s\","
 			    "\"metadata_bytes\":%zu,"
 			    "\"t_open_s\":%.3f,\"t_prefill_s\":%.3f,"
 			    "\"t_decode_s\":%.3f,\"t_quality_s\":%.3f,"
 			    "\"rolling_flush_store\":%" PRIu64
 			    ",\"rolling_flush_region\":%" PRIu64 "}\n",
-			    o.preset, o.context, o.batch, pk, o.budget,
-			    kv_bytes, o.steps, o.warmup, d.steps, tps, tstep,
-			    tcomp, tload, d.t_wait_s / n, eff,
-			    mx > 0 ? tstep / mx : 0, d.bytes_read / n,
+			    o.preset, o.context, o.batch, pk,
+			    kvp_predictor_kind_name(
+				(enum kvp_predictor_kind)kv_start.predictor),
+			    changes, cfg.ram_budget_bytes, kv_bytes, o.steps,
+			    done_steps, stopped() ? "true" : "false", warm,
+			    d.steps, tps, tstep, tcomp, tload, d.t_wait_s / n,
+			    eff, mx > 0 ? tstep / mx : 0, d.bytes_read / n,
 			    d.bytes_written / n, d.demand_faults / n,
-			    d.prefetch_issued, d.prefetch_hit, d.prefetch_late,
-			    d.prefetch_wasted, reuse, recall, rel, mass, nsamp,
-			    pbb, o.prefetch ? co.prefetch_depth : 0, imode,
+			    pf_end.asked, pf_end.loaded, pf_end.hit,
+			    pf_end.late, pf_end.wasted, pf_open(&pf_end),
+			    reuse, recall, rel, mass, nsamp, pbb,
+			    kv.prefetch_depth_layers, kv.predict_budget_tokens,
+			    kv.lowrank_rank, imode,
 			    kvp_predictor_metadata_bytes(
 				kvp_kvcache_predictor(c)),
 			    t_open, t_prefill, t_decode, t_quality,
@@ -592,8 +996,16 @@ static int run(int argc, char **argv)
 			       o.preset, g.layers, g.q_heads, g.kv_heads,
 			       g.head_dim, kvp_kv_dtype_name(g.dtype),
 			       g.block_tokens, o.context, o.batch, pk);
-			if (o.pred != KVP_PREDICTOR_EXACT)
-				printf(" (M=%u tokens per layer)", o.M);
+			if (kv.predictor != KVP_PREDICTOR_EXACT)
+				printf(" (M=%" PRIu64 " tokens per layer)",
+				       kv.predict_budget_tokens);
+			if (changes)
+				printf(", %s at the start (%u changes "
+				       "through the view)",
+				       kvp_predictor_kind_name(
+					   (enum kvp_predictor_kind)
+					       kv_start.predictor),
+				       changes);
 			printf("\n  KV %s, SYNTHETIC (sink tokens, recent "
 			       "window, heavy hitters, topic clusters; no "
 			       "model runs)\n",
@@ -601,21 +1013,22 @@ static int run(int argc, char **argv)
 			printf(
 			    "  budget %s (%.1f%% of the KV), pager block %s, "
 			    "install %s, prefetch %s\n",
-			    human((double)o.budget, h2, sizeof(h2)),
-			    100.0 * o.budget / kv_bytes,
+			    human((double)cfg.ram_budget_bytes, h2, sizeof(h2)),
+			    100.0 * cfg.ram_budget_bytes / kv_bytes,
 			    human((double)pbb, h3, sizeof(h3)), imode,
-			    o.prefetch ? "layer-ahead" : "off (demand)");
-			if (o.prefetch)
-				printf("  prefetch depth %u layers\n",
-				       co.prefetch_depth);
+			    kv.prefetch_depth_layers ? "layer-ahead"
+						     : "off (demand)");
+			if (kv.prefetch_depth_layers)
+				printf("  prefetch depth %" PRIu64 " layers\n",
+				       kv.prefetch_depth_layers);
 			printf("phases: set-up %.2f s, prefill %.2f s (%.2f "
 			       "GB/s of KV), decode %.2f s (%u steps), "
 			       "scoring %.2f s\n",
 			       t_open, t_prefill,
 			       t_prefill > 0 ? kv_bytes / t_prefill / 1e9 : 0,
-			       t_decode, o.steps, t_quality);
+			       t_decode, done_steps, t_quality);
 			printf("decode, %" PRIu64 " steps after %u warm-up:\n",
-			       d.steps, o.warmup);
+			       d.steps, warm);
 			printf("  tokens/s              %.3f\n", tps);
 			printf("  T_step                %.4f s\n", tstep);
 			printf("  T_compute             %.4f s (attention "
@@ -634,11 +1047,7 @@ static int run(int argc, char **argv)
 			       human(d.bytes_read / n, h1, sizeof(h1)));
 			printf("  demand faults/step    %.2f\n",
 			       d.demand_faults / n);
-			printf("  prefetch              issued %" PRIu64
-			       ", hit %" PRIu64 ", late %" PRIu64
-			       ", wasted %" PRIu64 " (blocks)\n",
-			       d.prefetch_issued, d.prefetch_hit,
-			       d.prefetch_late, d.prefetch_wasted);
+			print_prefetch(&pf_end);
 			printf("  reuse rate            %.3f (chosen blocks "
 			       "already resident)\n",
 			       reuse);
@@ -661,22 +1070,18 @@ static int run(int argc, char **argv)
 			       s_end.sum.flush_store, s_end.sum.flush_region);
 		}
 	}
-	kvp_kvcache_attach_view(c, NULL);
+	status = 0;
+out:
+	if (view)
+		kvp_kvcache_attach_view(c, NULL);
 	kvp_kvcache_destroy(c);
 	kvp_instance_close(inst);
 	kvp_kv_synth_destroy(sy);
 	free(ids);
-	return 0;
-nomem:
-	err = -ENOMEM;
-	fprintf(stderr, "kvpager: out of memory\n");
-fail:
-	kvp_kvcache_attach_view(c, NULL);
-	kvp_kvcache_destroy(c);
-	kvp_instance_close(inst);
-	kvp_kv_synth_destroy(sy);
-	free(ids);
-	return 1;
+	fflush(stdout);
+	if (stopped())
+		return 128 + atomic_load(&stop_signal);
+	return status;
 }
 
 int main(int argc, char **argv)

@@ -1,0 +1,208 @@
+#!/bin/bash
+# t_kvpager.sh - the main job, `kvpager run`, as a user meets it.
+#
+# Covered: every numeric option over edge values (whole numbers only, in
+# range, the option named; nothing runs), the low-rank rank limit and
+# --rank reaching the run, KVP_<KV TUNABLE> variables applied at start and
+# an option winning over its variable, the warning of a budget under what
+# layer-ahead prefetch holds, the prefetch counters adding up, progress
+# lines when stderr is not a terminal, and SIGINT / SIGTERM on a run with
+# its view mounted: the report of the steps done, the view unmounted and
+# the registry entry removed.
+set -u
+BUILD=${BUILD:-build}
+K=$BUILD/bin/kvpager
+
+skip() {
+	echo "skipped: $*"
+	exit 77
+}
+[ -x "$K" ] || skip "$K is not built (make BUILD=$BUILD)"
+
+tmp=$(mktemp -d /tmp/kvp-run-XXXXXX)
+export KVP_RUNTIME_DIR=$tmp/reg
+export TMPDIR=$tmp
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+	wait 2>/dev/null
+	fusermount3 -u -z "$tmp/m" 2>/dev/null
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+n=0
+fail() {
+	echo "FAIL: $*"
+	exit 1
+}
+ok() {
+	n=$((n + 1))
+	echo "ok $n - $*"
+}
+# expect RC PATTERN CMD...: CMD exits RC and its output matches PATTERN
+expect() {
+	local rc=$1 pat=$2 out got
+	shift 2
+	out=$("$@" 2>&1)
+	got=$?
+	[ "$got" = "$rc" ] || fail "$* exited $got, not $rc: $out"
+	echo "$out" | grep -q -E -- "$pat" || fail "$* printed '$out', not /$pat/"
+	ok "$*"
+}
+# json FIELD TEXT: the value of "FIELD": in one JSON line
+json() {
+	echo "$2" | sed -n "s/.*\"$1\":\"\{0,1\}\([^,\"}]*\).*/\1/p"
+}
+
+# A short run that can start here at all (userfaultfd, a backing file).
+out=$("$K" run --preset tiny --context 256 --steps 2 --quiet 2>&1) ||
+	{
+		echo "$out" | grep -q -i -E 'userfaultfd|permission' &&
+			skip "the pager cannot start here: $out"
+		fail "a plain tiny run failed: $out"
+	}
+ok "a plain tiny run"
+
+# Edge values: nothing runs (no report), the option is named, the value
+# is not cut to 32 bits nor wrapped.
+while read -r opt val pat; do
+	expect 2 "^kvpager: --$opt: '$val' $pat" "$K" run --preset tiny \
+		--context 256 --steps 2 "--$opt" "$val"
+done <<'EOF'
+steps 4294967297 is out of range; accepted: 1\.\.4294967295
+steps 0 is out of range
+steps -1 is not an unsigned decimal integer
+batch 4294967298 is out of range; accepted: 1\.\.65536
+batch 0 is out of range
+context 0 is out of range
+context 18446744073709551616 is out of range
+context 1.5 is not a size
+context 32Q is not a size
+warmup 4294967296 is out of range
+budget 16383P is out of range; accepted: 2M\.\.1P
+budget 1M is out of range
+budget -1 is not a size
+depth 17 is out of range; accepted: 0\.\.16
+depth 4294967296 is out of range
+block 1K is out of range
+block 2G is out of range
+budget-tokens 4294967312 is out of range
+block-tokens 0 is out of range; accepted: 1\.\.1024
+rank 3 is out of range; accepted: 4\.\.512
+sample-every 4294967296 is out of range
+sample-layers 1e3 is not an unsigned decimal integer
+threads 257 is out of range; accepted: 0\.\.256
+seed 18446744073709551616 is out of range
+predictor 1 is not one of the choices; accepted: exact window lowrank
+install both is not one of the choices; accepted: auto move copy
+EOF
+expect 2 "^kvpager: --warmup 4 leaves no step to measure" "$K" run \
+	--preset tiny --context 256 --steps 4 --warmup 4
+expect 2 "^kvpager: --depth 2: preset tiny has 2 layers" "$K" run \
+	--preset tiny --context 256 --steps 2 --depth 2
+expect 2 "^kvpager: KVP_RAM_BUDGET_BYTES=16383P: '16383P' is out of range; accepted: 2M\.\.1P \(fix or unset" \
+	env KVP_RAM_BUDGET_BYTES=16383P "$K" run --preset tiny --context 256
+# an option wins over a bad variable only by being valid itself: the
+# variable is still named, not blamed for the option's value
+out=$("$K" run --preset tiny --context 256 --budget 16383P 2>&1)
+echo "$out" | grep -q KVP_ && fail "--budget 16383P blamed a variable: $out"
+ok "--budget 16383P names the option, no variable"
+
+# The low-rank rank limit, and --rank reaching the run.
+expect 2 "rank 128 is over this shape's limit of 32 .*: set --rank to 4\.\.32" \
+	"$K" run --preset tiny --context 256 --predictor lowrank
+expect 2 "rank 64 is over this shape's limit of 32 .*: set KVP_LOWRANK_RANK to 4\.\.32" \
+	env KVP_LOWRANK_RANK=64 "$K" run --preset tiny --context 256 \
+	--predictor lowrank
+out=$("$K" run --preset tiny --context 1K --steps 3 --predictor lowrank \
+	--rank 16 --json --quiet) || fail "lowrank --rank 16: $out"
+[ "$(json lowrank_rank "$out")" = 16 ] || fail "--rank 16 ran as: $out"
+[ "$(json predictor "$out")" = lowrank ] || fail "not lowrank: $out"
+ok "--rank 16 reaches the run"
+
+# KVP_<KV TUNABLE> variables apply at start; an option wins.
+out=$(KVP_PREDICTOR=window KVP_PREDICT_BUDGET_TOKENS=64 "$K" run \
+	--preset tiny --context 1K --steps 3 --json --quiet) ||
+	fail "KVP_PREDICTOR=window: $out"
+[ "$(json predictor "$out")" = window ] || fail "KVP_PREDICTOR=window ignored: $out"
+[ "$(json predict_budget_tokens "$out")" = 64 ] ||
+	fail "KVP_PREDICT_BUDGET_TOKENS=64 ignored: $out"
+ok "KVP_PREDICTOR=window and KVP_PREDICT_BUDGET_TOKENS=64 used"
+out=$(KVP_PREDICTOR=window "$K" run --preset tiny --context 1K --steps 3 \
+	--predictor exact --json --quiet 2>/dev/null) || fail "--predictor exact: $out"
+[ "$(json predictor "$out")" = exact ] || fail "the variable beat the option: $out"
+ok "--predictor exact wins over KVP_PREDICTOR=window"
+out=$(KVP_PREFETCH_DEPTH_LAYERS=0 "$K" run --preset tiny --context 1K \
+	--steps 3 --json --quiet 2>/dev/null) || fail "KVP_PREFETCH_DEPTH_LAYERS=0: $out"
+[ "$(json prefetch_depth_layers "$out")" = 0 ] &&
+	[ "$(json prefetch_asked "$out")" = 0 ] ||
+	fail "KVP_PREFETCH_DEPTH_LAYERS=0 still prefetched: $out"
+ok "KVP_PREFETCH_DEPTH_LAYERS=0 turns prefetch off"
+
+# A budget under the layers prefetch holds at once: a warning with the
+# budget that would do; none when the budget holds them.
+expect 0 "warning: the RAM budget of 2.00 MiB is under the 2 layers.*--budget 5M or more" \
+	"$K" run --preset tiny --context 8K --steps 2 --quiet
+out=$("$K" run --preset tiny --context 8K --steps 2 --budget 5M --quiet 2>&1 >/dev/null)
+[ -z "$out" ] || fail "warned with a budget that holds the layers: $out"
+ok "no warning at --budget 5M"
+
+# The prefetch counters add up: asked = resident already + loaded, and
+# loaded = hit + late + wasted + open (blocks whose use falls outside the
+# measured steps), open no larger than what one step asks.
+for args in "--budget 64M" "--predictor lowrank --rank 16" ""; do
+	out=$("$K" run --preset tiny --context 8K --steps 12 --json --quiet \
+		$args 2>/dev/null) || fail "run $args: $out"
+	asked=$(json prefetch_asked "$out")
+	loaded=$(json prefetch_issued "$out")
+	sum=$(($(json prefetch_hit "$out") + $(json prefetch_late "$out") + \
+		$(json prefetch_wasted "$out") + $(json prefetch_open "$out")))
+	open=$(json prefetch_open "$out")
+	[ "$loaded" -le "$asked" ] && [ "$sum" = "$loaded" ] &&
+		[ "${open#-}" -le $((asked / 10 + 1)) ] ||
+		fail "prefetch counters of '$args' do not add up: $out"
+	ok "prefetch counters add up ($args: asked $asked, loaded $loaded, open $open)"
+done
+out=$("$K" run --preset tiny --context 8K --steps 6 --quiet 2>/dev/null)
+echo "$out" | grep -q -E "asked [0-9]+ blocks: [0-9]+ resident or loading already, [0-9]+ loaded" ||
+	fail "the report does not break the prefetch down: $out"
+ok "the report breaks the prefetch down"
+
+# Interrupted runs: with the view mounted, SIGINT or SIGTERM during the
+# decode prints the report of the steps done, unmounts the view and
+# removes the registry entry.  Job control gives the background run a
+# SIGINT that is not ignored.
+[ -c /dev/fuse ] && command -v fusermount3 >/dev/null ||
+	skip "no /dev/fuse or fusermount3: the interrupted-run cases need the view"
+set -m
+for sig in INT TERM; do
+	mkdir -p "$tmp/m"
+	KVP_FUSE_MOUNT=$tmp/m "$K" run --preset tiny --context 32K \
+		--steps 1000000 >"$tmp/out" 2>"$tmp/err" &
+	pid=$!
+	pids+=("$pid")
+	# decoding, and the progress line of a stderr that is no terminal
+	for i in $(seq 600); do
+		grep -q '^kvpager: decode [0-9]*/1000000 steps' "$tmp/err" && break
+		kill -0 "$pid" 2>/dev/null || fail "the run ended: $(cat "$tmp/err")"
+		sleep 0.1
+	done
+	grep -q '^kvpager: decode' "$tmp/err" ||
+		fail "no progress line in 60 s: $(cat "$tmp/err")"
+	ok "progress lines on a stderr that is not a terminal"
+	mountpoint -q "$tmp/m" || fail "the view is not mounted at $tmp/m"
+	[ -f "$tmp/reg/$pid" ] || fail "no registry entry $tmp/reg/$pid: $(ls "$tmp/reg")"
+	kill -$sig "$pid"
+	wait "$pid"
+	rc=$?
+	want=$((128 + $(kill -l $sig)))
+	[ "$rc" = "$want" ] || fail "SIG$sig: exit $rc, not $want: $(cat "$tmp/err")"
+	grep -q "interrupted after [0-9]* of 1000000 decode steps" "$tmp/err" ||
+		fail "SIG$sig: no word of the interruption: $(cat "$tmp/err")"
+	grep -q "tokens/s" "$tmp/out" || fail "SIG$sig: no report: $(cat "$tmp/out")"
+	mountpoint -q "$tmp/m" && fail "SIG$sig left the view mounted"
+	[ -e "$tmp/reg/$pid" ] && fail "SIG$sig left the registry entry"
+	ok "SIG$sig: report, view unmounted, registry entry gone"
+done
+echo "all $n passed"
