@@ -195,8 +195,13 @@ $(BUILD)/tests/progs/%: tests/progs/%.c | $(DEPS_STAMP)
 check: $(ALL) $(TESTS) $(PROGS)
 	$(Q)BUILD=$(BUILD) tests/run-tests.sh
 
+# The probe's lines print whole with V=1 or when the pager cannot run;
+# otherwise only those not "ok" and the verdict.
 demo: $(ALL)
-	$(Q)$(BUILD)/bin/kvp-probe
+	$(Q)if $(BUILD)/bin/kvp-probe >$(BUILD)/probe.txt 2>&1 && [ "$(V)" != 1 ]; \
+	then grep -v -E '^.{27}ok ' $(BUILD)/probe.txt; \
+	echo "(make demo V=1 shows every check of kvp-probe)"; \
+	else cat $(BUILD)/probe.txt; fi
 	$(Q)if [ -x $(BUILD)/bin/kvpager ]; then $(BUILD)/bin/kvpager run; fi
 
 bench: $(ALL)
