@@ -5,9 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "lib/kv/attention.h"
+#include "tests/helpers/helpers.h"
 
 static uint32_t rng = 99;
 
@@ -318,14 +318,6 @@ START_TEST(mass_and_recall)
 }
 END_TEST
 
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* Llama-3.1-8B shape, 2048 tokens of one layer (8 MiB): prints GB/s. */
 START_TEST(throughput)
 {
@@ -348,16 +340,16 @@ START_TEST(throughput)
 		q[i] = frand();
 	kvp_attn_pool_create(2, &p2);
 	kvp_attn_decode(&g, &b, q, out, p2);
-	t0 = now();
+	t0 = kvp_test_now_ns() * 1e-9;
 	for (rep = 0; rep < reps; rep++)
 		kvp_attn_decode(&g, &b, q, out, NULL);
-	t1 = now();
+	t1 = kvp_test_now_ns() * 1e-9;
 	for (rep = 0; rep < reps; rep++)
 		kvp_attn_decode(&g, &b, q, out, p2);
-	t2 = now();
+	t2 = kvp_test_now_ns() * 1e-9;
 	for (rep = 0; rep < 2; rep++)
 		kvp_attn_decode_scalar(&g, &b, q, out, NULL);
-	t3 = now();
+	t3 = kvp_test_now_ns() * 1e-9;
 	printf("attention %s, llama3-8b, 8 MiB per call (L2-warm): "
 	       "1 thread %.2f GB/s, 2 threads %.2f GB/s, scalar %.2f GB/s\n",
 	       kvp_attn_simd_name(), n * bb * (double)reps / (t1 - t0) / 1e9,
@@ -372,11 +364,8 @@ END_TEST
 int main(void)
 {
 	Suite *s = suite_create("attention");
-	TCase *tc = tcase_create("core");
-	SRunner *sr;
-	int nf;
+	TCase *tc = kvp_test_tcase(s, "core", 60);
 
-	tcase_set_timeout(tc, 60);
 	tcase_add_loop_test(tc, against_dense, 0,
 			    sizeof(shapes) / sizeof(shapes[0]));
 	tcase_add_test(tc, large_scores);
@@ -384,10 +373,5 @@ int main(void)
 	tcase_add_test(tc, through_table);
 	tcase_add_test(tc, mass_and_recall);
 	tcase_add_test(tc, throughput);
-	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nf ? 1 : 0;
+	return kvp_test_run(s);
 }

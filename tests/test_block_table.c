@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "lib/kv/block_table.h"
+#include "tests/helpers/helpers.h"
 
 static struct kvp_block_alloc *A;
 
@@ -280,11 +281,8 @@ END_TEST
 int main(void)
 {
 	Suite *s = suite_create("block_table");
-	TCase *tc = tcase_create("core");
-	SRunner *sr;
-	int nf;
+	TCase *tc = kvp_test_tcase(s, "core", 30);
 
-	tcase_set_timeout(tc, 30);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, alloc_basic);
 	tcase_add_test(tc, alloc_exhaust);
@@ -293,10 +291,5 @@ int main(void)
 	tcase_add_test(tc, fork_prefix_callback);
 	tcase_add_test(tc, free_spans);
 	tcase_add_test(tc, random_ops);
-	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nf ? 1 : 0;
+	return kvp_test_run(s);
 }

@@ -7,38 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "kmod-helpers/dio.h"
-
-static bool pow2(uint32_t x)
-{
-	return x && !(x & (x - 1));
-}
-
-/* A directory on a filesystem that refuses O_DIRECT (ramfs), or NULL. */
-static char ramfs_dir[64];
-
-static const char *ramfs_mount(void)
-{
-	snprintf(ramfs_dir, sizeof(ramfs_dir), "/tmp/kvp-test-dio-%d",
-		 (int)getpid());
-	if (mkdir(ramfs_dir, 0700))
-		return NULL;
-	if (mount("none", ramfs_dir, "ramfs", 0, "mode=0700")) {
-		rmdir(ramfs_dir);
-		return NULL;
-	}
-	return ramfs_dir;
-}
-
-static void ramfs_umount(void)
-{
-	umount2(ramfs_dir, MNT_DETACH);
-	rmdir(ramfs_dir);
-}
+#include "tests/helpers/helpers.h"
 
 START_TEST(test_disk_file)
 {
@@ -53,7 +26,7 @@ START_TEST(test_disk_file)
 	ck_assert_int_eq(ftruncate(fd, 1 << 20), 0);
 	ck_assert_int_eq(kvp_dio_alignment(fd, &a), 0);
 	ck_assert(a.direct);
-	ck_assert(pow2(a.mem_align) && pow2(a.offset_align));
+	ck_assert(kvp_test_pow2(a.mem_align) && kvp_test_pow2(a.offset_align));
 	ck_assert_uint_le(a.offset_align, 4096);
 	ck_assert_ptr_nonnull(a.source);
 
@@ -116,7 +89,7 @@ START_TEST(test_tmpfs)
 	ck_assert_int_ge(dfd, 0);
 	/* tmpfs has O_DIRECT since 6.6; both answers must agree. */
 	ck_assert_int_eq(direct, a.direct);
-	ck_assert(pow2(a.mem_align) && pow2(a.offset_align));
+	ck_assert(kvp_test_pow2(a.mem_align) && kvp_test_pow2(a.offset_align));
 	close(dfd);
 	close(fd);
 	unlink(path);
@@ -126,17 +99,15 @@ END_TEST
 START_TEST(test_refused)
 {
 	struct kvp_dio_align a;
-	const char *dir;
-	char path[128];
+	char dir[64], tag[32], path[128];
 	bool direct = true;
 	int fd;
 
-	dir = ramfs_mount();
-	if (!dir) {
-		fprintf(stderr, "ramfs mount failed: %s; skipped\n",
-			strerror(errno));
+	/* ramfs refuses O_DIRECT */
+	snprintf(tag, sizeof(tag), "kvp-test-dio-%d", (int)getpid());
+	if (!kvp_test_mount(dir, sizeof(dir), "/tmp", tag, "ramfs",
+			    "mode=0700"))
 		return;
-	}
 	snprintf(path, sizeof(path), "%s/f", dir);
 	fd = kvp_dio_open(path, O_RDWR | O_CREAT | O_EXCL, 0600, &direct);
 	ck_assert_int_ge(fd, 0);
@@ -146,7 +117,7 @@ START_TEST(test_refused)
 	ck_assert_int_eq(kvp_dio_alignment(fd, &a), 0);
 	ck_assert(!a.direct);
 	close(fd);
-	ramfs_umount();
+	kvp_test_unmount(dir);
 }
 END_TEST
 
@@ -166,25 +137,17 @@ END_TEST
 static Suite *dio_suite(void)
 {
 	Suite *s = suite_create("dio");
-	TCase *tc = tcase_create("core");
+	TCase *tc = kvp_test_tcase(s, "core", 20);
 
-	tcase_set_timeout(tc, 20);
 	tcase_add_test(tc, test_disk_file);
 	tcase_add_test(tc, test_open_create);
 	tcase_add_test(tc, test_tmpfs);
 	tcase_add_test(tc, test_refused);
 	tcase_add_test(tc, test_bad_input);
-	suite_add_tcase(s, tc);
 	return s;
 }
 
 int main(void)
 {
-	SRunner *sr = srunner_create(dio_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return kvp_test_run(dio_suite());
 }

@@ -37,6 +37,7 @@
 #include "lib/instance/instance.h"
 #include "lib/tunables/tunables.h"
 #include "pager/pager.h"
+#include "tests/helpers/helpers.h"
 
 #define KIB	1024u
 #define MIB	(1024u * 1024u)
@@ -1128,19 +1129,13 @@ static const char *missing(char *why, size_t len)
 int main(int argc, char **argv)
 {
 	char why[512];
-	SRunner *sr;
 	int failed;
 
 	if (argc > 1 && !strcmp(argv[1], "--serve"))
 		return serve();
-	if (missing(why, sizeof(why))) {
-		printf("skipped: %s\n", why);
-		return 77;
-	}
-	sr = srunner_create(fuse_view_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	if (missing(why, sizeof(why)))
+		return kvp_test_skip("%s", why);
+	failed = kvp_test_run(fuse_view_suite());
 	sweep_stale();
-	return failed ? 1 : 0;
+	return failed;
 }

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "lib/instance/instance.h"
+#include "tests/helpers/helpers.h"
 
 static char dir[64];
 
@@ -189,25 +190,17 @@ END_TEST
 static Suite *instance_suite(void)
 {
 	Suite *s = suite_create("instance");
-	TCase *tc = tcase_create("registry");
+	TCase *tc = kvp_test_tcase(s, "registry", 30);
 
-	tcase_set_timeout(tc, 30);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, dir_choice);
 	tcase_add_test(tc, register_list_unregister);
 	tcase_add_test(tc, stale_entries);
 	tcase_add_test(tc, open_from_env);
-	suite_add_tcase(s, tc);
 	return s;
 }
 
 int main(void)
 {
-	SRunner *sr = srunner_create(instance_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return kvp_test_run(instance_suite());
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "lib/kv/kv_geometry.h"
+#include "tests/helpers/helpers.h"
 
 START_TEST(presets)
 {
@@ -174,11 +175,8 @@ END_TEST
 int main(void)
 {
 	Suite *s = suite_create("kv_geometry");
-	TCase *tc = tcase_create("core");
-	SRunner *sr;
-	int nf;
+	TCase *tc = kvp_test_tcase(s, "core", 30);
 
-	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, presets);
 	tcase_add_test(tc, check_rejects);
 	tcase_add_test(tc, dtypes);
@@ -186,10 +184,5 @@ int main(void)
 	tcase_add_test(tc, f16_rounding);
 	tcase_add_test(tc, bf16);
 	tcase_add_test(tc, layout);
-	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nf ? 1 : 0;
+	return kvp_test_run(s);
 }

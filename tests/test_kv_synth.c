@@ -5,10 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "lib/kv/attention.h"
 #include "lib/synth/kv_synth.h"
+#include "tests/helpers/helpers.h"
 
 /* The fill rate it must beat: disk speed (well, a fair share of it); a
  * sanitizer build only checks that it runs. */
@@ -17,14 +17,6 @@
 #else
 #define SPEED_FLOOR 1.5e9
 #endif
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 START_TEST(deterministic)
 {
@@ -206,11 +198,11 @@ START_TEST(speed)
 	for (i = 0; i < n; i++)
 		kvp_kv_synth_fill(s, 0, (uint32_t)(i % 32), (i / 32) * 4, 4,
 				  kv + i * bb);
-	t0 = now();
+	t0 = kvp_test_now_ns() * 1e-9;
 	for (i = 0; i < n; i++)
 		kvp_kv_synth_fill(s, 0, (uint32_t)(i % 32), (i / 32) * 4, 4,
 				  kv + i * bb);
-	t = now() - t0;
+	t = kvp_test_now_ns() * 1e-9 - t0;
 	printf("kv_synth fill, llama3-8b fp16, one thread: %.2f GB/s\n",
 	       n * bb / t / 1e9);
 	fflush(stdout);
@@ -223,19 +215,11 @@ END_TEST
 int main(void)
 {
 	Suite *s = suite_create("kv_synth");
-	TCase *tc = tcase_create("core");
-	SRunner *sr;
-	int nf;
+	TCase *tc = kvp_test_tcase(s, "core", 30);
 
-	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, deterministic);
 	tcase_add_test(tc, dtypes);
 	tcase_add_test(tc, planted_structure);
 	tcase_add_test(tc, speed);
-	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nf ? 1 : 0;
+	return kvp_test_run(s);
 }

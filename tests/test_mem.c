@@ -14,23 +14,11 @@
 #include <unistd.h>
 
 #include "kmod-helpers/mem.h"
+#include "tests/helpers/helpers.h"
 
 #define PG   KVP_PAGE_SIZE
 #define HUGE KVP_HUGE_SIZE
 #define GIG  (1UL << 30)
-
-static size_t resident_pages(void *addr, size_t len)
-{
-	size_t n = len / PG, count = 0;
-	unsigned char *vec = malloc(n);
-
-	ck_assert_ptr_nonnull(vec);
-	ck_assert_int_eq(mincore(addr, len, vec), 0);
-	for (size_t i = 0; i < n; i++)
-		count += vec[i] & 1;
-	free(vec);
-	return count;
-}
 
 /* The value of field @key ("AnonHugePages:", "VmFlags:") of the VMA at @addr. */
 static bool smaps_field(void *addr, const char *key, char *out, size_t len)
@@ -74,7 +62,7 @@ static void check_reserve(size_t len, size_t align, bool huge)
 	ck_assert_ptr_nonnull(p);
 	ck_assert_uint_eq((uintptr_t)p % align, 0);
 	/* Nothing populated; reads zeros; writable end to end. */
-	ck_assert_uint_eq(resident_pages(p, len), 0);
+	ck_assert_uint_eq(kvp_test_resident_pages(p, len), 0);
 	ck_assert_int_eq(p[0], 0);
 	ck_assert_int_eq(p[len - 1], 0);
 	p[0] = 1;
@@ -174,8 +162,8 @@ START_TEST(test_populate)
 
 	ck_assert_int_eq(kvp_mem_reserve(64 * PG, PG, false, (void **)&p), 0);
 	ck_assert_int_eq(kvp_mem_populate(p + 8 * PG, 16 * PG), 0);
-	ck_assert_uint_eq(resident_pages(p, 64 * PG), 16);
-	ck_assert_uint_eq(resident_pages(p + 8 * PG, 16 * PG), 16);
+	ck_assert_uint_eq(kvp_test_resident_pages(p, 64 * PG), 16);
+	ck_assert_uint_eq(kvp_test_resident_pages(p + 8 * PG, 16 * PG), 16);
 	ck_assert_int_eq(p[8 * PG], 0); /* populated pages are zero */
 	ck_assert_int_eq(kvp_mem_release(p, 64 * PG), 0);
 	/* An unmapped range is an error, not a crash. */
@@ -184,7 +172,7 @@ START_TEST(test_populate)
 	/* A THP range populates as huge pages where THP is on. */
 	ck_assert_int_eq(kvp_mem_reserve(2 * HUGE, HUGE, true, (void **)&p), 0);
 	ck_assert_int_eq(kvp_mem_populate(p, 2 * HUGE), 0);
-	ck_assert_uint_eq(resident_pages(p, 2 * HUGE), 2 * HUGE / PG);
+	ck_assert_uint_eq(kvp_test_resident_pages(p, 2 * HUGE), 2 * HUGE / PG);
 	if (kvp_thp_mode(mode, sizeof(mode)) == 0 && strcmp(mode, "never") &&
 	    smaps_field(p, "AnonHugePages:", huge_kb, sizeof(huge_kb)))
 		ck_assert_msg(atol(huge_kb) > 0, "AnonHugePages:%s", huge_kb);
@@ -198,10 +186,10 @@ START_TEST(test_advise)
 
 	ck_assert_int_eq(kvp_mem_reserve(8 * PG, PG, false, (void **)&p), 0);
 	memset(p, 0xab, 8 * PG);
-	ck_assert_uint_eq(resident_pages(p, 8 * PG), 8);
+	ck_assert_uint_eq(kvp_test_resident_pages(p, 8 * PG), 8);
 	/* DONTNEED drops private anonymous pages: zeros after. */
 	ck_assert_int_eq(kvp_mem_advise(p + 2 * PG, 4 * PG, MADV_DONTNEED), 0);
-	ck_assert_uint_eq(resident_pages(p, 8 * PG), 4);
+	ck_assert_uint_eq(kvp_test_resident_pages(p, 8 * PG), 4);
 	ck_assert_int_eq(p[3 * PG], 0);
 	ck_assert_int_eq((unsigned char)p[PG], 0xab);
 	ck_assert_int_eq(kvp_mem_advise(p, 8 * PG, MADV_NOHUGEPAGE), 0);
@@ -233,7 +221,7 @@ START_TEST(test_advise_batch)
 					      &done),
 			 0);
 	ck_assert_uint_eq(done, 3 * PG);
-	ck_assert_uint_eq(resident_pages(p, 8 * PG), 5);
+	ck_assert_uint_eq(kvp_test_resident_pages(p, 8 * PG), 5);
 	ck_assert_int_eq(p[PG], 0);
 	ck_assert_int_eq(p[5 * PG], 0);
 	ck_assert_int_eq((unsigned char)p[0], 0xab);
@@ -333,9 +321,8 @@ END_TEST
 static Suite *mem_suite(void)
 {
 	Suite *s = suite_create("mem");
-	TCase *tc = tcase_create("core");
+	TCase *tc = kvp_test_tcase(s, "core", 20);
 
-	tcase_set_timeout(tc, 20);
 	tcase_add_test(tc, test_reserve_4k);
 	tcase_add_test(tc, test_reserve_2m);
 	tcase_add_test(tc, test_reserve_1g);
@@ -347,17 +334,10 @@ static Suite *mem_suite(void)
 	tcase_add_test(tc, test_advise_batch);
 	tcase_add_test(tc, test_memfd);
 	tcase_add_test(tc, test_thp_mode);
-	suite_add_tcase(s, tc);
 	return s;
 }
 
 int main(void)
 {
-	SRunner *sr = srunner_create(mem_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return kvp_test_run(mem_suite());
 }

@@ -5,21 +5,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "lib/synth/kv_synth.h"
 #include "lib/predict/predictor.h"
+#include "tests/helpers/helpers.h"
 
 static struct kvp_block_alloc *A;
 static struct kvp_kv_geometry G = { 2, 4, 2, 16, KVP_KV_FP32, 4 };
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static bool sorted_by_phys(const struct kvp_block_table *bt, const uint32_t *lb,
 			   size_t n)
@@ -315,11 +307,11 @@ START_TEST(lowrank_recall_planted)
 
 			/* queries of 4 positions, as if ctx were each */
 			kvp_kv_synth_query(sy, 0, layer, ctx - 1000 * step, q);
-			t0 = now();
+			t0 = kvp_test_now_ns() * 1e-9;
 			ck_assert_int_eq(kvp_predictor_select(p, 0, layer, t, q,
 							      lb, 128, &n),
 					 0);
-			tsel += now() - t0;
+			tsel += kvp_test_now_ns() * 1e-9 - t0;
 			ck_assert_uint_le(n, 100);
 			ck_assert(sorted_by_phys(t, lb, n));
 			ck_assert_int_eq(
@@ -378,20 +370,12 @@ END_TEST
 int main(void)
 {
 	Suite *s = suite_create("predictor");
-	TCase *tc = tcase_create("core");
-	SRunner *sr;
-	int nf;
+	TCase *tc = kvp_test_tcase(s, "core", 60);
 
-	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, names_and_opts);
 	tcase_add_test(tc, exact_all_sorted);
 	tcase_add_test(tc, window_sinks_and_recent);
 	tcase_add_test(tc, lowrank_constructed);
 	tcase_add_test(tc, lowrank_recall_planted);
-	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nf ? 1 : 0;
+	return kvp_test_run(s);
 }

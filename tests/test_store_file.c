@@ -16,14 +16,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mount.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
-#include <liburing.h>
-
 #include "pager/store.h"
+#include "tests/helpers/helpers.h"
 
 #define MIB (1u << 20)
 
@@ -31,67 +28,17 @@ static char disk_dir[256];  /* a fresh directory on /var/tmp */
 static char ramfs_dir[512]; /* "" when not mounted */
 static char tiny_dir[512];  /* a 1 MiB tmpfs, "" when not mounted */
 
-static uint64_t pattern(uint64_t off, uint64_t seed)
-{
-	uint64_t z = off + seed * 0x9e3779b97f4a7c15ull;
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static void fill(void *buf, size_t len, uint64_t off, uint64_t seed)
-{
-	uint64_t *w = buf;
-	size_t i;
-
-	for (i = 0; i < len / 8; i++)
-		w[i] = pattern(off + i * 8, seed);
-}
-
-static bool check_fill(const void *buf, size_t len, uint64_t off, uint64_t seed)
-{
-	const uint64_t *w = buf;
-	size_t i;
-
-	for (i = 0; i < len / 8; i++)
-		if (w[i] != pattern(off + i * 8, seed))
-			return false;
-	return true;
-}
-
-static void *abuf(size_t len)
-{
-	void *p = NULL;
-
-	ck_assert_int_eq(posix_memalign(&p, 4096, len), 0);
-	return p;
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static bool pow2(uint64_t x)
-{
-	return x && !(x & (x - 1));
-}
-
 /* Write then read back @len bytes at @off through the synchronous path. */
 static void sync_round_trip(struct kvp_store *s, size_t len, uint64_t off,
 			    uint64_t seed)
 {
-	char *w = abuf(len), *r = abuf(len);
+	char *w = kvp_test_xalloc(len), *r = kvp_test_xalloc(len);
 
-	fill(w, len, off, seed);
+	kvp_test_fill(w, len, seed, off);
 	memset(r, 0, len);
 	ck_assert_int_eq(kvp_store_pwrite(s, w, len, off), 0);
 	ck_assert_int_eq(kvp_store_pread(s, r, len, off), 0);
-	ck_assert(check_fill(r, len, off, seed));
+	ck_assert(kvp_test_check(r, len, seed, off) < 0);
 	free(w);
 	free(r);
 }
@@ -107,17 +54,17 @@ static void queue_round_trip(struct kvp_store *s, unsigned depth, unsigned n,
 	struct kvp_io *ios = calloc(n, sizeof(*ios));
 	struct kvp_io **ptrs = calloc(n, sizeof(*ptrs));
 	struct kvp_io **done = calloc(n, sizeof(*done));
-	char *mem = abuf((size_t)n * bs);
+	char *mem = kvp_test_xalloc((size_t)n * bs);
 	int pass;
 
 	ck_assert_int_eq(s->ops->queue_create(s, depth, &q), 0);
 	ck_assert_int_ge(s->ops->queue_fd(q), 0);
 	for (pass = 0; pass < 2; pass++) {
 		unsigned sub = 0, reaped = 0, i;
-		uint64_t t0 = now_ns();
+		uint64_t t0 = kvp_test_now_ns();
 
 		if (pass == 0)
-			fill(mem, (size_t)n * bs, 0, seed);
+			kvp_test_fill(mem, (size_t)n * bs, seed, 0);
 		else
 			memset(mem, 0, (size_t)n * bs);
 		for (i = 0; i < n; i++) {
@@ -146,13 +93,14 @@ static void queue_round_trip(struct kvp_store *s, unsigned depth, unsigned n,
 				ck_assert_int_eq(done[i]->result, (int64_t)bs);
 				ck_assert_ptr_eq(done[i]->cookie, done[i]);
 				ck_assert_uint_ge(done[i]->submit_ns, t0);
-				ck_assert_uint_le(done[i]->submit_ns, now_ns());
+				ck_assert_uint_le(done[i]->submit_ns,
+						  kvp_test_now_ns());
 			}
 			reaped += (unsigned)k;
 			ck_assert_uint_le(reaped, sub);
 		}
 	}
-	ck_assert(check_fill(mem, (size_t)n * bs, 0, seed));
+	ck_assert(kvp_test_check(mem, (size_t)n * bs, seed, 0) < 0);
 	s->ops->queue_destroy(q);
 	free(mem);
 	free(done);
@@ -210,7 +158,8 @@ START_TEST(test_temp_store)
 	ck_assert_str_eq(s->ops->kind, "file");
 	ck_assert_uint_eq(s->size, 8 * MIB);
 	ck_assert(s->direct);
-	ck_assert(pow2(s->mem_align) && pow2(s->offset_align));
+	ck_assert(kvp_test_pow2(s->mem_align) &&
+		  kvp_test_pow2(s->offset_align));
 	ck_assert_uint_le(s->offset_align, 4096);
 	ck_assert_ptr_nonnull(strstr(s->desc, "O_DIRECT"));
 	/* Unlinked once open, and 0600. */
@@ -226,7 +175,7 @@ END_TEST
 START_TEST(test_sync_paths)
 {
 	struct kvp_store *s;
-	char *raw = abuf(3 * 4096 + 64), *mis = raw + 8;
+	char *raw = kvp_test_xalloc(3 * 4096 + 64), *mis = raw + 8;
 	uint32_t a;
 
 	ck_assert_int_eq(kvp_store_file_temp(disk_dir, 4 * MIB, &s), 0);
@@ -234,11 +183,11 @@ START_TEST(test_sync_paths)
 	sync_round_trip(s, 4 * MIB, 0, 2);
 	sync_round_trip(s, a, 4 * MIB - a, 3); /* the last aligned unit */
 	/* A misaligned buffer goes through the bounce buffer both ways. */
-	fill(mis, 3 * 4096, 8192, 4);
+	kvp_test_fill(mis, 3 * 4096, 4, 8192);
 	ck_assert_int_eq(kvp_store_pwrite(s, mis, 3 * 4096, 8192), 0);
 	memset(raw, 0, 3 * 4096 + 64);
 	ck_assert_int_eq(kvp_store_pread(s, raw + 24, 3 * 4096, 8192), 0);
-	ck_assert(check_fill(raw + 24, 3 * 4096, 8192, 4));
+	ck_assert(kvp_test_check(raw + 24, 3 * 4096, 4, 8192) < 0);
 	/* Bad input. */
 	ck_assert_int_eq(kvp_store_pread(s, raw, 4096, a / 2 ? a / 2 : 1),
 			 -EINVAL);
@@ -270,7 +219,7 @@ START_TEST(test_queue_fd_and_limits)
 	struct kvp_store *s;
 	struct kvp_store_queue *q;
 	struct kvp_io ios[6], *p[6], *done[6];
-	char *mem = abuf(6 * 4096);
+	char *mem = kvp_test_xalloc(6 * 4096);
 	struct pollfd pfd;
 	int i, got = 0;
 
@@ -347,10 +296,10 @@ START_TEST(test_open_paths)
 	ck_assert_int_eq(kvp_store_file_open(path, 0, 0, &s), 0);
 	ck_assert_uint_eq(s->size, 2 * MIB);
 	{
-		char *r = abuf(64 * 1024);
+		char *r = kvp_test_xalloc(64 * 1024);
 
 		ck_assert_int_eq(kvp_store_pread(s, r, 64 * 1024, 1 * MIB), 0);
-		ck_assert(check_fill(r, 64 * 1024, 1 * MIB, 8));
+		ck_assert(kvp_test_check(r, 64 * 1024, 8, 1 * MIB) < 0);
 		free(r);
 	}
 	kvp_store_destroy(s);
@@ -364,7 +313,7 @@ START_TEST(test_open_paths)
 				KVP_STORE_CREATE | KVP_STORE_TRUNCATE, &s),
 	    0);
 	{
-		char *r = abuf(4096);
+		char *r = kvp_test_xalloc(4096);
 
 		ck_assert_int_eq(kvp_store_pread(s, r, 4096, 0), 0);
 		ck_assert_int_eq(((uint64_t *)r)[0], 0);
@@ -380,7 +329,7 @@ END_TEST
 START_TEST(test_discard)
 {
 	struct kvp_store *s;
-	char *r = abuf(1 * MIB);
+	char *r = kvp_test_xalloc(1 * MIB);
 	size_t i;
 
 	ck_assert_int_eq(kvp_store_file_temp(disk_dir, 2 * MIB, &s), 0);
@@ -391,7 +340,7 @@ START_TEST(test_discard)
 	for (i = 0; i < 1 * MIB; i++)
 		ck_assert_int_eq(r[i], 0);
 	ck_assert_int_eq(kvp_store_pread(s, r, 512 * 1024, 0), 0);
-	ck_assert(check_fill(r, 512 * 1024, 0, 9));
+	ck_assert(kvp_test_check(r, 512 * 1024, 9, 0) < 0);
 	kvp_store_destroy(s);
 	free(r);
 }
@@ -488,8 +437,8 @@ START_TEST(test_enospc)
 	ck_assert_int_eq(ftruncate(fd, 8 * MIB), 0);
 	close(fd);
 	ck_assert_int_eq(kvp_store_file_open(path, 0, 0, &s), 0);
-	w = abuf(4 * MIB);
-	fill(w, 4 * MIB, 0, 17);
+	w = kvp_test_xalloc(4 * MIB);
+	kvp_test_fill(w, 4 * MIB, 17, 0);
 	ck_assert_int_eq(kvp_store_pwrite(s, w, 4 * MIB, 0), -ENOSPC);
 	ck_assert_int_eq(s->ops->queue_create(s, 2, &q), 0);
 	io = (struct kvp_io){
@@ -511,9 +460,8 @@ END_TEST
 static Suite *store_file_suite(void)
 {
 	Suite *s = suite_create("store_file");
-	TCase *tc = tcase_create("core");
+	TCase *tc = kvp_test_tcase(s, "core", 30);
 
-	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_temp_store);
 	tcase_add_test(tc, test_sync_paths);
 	tcase_add_test(tc, test_queue_paths);
@@ -524,72 +472,33 @@ static Suite *store_file_suite(void)
 	tcase_add_test(tc, test_tmpfs_store);
 	tcase_add_test(tc, test_ramfs_refuses_direct);
 	tcase_add_test(tc, test_enospc);
-	suite_add_tcase(s, tc);
 	return s;
-}
-
-static bool mount_at(char *dir, size_t len, const char *tag, const char *type,
-		     const char *opts)
-{
-	snprintf(dir, len, "%s/%s", disk_dir, tag);
-	if (mkdir(dir, 0700))
-		goto fail;
-	if (mount("none", dir, type, 0, opts)) {
-		fprintf(stderr,
-			"note: cannot mount %s (%s): its test does "
-			"nothing\n",
-			type, strerror(errno));
-		rmdir(dir);
-		goto fail;
-	}
-	return true;
-fail:
-	*dir = 0;
-	return false;
-}
-
-static void unmount_at(char *dir)
-{
-	if (!*dir)
-		return;
-	umount2(dir, MNT_DETACH);
-	rmdir(dir);
 }
 
 int main(void)
 {
 	char root[200] = "/var/tmp/kvp-test-store-XXXXXX";
-	struct io_uring ring;
-	SRunner *sr;
-	int failed, err;
+	const char *why = kvp_test_missing_uring();
+	int failed;
 
-	err = io_uring_queue_init(2, &ring, 0);
-	if (err) {
-		printf("io_uring unavailable: %s\n", strerror(-err));
-		return 77;
-	}
-	io_uring_queue_exit(&ring);
-	if (!mkdtemp(root)) {
-		printf("cannot make a directory in /var/tmp: %s\n",
-		       strerror(errno));
-		return 77;
-	}
+	if (why)
+		return kvp_test_skip("%s", why);
+	if (!mkdtemp(root))
+		return kvp_test_skip("cannot make a directory in /var/tmp: %s",
+				     strerror(errno));
 	/* Disk tests want disk_dir empty: the mounts live beside it. */
-	snprintf(disk_dir, sizeof(disk_dir), "%s", root);
-	mount_at(ramfs_dir, sizeof(ramfs_dir), "ramfs", "ramfs", "mode=0700");
-	mount_at(tiny_dir, sizeof(tiny_dir), "tiny", "tmpfs",
-		 "size=1m,mode=0700");
+	kvp_test_mount(ramfs_dir, sizeof(ramfs_dir), root, "ramfs", "ramfs",
+		       "mode=0700");
+	kvp_test_mount(tiny_dir, sizeof(tiny_dir), root, "tiny", "tmpfs",
+		       "size=1m,mode=0700");
 	snprintf(disk_dir, sizeof(disk_dir), "%s/disk", root);
 	mkdir(disk_dir, 0700);
 
-	sr = srunner_create(store_file_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	failed = kvp_test_run(store_file_suite());
 
-	unmount_at(ramfs_dir);
-	unmount_at(tiny_dir);
+	kvp_test_unmount(ramfs_dir);
+	kvp_test_unmount(tiny_dir);
 	rmdir(disk_dir);
 	rmdir(root);
-	return failed ? 1 : 0;
+	return failed;
 }

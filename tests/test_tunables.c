@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "lib/tunables/tunables.h"
+#include "tests/helpers/helpers.h"
 
 static struct kvp_config pc;
 static struct kvp_kv_config kc;
@@ -506,9 +507,8 @@ END_TEST
 static Suite *tunables_suite(void)
 {
 	Suite *s = suite_create("tunables");
-	TCase *tc = tcase_create("registry");
+	TCase *tc = kvp_test_tcase(s, "registry", 30);
 
-	tcase_set_timeout(tc, 30);
 	tcase_add_checked_fixture(tc, setup, NULL);
 	tcase_add_test(tc, registry_merges_both_lists);
 	tcase_add_test(tc, defaults_match_declarations);
@@ -524,17 +524,10 @@ static Suite *tunables_suite(void)
 	tcase_add_test(tc, env_load_all_or_nothing);
 	tcase_add_test(tc, lines_apply);
 	tcase_add_test(tc, lines_all_or_nothing);
-	suite_add_tcase(s, tc);
 	return s;
 }
 
 int main(void)
 {
-	SRunner *sr = srunner_create(tunables_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return kvp_test_run(tunables_suite());
 }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "kmod-helpers/uring.h"
+#include "tests/helpers/helpers.h"
 
 static void nop_round_trip(struct io_uring *ring, unsigned n)
 {
@@ -116,36 +117,22 @@ END_TEST
 static Suite *uring_suite(void)
 {
 	Suite *s = suite_create("uring");
-	TCase *tc = tcase_create("core");
+	TCase *tc = kvp_test_tcase(s, "core", 20);
 
-	tcase_set_timeout(tc, 20);
 	tcase_add_test(tc, test_init_plain);
 	tcase_add_test(tc, test_init_single_issuer);
 	tcase_add_test(tc, test_init_rounds_up);
 	tcase_add_test(tc, test_init_bad);
 	tcase_add_test(tc, test_read_through_ring);
 	tcase_add_test(tc, test_supports);
-	suite_add_tcase(s, tc);
 	return s;
 }
 
 int main(void)
 {
-	struct io_uring ring;
-	SRunner *sr;
-	int err, failed;
+	const char *why = kvp_test_missing_uring();
 
-	err = io_uring_queue_init(2, &ring, 0);
-	if (err) {
-		printf("io_uring unavailable: %s (check "
-		       "/proc/sys/kernel/io_uring_disabled)\n",
-		       strerror(-err));
-		return 77;
-	}
-	io_uring_queue_exit(&ring);
-	sr = srunner_create(uring_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	if (why)
+		return kvp_test_skip("%s", why);
+	return kvp_test_run(uring_suite());
 }
