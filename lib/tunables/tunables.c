@@ -327,6 +327,17 @@ int kvp_tunable_parse(const struct kvp_tunable *t, const char *text,
 	return 0;
 }
 
+int kvp_option_parse(const char *name, enum kvp_tunable_type type, uint64_t min,
+		     uint64_t max, const char *text, uint64_t *out, char *err,
+		     size_t errlen)
+{
+	const struct kvp_tunable t = {
+		.name = name, .type = type, .min = min, .max = max
+	};
+
+	return kvp_tunable_parse(&t, text, out, err, errlen);
+}
+
 static uint64_t *field(const struct kvp_tunable_target *tg,
 		       const struct kvp_tunable *t)
 {

@@ -78,6 +78,18 @@ int kvp_tunable_parse(const struct kvp_tunable *t, const char *text,
 		      uint64_t *out, char *err, size_t errlen);
 
 /*
+ * kvp_option_parse - @text as the value of a command-line option named
+ * @name ("--reads") of @type (KVP_T_BYTES or KVP_T_UINT) within [@min,
+ * @max], by kvp_tunable_parse: the tools take and refuse the same texts
+ * as a tunable, whole values only (no sign, fraction, nan or inf).
+ * Returns 0 and *out, or -EINVAL with a message such as "--reads: '-1' is
+ * not an unsigned decimal integer; accepted: 1..4294967295".
+ */
+int kvp_option_parse(const char *name, enum kvp_tunable_type type, uint64_t min,
+		     uint64_t max, const char *text, uint64_t *out, char *err,
+		     size_t errlen);
+
+/*
  * kvp_tunable_format - @v as shown in a tunables/ file, without a newline:
  * a decimal number, 0 or 1, or the choices with the current one bracketed.
  * Returns the length written (as snprintf), truncating to @len.

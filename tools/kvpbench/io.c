@@ -22,170 +22,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "kmod-helpers/mem.h"
 #include "kmod-helpers/uring.h"
-
-static inline uint64_t load64(const uint8_t *p)
-{
-	uint64_t v;
-
-	memcpy(&v, p, sizeof(v));
-	return v;
-}
-
-uint64_t kvpb_consume(const void *p, uint64_t off, uint64_t len)
-{
-	const uint8_t *b = p;
-	uint64_t sum = 0, want = 0, bad = 0, o, s;
-
-	for (o = 0; o < len; o += KVPB_PAGE) {
-		sum += load64(b + o);
-		want += kvpb_pattern(off + o);
-	}
-	if (sum != want) {
-		/* Rare: count the wrong pages one by one. */
-		for (o = 0; o < len; o += KVPB_PAGE)
-			bad += load64(b + o) != kvpb_pattern(off + o);
-		bad += !bad;
-	}
-	s = len - 8;
-	bad += load64(b + s) != kvpb_pattern(off + s);
-	s = (kvpb_pattern(off ^ 0x5a5a5a5aull) % (len / 8)) * 8;
-	bad += load64(b + s) != kvpb_pattern(off + s);
-	return bad;
-}
-
-void kvpb_fill(void *buf, uint64_t off, uint64_t len)
-{
-	uint8_t *b = buf;
-	uint64_t o, v;
-
-	for (o = 0; o + 8 <= len; o += 8) {
-		v = kvpb_pattern(off + o);
-		memcpy(b + o, &v, sizeof(v));
-	}
-}
-
-/* ---- threads ---------------------------------------------------------- */
-
-uint64_t kvpb_job_off(const struct kvpb_job *j, unsigned t, uint64_t i)
-{
-	uint64_t b = j->order ? j->order[(uint64_t)t * j->reads + i] : i;
-
-	return j->off + b * j->block;
-}
-
-/*
- * Join @tid, watching that the workers move: a mode that makes no progress
- * for --timeout seconds (a fault never served) ends the program with the
- * place it is stuck at, rather than hanging `make bench`.
- */
-static void watch_join(struct kvpb_ctx *c, const struct kvpb_job *j,
-		       const char *mode, struct kvpb_worker *w, pthread_t tid)
-{
-	uint64_t last = ~0ull, now;
-	double since = kvpb_now();
-	struct timespec ts;
-	unsigned t;
-
-	for (;;) {
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += 1;
-		if (pthread_timedjoin_np(tid, NULL, &ts) != ETIMEDOUT)
-			return;
-		now = 0;
-		for (t = 0; t < j->threads; t++)
-			now += __atomic_load_n(&w[t].bytes, __ATOMIC_RELAXED);
-		if (now != last) {
-			last = now;
-			since = kvpb_now();
-			continue;
-		}
-		if (kvpb_now() - since < c->opts.timeout_s)
-			continue;
-		fprintf(stderr,
-			"kvpbench: %s %s: no progress for %u s: stuck after "
-			"%llu of %llu bytes\n",
-			j->scenario, mode, c->opts.timeout_s,
-			(unsigned long long)now,
-			(unsigned long long)(j->reads * j->block * j->threads));
-		for (t = 0; t < j->threads; t++) {
-			uint64_t at =
-			    __atomic_load_n(&w[t].at, __ATOMIC_RELAXED);
-
-			fprintf(stderr,
-				"kvpbench:   thread %u at file offset %llu "
-				"(block %llu of the region, %llu done)\n",
-				t, (unsigned long long)at,
-				(unsigned long long)((at - j->off) / j->block),
-				(unsigned long long)__atomic_load_n(
-				    &w[t].bytes, __ATOMIC_RELAXED));
-		}
-		exit(3); /* atexit removes the backing file */
-	}
-}
-
-int kvpb_run_threads(struct kvpb_ctx *c, const struct kvpb_job *j,
-		     void *(*fn)(void *), uint8_t *base, void *arg,
-		     struct kvpb_result *r)
-{
-	struct kvpb_worker w[KVPB_MAX_THREADS];
-	pthread_t tid[KVPB_MAX_THREADS];
-	pthread_barrier_t start;
-	struct kvpb_cpu cpu0, cpu1;
-	unsigned t, n = j->threads;
-	double t0, t1;
-	int err = 0;
-
-	if (!n || n > KVPB_MAX_THREADS)
-		return -EINVAL;
-	pthread_barrier_init(&start, NULL, n + 1);
-	for (t = 0; t < n; t++) {
-		w[t] = (struct kvpb_worker){ .c = c,
-					     .j = j,
-					     .t = t,
-					     .start = &start,
-					     .base = base,
-					     .arg = arg };
-		err = -pthread_create(&tid[t], NULL, fn, &w[t]);
-		if (err) {
-			/* The barrier waits for n + 1: no clean way back.
-			 * exit() removes the backing file. */
-			fprintf(stderr, "kvpbench: cannot start a thread: %s\n",
-				strerror(-err));
-			exit(1);
-		}
-	}
-	pthread_barrier_wait(&start);
-	t0 = kvpb_now(); /* the workers run from here: sample after */
-	kvpb_cpu_sample(&cpu0);
-	for (t = 0; t < n; t++)
-		watch_join(c, j, r->mode, w, tid[t]);
-	t1 = kvpb_now();
-	kvpb_cpu_sample(&cpu1);
-	kvpb_cpu_account(&cpu0, &cpu1, r);
-	pthread_barrier_destroy(&start);
-
-	r->bytes = 0;
-	r->bad = 0;
-	for (t = 0; t < n; t++) {
-		r->bytes += w[t].bytes;
-		r->bad += w[t].bad;
-		if (w[t].err && !err) {
-			err = w[t].err;
-			fprintf(stderr, "kvpbench: %s %s: %s failed: %s\n",
-				j->scenario, r->mode, w[t].what,
-				strerror(-err));
-		}
-	}
-	r->seconds = t1 - t0;
-	r->gb_per_s = r->seconds > 0 ? r->bytes / r->seconds / 1e9 : 0;
-	r->gb_per_s_min = r->gb_per_s_max = r->gb_per_s;
-	return err;
-}
 
 /* ---- raw: io_uring O_DIRECT ------------------------------------------- */
 
@@ -375,13 +215,6 @@ static const char *human(uint64_t b, char *buf, size_t len)
 	return buf;
 }
 
-static int cmp_gbps(const void *a, const void *b)
-{
-	const struct kvpb_result *x = a, *y = b;
-
-	return (x->gb_per_s > y->gb_per_s) - (x->gb_per_s < y->gb_per_s);
-}
-
 /*
  * Run every mode asked for on job @j, --repeat times, interleaved (raw,
  * mmap, move, copy, raw, ...) so that a slow spell of the machine hits all
@@ -467,7 +300,7 @@ static void run_modes(struct kvpb_ctx *c, const struct kvpb_job *j)
 			continue;
 		if (!nruns[m])
 			continue;
-		qsort(runs[m], nruns[m], sizeof(runs[m][0]), cmp_gbps);
+		qsort(runs[m], nruns[m], sizeof(runs[m][0]), kvpb_cmp_gbps);
 		r = kvpb_result_new(c, j, modes[m].name);
 		if (!r)
 			return;

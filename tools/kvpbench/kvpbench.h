@@ -9,9 +9,14 @@
  *   io.c           the scenarios stream and random; modes raw and mmap
  *   pager_modes.c  modes kvpager-move/-copy and the install scenario
  *   decode.c       the decode scenario (kvpbench decode ...)
+ *   compute.c      the CPU-bound rates (kvpbench compute ...)
+ *   helpers.c      what they share: clock, results, pattern, threads
+ *   cpu.c          CPU time samples
  *
- * The pager modes and the decode scenario are weak references, so that the
- * program links without their files: main.c says "... not built" instead.
+ * Calls go down the list's reverse: main.c calls the scenarios, io.c the
+ * pager modes, all of them helpers.c, and helpers.c only cpu.c.  The pager
+ * modes and the decode and compute scenarios are weak references, so that
+ * the program links without their files: main.c says "... not built".
  */
 #ifndef KVPBENCH_H
 #define KVPBENCH_H
@@ -174,7 +179,16 @@ void kvpb_result_init(struct kvpb_result *r, const struct kvpb_job *j,
 struct kvpb_result *kvpb_result_new(struct kvpb_ctx *c,
 				    const struct kvpb_job *j, const char *mode);
 
-/* "64M" style sizes; 0 or -EINVAL. */
+/* qsort's comparison of struct kvpb_result by gb_per_s, ascending. */
+int kvpb_cmp_gbps(const void *a, const void *b);
+
+/*
+ * kvpb_parse_opt - @text as the value of option --@name: a size (@bytes:
+ * "64M") or a whole decimal number, within [@min, @max].  0 and *out, or
+ * -EINVAL after a message on stderr naming the option and what it takes.
+ */
+int kvpb_parse_opt(const char *name, const char *text, bool bytes, uint64_t min,
+		   uint64_t max, uint64_t *out);
 
 /* One thread of a mode's run (kvpb_run_threads). */
 struct kvpb_worker {
@@ -256,5 +270,8 @@ int kvpb_install(struct kvpb_ctx *c) __attribute__((weak));
  * Returns the program's exit status.
  */
 int kvpbench_decode(int argc, char **argv) __attribute__((weak));
+
+/* compute.c (weak): `kvpbench compute [options]`, as kvpbench_decode. */
+int kvpbench_compute(int argc, char **argv) __attribute__((weak));
 
 #endif /* KVPBENCH_H */

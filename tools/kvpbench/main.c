@@ -4,6 +4,7 @@
  *
  *   kvpbench [options] [stream] [random] [install] [all]
  *   kvpbench decode [options]
+ *   kvpbench compute [options]
  *
  * Scenarios (default: stream random):
  *   stream   a sequential scan of a region four times the budget
@@ -12,6 +13,7 @@
  *   install  install cost of MOVE against COPY per block size, through the
  *            pager, from a memory store (no disk)
  *   decode   the KV decode scenario, with its own options
+ *   compute  the synthetic KV's fill rate and CPU attention, no disk
  *
  * Modes: raw (io_uring O_DIRECT, the limit), mmap (the kernel's page cache,
  * cold), kvpager-move and kvpager-copy (install mode forced).  Ratios are
@@ -27,7 +29,6 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +36,6 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/sysmacros.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "kmod-helpers/dio.h"
@@ -43,83 +43,6 @@
 
 #define FILL_CHUNK   (8u << 20)
 #define SPACE_MARGIN (64ull << 20) /* left free beside the file */
-
-/* ---- helpers shared with the scenarios -------------------------------- */
-
-double kvpb_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-void kvpb_progress(const struct kvpb_ctx *c, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (c->opts.quiet)
-		return;
-	fputs("kvpbench: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-}
-
-void kvpb_drop_cache(const struct kvpb_file *f)
-{
-	posix_fadvise(f->fd, 0, 0, POSIX_FADV_DONTNEED);
-}
-
-int64_t kvpb_disk_read_bytes(const struct kvpb_file *f)
-{
-	unsigned long long rd_ios, rd_merges, rd_sectors;
-	FILE *fp;
-	int n;
-
-	if (!f->disk_stat[0])
-		return -1;
-	fp = fopen(f->disk_stat, "r");
-	if (!fp)
-		return -1;
-	n = fscanf(fp, "%llu %llu %llu", &rd_ios, &rd_merges, &rd_sectors);
-	fclose(fp);
-	return n == 3 ? (int64_t)(rd_sectors * 512) : -1;
-}
-
-void kvpb_result_init(struct kvpb_result *r, const struct kvpb_job *j,
-		      const char *mode)
-{
-	memset(r, 0, sizeof(*r));
-	snprintf(r->scenario, sizeof(r->scenario), "%s", j->scenario);
-	snprintf(r->mode, sizeof(r->mode), "%s", mode);
-	r->block_bytes = j->block;
-	r->threads = j->threads;
-	r->depth = j->depth;
-	r->group = j->group;
-	r->ratio_vs_raw = r->ratio_vs_mmap = r->ratio_vs_raw_ref = -1;
-	r->cpu_s = r->cpu_pager_s = r->machine_busy = -1;
-	r->disk_bytes = -1;
-	r->runs = 1;
-}
-
-struct kvpb_result *kvpb_result_new(struct kvpb_ctx *c,
-				    const struct kvpb_job *j, const char *mode)
-{
-	struct kvpb_result *r;
-
-	if (c->nresults == KVPB_MAX_RESULTS) {
-		fprintf(stderr,
-			"kvpbench: too many results (%d), %s %s "
-			"skipped\n",
-			KVPB_MAX_RESULTS, j->scenario, mode);
-		return NULL;
-	}
-	r = &c->results[c->nresults++];
-	kvpb_result_init(r, j, mode);
-	return r;
-}
 
 /* ---- the backing file ------------------------------------------------- */
 
@@ -560,6 +483,7 @@ static void usage(FILE *out)
 	    out,
 	    "usage: kvpbench [options] [stream] [random] [install] [all]\n"
 	    "       kvpbench decode [options]\n"
+	    "       kvpbench compute [options]\n"
 	    "\n"
 	    "Runs raw io_uring O_DIRECT, the kernel's mmap (cold) and kvpager\n"
 	    "(install by move and by copy) side by side on one backing file\n"
@@ -646,6 +570,37 @@ static int bad_arg(const char *opt, const char *val)
 
 enum { SC_STREAM = 1, SC_RANDOM = 2, SC_INSTALL = 4 };
 
+/* The scenarios that run alone, with options of their own. */
+struct alone {
+	const char *name;
+	int (*run)(int argc, char **argv); /* NULL: its file not linked */
+};
+
+static const struct alone *alone_scenario(const char *name)
+{
+	static const struct alone alone[] = {
+		{ "decode", kvpbench_decode },
+		{ "compute", kvpbench_compute },
+	};
+
+	for (size_t i = 0; i < sizeof(alone) / sizeof(alone[0]); i++)
+		if (!strcmp(name, alone[i].name))
+			return &alone[i];
+	return NULL;
+}
+
+static int run_alone(const struct alone *a, int argc, char **argv)
+{
+	if (!a->run) {
+		fprintf(stderr,
+			"kvpbench: %s scenario not built (no "
+			"tools/kvpbench/%s.c)\n",
+			a->name, a->name);
+		return 2;
+	}
+	return a->run(argc, argv);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option lopts[] = {
@@ -679,14 +634,8 @@ int main(int argc, char **argv)
 	char *end;
 	int opt, i, err;
 
-	if (argc > 1 && !strcmp(argv[1], "decode")) {
-		if (!kvpbench_decode) {
-			fprintf(stderr, "kvpbench: decode scenario not built "
-					"(no tools/kvpbench/decode.c)\n");
-			return 2;
-		}
-		return kvpbench_decode(argc - 1, argv + 1);
-	}
+	if (argc > 1 && alone_scenario(argv[1]))
+		return run_alone(alone_scenario(argv[1]), argc - 1, argv + 1);
 
 	tmp = getenv("TMPDIR");
 	o->dir = tmp && *tmp ? tmp : "/tmp";
@@ -817,9 +766,11 @@ int main(int argc, char **argv)
 			scen |= SC_INSTALL;
 		else if (!strcmp(argv[i], "all"))
 			scen |= SC_STREAM | SC_RANDOM | SC_INSTALL;
-		else if (!strcmp(argv[i], "decode")) {
-			fprintf(stderr, "kvpbench: decode runs alone, with its "
-					"own options: kvpbench decode ...\n");
+		else if (alone_scenario(argv[i])) {
+			fprintf(stderr,
+				"kvpbench: %s runs alone, with its own "
+				"options: kvpbench %s ...\n",
+				argv[i], argv[i]);
 			return 2;
 		} else {
 			fprintf(stderr, "kvpbench: unknown scenario '%s'\n",

@@ -225,13 +225,6 @@ out:
 	return err;
 }
 
-static int cmp_gbps(const void *a, const void *b)
-{
-	const struct kvpb_result *x = a, *y = b;
-
-	return (x->gb_per_s > y->gb_per_s) - (x->gb_per_s < y->gb_per_s);
-}
-
 /*
  * install: what one install costs, MOVE against COPY, per block size.  The
  * store is memory (no disk in the way), the region twice the budget so that
@@ -325,7 +318,7 @@ int kvpb_install(struct kvpb_ctx *c)
 			n = nruns[m];
 			if (!n)
 				continue;
-			qsort(runs[m], n, sizeof(runs[m][0]), cmp_gbps);
+			qsort(runs[m], n, sizeof(runs[m][0]), kvpb_cmp_gbps);
 			r = kvpb_result_new(c, &j, modes[m].name);
 			if (!r)
 				goto out;
