@@ -8,7 +8,8 @@
 # accounting is there and consistent (cpu_s, cpu_us_per_block,
 # machine_busy; cpu_pager_s of the pager's threads, part of cpu_s), the
 # table has its columns, and bad options are refused with a message and
-# exit 2.
+# exit 2.  `kvpbench compute` prints a rate for each CPU-bound part (the
+# rates are not judged: speed belongs to benchmarks, not tests).
 #
 # Needs $BUILD/bin/kvpbench (run by tests/run-tests.sh with BUILD set).
 set -u
@@ -96,6 +97,23 @@ for col in vs_raw vs_mmap cpu/blk busy faults; do
 done
 grep -Eq '^random +64K +1 +1 +kvpager-copy +[0-9.]+ .* [0-9]+us +[0-9]+%' \
 	"$tmp/table" || fail "table: kvpager-copy row without cpu/blk and busy"
+
+"$B" compute --repeat 1 --json >"$tmp/compute" 2>&1
+rc=$?
+cat "$tmp/compute"
+[ $rc = 0 ] || fail "kvpbench compute exit $rc"
+python3 - "$tmp/compute" <<'PY' || fail "compute lines do not keep their promises"
+import json, sys
+
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+got = {(r["what"], r["threads"], r["path"] == "scalar") for r in rows
+       if r.get("scenario") == "compute" and r.get("gb_per_s", 0) > 0}
+want = {("synth_fill", 1, False), ("attention", 1, False),
+        ("attention", 2, False), ("attention", 1, True)}
+for w in sorted(want - got):
+    print("  no compute line for", w)
+sys.exit(1 if want - got else 0)
+PY
 
 "$B" --modes bogus >"$tmp/bad" 2>&1
 rc=$?

@@ -1,4 +1,5 @@
-/* test_attention.c - paged decode attention against the dense reference. */
+/* test_attention.c - paged decode attention against the dense reference
+ * (its speed is kvpbench compute's). */
 #include <check.h>
 #include <errno.h>
 #include <math.h>
@@ -318,49 +319,6 @@ START_TEST(mass_and_recall)
 }
 END_TEST
 
-/* Llama-3.1-8B shape, 2048 tokens of one layer (8 MiB): prints GB/s. */
-START_TEST(throughput)
-{
-	struct kvp_kv_geometry g;
-	uint32_t n = 512, i, rep, reps = 20;
-	size_t bb;
-	char *pool;
-	const void **ptrs = malloc(n * sizeof(*ptrs));
-	float q[32 * 128], out[32 * 128];
-	struct kvp_attn_blocks b = { ptrs, NULL, n };
-	struct kvp_attn_pool *p2;
-	double t0, t1, t2, t3;
-
-	kvp_kv_geometry_preset("llama3-8b", &g);
-	bb = kvp_kv_block_bytes(&g);
-	pool = random_pool(&g, n);
-	for (i = 0; i < n; i++)
-		ptrs[i] = pool + (size_t)i * bb;
-	for (i = 0; i < 32 * 128; i++)
-		q[i] = frand();
-	kvp_attn_pool_create(2, &p2);
-	kvp_attn_decode(&g, &b, q, out, p2);
-	t0 = kvp_test_now_ns() * 1e-9;
-	for (rep = 0; rep < reps; rep++)
-		kvp_attn_decode(&g, &b, q, out, NULL);
-	t1 = kvp_test_now_ns() * 1e-9;
-	for (rep = 0; rep < reps; rep++)
-		kvp_attn_decode(&g, &b, q, out, p2);
-	t2 = kvp_test_now_ns() * 1e-9;
-	for (rep = 0; rep < 2; rep++)
-		kvp_attn_decode_scalar(&g, &b, q, out, NULL);
-	t3 = kvp_test_now_ns() * 1e-9;
-	printf("attention %s, llama3-8b, 8 MiB per call (L2-warm): "
-	       "1 thread %.2f GB/s, 2 threads %.2f GB/s, scalar %.2f GB/s\n",
-	       kvp_attn_simd_name(), n * bb * (double)reps / (t1 - t0) / 1e9,
-	       n * bb * (double)reps / (t2 - t1) / 1e9,
-	       n * bb * 2.0 / (t3 - t2) / 1e9);
-	kvp_attn_pool_destroy(p2);
-	free(pool);
-	free(ptrs);
-}
-END_TEST
-
 int main(void)
 {
 	Suite *s = suite_create("attention");
@@ -372,6 +330,5 @@ int main(void)
 	tcase_add_test(tc, errors);
 	tcase_add_test(tc, through_table);
 	tcase_add_test(tc, mass_and_recall);
-	tcase_add_test(tc, throughput);
 	return kvp_test_run(s);
 }

@@ -1,4 +1,5 @@
-/* test_kv_synth.c - determinism, planted structure, dtypes, speed. */
+/* test_kv_synth.c - determinism, planted structure, dtypes (the fill rate
+ * is kvpbench compute's). */
 #include <check.h>
 #include <errno.h>
 #include <math.h>
@@ -9,14 +10,6 @@
 #include "lib/kv/attention.h"
 #include "lib/synth/kv_synth.h"
 #include "tests/helpers/helpers.h"
-
-/* The fill rate it must beat: disk speed (well, a fair share of it); a
- * sanitizer build only checks that it runs. */
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define SPEED_FLOOR 0.02e9
-#else
-#define SPEED_FLOOR 1.5e9
-#endif
 
 START_TEST(deterministic)
 {
@@ -178,40 +171,6 @@ START_TEST(planted_structure)
 }
 END_TEST
 
-/* Llama-3.1-8B shape, fp16: prints the fill rate (target: disk speed). */
-START_TEST(speed)
-{
-	struct kvp_kv_geometry g;
-	struct kvp_kv_synth_opts o;
-	struct kvp_kv_synth *s;
-	size_t bb, n = 2048, i;
-	char *kv;
-	double t0, t;
-
-	kvp_kv_geometry_preset("llama3-8b", &g);
-	bb = kvp_kv_block_bytes(&g);
-	kvp_kv_synth_opts_default(&o);
-	kvp_kv_synth_create(&g, &o, &s);
-	kv = malloc(n * bb);
-	/* a first pass takes the page faults (first touch runs at about
-	 * 0.3 GB/s here): time the second */
-	for (i = 0; i < n; i++)
-		kvp_kv_synth_fill(s, 0, (uint32_t)(i % 32), (i / 32) * 4, 4,
-				  kv + i * bb);
-	t0 = kvp_test_now_ns() * 1e-9;
-	for (i = 0; i < n; i++)
-		kvp_kv_synth_fill(s, 0, (uint32_t)(i % 32), (i / 32) * 4, 4,
-				  kv + i * bb);
-	t = kvp_test_now_ns() * 1e-9 - t0;
-	printf("kv_synth fill, llama3-8b fp16, one thread: %.2f GB/s\n",
-	       n * bb / t / 1e9);
-	fflush(stdout);
-	ck_assert(n * bb / t > SPEED_FLOOR);
-	kvp_kv_synth_destroy(s);
-	free(kv);
-}
-END_TEST
-
 int main(void)
 {
 	Suite *s = suite_create("kv_synth");
@@ -220,6 +179,5 @@ int main(void)
 	tcase_add_test(tc, deterministic);
 	tcase_add_test(tc, dtypes);
 	tcase_add_test(tc, planted_structure);
-	tcase_add_test(tc, speed);
 	return kvp_test_run(s);
 }
