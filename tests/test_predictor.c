@@ -108,6 +108,29 @@ START_TEST(exact_all_sorted)
 			 -EINVAL);
 	ck_assert_int_eq(kvp_predictor_select(p, 64, 0, t, NULL, lb, 64, &n),
 			 -EINVAL);
+	/* retuned to window, then back: the selection follows the kind */
+	kvp_predictor_opts_default(&o, KVP_PREDICTOR_WINDOW);
+	o.budget_tokens = 16; /* 4 blocks */
+	ck_assert_int_eq(kvp_predictor_retune(p, &o), 0);
+	ck_assert_int_eq(kvp_predictor_kind(p), KVP_PREDICTOR_WINDOW);
+	ck_assert_uint_eq(kvp_predictor_max_blocks(p, 26), 5);
+	ck_assert_int_eq(kvp_predictor_select(p, 0, 1, t, NULL, lb, 64, &n), 0);
+	ck_assert_uint_eq(n, 4);
+	/* no keys kept: never lowrank; a budget under G: refused, unchanged */
+	o.kind = KVP_PREDICTOR_LOWRANK;
+	ck_assert_int_eq(kvp_predictor_retune(p, &o), -EOPNOTSUPP);
+	o.kind = KVP_PREDICTOR_WINDOW;
+	o.budget_tokens = 2;
+	ck_assert_int_eq(kvp_predictor_retune(p, &o), -EINVAL);
+	o.kind = (enum kvp_predictor_kind)3;
+	ck_assert_int_eq(kvp_predictor_retune(p, &o), -EINVAL);
+	ck_assert_int_eq(kvp_predictor_kind(p), KVP_PREDICTOR_WINDOW);
+	ck_assert_int_eq(kvp_predictor_select(p, 0, 1, t, NULL, lb, 64, &n), 0);
+	ck_assert_uint_eq(n, 4);
+	o.kind = KVP_PREDICTOR_EXACT;
+	ck_assert_int_eq(kvp_predictor_retune(p, &o), 0);
+	ck_assert_int_eq(kvp_predictor_select(p, 0, 1, t, NULL, lb, 64, &n), 0);
+	ck_assert_uint_eq(n, 26);
 	kvp_predictor_destroy(p);
 	kvp_block_table_destroy(t, NULL, NULL);
 	kvp_block_alloc_destroy(A);
@@ -212,6 +235,27 @@ START_TEST(lowrank_constructed)
 	for (j = 0; j < 5; j++)
 		ck_assert_msg(in[heavy[j]], "heavy block %u missed", heavy[j]);
 	ck_assert(in[99]);
+	/* retuned to window it selects the newest blocks but keeps the keys,
+	 * so that lowrank selects as before once retuned back */
+	o.kind = KVP_PREDICTOR_WINDOW;
+	o.sink_tokens = 0;
+	ck_assert_int_eq(kvp_predictor_retune(p, &o), 0);
+	ck_assert_int_eq(kvp_predictor_kind(p), KVP_PREDICTOR_WINDOW);
+	ck_assert(!kvp_predictor_needs_query(p));
+	ck_assert(kvp_predictor_needs_keys(p));
+	ck_assert_int_eq(kvp_predictor_select(p, 0, 0, t, NULL, lb, 64, &n), 0);
+	ck_assert_uint_eq(n, 6);
+	for (i = 0; i < n; i++)
+		ck_assert_uint_ge(lb[i], 94);
+	o.kind = KVP_PREDICTOR_LOWRANK;
+	ck_assert_int_eq(kvp_predictor_retune(p, &o), 0);
+	memset(in, 0, sizeof(in));
+	ck_assert_int_eq(kvp_predictor_select(p, 0, 0, t, q, lb, 64, &n), 0);
+	for (i = 0; i < n; i++)
+		in[lb[i]] = true;
+	for (j = 0; j < 5; j++)
+		ck_assert_msg(in[heavy[j]], "heavy block %u missed after retune",
+			      heavy[j]);
 	/* a fitted layer with keys refuses a refit */
 	{
 		const void *ptr = blk;

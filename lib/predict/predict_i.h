@@ -8,9 +8,9 @@
 
 struct kvp_predictor {
 	struct kvp_kv_geometry g;    /* copy */
-	struct kvp_predictor_opts o; /* copy */
-	const struct kvp_predict_ops *ops;
-	void *priv; /* the kind's state */
+	struct kvp_predictor_opts o; /* copy; kind: the one selecting */
+	const struct kvp_predict_ops *ops; /* the created kind: its state */
+	void *priv; /* the created kind's state */
 };
 
 struct kvp_predict_ops {

@@ -118,7 +118,24 @@ bool kvp_predictor_needs_query(const struct kvp_predictor *p)
 
 bool kvp_predictor_needs_keys(const struct kvp_predictor *p)
 {
-	return p->o.kind == KVP_PREDICTOR_LOWRANK;
+	return p->ops == &kvp_predict_lowrank_ops;
+}
+
+int kvp_predictor_retune(struct kvp_predictor *p,
+			 const struct kvp_predictor_opts *o)
+{
+	if ((unsigned)o->kind >= NKINDS)
+		return -EINVAL;
+	if (o->kind == KVP_PREDICTOR_LOWRANK &&
+	    p->ops != &kvp_predict_lowrank_ops)
+		return -EOPNOTSUPP;
+	if (o->kind != KVP_PREDICTOR_EXACT &&
+	    o->budget_tokens < p->g.block_tokens)
+		return -EINVAL;
+	p->o.kind = o->kind;
+	p->o.budget_tokens = o->budget_tokens;
+	p->o.sink_tokens = o->sink_tokens;
+	return 0;
 }
 
 int kvp_predictor_fit(struct kvp_predictor *p, uint32_t layer,
@@ -179,7 +196,7 @@ int kvp_predictor_select(struct kvp_predictor *p, uint32_t seq, uint32_t layer,
 		return -EINVAL;
 	if (cap < kvp_predictor_max_blocks(p, nb))
 		return -ENOSPC;
-	err = p->ops->select(p, seq, layer, bt, q, lblocks, &got);
+	err = kinds[p->o.kind]->select(p, seq, layer, bt, q, lblocks, &got);
 	if (err)
 		return err;
 	qsort_r(lblocks, got, sizeof(*lblocks), cmp_phys,
@@ -195,7 +212,7 @@ size_t kvp_predictor_metadata_bytes(const struct kvp_predictor *p)
 
 double kvp_predictor_metadata_ratio(const struct kvp_predictor *p)
 {
-	if (p->o.kind != KVP_PREDICTOR_LOWRANK)
+	if (!kvp_predictor_needs_keys(p))
 		return 0;
 	return (double)p->o.rank * 2 / (double)kvp_kv_token_layer_bytes(&p->g);
 }

@@ -87,9 +87,24 @@ int kvp_predictor_create(const struct kvp_kv_geometry *g,
 			 const struct kvp_predictor_opts *o,
 			 struct kvp_predictor **out);
 void kvp_predictor_destroy(struct kvp_predictor *p);
+/* The kind that selects now (kvp_predictor_retune changes it). */
 enum kvp_predictor_kind kvp_predictor_kind(const struct kvp_predictor *p);
 
-/* Does this predictor read the query (lowrank) / keys (lowrank)? */
+/*
+ * kvp_predictor_retune - change how a live predictor selects: its kind,
+ * budget_tokens and sink_tokens (the other fields of @o are ignored).
+ * What a predictor keeps stays: one created lowrank goes on observing
+ * keys while exact or window selects, so that it can select again; one
+ * created exact or window has no keys and cannot become lowrank
+ * (-EOPNOTSUPP).  -EINVAL: a kind out of range, a sparse budget under G.
+ * Unchanged on failure.  Serialise with every other call (no select may
+ * run meanwhile).
+ */
+int kvp_predictor_retune(struct kvp_predictor *p,
+			 const struct kvp_predictor_opts *o);
+
+/* Does this predictor read the query (lowrank selects) / keys (created
+ * lowrank)? */
 bool kvp_predictor_needs_query(const struct kvp_predictor *p);
 bool kvp_predictor_needs_keys(const struct kvp_predictor *p);
 
