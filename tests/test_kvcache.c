@@ -16,6 +16,7 @@
 
 #include "lib/synth/kv_synth.h"
 #include "lib/kv/kvcache.h"
+#include "lib/tunables/tunables.h"
 
 /* ---- a store that counts the bytes written to each 4 KiB unit -------- */
 
@@ -628,6 +629,81 @@ START_TEST(bad_arguments)
 }
 END_TEST
 
+/*
+ * Runtime tunables between steps: exact to window (fewer blocks chosen),
+ * prefetch off and deeper, and the refusals that change nothing.
+ */
+START_TEST(retune_between_steps)
+{
+	struct kvp_kv_geometry g = G4K;
+	struct kvp_kv_synth *sy;
+	struct kvp_kv_source src;
+	struct kvp_kvcache_opts o;
+	struct kvp_kvcache_step_stats st;
+	struct kvp_kv_config kv, bad_kv;
+	struct kvp_kvcache *c;
+	const char *bad = NULL;
+	uint32_t id;
+
+	g.layers = 4;
+	sy = synth(&g);
+	kvp_kv_source_synth(&src, sy);
+	opts(&o, &g, KVP_KVCACHE_PAGER, 1, 1024, 0, KVP_PREDICTOR_EXACT);
+	ck_assert_int_eq(kvp_kvcache_create(&o, &c), 0);
+	ck_assert_int_eq(kvp_kvcache_seq_create(c, &id), 0);
+	ck_assert_int_eq(kvp_kvcache_prefill(c, id, 512, &src, NULL, NULL), 0);
+	ck_assert_int_eq(kvp_kvcache_step(c, &id, 1, &src, NULL, &st), 0);
+	ck_assert_uint_eq(st.chosen_blocks, 4 * 128); /* every full block */
+
+	kvp_kv_config_defaults(&kv);
+	kv.attention_threads = o.attn_threads;
+	kv.prefetch_depth_layers = 2;
+	kv.predictor = KVP_PREDICTOR_WINDOW;
+	kv.predict_budget_tokens = 16; /* 4 blocks, the rolling one counted */
+	ck_assert_int_eq(kvp_kvcache_retune_check(c, &kv, &bad), 0);
+	ck_assert_int_eq(kvp_kvcache_retune(c, &kv, &bad), 0);
+	ck_assert_int_eq(kvp_predictor_kind(kvp_kvcache_predictor(c)),
+			 KVP_PREDICTOR_WINDOW);
+	ck_assert_int_eq(kvp_kvcache_step(c, &id, 1, &src, NULL, &st), 0);
+	ck_assert_uint_le(st.chosen_blocks, 4 * 4);
+
+	/* refused, naming the tunable, nothing changed */
+	bad_kv = kv;
+	bad_kv.predictor = KVP_PREDICTOR_LOWRANK;
+	ck_assert_int_eq(kvp_kvcache_retune(c, &bad_kv, &bad), -EOPNOTSUPP);
+	ck_assert_str_eq(bad, "predictor");
+	bad_kv = kv;
+	bad_kv.kv_block_tokens = 8;
+	ck_assert_int_eq(kvp_kvcache_retune(c, &bad_kv, &bad), -EINVAL);
+	ck_assert_str_eq(bad, "kv_block_tokens");
+	bad_kv = kv;
+	bad_kv.prefetch_depth_layers = 4; /* 4 layers: at most 3 ahead */
+	ck_assert_int_eq(kvp_kvcache_retune_check(c, &bad_kv, &bad), -EINVAL);
+	ck_assert_str_eq(bad, "prefetch_depth_layers");
+	bad_kv = kv;
+	bad_kv.predict_budget_tokens = 2;
+	ck_assert_int_eq(kvp_kvcache_retune(c, &bad_kv, &bad), -EINVAL);
+	ck_assert_str_eq(bad, "predict_budget_tokens");
+	ck_assert_int_eq(kvp_predictor_kind(kvp_kvcache_predictor(c)),
+			 KVP_PREDICTOR_WINDOW);
+
+	/* prefetch off, then as deep as the layers allow */
+	kv.prefetch_depth_layers = 0;
+	ck_assert_int_eq(kvp_kvcache_retune(c, &kv, &bad), 0);
+	ck_assert_int_eq(kvp_kvcache_step(c, &id, 1, &src, NULL, &st), 0);
+	ck_assert_uint_eq(st.prefetch_issued, 0);
+	kv.prefetch_depth_layers = 3;
+	kv.predictor = KVP_PREDICTOR_EXACT;
+	ck_assert_int_eq(kvp_kvcache_retune(c, &kv, &bad), 0);
+	ck_assert_int_eq(kvp_kvcache_step(c, &id, 1, &src, NULL, &st), 0);
+	ck_assert_uint_gt(st.prefetch_issued, 0);
+	ck_assert_uint_ge(st.chosen_blocks, 4 * 128); /* exact again */
+	ck_assert_int_eq(kvp_kvcache_step(c, &id, 1, &src, NULL, &st), 0);
+	kvp_kvcache_destroy(c);
+	kvp_kv_synth_destroy(sy);
+}
+END_TEST
+
 int main(void)
 {
 	struct kvp_config cfg;
@@ -654,6 +730,7 @@ int main(void)
 	tcase_add_test(tc, exact_bit_for_bit_4k);
 	tcase_add_test(tc, exact_bit_for_bit_32k);
 	tcase_add_test(tc, lowrank_heavy_hitters);
+	tcase_add_test(tc, retune_between_steps);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

@@ -107,6 +107,7 @@ struct kvp_kvcache {
 	/* KV */
 	struct kvp_block_alloc *alloc;
 	struct kvp_predictor *pred;
+	enum kvp_predictor_kind pred_kind0; /* created with (what it keeps) */
 	struct kvp_attn_pool *pool;
 	struct kvc_seq *seqs;
 	bool *fitted;
@@ -115,6 +116,7 @@ struct kvp_kvcache {
 	uint64_t gstep;		/* steps done */
 	struct kvc_plan *plans; /* ring of depth + 1 */
 	uint32_t nplans;
+	uint32_t plans_cap; /* plans and wq allocated: the deepest ring */
 	uint32_t *step_seqs; /* the sequences the current plans are for */
 	uint32_t nstep_seqs;
 	bool plans_valid;
@@ -923,8 +925,10 @@ int kvp_kvcache_create(const struct kvp_kvcache_opts *o,
 	c->seqs = calloc(o->max_seqs, sizeof(*c->seqs));
 	c->fitted = calloc(c->g.layers, sizeof(bool));
 	c->nplans = c->o.prefetch_depth + 1;
-	c->plans = calloc(c->nplans, sizeof(*c->plans));
-	c->wq = calloc(c->nplans, sizeof(*c->wq));
+	/* room for the deepest ring kvp_kvcache_retune may ask for */
+	c->plans_cap = c->g.layers > c->nplans ? c->g.layers : c->nplans;
+	c->plans = calloc(c->plans_cap, sizeof(*c->plans));
+	c->wq = calloc(c->plans_cap, sizeof(*c->wq));
 	c->step_seqs = calloc(o->max_seqs, sizeof(uint32_t));
 	c->qbuf = malloc(sizeof(float) * c->qfloats);
 	c->obuf = malloc(sizeof(float) * c->qfloats);
@@ -936,6 +940,7 @@ int kvp_kvcache_create(const struct kvp_kvcache_opts *o,
 	if (err)
 		goto fail;
 	kvp_block_alloc_set_copy(c->alloc, cow_noop, c);
+	c->pred_kind0 = o->pred.kind;
 	{
 		struct kvp_predictor_opts po = o->pred;
 
@@ -1058,7 +1063,7 @@ void kvp_kvcache_destroy(struct kvp_kvcache *c)
 		munmap(c->base, c->l.region_bytes);
 	if (c->fd >= 0)
 		close(c->fd);
-	for (i = 0; c->plans && i < c->nplans; i++) {
+	for (i = 0; c->plans && i < c->plans_cap; i++) {
 		free(c->plans[i].lb);
 		free(c->plans[i].off);
 		free(c->plans[i].pb);
@@ -2090,4 +2095,83 @@ uint64_t kvp_kvcache_kv_bytes(const struct kvp_kvcache *c)
 		if (c->seqs[i].live)
 			t += kvp_block_table_tokens(c->seqs[i].bt);
 	return t * kvp_kv_token_bytes(&c->g);
+}
+
+/* ---- tunables on a running cache ------------------------------------ */
+
+int kvp_kvcache_retune_check(const struct kvp_kvcache *c,
+			     const struct kvp_kv_config *kv, const char **bad)
+{
+	const char *b = NULL;
+	int err = -EINVAL;
+
+	/* Only what create fixed is read here: any thread may call. */
+	if (kv->kv_block_tokens != c->g.block_tokens)
+		b = "kv_block_tokens";
+	else if (kv->lowrank_rank != c->o.pred.rank)
+		b = "lowrank_rank";
+	else if (kv->lowrank_fit_tokens != c->o.pred.fit_tokens)
+		b = "lowrank_fit_tokens";
+	else if (kv->attention_threads != c->o.attn_threads)
+		b = "attention_threads";
+	else if (kv->predictor > KVP_PREDICTOR_LOWRANK)
+		b = "predictor";
+	else if (kv->predictor == KVP_PREDICTOR_LOWRANK &&
+		 c->pred_kind0 != KVP_PREDICTOR_LOWRANK) {
+		b = "predictor";
+		err = -EOPNOTSUPP;
+	} else if (kv->predictor != KVP_PREDICTOR_EXACT &&
+		   kv->predict_budget_tokens < c->g.block_tokens)
+		b = "predict_budget_tokens";
+	else if (kv->prefetch_depth_layers >= c->plans_cap ||
+		 (c->g.layers > 1 && kv->prefetch_depth_layers >= c->g.layers))
+		b = "prefetch_depth_layers";
+	if (!b)
+		return 0;
+	if (bad)
+		*bad = b;
+	return err;
+}
+
+int kvp_kvcache_retune(struct kvp_kvcache *c, const struct kvp_kv_config *kv,
+		       const char **bad)
+{
+	struct kvp_predictor_opts po = c->o.pred;
+	uint32_t depth = (uint32_t)kv->prefetch_depth_layers;
+	int err = kvp_kvcache_retune_check(c, kv, bad);
+
+	if (err)
+		return err;
+	if (depth && c->o.backend == KVP_KVCACHE_PAGER && !c->waiter_on) {
+		err = -pthread_create(&c->waiter, NULL, waiter_main, c);
+		if (err) {
+			if (bad)
+				*bad = "prefetch_depth_layers";
+			return err;
+		}
+		c->waiter_on = true;
+	}
+	po.kind = (enum kvp_predictor_kind)kv->predictor;
+	po.budget_tokens = (uint32_t)kv->predict_budget_tokens;
+	po.sink_tokens = (uint32_t)kv->sink_tokens;
+	/* plans made ahead were chosen and sized by the old settings */
+	kvp_kvcache_drain(c);
+	err = kvp_predictor_retune(c->pred, &po);
+	if (err) { /* the check above makes this unreachable */
+		if (bad)
+			*bad = "predictor";
+		return err;
+	}
+	c->o.pred.kind = po.kind;
+	c->o.pred.budget_tokens = po.budget_tokens;
+	c->o.pred.sink_tokens = po.sink_tokens;
+	c->cold = c->o.cold_after < 0 ? po.kind == KVP_PREDICTOR_EXACT
+				      : c->o.cold_after > 0;
+	c->o.prefetch = depth > 0;
+	c->o.prefetch_depth = depth ? depth : 1;
+	pthread_mutex_lock(&c->mu);
+	c->nplans = c->o.prefetch_depth + 1; /* the queue is empty: drained */
+	c->wq_head = 0;
+	pthread_mutex_unlock(&c->mu);
+	return 0;
 }

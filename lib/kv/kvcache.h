@@ -238,6 +238,27 @@ int kvp_kvcache_step(struct kvp_kvcache *c, const uint32_t *seqs, uint32_t n,
 /* Wait for and release prefetches planned ahead for the next step. */
 void kvp_kvcache_drain(struct kvp_kvcache *c);
 
+/*
+ * kvp_kvcache_retune - take up the runtime KV tunables of @kv between two
+ * steps: predictor (exact and window always; lowrank only on a cache
+ * created lowrank, whose predictor keeps observing keys meanwhile),
+ * predict_budget_tokens, sink_tokens and prefetch_depth_layers (0: no
+ * prefetch; at most layers - 1).  The pager block size stays what create
+ * chose.  The other fields of @kv must equal the cache's (they are fixed
+ * at create).  Plans made ahead are drained first.  Driving thread only.
+ * Returns 0; -EINVAL or -EOPNOTSUPP (lowrank on a cache that kept no
+ * keys) with *bad (if not NULL) naming the tunable, nothing changed; or
+ * an error of pthread_create (a waiter thread for prefetch).
+ */
+int kvp_kvcache_retune(struct kvp_kvcache *c, const struct kvp_kv_config *kv,
+		       const char **bad);
+
+/* kvp_kvcache_retune_check - kvp_kvcache_retune's checks alone.  Reads
+ * only what create fixed, so any thread may call it while the driving
+ * thread decodes (a view's thread, to refuse a change at once). */
+int kvp_kvcache_retune_check(const struct kvp_kvcache *c,
+			     const struct kvp_kv_config *kv, const char **bad);
+
 /* Totals since create. */
 void kvp_kvcache_stats(const struct kvp_kvcache *c,
 		       struct kvp_kvcache_stats *out);
