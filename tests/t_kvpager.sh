@@ -6,9 +6,10 @@
 # --rank reaching the run, KVP_<KV TUNABLE> variables applied at start and
 # an option winning over its variable, the warning of a budget under what
 # layer-ahead prefetch holds, the prefetch counters adding up, progress
-# lines when stderr is not a terminal, and SIGINT / SIGTERM on a run with
-# its view mounted: the report of the steps done, the view unmounted and
-# the registry entry removed.
+# lines when stderr is not a terminal, the KV tunables changed on a
+# running decode (tunable file, apply, kvpctl set) and the ones that cannot
+# change, and SIGINT / SIGTERM on a run with its view mounted: the report
+# of the steps done, the view unmounted and the registry entry removed.
 set -u
 BUILD=${BUILD:-build}
 K=$BUILD/bin/kvpager
@@ -176,6 +177,63 @@ ok "the report breaks the prefetch down"
 [ -c /dev/fuse ] && command -v fusermount3 >/dev/null ||
 	skip "no /dev/fuse or fusermount3: the interrupted-run cases need the view"
 set -m
+K=$(realpath "$K")
+KCTL=$(realpath "$BUILD/bin/kvpctl")
+# wait_for PATTERN FILE PID: FILE gets a line matching PATTERN within 60 s
+wait_for() {
+	local i
+	for i in $(seq 600); do
+		grep -q -E -- "$1" "$2" && return 0
+		kill -0 "$3" 2>/dev/null || fail "the run ended: $(cat "$tmp/err")"
+		sleep 0.1
+	done
+	fail "no /$1/ in 60 s: $(cat "$2")"
+}
+
+# KV tunables on a running decode: the view shows the values in use
+# (KVP_PREDICTOR=window), and a tunable file, `apply` and `kvpctl set`
+# change them for the steps that follow; what cannot change says so.
+mkdir -p "$tmp/m"
+KVP_PREDICTOR=window KVP_FUSE_MOUNT=$tmp/m "$K" run --preset tiny \
+	--context 32K --steps 1000000 --budget 32M --json >"$tmp/out" 2>"$tmp/err" &
+pid=$!
+pids+=("$pid")
+wait_for '^kvpager: decode [0-9]*/1000000 steps' "$tmp/err" "$pid"
+[ "$(cat "$tmp/m/tunables/predictor")" = "exact [window] lowrank" ] ||
+	fail "the view shows predictor $(cat "$tmp/m/tunables/predictor"), not window"
+ok "the view shows KVP_PREDICTOR=window in use"
+echo exact >"$tmp/m/tunables/predictor" || fail "writing predictor failed"
+wait_for '^kvpager: from step [0-9]+: predictor exact, prefetch depth 1' "$tmp/err" "$pid"
+ok "predictor window -> exact through tunables/predictor, taken up by the decode"
+"$KCTL" set prefetch_depth_layers=0 predict_budget_tokens=64 ||
+	fail "kvpctl set prefetch_depth_layers=0 failed"
+wait_for '^kvpager: from step [0-9]+: predictor exact, prefetch depth 0, budget tokens 64' "$tmp/err" "$pid"
+ok "kvpctl set prefetch_depth_layers=0 predict_budget_tokens=64 taken up"
+printf 'predictor = window\n' >"$tmp/m/apply" || fail "apply failed"
+wait_for '^kvpager: from step [0-9]+: predictor window, prefetch depth 0' "$tmp/err" "$pid"
+ok "apply 'predictor = window' taken up"
+echo lowrank >"$tmp/m/tunables/predictor" 2>/dev/null &&
+	fail "lowrank accepted on a run that keeps no low-rank keys"
+grep -q "predictor lowrank refused: .*start it with --predictor lowrank" "$tmp/err" ||
+	fail "no reason for refusing lowrank: $(cat "$tmp/err")"
+[ "$(cat "$tmp/m/tunables/predictor")" = "exact [window] lowrank" ] ||
+	fail "a refused lowrank changed the view: $(cat "$tmp/m/tunables/predictor")"
+ok "lowrank refused with the reason, nothing changed"
+out=$("$KCTL" set lowrank_rank=16 2>&1) && fail "lowrank_rank changed on a running decode"
+echo "$out" | grep -q "lowrank_rank cannot change on a running pager" ||
+	fail "lowrank_rank's refusal does not say why: $out"
+ok "lowrank_rank says it cannot change at run time"
+kill -INT "$pid"
+wait "$pid"
+out=$(cat "$tmp/out")
+[ "$(json predictor "$out")" = window ] &&
+	[ "$(json predictor_at_start "$out")" = window ] &&
+	[ "$(json kv_config_changes "$out")" = 3 ] &&
+	[ "$(json prefetch_depth_layers "$out")" = 0 ] &&
+	[ "$(json predict_budget_tokens "$out")" = 64 ] ||
+	fail "the report does not show the config in use: $out"
+ok "the report shows the config in use and 3 changes"
+
 for sig in INT TERM; do
 	mkdir -p "$tmp/m"
 	KVP_FUSE_MOUNT=$tmp/m "$K" run --preset tiny --context 32K \
@@ -183,13 +241,7 @@ for sig in INT TERM; do
 	pid=$!
 	pids+=("$pid")
 	# decoding, and the progress line of a stderr that is no terminal
-	for i in $(seq 600); do
-		grep -q '^kvpager: decode [0-9]*/1000000 steps' "$tmp/err" && break
-		kill -0 "$pid" 2>/dev/null || fail "the run ended: $(cat "$tmp/err")"
-		sleep 0.1
-	done
-	grep -q '^kvpager: decode' "$tmp/err" ||
-		fail "no progress line in 60 s: $(cat "$tmp/err")"
+	wait_for '^kvpager: decode [0-9]*/1000000 steps' "$tmp/err" "$pid"
 	ok "progress lines on a stderr that is not a terminal"
 	mountpoint -q "$tmp/m" || fail "the view is not mounted at $tmp/m"
 	[ -f "$tmp/reg/$pid" ] || fail "no registry entry $tmp/reg/$pid: $(ls "$tmp/reg")"

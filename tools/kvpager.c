@@ -15,10 +15,13 @@
  * (sampled against exact attention) recall and relative error.
  *
  * Settings come from the tunables' defaults, then the KVP_<TUNABLE>
- * variables, then the options (an option wins over its variable).
- * SIGINT and SIGTERM stop the run at the next step (or sequence of the
- * prefill) and clean up the view and the registry entry; a second one
- * ends the process at once.
+ * variables, then the options (an option wins over its variable).  With
+ * KVP_FUSE_MOUNT the KV tunables marked runtime change on the running
+ * decode through the view (a tunable file, `apply`, `kvpctl set`): the
+ * view's thread only checks and posts the new config; the decode loop
+ * takes it up between two steps.  SIGINT and SIGTERM stop the run at the
+ * next step (or sequence of the prefill) and clean up the view and the
+ * registry entry; a second one ends the process at once.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -619,6 +622,79 @@ static void warn_budget(const struct run_opts *o, const struct kvp_kv_config *kv
 		h3, kv->prefetch_depth_layers > 1 ? ", or a lower --depth" : "");
 }
 
+/* ---- KV tunables changed through the view ------------------------------ */
+
+/*
+ * The view's thread posts a checked config here; the decode loop takes it
+ * up between steps (kvp_kvcache_retune runs on the driving thread only).
+ */
+struct live_kv {
+	pthread_mutex_t mu;	  /* guards want and pending */
+	struct kvp_kvcache *c;	  /* read-only use: kvp_kvcache_retune_check */
+	struct kvp_kv_config want; /* the latest config the view accepted */
+	bool pending;		  /* want not yet taken up */
+};
+
+static int live_apply(void *arg, const struct kvp_kv_config *cfg,
+		      const char **bad)
+{
+	struct live_kv *lv = arg;
+	int r;
+
+	pthread_mutex_lock(&lv->mu);
+	r = kvp_kvcache_retune_check(lv->c, cfg, bad);
+	if (!r) {
+		lv->want = *cfg;
+		lv->pending = true;
+	}
+	pthread_mutex_unlock(&lv->mu);
+	if (r == -EOPNOTSUPP)
+		fprintf(stderr,
+			"kvpager: predictor lowrank refused: this run keeps "
+			"no low-rank keys (start it with --predictor lowrank "
+			"to switch to and from it)\n");
+	return r;
+}
+
+/*
+ * Take up a posted config before decode step @step.  Returns true when the
+ * config in use changed (*kv updated).  A change the cache refuses now
+ * (out of memory) is reported and the view shown the config in use again.
+ */
+static bool live_take(struct live_kv *lv, struct kvp_fuse_view *view,
+		      uint32_t step, struct kvp_kv_config *kv)
+{
+	struct kvp_kv_config want;
+	const char *bad = NULL;
+	bool pending;
+	int r;
+
+	pthread_mutex_lock(&lv->mu);
+	pending = lv->pending;
+	want = lv->want;
+	lv->pending = false;
+	pthread_mutex_unlock(&lv->mu);
+	if (!pending || !memcmp(&want, kv, sizeof(want)))
+		return false;
+	r = kvp_kvcache_retune(lv->c, &want, &bad);
+	if (r) {
+		fprintf(stderr,
+			"kvpager: step %u: cannot change %s now: %s; the run "
+			"goes on as before\n",
+			step, bad ? bad : "the kv config", kvp_strerror(r));
+		kvp_fuse_view_set_kv(view, kv, live_apply, lv);
+		return false;
+	}
+	*kv = want;
+	fprintf(stderr,
+		"kvpager: from step %u: predictor %s, prefetch depth %" PRIu64
+		", budget tokens %" PRIu64 ", sink tokens %" PRIu64 "\n",
+		step, kvp_predictor_kind_name((enum kvp_predictor_kind)kv->predictor),
+		kv->prefetch_depth_layers, kv->predict_budget_tokens,
+		kv->sink_tokens);
+	return true;
+}
+
 /* ---- the report -------------------------------------------------------- */
 
 static void sub_stats(struct kvp_kvcache_step_stats *a,
@@ -725,6 +801,7 @@ static int run(int argc, char **argv)
 	struct kvp_kvcache *c = NULL;
 	struct kvp_instance *inst = NULL;
 	struct kvp_fuse_view *view = NULL;
+	struct live_kv lv = { .mu = PTHREAD_MUTEX_INITIALIZER };
 	char why[512];
 	struct kvp_kvcache_stats s_warm, s_end;
 	struct kvp_kvcache_step_stats d;
@@ -835,9 +912,12 @@ static int run(int argc, char **argv)
 		return 1;
 	}
 	warn_budget(&o, &kv, c, cfg.ram_budget_bytes);
+	lv.c = c;
 	view = kvp_instance_view(inst);
-	if (view)
+	if (view) {
 		kvp_kvcache_attach_view(c, view);
+		kvp_fuse_view_set_kv(view, &kv, live_apply, &lv);
+	}
 	ids = calloc(o.batch, sizeof(*ids));
 	if (!ids) {
 		fprintf(stderr, "kvpager: out of memory\n");
@@ -881,6 +961,7 @@ static int run(int argc, char **argv)
 			kvp_kvcache_stats(c, &s_warm);
 			pf_snapshot(c, &s_warm, &pf_warm);
 		}
+		changes += live_take(&lv, view, i, &kv);
 		err = kvp_kvcache_step(c, ids, o.batch, &src, NULL, NULL);
 		if (err) {
 			fprintf(stderr, "kvpager: decode step %u failed: %s\n",
@@ -1072,8 +1153,11 @@ static int run(int argc, char **argv)
 	}
 	status = 0;
 out:
-	if (view)
+	if (view) {
+		/* no view callback runs past this point */
+		kvp_fuse_view_set_kv(view, NULL, NULL, NULL);
 		kvp_kvcache_attach_view(c, NULL);
+	}
 	kvp_kvcache_destroy(c);
 	kvp_instance_close(inst);
 	kvp_kv_synth_destroy(sy);
