@@ -35,6 +35,7 @@
 #define PASSES 4
 #define BLOCK (64u << 10)
 #define SIZE (32u << 20)
+#define MAX_SECONDS (366u * 86400) /* --seconds: a year at most */
 
 static struct kvp_region *region;
 static pthread_barrier_t start;
@@ -173,13 +174,22 @@ static void usage(FILE *f)
 		   "[--service-threads N]\n");
 }
 
-/* @text as a value of the pager tunable @name: its own range and words. */
-static bool parse_tunable(const char *name, const char *text, uint64_t *out)
+/*
+ * @text as the value of option @opt: of the pager tunable @name (its
+ * range and words) or, @name NULL, seconds.  The message names @opt.
+ */
+static bool parse_opt(const char *opt, const char *name, const char *text,
+		      uint64_t *out)
 {
+	struct kvp_tunable t = { .type = KVP_T_UINT,
+				 .min = 1,
+				 .max = MAX_SECONDS };
 	char msg[KVP_TUNABLE_ERR_MAX];
 
-	if (kvp_tunable_parse(kvp_tunable_find(name), text, out, msg,
-			      sizeof(msg)) == 0)
+	if (name)
+		t = *kvp_tunable_find(name);
+	t.name = opt;
+	if (kvp_tunable_parse(&t, text, out, msg, sizeof(msg)) == 0)
 		return true;
 	fprintf(stderr, "kvpsoak: %s\n", msg);
 	return false;
@@ -194,29 +204,25 @@ int main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
-	uint64_t install = KVP_INSTALL_MOVE, svc = 2;
-	long seconds = 300, rounds = 0;
+	uint64_t install = KVP_INSTALL_MOVE, svc = 2, seconds = 300;
+	long rounds = 0;
 	time_t end;
 	int c, rc = 0;
 
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		char *e;
-
 		switch (c) {
 		case 's':
-			seconds = strtol(optarg, &e, 10);
-			if (*e || seconds <= 0) {
-				fprintf(stderr, "kvpsoak: --seconds takes a "
-						"positive number\n");
+			if (!parse_opt("--seconds", NULL, optarg, &seconds))
 				return 2;
-			}
 			break;
 		case 'm':
-			if (!parse_tunable("install_mode", optarg, &install))
+			if (!parse_opt("--mode", "install_mode", optarg,
+				       &install))
 				return 2;
 			break;
 		case 't':
-			if (!parse_tunable("service_threads", optarg, &svc))
+			if (!parse_opt("--service-threads", "service_threads",
+				       optarg, &svc))
 				return 2;
 			break;
 		case 'h':
@@ -227,7 +233,7 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	end = time(NULL) + seconds;
+	end = time(NULL) + (time_t)seconds;
 	while (!rc && time(NULL) < end) {
 		rc = round_once((unsigned)install, (unsigned)svc);
 		rounds++;

@@ -206,6 +206,22 @@ enum {
 	D_HELP
 };
 
+/* The numeric options: whole values, range checked before they reach a
+ * field of their real width (--batch 4294967298 was a batch of 2). */
+#define FIELD(f) KVPB_FIELD(struct dopts, f)
+static const struct kvpb_num_opt num_opts[] = {
+	{ D_CONTEXT, "context", false, 1, UINT32_MAX, FIELD(context) },
+	{ D_BATCH, "batch", false, 1, 4096, FIELD(batch) },
+	{ D_M, "budget-tokens", false, 1, UINT32_MAX, FIELD(M) },
+	{ D_STEPS, "steps", false, 1, UINT32_MAX, FIELD(steps) },
+	{ D_WARMUP, "warmup", false, 0, UINT32_MAX, FIELD(warmup) },
+	{ D_BUDGET, "budget", true, 2u << 20, 1ull << 50, FIELD(budget) },
+	{ D_BLOCK, "block", true, 4096, 1u << 30, FIELD(block) },
+	{ D_DEPTH, "depth", false, 1, 1024, FIELD(depth) },
+	{ 0, NULL, false, 0, 0, 0, 0 },
+};
+#undef FIELD
+
 int kvpbench_decode(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -244,7 +260,7 @@ int kvpbench_decode(int argc, char **argv)
 	struct kvp_kv_geometry g;
 	struct kvp_kv_synth_opts so;
 	struct kvp_kv_synth *sy;
-	uint64_t v, kv;
+	uint64_t kv;
 	unsigned i;
 	int c, err, failed = 0;
 	bool shortrun = false;
@@ -317,49 +333,12 @@ int kvpbench_decode(int argc, char **argv)
 			dusage(stderr);
 			return 2;
 		}
-		if (kvp_parse_bytes(optarg, &v)) {
-			fprintf(stderr,
-				"kvpbench decode: '%s' is not a number "
-				"(decimal, with an optional K M G T P suffix: "
-				"32K, 512M)\n",
-				optarg);
+		if (kvpb_num_opt_set(num_opts, c, optarg, &o))
 			return 2;
-		}
-		switch (c) {
-		case D_CONTEXT:
-			o.context = v;
-			break;
-		case D_BATCH:
-			o.batch = (uint32_t)v;
-			break;
-		case D_M:
-			o.M = (uint32_t)v;
-			break;
-		case D_STEPS:
-			o.steps = (uint32_t)v;
-			break;
-		case D_WARMUP:
-			o.warmup = (uint32_t)v;
-			break;
-		case D_BUDGET:
-			o.budget = v;
-			break;
-		case D_BLOCK:
-			o.block = v;
-			break;
-		case D_DEPTH:
-			o.depth = (uint32_t)v;
-			break;
-		}
 	}
 	if (shortrun) {
 		o.context = 8192;
 		o.steps = 8;
-	}
-	if (!o.context || !o.batch || !o.steps) {
-		fprintf(stderr, "kvpbench decode: context, batch and steps "
-				"must be at least 1\n");
-		return 2;
 	}
 	if (o.warmup >= o.steps)
 		o.warmup = o.steps - 1;

@@ -280,3 +280,22 @@ int kvpb_parse_opt(const char *name, const char *text, bool bytes, uint64_t min,
 	}
 	return 0;
 }
+
+int kvpb_num_opt_set(const struct kvpb_num_opt *table, int id, const char *text,
+		     void *opts)
+{
+	const struct kvpb_num_opt *n;
+	uint64_t v;
+
+	for (n = table; n->id && n->id != id; n++)
+		;
+	if (!n->id)
+		return -ENOENT;
+	if (kvpb_parse_opt(n->name, text, n->bytes, n->min, n->max, &v))
+		return -EINVAL;
+	if (n->size == sizeof(uint64_t))
+		*(uint64_t *)((char *)opts + n->off) = v;
+	else
+		*(uint32_t *)((char *)opts + n->off) = (uint32_t)v;
+	return 0;
+}

@@ -190,6 +190,26 @@ int kvpb_cmp_gbps(const void *a, const void *b);
 int kvpb_parse_opt(const char *name, const char *text, bool bytes, uint64_t min,
 		   uint64_t max, uint64_t *out);
 
+/* A numeric option: what it takes, and the field of an options struct
+ * (a uint64_t or a 32-bit unsigned) its value goes to. */
+struct kvpb_num_opt {
+	int id;		   /* getopt_long's value; 0 ends a table */
+	const char *name;  /* without the -- */
+	bool bytes;	   /* a size ("64M") rather than a count */
+	uint64_t min, max; /* inclusive */
+	size_t off, size;  /* KVPB_FIELD(struct, field) */
+};
+#define KVPB_FIELD(type, f) offsetof(type, f), sizeof(((type *)0)->f)
+
+/*
+ * kvpb_num_opt_set - if option @id is in @table, parse @text for it
+ * (kvpb_parse_opt) into its field of @opts.  0 when set, -EINVAL when
+ * refused (said on stderr, @opts unchanged), -ENOENT when @id is not a
+ * numeric option of @table.
+ */
+int kvpb_num_opt_set(const struct kvpb_num_opt *table, int id, const char *text,
+		     void *opts);
+
 /* One thread of a mode's run (kvpb_run_threads). */
 struct kvpb_worker {
 	struct kvpb_ctx *c;

@@ -520,22 +520,47 @@ static void usage(FILE *out)
 	    "  --help\n");
 }
 
-static int parse_list(const char *s, unsigned *out, unsigned max, unsigned *n)
+/* The numeric options (kvpb_num_opt_set): the field each sets. */
+#define FIELD(f) KVPB_FIELD(struct kvpb_opts, f)
+static const struct kvpb_num_opt num_opts[] = {
+	{ 'b', "budget", true, 2u << 20, 1ull << 50, FIELD(budget) },
+	{ 'F', "file-size", true, KVPB_PAGE, 1ull << 50, FIELD(file_bytes) },
+	{ 'B', "block", true, KVPB_PAGE, 1u << 30, FIELD(block) },
+	{ 'R', "random-block", true, KVPB_PAGE, 1u << 30, FIELD(rblock) },
+	{ 'D', "depth", false, 1, 4096, FIELD(depth) },
+	{ 'r', "ref-depth", false, 0, 4096, FIELD(ref_depth) },
+	{ 'n', "reads", false, 1, 1u << 30, FIELD(reads) },
+	{ 'P', "pager-threads", false, 1, 64, FIELD(pager_threads) },
+	{ 'T', "timeout", false, 1, 86400, FIELD(timeout_s) },
+	{ 'k', "repeat", false, 1, KVPB_MAX_REPEAT, FIELD(repeat) },
+	{ 0, NULL, false, 0, 0, 0, 0 },
+};
+#undef FIELD
+
+/* --threads 1,4: each count whole, 1..KVPB_MAX_THREADS, at most @max. */
+static int parse_threads(const char *s, unsigned *out, unsigned max,
+			 unsigned *n)
 {
-	char *end;
+	char buf[256], *rest = buf, *tok;
+	uint64_t v;
 
+	snprintf(buf, sizeof(buf), "%s", s);
 	*n = 0;
-	while (*s) {
-		unsigned long v = strtoul(s, &end, 10);
-
-		if (end == s || !v || v > KVPB_MAX_THREADS || *n == max)
+	/* strsep, not strtok: "1,,4" has an empty count, refused. */
+	while ((tok = strsep(&rest, ","))) {
+		if (kvpb_parse_opt("threads", tok, false, 1, KVPB_MAX_THREADS,
+				   &v))
 			return -EINVAL;
+		if (*n == max) {
+			fprintf(stderr,
+				"kvpbench: --threads: more than %u counts in "
+				"'%s'\n",
+				max, s);
+			return -EINVAL;
+		}
 		out[(*n)++] = (unsigned)v;
-		s = *end == ',' ? end + 1 : end;
-		if (*end && *end != ',')
-			return -EINVAL;
 	}
-	return *n ? 0 : -EINVAL;
+	return 0;
 }
 
 static int parse_modes(const char *s, unsigned *out)
@@ -560,12 +585,6 @@ static int parse_modes(const char *s, unsigned *out)
 			return -EINVAL;
 	}
 	return *out ? 0 : -EINVAL;
-}
-
-static int bad_arg(const char *opt, const char *val)
-{
-	fprintf(stderr, "kvpbench: bad value for --%s: '%s'\n", opt, val);
-	return 2;
 }
 
 enum { SC_STREAM = 1, SC_RANDOM = 2, SC_INSTALL = 4 };
@@ -631,7 +650,6 @@ int main(int argc, char **argv)
 	bool budget_set = false;
 	unsigned scen = 0, first;
 	const char *tmp;
-	char *end;
 	int opt, i, err;
 
 	if (argc > 1 && alone_scenario(argv[1]))
@@ -652,60 +670,20 @@ int main(int argc, char **argv)
 	o->modes = KVPB_RAW | KVPB_MMAP | KVPB_KVP_MOVE | KVPB_KVP_COPY;
 
 	while ((opt = getopt_long(argc, argv, "hjqs", lopts, NULL)) != -1) {
+		err = kvpb_num_opt_set(num_opts, opt, optarg, o);
+		if (err == -EINVAL)
+			return 2;
+		if (!err) {
+			budget_set |= opt == 'b';
+			continue;
+		}
 		switch (opt) {
 		case 'd':
 			o->dir = optarg;
 			break;
-		case 'b':
-			if (kvp_parse_bytes(optarg, &o->budget) ||
-			    o->budget < (2u << 20))
-				return bad_arg("budget", optarg);
-			budget_set = true;
-			break;
-		case 'F':
-			if (kvp_parse_bytes(optarg, &o->file_bytes) ||
-			    !o->file_bytes)
-				return bad_arg("file-size", optarg);
-			break;
-		case 'B':
-		case 'R': {
-			uint64_t v;
-
-			if (kvp_parse_bytes(optarg, &v) || v < KVPB_PAGE ||
-			    (v & (v - 1)))
-				return bad_arg(opt == 'B' ? "block"
-							  : "random-block",
-					       optarg);
-			*(opt == 'B' ? &o->block : &o->rblock) = v;
-			break;
-		}
-		case 'D':
-		case 'r':
-		case 'P': {
-			unsigned long v = strtoul(optarg, &end, 10);
-
-			if (*end || end == optarg || v > 4096 ||
-			    (opt != 'r' && !v))
-				return bad_arg(opt == 'D'   ? "depth"
-					       : opt == 'r' ? "ref-depth"
-							    : "pager-threads",
-					       optarg);
-			if (opt == 'D')
-				o->depth = (unsigned)v;
-			else if (opt == 'r')
-				o->ref_depth = (unsigned)v;
-			else
-				o->pager_threads = (unsigned)v;
-			break;
-		}
-		case 'n':
-			o->reads = strtoull(optarg, &end, 10);
-			if (*end || !o->reads)
-				return bad_arg("reads", optarg);
-			break;
 		case 't':
-			if (parse_list(optarg, o->threads, 8, &o->nthreads))
-				return bad_arg("threads", optarg);
+			if (parse_threads(optarg, o->threads, 8, &o->nthreads))
+				return 2;
 			break;
 		case 'm':
 			if (parse_modes(optarg, &o->modes)) {
@@ -730,25 +708,9 @@ int main(int argc, char **argv)
 		case 'q':
 			o->quiet = true;
 			break;
-		case 'T': {
-			unsigned long v = strtoul(optarg, &end, 10);
-
-			if (*end || end == optarg || !v || v > 86400)
-				return bad_arg("timeout", optarg);
-			o->timeout_s = (unsigned)v;
-			break;
-		}
 		case 'H':
 			o->no_thp = true;
 			break;
-		case 'k': {
-			unsigned long v = strtoul(optarg, &end, 10);
-
-			if (*end || end == optarg || !v || v > KVPB_MAX_REPEAT)
-				return bad_arg("repeat", optarg);
-			o->repeat = (unsigned)v;
-			break;
-		}
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -786,6 +748,11 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kvpbench: --no-thp: prctl: %s\n",
 			strerror(errno));
 		return 1;
+	}
+	if ((o->block & (o->block - 1)) || (o->rblock & (o->rblock - 1))) {
+		fprintf(stderr, "kvpbench: --block and --random-block take a "
+				"power of two\n");
+		return 2;
 	}
 	if (o->short_run && !budget_set)
 		o->budget = 64ull << 20;
