@@ -230,6 +230,28 @@ out=$(env LD_PRELOAD="$LIB" sh -c 'echo a b c | wc -w' 2>&1)
 [ "$out" = 3 ] && pass "sh | wc under the preload" ||
 	fail "sh | wc under the preload: '$out'"
 
+# 8. A bad variable is named and ignored; the good ones still apply (one
+# KVP_IO_DEPTH=0 used to reset the 16M budget to 1 GiB); a misspelt KVP_
+# name is named with the one meant.  fill_check's malloc test only: the
+# environment is what is tested.
+env KVP_RAM_BUDGET_BYTES=16M KVP_IO_DEPTH=0 KVP_PRELOAD_STATS=1 \
+	KVP_PRELOAD_MIN_BYTES=8M KVP_BACKING_DIR="$work" \
+	KVP_PREFECTH_DEPTH_LAYERS=3 LD_PRELOAD="$LIB" "$PROG" 16M malloc \
+	>"$work/env.out" 2>"$work/env.err"
+rc=$?
+cat "$work/env.err"
+[ $rc = 0 ] || fail "fill_check with a bad variable: exit $rc"
+grep -q 'budget 16777216 bytes' "$work/env.err" &&
+	pass "KVP_IO_DEPTH=0 ignored, KVP_RAM_BUDGET_BYTES=16M kept" ||
+	fail "KVP_RAM_BUDGET_BYTES=16M lost to a bad KVP_IO_DEPTH"
+grep -q 'KVP_IO_DEPTH=0: .*ignored, io_depth stays 64' "$work/env.err" ||
+	fail "the bad KVP_IO_DEPTH=0 is not named as ignored"
+grep -q 'KVP_PREFECTH_DEPTH_LAYERS .*did you mean KVP_PREFETCH_DEPTH_LAYERS' \
+	"$work/env.err" && pass "a misspelt KVP_ name is named with the nearest" ||
+	fail "no warning naming KVP_PREFETCH_DEPTH_LAYERS for the misspelt one"
+[ "$(grep -c 'did you mean' "$work/env.err")" = 1 ] ||
+	fail "a variable kvpager reads was called unknown"
+
 echo
 if [ $fails = 0 ]; then
 	echo "t_preload: all passed"

@@ -4,15 +4,20 @@
  * Read once, by the library's constructor (the environment is in place by
  * then; earlier allocations, made by the dynamic loader, are small and are
  * forwarded).  The engine's tunables come from the project's registry
- * (lib/tunables/tunables.h: KVP_RAM_BUDGET_BYTES, KVP_IO_DEPTH, ...); the shim's own
- * variables are parsed by the same code, through descriptors of the same
- * form that are not part of the registry.
+ * (lib/tunables/tunables.h: KVP_RAM_BUDGET_BYTES, KVP_IO_DEPTH, ...); the
+ * shim's own variables are parsed by the same code, through descriptors of
+ * the same form that are not part of the registry.
+ *
+ * Each variable stands alone: a bad one is named and ignored, the others
+ * apply (a program run with KVP_IO_DEPTH=0 still gets its 16M budget).  A
+ * KVP_ name that nothing reads is named with the nearest one that is.
  */
 #include "lib/preload/preload_i.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "lib/tunables/tunables.h"
@@ -67,7 +72,7 @@ static void bad_value(const char *msg)
 		kvp_preload_say("%s; aborting (KVP_PRELOAD_STRICT=1)", msg);
 		abort();
 	}
-	kvp_preload_say("%s; using the default", msg);
+	kvp_preload_say("%s", msg);
 }
 
 static uint64_t read_own(unsigned i)
@@ -80,12 +85,16 @@ static uint64_t read_own(unsigned i)
 	if (!s)
 		return t->def;
 	if (kvp_tunable_parse(t, s, &v, err, sizeof(err))) {
-		bad_value(err); /* "KVP_X: 'v' is not ...; accepted: ..." */
+		/* err is "KVP_X: 'v' is not ...; accepted: ..." */
+		snprintf(msg, sizeof(msg), "%s; ignored, the default stays",
+			 err);
+		bad_value(msg);
 		return t->def;
 	}
 	if (i == OWN_BLOCK && (v & (v - 1))) {
 		snprintf(msg, sizeof(msg),
-			 "%s=%s: not a power of two; accepted: 4K 8K .. 2M",
+			 "%s=%s: not a power of two; accepted: 4K 8K .. 2M; "
+			 "ignored, the default stays",
 			 t->name, s);
 		bad_value(msg);
 		return t->def;
@@ -100,11 +109,152 @@ static const char *read_path(const char *var)
 	return s && *s ? s : NULL;
 }
 
-void kvp_preload_env_load(void)
+/* Engine tunables read at most; the registry has about 30. */
+#define MAX_ENGINE_VARS 128
+
+/*
+ * Each KVP_<ENGINE TUNABLE> into kvp_env.cfg on its own.  A value that
+ * does not parse or is out of range is named and ignored.  Values that
+ * parse are set by kvp_tunable_set, which checks the whole engine config
+ * (the watermarks stay ordered): one that fits only after another is set
+ * is retried, and one that never fits is named and ignored.
+ */
+static void load_engine_vars(void)
 {
 	struct kvp_tunable_target tg = { .pager = &kvp_env.cfg };
-	char err[KVP_TUNABLE_ERR_MAX];
+	const struct kvp_tunable *pend[MAX_ENGINE_VARS];
+	char err[KVP_TUNABLE_ERR_MAX],
+	    msg[KVP_TUNABLE_ERR_MAX + KVP_TUNABLE_VALUE_MAX + 256];
+	char name[96], value[KVP_TUNABLE_VALUE_MAX];
+	uint64_t v, vals[MAX_ENGINE_VARS];
+	size_t i, n = 0, left;
+	bool progress = true;
 
+	for (i = 0; i < kvp_tunables_count() && n < MAX_ENGINE_VARS; i++) {
+		const struct kvp_tunable *t = kvp_tunable_at(i);
+		const char *s;
+
+		if (t->owner != KVP_TUNABLE_PAGER)
+			continue; /* the shim runs no KV layer */
+		kvp_tunable_env_name(t, name, sizeof(name));
+		s = getenv(name);
+		if (!s)
+			continue;
+		if (kvp_tunable_parse(t, s, &v, err, sizeof(err))) {
+			/* err is "name: 'value' why; accepted: ..." */
+			kvp_tunable_format(t, t->def, value, sizeof(value));
+			snprintf(msg, sizeof(msg),
+				 "%s=%s:%s; ignored, %s stays %s", name, s,
+				 strchr(err, ':') ? strchr(err, ':') + 1 : err,
+				 t->name, value);
+			bad_value(msg);
+			continue;
+		}
+		pend[n] = t;
+		vals[n++] = v;
+	}
+	for (left = n; left && progress;) {
+		progress = false;
+		for (i = 0; i < n; i++)
+			if (pend[i] && !kvp_tunable_set(&tg, pend[i], vals[i],
+							err, sizeof(err))) {
+				pend[i] = NULL;
+				left--;
+				progress = true;
+			}
+	}
+	for (i = 0; i < n; i++) {
+		if (!pend[i])
+			continue;
+		kvp_tunable_env_name(pend[i], name, sizeof(name));
+		kvp_tunable_set(&tg, pend[i], vals[i], err, sizeof(err));
+		snprintf(msg, sizeof(msg),
+			 "%s=%s does not fit the others: %s; "
+			 "ignored",
+			 name, getenv(name), err);
+		bad_value(msg);
+	}
+}
+
+/* Levenshtein distance of @a and @b, counted up to 63 characters each. */
+static unsigned edit_distance(const char *a, const char *b)
+{
+	unsigned row[64], i, j, diag, up;
+	size_t na = strnlen(a, 63), nb = strnlen(b, 63);
+
+	for (j = 0; j <= nb; j++)
+		row[j] = j;
+	for (i = 1; i <= na; i++) {
+		diag = row[0];
+		row[0] = i;
+		for (j = 1; j <= nb; j++) {
+			up = row[j];
+			row[j] = a[i - 1] == b[j - 1] ? diag : diag + 1;
+			if (up + 1 < row[j])
+				row[j] = up + 1;
+			if (row[j - 1] + 1 < row[j])
+				row[j] = row[j - 1] + 1;
+			diag = up;
+		}
+	}
+	return row[nb];
+}
+
+/* The KVP_ variables read that are not tunables: the shim's own and the
+ * library's paths. */
+static const char *const other_vars[] = { "KVP_BACKING_DIR", "KVP_FUSE_MOUNT",
+					  "KVP_RUNTIME_DIR" };
+#define NOTHER (sizeof(other_vars) / sizeof(other_vars[0]))
+#define NOWN   (sizeof(own) / sizeof(own[0]))
+
+/* The @i-th name kvpager reads (into @buf), or NULL past the last. */
+static const char *known_var(size_t i, char *buf, size_t len)
+{
+	size_t nt = kvp_tunables_count();
+
+	if (i < nt) {
+		kvp_tunable_env_name(kvp_tunable_at(i), buf, len);
+		return buf;
+	}
+	if (i - nt < NOWN)
+		return own[i - nt].name;
+	if (i - nt - NOWN < NOTHER)
+		return other_vars[i - nt - NOWN];
+	return NULL;
+}
+
+/* Name each KVP_ variable that nothing reads, with the nearest that is. */
+static void warn_unknown_vars(void)
+{
+	extern char **environ;
+	char name[96], buf[96], nearest[96];
+	const char *k;
+	size_t i;
+
+	for (char **e = environ; e && *e; e++) {
+		unsigned best = ~0u, d;
+		size_t n = strcspn(*e, "=");
+
+		if (strncmp(*e, "KVP_", 4) || n >= sizeof(name))
+			continue;
+		memcpy(name, *e, n);
+		name[n] = '\0';
+		for (i = 0; (k = known_var(i, buf, sizeof(buf))); i++) {
+			d = edit_distance(name, k);
+			if (d < best) {
+				best = d;
+				snprintf(nearest, sizeof(nearest), "%s", k);
+			}
+		}
+		if (best)
+			kvp_preload_say("%s is not a variable kvpager reads: "
+					"ignored (did you mean %s?)",
+					name, nearest);
+	}
+}
+
+void kvp_preload_env_load(void)
+{
 	if (kvp_env.loaded)
 		return;
 	kvp_env.strict = read_own(OWN_STRICT);
@@ -114,9 +264,7 @@ void kvp_preload_env_load(void)
 	kvp_env.backing_dir = read_path("KVP_BACKING_DIR");
 	kvp_env.fuse_mount = read_path("KVP_FUSE_MOUNT");
 	kvp_config_defaults(&kvp_env.cfg);
-	/* All or nothing: on a bad variable every engine tunable keeps its
-	 * default. */
-	if (kvp_tunables_load_env(&tg, err, sizeof(err)))
-		bad_value(err);
+	load_engine_vars();
+	warn_unknown_vars();
 	__atomic_store_n(&kvp_env.loaded, true, __ATOMIC_RELEASE);
 }
