@@ -7,8 +7,8 @@
 # ratio_vs_mmap for kvpager modes), the data read was verified, the CPU
 # accounting is there and consistent (cpu_s, cpu_us_per_block,
 # machine_busy; cpu_pager_s of the pager's threads, part of cpu_s), the
-# table has its columns, and bad options are refused with a message and
-# exit 2.  `kvpbench compute` prints a rate for each CPU-bound part (the
+# table has its columns, bad options are refused with a message and
+# exit 2, and a run killed with SIGKILL leaves no backing file behind.  `kvpbench compute` prints a rate for each CPU-bound part (the
 # rates are not judged: speed belongs to benchmarks, not tests).
 #
 # Needs $BUILD/bin/kvpbench (run by tests/run-tests.sh with BUILD set).
@@ -124,6 +124,26 @@ rc=$?
 [ $rc = 2 ] || fail "--budget 12Q: exit $rc, want 2"
 grep -q -- "--budget" "$tmp/bad" || fail "--budget 12Q: the message does not name the option"
 ls "$tmp"/kvpbench* 2>/dev/null && fail "a backing file was left in $tmp"
+
+# Killed with SIGKILL while it holds its backing file (up to 1 GiB),
+# kvpbench leaves nothing in --dir: the file never has a name.
+mkdir "$tmp/kill"
+"$B" --short stream --quiet --dir "$tmp/kill" >/dev/null 2>&1 &
+pid=$!
+held=0
+for _ in $(seq 600); do # until it holds the file, 60 s at most
+	if ls -l /proc/$pid/fd 2>/dev/null | grep -q "$tmp/kill/"; then
+		held=1
+		break
+	fi
+	kill -0 $pid 2>/dev/null || break
+	sleep 0.1
+done
+kill -KILL $pid 2>/dev/null
+wait $pid 2>/dev/null
+[ $held = 1 ] || fail "kvpbench never held a file in $tmp/kill"
+left=$(ls -A "$tmp/kill")
+[ -z "$left" ] || fail "kvpbench killed with SIGKILL left '$left' behind"
 
 [ $fails = 0 ] || { echo "t_bench: $fails failure(s)"; exit 1; }
 echo "t_bench: ok"

@@ -202,7 +202,7 @@ static void watch_join(struct kvpb_ctx *c, const struct kvpb_job *j,
 				(unsigned long long)__atomic_load_n(
 				    &w[t].bytes, __ATOMIC_RELAXED));
 		}
-		exit(3); /* atexit removes the backing file */
+		exit(3); /* the backing file has no name to leave behind */
 	}
 }
 
@@ -231,7 +231,7 @@ int kvpb_run_threads(struct kvpb_ctx *c, const struct kvpb_job *j,
 		err = -pthread_create(&tid[t], NULL, fn, &w[t]);
 		if (err) {
 			/* The barrier waits for n + 1: no clean way back.
-			 * exit() removes the backing file. */
+			 * The backing file goes with the process. */
 			fprintf(stderr, "kvpbench: cannot start a thread: %s\n",
 				strerror(-err));
 			exit(1);

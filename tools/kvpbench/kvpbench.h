@@ -64,10 +64,11 @@ struct kvpb_opts {
 	unsigned repeat;	/* runs per mode, interleaved; median kept */
 };
 
-/* The backing file, created and filled by main.c, removed at exit. */
+/* The backing file, created and filled by main.c; it has no name in
+ * --dir, and goes with its last descriptor. */
 struct kvpb_file {
-	char path[PATH_MAX];
-	int fd;		       /* O_RDONLY, buffered: mmap and fadvise */
+	char path[PATH_MAX];   /* /proc/self/fd/N: fd, to open again */
+	int fd;		       /* O_RDWR, buffered: mmap and fadvise */
 	int dfd;	       /* O_RDONLY|O_DIRECT (== fd if refused) */
 	bool direct;	       /* the filesystem accepts O_DIRECT */
 	uint64_t size;	       /* bytes */

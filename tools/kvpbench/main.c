@@ -20,7 +20,8 @@
  * taken between modes of the same run, same bytes, same block size.
  *
  * The backing file (4 x budget, filled once with a pattern) is created in
- * --dir and removed at exit, also on SIGINT/SIGTERM/SIGHUP.
+ * --dir without a name (O_TMPFILE), so that no end of the program, SIGKILL
+ * included, leaves it behind.
  */
 #include "tools/kvpbench/kvpbench.h"
 #include "lib/tunables/tunables.h"
@@ -28,7 +29,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,21 +46,26 @@
 
 /* ---- the backing file ------------------------------------------------- */
 
-static char cleanup_path[PATH_MAX];
-
-static void remove_file(void)
+/*
+ * A file in @dir that never has a name (O_TMPFILE; where the filesystem
+ * lacks it, mkstemp and unlink at once), so that nothing is left behind
+ * however the program ends, SIGKILL included.  Its /proc/self/fd path goes
+ * to @path, for the opens with other flags (O_DIRECT) and the pager's
+ * store.  Returns the descriptor (O_RDWR), or -1 and errno.
+ */
+static int open_unlinked(const char *dir, char *path, size_t len)
 {
-	if (cleanup_path[0])
-		unlink(cleanup_path);
-	cleanup_path[0] = 0;
-}
+	int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 
-static void on_signal(int sig)
-{
-	if (cleanup_path[0])
-		unlink(cleanup_path); /* async-signal-safe */
-	signal(sig, SIG_DFL);
-	raise(sig);
+	if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR)) {
+		snprintf(path, len, "%s/kvpbench-XXXXXX", dir);
+		fd = mkostemp(path, O_CLOEXEC);
+		if (fd >= 0)
+			unlink(path);
+	}
+	if (fd >= 0)
+		snprintf(path, len, "/proc/self/fd/%d", fd);
+	return fd;
 }
 
 static void no_space(const char *dir, uint64_t need, uint64_t avail)
@@ -98,23 +103,13 @@ static int file_create(struct kvpb_ctx *c)
 		no_space(dir, f->size + SPACE_MARGIN, avail);
 		return -ENOSPC;
 	}
-	snprintf(f->path, sizeof(f->path), "%s/kvpbench-XXXXXX", dir);
-	fd = mkstemp(f->path);
+	fd = open_unlinked(dir, f->path, sizeof(f->path));
 	if (fd < 0) {
 		err = -errno;
 		fprintf(stderr, "kvpbench: cannot create a file in %s: %s\n",
 			dir, strerror(-err));
 		return err;
 	}
-	snprintf(cleanup_path, sizeof(cleanup_path), "%s", f->path);
-	atexit(remove_file);
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
-	signal(SIGHUP, on_signal);
-	/* A crash (a pager bug, a SIGBUS from a poisoned block) must not
-	 * leave the file behind either. */
-	signal(SIGSEGV, on_signal);
-	signal(SIGBUS, on_signal);
 
 	/* Reserve it all now, so that a full disk fails here. */
 	if (fallocate(fd, 0, 0, (off_t)f->size)) {
@@ -125,23 +120,24 @@ static int file_create(struct kvpb_ctx *c)
 		}
 		if (ftruncate(fd, (off_t)f->size)) {
 			err = -errno;
-			fprintf(stderr, "kvpbench: cannot size %s: %s\n",
-				f->path, strerror(-err));
+			fprintf(stderr,
+				"kvpbench: cannot size the file in %s: %s\n",
+				dir, strerror(-err));
 			goto out;
 		}
 	}
 	wfd = kvp_dio_open(f->path, O_WRONLY, 0600, &direct);
 	if (wfd < 0) {
 		err = wfd;
-		fprintf(stderr, "kvpbench: cannot open %s: %s\n", f->path,
-			strerror(-err));
+		fprintf(stderr, "kvpbench: cannot open the file in %s: %s\n",
+			dir, strerror(-err));
 		goto out;
 	}
 	err = kvp_mem_reserve(FILL_CHUNK, KVP_HUGE_SIZE, false, &buf);
 	if (err)
 		goto out;
-	kvpb_progress(c, "filling %s (%llu MiB) with the pattern%s", f->path,
-		      (unsigned long long)(f->size >> 20),
+	kvpb_progress(c, "filling a file in %s (%llu MiB) with the pattern%s",
+		      dir, (unsigned long long)(f->size >> 20),
 		      direct ? "" : " (buffered: O_DIRECT refused)");
 	t0 = kvpb_now();
 	for (off = 0; off < f->size; off += FILL_CHUNK) {
@@ -157,24 +153,22 @@ static int file_create(struct kvpb_ctx *c)
 				no_space(dir, f->size, avail);
 			else
 				fprintf(stderr,
-					"kvpbench: cannot write %s: %s\n",
-					f->path, strerror(-err));
+					"kvpbench: cannot write the file in "
+					"%s: %s\n",
+					dir, strerror(-err));
 			goto out;
 		}
 	}
 	if (fsync(wfd)) {
 		err = -errno;
-		fprintf(stderr, "kvpbench: cannot sync %s: %s\n", f->path,
-			strerror(-err));
+		fprintf(stderr, "kvpbench: cannot sync the file in %s: %s\n",
+			dir, strerror(-err));
 		goto out;
 	}
 	kvpb_progress(c, "filled in %.2f s", kvpb_now() - t0);
 
-	f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
-	if (f->fd < 0) {
-		err = -errno;
-		goto out;
-	}
+	f->fd = fd; /* keeps the file: it has no other name */
+	fd = -1;
 	f->dfd = kvp_dio_open(f->path, O_RDONLY | O_CLOEXEC, 0, &f->direct);
 	if (f->dfd < 0) {
 		err = f->dfd;
@@ -218,7 +212,8 @@ out:
 		kvp_mem_release(buf, FILL_CHUNK);
 	if (wfd >= 0)
 		close(wfd);
-	close(fd);
+	if (fd >= 0)
+		close(fd);
 	if (err) {
 		if (f->fd >= 0)
 			close(f->fd);
@@ -228,7 +223,6 @@ out:
 		if (err != -ENOSPC && err != -EINVAL)
 			fprintf(stderr, "kvpbench: backing file: %s\n",
 				strerror(-err));
-		remove_file();
 	}
 	return err;
 }
@@ -240,7 +234,6 @@ static void file_close(struct kvpb_file *f)
 	if (f->fd >= 0)
 		close(f->fd);
 	f->fd = f->dfd = -1;
-	remove_file();
 }
 
 /* ---- output ----------------------------------------------------------- */
