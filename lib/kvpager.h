@@ -15,6 +15,7 @@
 #include "lib/tunables/tunables.h"
 #include "lib/instance/instance.h"
 #include "lib/view/fuse_view.h"
+#include "lib/view/prom.h"
 #include "lib/kv/kvcache.h"
 
 #endif /* KVPAGER_H */

@@ -349,7 +349,7 @@ static bool registry_accepts(const struct kvp_tunable *t, uint64_t v)
 	struct kvp_tunable_target tg = { .pager = &cfg, .kv = &kv };
 
 	kvp_pager_config(pager, &cfg);
-	kvp_fuse_view_kv_config(fv, &kv);
+	kvp_view_kv_config(kvp_fuse_view_tree(fv), &kv);
 	return kvp_tunable_set(&tg, t, v, NULL, 0) == 0;
 }
 
@@ -451,7 +451,7 @@ START_TEST(write_each_tunable)
 	ck_assert_uint_eq(read_u64("tunables/prefetch_depth_layers"), 7);
 	kv_refuse = false;
 	/* without a KV layer its tunables are read-only */
-	kvp_fuse_view_set_kv(fv, NULL, NULL, NULL);
+	kvp_view_set_kv(kvp_fuse_view_tree(fv), NULL, NULL, NULL);
 	ck_assert_int_eq(put("tunables/prefetch_depth_layers", "3"), -EACCES);
 	/* read-only files refuse writes, even for root */
 	ck_assert_int_eq(put("stats/demand_faults_total", "0"), -EACCES);
@@ -834,7 +834,7 @@ static int fake_table(void *arg, uint32_t id, char *buf, size_t len)
 
 START_TEST(seqs_hook)
 {
-	struct kvp_fuse_seq_ops ops = { fake_list, fake_table };
+	struct kvp_view_seq_ops ops = { fake_list, fake_table };
 	char path[1024], *s;
 	struct stat st;
 	int n = 0;
@@ -848,7 +848,7 @@ START_TEST(seqs_hook)
 		n += de->d_name[0] != '.';
 	closedir(d);
 	ck_assert_int_eq(n, 0);
-	kvp_fuse_view_set_seqs(fv, &ops, NULL);
+	kvp_view_set_seqs(kvp_fuse_view_tree(fv), &ops, NULL);
 	d = opendir(path);
 	n = 0;
 	while ((de = readdir(d)))
@@ -861,7 +861,7 @@ START_TEST(seqs_hook)
 	path_of(path, sizeof(path), "seqs/4");
 	ck_assert_int_eq(stat(path, &st), -1);
 	ck_assert_int_eq(errno, ENOENT);
-	kvp_fuse_view_set_seqs(fv, NULL, NULL);
+	kvp_view_set_seqs(kvp_fuse_view_tree(fv), NULL, NULL);
 	path_of(path, sizeof(path), "seqs/9/block_table");
 	ck_assert_int_eq(stat(path, &st), -1);
 	ck_assert_int_eq(errno, ENOENT);

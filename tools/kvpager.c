@@ -682,7 +682,7 @@ static bool live_take(struct live_kv *lv, struct kvp_fuse_view *view,
 			"kvpager: step %u: cannot change %s now: %s; the run "
 			"goes on as before\n",
 			step, bad ? bad : "the kv config", kvp_strerror(r));
-		kvp_fuse_view_set_kv(view, kv, live_apply, lv);
+		kvp_view_set_kv(kvp_fuse_view_tree(view), kv, live_apply, lv);
 		return false;
 	}
 	*kv = want;
@@ -916,7 +916,7 @@ static int run(int argc, char **argv)
 	view = kvp_instance_view(inst);
 	if (view) {
 		kvp_kvcache_attach_view(c, view);
-		kvp_fuse_view_set_kv(view, &kv, live_apply, &lv);
+		kvp_view_set_kv(kvp_fuse_view_tree(view), &kv, live_apply, &lv);
 	}
 	ids = calloc(o.batch, sizeof(*ids));
 	if (!ids) {
@@ -1155,7 +1155,7 @@ static int run(int argc, char **argv)
 out:
 	if (view) {
 		/* no view callback runs past this point */
-		kvp_fuse_view_set_kv(view, NULL, NULL, NULL);
+		kvp_view_set_kv(kvp_fuse_view_tree(view), NULL, NULL, NULL);
 		kvp_kvcache_attach_view(c, NULL);
 	}
 	kvp_kvcache_destroy(c);

@@ -389,7 +389,7 @@ void kvp_instance_kv_config(const struct kvp_instance *in,
 			    struct kvp_kv_config *out)
 {
 	if (in->view)
-		kvp_fuse_view_kv_config(in->view, out);
+		kvp_view_kv_config(kvp_fuse_view_tree(in->view), out);
 	else
 		*out = in->kv;
 }

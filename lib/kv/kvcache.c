@@ -1038,7 +1038,7 @@ void kvp_kvcache_destroy(struct kvp_kvcache *c)
 	if (!c)
 		return;
 	if (c->view)
-		kvp_fuse_view_set_seqs(c->view, NULL, NULL);
+		kvp_view_set_seqs(kvp_fuse_view_tree(c->view), NULL, NULL);
 	if (c->plans)
 		kvp_kvcache_drain(c);
 	if (c->waiter_on) {
@@ -2050,13 +2050,13 @@ static int view_format(void *arg, uint32_t id, char *buf, size_t len)
 
 void kvp_kvcache_attach_view(struct kvp_kvcache *c, struct kvp_fuse_view *v)
 {
-	static const struct kvp_fuse_seq_ops ops = { view_list, view_format };
+	static const struct kvp_view_seq_ops ops = { view_list, view_format };
 
 	if (c->view)
-		kvp_fuse_view_set_seqs(c->view, NULL, NULL);
+		kvp_view_set_seqs(kvp_fuse_view_tree(c->view), NULL, NULL);
 	c->view = v;
 	if (v)
-		kvp_fuse_view_set_seqs(v, &ops, c);
+		kvp_view_set_seqs(kvp_fuse_view_tree(v), &ops, c);
 }
 
 /* ---- accessors ------------------------------------------------------------ */

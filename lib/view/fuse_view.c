@@ -1,27 +1,23 @@
 /*
- * fuse_view.c - the debug view: libfuse3's high-level API, one thread.
+ * fuse_view.c - the debug view's transport: libfuse3's high-level API
+ * serving the tree of view_tree.c, one thread.
  *
  * The thread runs its own loop over the session's /dev/fuse descriptor and
  * an eventfd (fuse_session_receive_buf + fuse_session_process_buf), so that
  * unmounting is "signal the eventfd, join, unmount": it never waits for a
  * request that may not come.
  *
- * Every open builds the whole content of a file (struct snap) and reads
- * serve from it; the view holds no pointer to a region between calls, and
- * everything it reads of a region it reads inside kvp_pager_foreach_region,
- * so a region destroyed meanwhile is simply gone from the tree.
+ * Every open takes a snapshot of the file (kvp_view_read) and reads serve
+ * from it.  Writes go to kvp_view_write.
  *
- * Locks: cfg_lock serialises writes to tunables (read engine config, check,
- * reconfigure) and guards kv, kv_apply and last_error; seq_lock (a rwlock)
- * is held for reading around the KV layer's callbacks and for writing by
- * kvp_fuse_view_set_seqs.  Neither is held across a call into libfuse.
+ * Locks: snap_lock guards the list of open files; the tree has its own.
+ * Neither is held across a call into libfuse.
  */
 #define FUSE_USE_VERSION 31
 
 #include "lib/view/fuse_view.h"
 #include "lib/instance/paths.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <fuse.h>
@@ -31,7 +27,6 @@
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,108 +37,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "lib/tunables/tunables.h"
-
 extern char **environ;
 
-#define APPLY_MAX     (64u << 10) /* largest `name = value` text for apply */
-#define NAME_MAX_VIEW 256	  /* longest region name shown */
-
 struct kvp_fuse_view {
-	struct kvp_pager *pager;  /* what is shown; outlives the view */
-	struct fuse *fuse;	  /* the libfuse handle */
-	pthread_t thread;	  /* serves the mount */
-	int stopfd;		  /* eventfd: the thread stops when set */
-	char path[PATH_MAX];	  /* absolute mount point */
-	pthread_mutex_t cfg_lock; /* writes, kv, kv_apply, last_error */
-	struct kvp_kv_config kv;  /* KV tunables shown */
-	kvp_kv_apply_fn kv_apply; /* NULL: KV tunables read-only */
-	void *kv_arg;
-	char last_error[KVP_TUNABLE_ERR_MAX]; /* of the last failed write */
-	pthread_rwlock_t seq_lock;	      /* around seq_ops calls */
-	struct kvp_fuse_seq_ops seq_ops;
-	bool have_seqs;
-	void *seq_arg;
+	struct kvp_view *tree;	   /* what is served */
+	struct fuse *fuse;	   /* the libfuse handle */
+	pthread_t thread;	   /* serves the mount */
+	int stopfd;		   /* eventfd: the thread stops when set */
+	char path[PATH_MAX];	   /* absolute mount point */
 	pthread_mutex_t snap_lock; /* guards snaps */
 	struct snap *snaps;	   /* files open now */
-};
-
-/* The statistics, from KVP_STATS. */
-static const struct stat_desc {
-	const char *name;
-	enum kvp_stat_kind kind;
-	const char *doc;
-	size_t off;
-} stat_descs[] = {
-#define X(n, k, d) { #n, k, d, offsetof(struct kvp_stats, n) },
-	KVP_STATS(X)
-#undef X
-};
-#define NSTATS (sizeof(stat_descs) / sizeof(stat_descs[0]))
-
-/* A region's one-value files. */
-enum rfile {
-	RF_SIZE,
-	RF_BLOCK_SIZE,
-	RF_NR_BLOCKS,
-	RF_STORE,
-	RF_RESIDENT,
-	RF_INSTALL_MODE,
-	RF_BLOCKS,
-	RF_COUNT
-};
-static const char *const rfile_names[RF_COUNT] = {
-	[RF_SIZE] = "size_bytes",	  [RF_BLOCK_SIZE] = "block_size_bytes",
-	[RF_NR_BLOCKS] = "nr_blocks",	  [RF_STORE] = "store",
-	[RF_RESIDENT] = "resident_bytes", [RF_INSTALL_MODE] = "install_mode",
-	[RF_BLOCKS] = "blocks",
-};
-
-/* Top-level files. */
-enum top {
-	TOP_PID,
-	TOP_UFFD_MODE,
-	TOP_LAST_ERROR,
-	TOP_APPLY,
-	TOP_METRICS,
-	TOP_COUNT
-};
-static const char *const top_names[TOP_COUNT] = {
-	[TOP_PID] = "pid",
-	[TOP_UFFD_MODE] = "uffd_mode",
-	[TOP_LAST_ERROR] = "last_error",
-	[TOP_APPLY] = "apply",
-	[TOP_METRICS] = "metrics",
-};
-
-enum node_kind {
-	N_ROOT,
-	N_TOP,	    /* top[] */
-	N_TUNABLES, /* tunables/ */
-	N_TUNABLE,
-	N_STATS, /* stats/ */
-	N_STAT,
-	N_REGIONS, /* regions/ */
-	N_REGION,
-	N_RFILE,
-	N_RSTATS,
-	N_RSTAT,
-	N_RDATA,
-	N_RBLOCK,
-	N_SEQS, /* seqs/ */
-	N_SEQ,
-	N_SEQ_TABLE,
-};
-
-struct node {
-	enum node_kind kind;
-	int idx;		       /* top, stat or rfile index */
-	const struct kvp_tunable *tun; /* N_TUNABLE */
-	char region[NAME_MAX_VIEW];    /* shown name, N_REGION and below */
-	uint64_t nblocks;	       /* the region's */
-	size_t block_bytes;	       /* the region's */
-	uint64_t block;		       /* N_RBLOCK */
-	uint32_t seq;		       /* N_SEQ, N_SEQ_TABLE */
 };
 
 /* What an open file reads, fixed at open.  Linked into the view's list
@@ -151,777 +54,13 @@ struct node {
  * sends RELEASE asynchronously after close). */
 struct snap {
 	struct snap *prev, *next; /* in kvp_fuse_view.snaps, under snap_lock */
-	char *buf;
-	size_t len;
-	const struct kvp_tunable *tun; /* writable tunable, or NULL */
-	bool apply;		       /* the apply file */
+	char *buf;		  /* the content at open; NULL if write-only */
+	size_t len;		  /* of buf */
 };
 
 static struct kvp_fuse_view *view(void)
 {
 	return fuse_get_context()->private_data;
-}
-
-static void set_last_error(struct kvp_fuse_view *v, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-/* Called with cfg_lock held. */
-static void set_last_error(struct kvp_fuse_view *v, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(v->last_error, sizeof(v->last_error), fmt, ap);
-	va_end(ap);
-}
-
-/* ---- regions, looked up and used under the region list lock ---- */
-
-/* A region's name as shown: '/' would split the path, so it becomes '_'. */
-static void shown_name(struct kvp_region *r, char *buf, size_t len)
-{
-	const char *n = kvp_region_name(r);
-	size_t i;
-
-	snprintf(buf, len, "%s", n ? n : "");
-	for (i = 0; buf[i]; i++)
-		if (buf[i] == '/')
-			buf[i] = '_';
-	if (!strcmp(buf, ".") || !strcmp(buf, ".."))
-		buf[0] = '_';
-}
-
-struct with_ctx {
-	const char *name;
-	int (*fn)(struct kvp_region *r, void *arg);
-	void *arg;
-	bool found;
-	int rc;
-};
-
-static int with_cb(struct kvp_region *r, void *arg)
-{
-	struct with_ctx *c = arg;
-	char name[NAME_MAX_VIEW];
-
-	shown_name(r, name, sizeof(name));
-	if (strcmp(name, c->name))
-		return 0;
-	c->found = true;
-	c->rc = c->fn ? c->fn(r, c->arg) : 0;
-	return 1;
-}
-
-/* Run @fn on the region shown as @name: its result, or -ENOENT. */
-static int with_region(struct kvp_fuse_view *v, const char *name,
-		       int (*fn)(struct kvp_region *r, void *arg), void *arg)
-{
-	struct with_ctx c = { .name = name, .fn = fn, .arg = arg };
-
-	kvp_pager_foreach_region(v->pager, with_cb, &c);
-	return c.found ? c.rc : -ENOENT;
-}
-
-static int facts_cb(struct kvp_region *r, void *arg)
-{
-	struct node *n = arg;
-
-	n->block_bytes = kvp_region_block_bytes(r);
-	n->nblocks = n->block_bytes ? kvp_region_size(r) / n->block_bytes : 0;
-	return 0;
-}
-
-/* ---- sequences ---- */
-
-/* Live sequence ids, malloc'd into *ids; -ENOENT when none registered. */
-static int seq_ids(struct kvp_fuse_view *v, uint32_t **ids, uint32_t *n)
-{
-	uint32_t cap = 64, got;
-	uint32_t *a = NULL, *na;
-	int r = 0;
-
-	pthread_rwlock_rdlock(&v->seq_lock);
-	if (!v->have_seqs || !v->seq_ops.list) {
-		r = -ENOENT;
-		goto out;
-	}
-	for (;;) {
-		na = realloc(a, cap * sizeof(*a));
-		if (!na) {
-			r = -ENOMEM;
-			goto out;
-		}
-		a = na;
-		got = v->seq_ops.list(v->seq_arg, a, cap);
-		if (got <= cap)
-			break;
-		cap = got;
-	}
-	*ids = a;
-	*n = got;
-	a = NULL;
-out:
-	pthread_rwlock_unlock(&v->seq_lock);
-	free(a);
-	return r;
-}
-
-static bool seq_exists(struct kvp_fuse_view *v, uint32_t id)
-{
-	uint32_t *ids, n, i;
-	bool found = false;
-
-	if (seq_ids(v, &ids, &n))
-		return false;
-	for (i = 0; i < n; i++)
-		if (ids[i] == id)
-			found = true;
-	free(ids);
-	return found;
-}
-
-/* ---- path resolution ---- */
-
-/* Strict decimal: digits only, no sign, no leading zero (but "0"). */
-static bool parse_index(const char *s, uint64_t *out)
-{
-	uint64_t v = 0;
-
-	if (!isdigit((unsigned char)*s) || (s[0] == '0' && s[1]))
-		return false;
-	for (; *s; s++) {
-		if (!isdigit((unsigned char)*s) || v > (UINT64_MAX - 9) / 10)
-			return false;
-		v = v * 10 + (uint64_t)(*s - '0');
-	}
-	*out = v;
-	return true;
-}
-
-static int find_name(const char *const *names, int n, const char *s)
-{
-	int i;
-
-	for (i = 0; i < n; i++)
-		if (!strcmp(names[i], s))
-			return i;
-	return -1;
-}
-
-static int find_stat(const char *s)
-{
-	size_t i;
-
-	for (i = 0; i < NSTATS; i++)
-		if (!strcmp(stat_descs[i].name, s))
-			return (int)i;
-	return -1;
-}
-
-#define MAX_COMPS 5
-
-static int resolve(struct kvp_fuse_view *v, const char *path, struct node *n)
-{
-	char copy[PATH_MAX], *comp[MAX_COMPS], *save = NULL, *t;
-	int nc = 0;
-	uint64_t x;
-
-	memset(n, 0, sizeof(*n));
-	if (strlen(path) >= sizeof(copy))
-		return -ENAMETOOLONG;
-	strcpy(copy, path);
-	for (t = strtok_r(copy, "/", &save); t;
-	     t = strtok_r(NULL, "/", &save)) {
-		if (nc == MAX_COMPS)
-			return -ENOENT;
-		comp[nc++] = t;
-	}
-	if (nc == 0) {
-		n->kind = N_ROOT;
-		return 0;
-	}
-	if (nc == 1 &&
-	    (n->idx = find_name(top_names, TOP_COUNT, comp[0])) >= 0) {
-		n->kind = N_TOP;
-		return 0;
-	}
-	if (!strcmp(comp[0], "tunables")) {
-		n->kind = N_TUNABLES;
-		if (nc == 1)
-			return 0;
-		n->tun = kvp_tunable_find(comp[1]);
-		if (nc > 2 || !n->tun)
-			return -ENOENT;
-		n->kind = N_TUNABLE;
-		return 0;
-	}
-	if (!strcmp(comp[0], "stats")) {
-		n->kind = N_STATS;
-		if (nc == 1)
-			return 0;
-		n->idx = find_stat(comp[1]);
-		if (nc > 2 || n->idx < 0)
-			return -ENOENT;
-		n->kind = N_STAT;
-		return 0;
-	}
-	if (!strcmp(comp[0], "seqs")) {
-		n->kind = N_SEQS;
-		if (nc == 1)
-			return 0;
-		if (!parse_index(comp[1], &x) || x > UINT32_MAX ||
-		    !seq_exists(v, (uint32_t)x))
-			return -ENOENT;
-		n->seq = (uint32_t)x;
-		n->kind = N_SEQ;
-		if (nc == 2)
-			return 0;
-		if (nc > 3 || strcmp(comp[2], "block_table"))
-			return -ENOENT;
-		n->kind = N_SEQ_TABLE;
-		return 0;
-	}
-	if (strcmp(comp[0], "regions"))
-		return -ENOENT;
-	n->kind = N_REGIONS;
-	if (nc == 1)
-		return 0;
-	if (strlen(comp[1]) >= sizeof(n->region) ||
-	    with_region(v, comp[1], facts_cb, n))
-		return -ENOENT;
-	strcpy(n->region, comp[1]);
-	n->kind = N_REGION;
-	if (nc == 2)
-		return 0;
-	if (nc == 3 &&
-	    (n->idx = find_name(rfile_names, RF_COUNT, comp[2])) >= 0) {
-		n->kind = N_RFILE;
-		return 0;
-	}
-	if (!strcmp(comp[2], "stats")) {
-		n->kind = N_RSTATS;
-		if (nc == 3)
-			return 0;
-		n->idx = find_stat(comp[3]);
-		if (nc > 4 || n->idx < 0)
-			return -ENOENT;
-		n->kind = N_RSTAT;
-		return 0;
-	}
-	if (!strcmp(comp[2], "data")) {
-		n->kind = N_RDATA;
-		if (nc == 3)
-			return 0;
-		if (nc > 4 || !parse_index(comp[3], &n->block) ||
-		    n->block >= n->nblocks)
-			return -ENOENT;
-		n->kind = N_RBLOCK;
-		return 0;
-	}
-	return -ENOENT;
-}
-
-static bool is_dir(enum node_kind k)
-{
-	switch (k) {
-	case N_ROOT:
-	case N_TUNABLES:
-	case N_STATS:
-	case N_REGIONS:
-	case N_REGION:
-	case N_RSTATS:
-	case N_RDATA:
-	case N_SEQS:
-	case N_SEQ:
-		return true;
-	default:
-		return false;
-	}
-}
-
-/* Whether a tunable's file takes writes now. */
-static bool tunable_writable(struct kvp_fuse_view *v,
-			     const struct kvp_tunable *t)
-{
-	bool w;
-
-	if (!t->runtime)
-		return false;
-	if (t->owner == KVP_TUNABLE_PAGER)
-		return true;
-	pthread_mutex_lock(&v->cfg_lock);
-	w = v->kv_apply != NULL;
-	pthread_mutex_unlock(&v->cfg_lock);
-	return w;
-}
-
-static mode_t node_mode(struct kvp_fuse_view *v, const struct node *n)
-{
-	if (is_dir(n->kind))
-		return S_IFDIR | 0555;
-	if (n->kind == N_TOP && n->idx == TOP_APPLY)
-		return S_IFREG | 0200;
-	if (n->kind == N_TUNABLE && tunable_writable(v, n->tun))
-		return S_IFREG | 0644;
-	return S_IFREG | 0444;
-}
-
-/* ---- content ---- */
-
-static void put_stat_value(FILE *f, const struct kvp_stats *s, int i)
-{
-	fprintf(f, "%llu\n",
-		(unsigned long long)*(const uint64_t *)((const char *)s +
-							stat_descs[i].off));
-}
-
-static uint64_t tunable_value(struct kvp_fuse_view *v,
-			      const struct kvp_tunable *t)
-{
-	struct kvp_config cfg;
-	struct kvp_kv_config kv;
-	struct kvp_tunable_target tg = { .pager = &cfg, .kv = &kv };
-	uint64_t x = 0;
-
-	kvp_pager_config(v->pager, &cfg);
-	pthread_mutex_lock(&v->cfg_lock);
-	kv = v->kv;
-	pthread_mutex_unlock(&v->cfg_lock);
-	kvp_tunable_get(&tg, t, &x);
-	return x;
-}
-
-struct rfile_ctx {
-	FILE *f;
-	int which;
-};
-
-static int rfile_cb(struct kvp_region *r, void *arg)
-{
-	struct rfile_ctx *c = arg;
-	size_t bb = kvp_region_block_bytes(r);
-	struct kvp_block_info bi;
-	struct kvp_stats st;
-	struct kvp_store *s;
-	uint64_t i, nb = bb ? kvp_region_size(r) / bb : 0;
-	int e;
-
-	switch (c->which) {
-	case RF_SIZE:
-		fprintf(c->f, "%zu\n", kvp_region_size(r));
-		break;
-	case RF_BLOCK_SIZE:
-		fprintf(c->f, "%zu\n", bb);
-		break;
-	case RF_NR_BLOCKS:
-		fprintf(c->f, "%llu\n", (unsigned long long)nb);
-		break;
-	case RF_STORE:
-		s = kvp_region_store(r);
-		fprintf(c->f, "%s\n", s ? s->desc : "none");
-		break;
-	case RF_RESIDENT:
-		kvp_region_stats(r, &st);
-		fprintf(c->f, "%llu\n", (unsigned long long)st.resident_bytes);
-		break;
-	case RF_INSTALL_MODE:
-		fprintf(c->f, "%s\n", kvp_region_install_mode(r));
-		break;
-	case RF_BLOCKS:
-		for (i = 0; i < nb; i++) {
-			e = kvp_region_block_info(r, i, &bi);
-			if (e)
-				return e;
-			fprintf(c->f,
-				"%llu %s dirty=%d pins=%u stored=%d "
-				"last_use=%llu\n",
-				(unsigned long long)i,
-				kvp_block_state_name(bi.state),
-				bi.dirty ? 1 : 0, bi.pins, bi.in_store ? 1 : 0,
-				(unsigned long long)bi.last_use);
-		}
-		break;
-	}
-	return 0;
-}
-
-struct rstat_ctx {
-	struct kvp_stats st;
-};
-
-static int rstat_cb(struct kvp_region *r, void *arg)
-{
-	kvp_region_stats(r, &((struct rstat_ctx *)arg)->st);
-	return 0;
-}
-
-struct peek_ctx {
-	uint64_t block;
-	void *buf;
-	size_t len;
-};
-
-static int peek_cb(struct kvp_region *r, void *arg)
-{
-	struct peek_ctx *c = arg;
-
-	c->len = kvp_region_block_bytes(r);
-	c->buf = malloc(c->len ? c->len : 1);
-	if (!c->buf)
-		return -ENOMEM;
-	return kvp_region_peek(r, c->block, c->buf);
-}
-
-/* Prometheus label value: \ " and newline escaped. */
-static void put_label(FILE *f, const char *s)
-{
-	for (; *s; s++) {
-		if (*s == '\\' || *s == '"')
-			fprintf(f, "\\%c", *s);
-		else if (*s == '\n')
-			fputs("\\n", f);
-		else
-			fputc(*s, f);
-	}
-}
-
-struct region_row {
-	char name[NAME_MAX_VIEW];
-	struct kvp_stats st;
-	size_t size, block_bytes;
-};
-
-struct rows {
-	struct region_row *v;
-	size_t n, cap;
-	int err;
-};
-
-static int rows_cb(struct kvp_region *r, void *arg)
-{
-	struct rows *rs = arg;
-	struct region_row *nv;
-
-	if (rs->n == rs->cap) {
-		rs->cap = rs->cap ? rs->cap * 2 : 16;
-		nv = realloc(rs->v, rs->cap * sizeof(*nv));
-		if (!nv) {
-			rs->err = -ENOMEM;
-			return 1;
-		}
-		rs->v = nv;
-	}
-	nv = &rs->v[rs->n++];
-	snprintf(nv->name, sizeof(nv->name), "%s", kvp_region_name(r));
-	kvp_region_stats(r, &nv->st);
-	nv->size = kvp_region_size(r);
-	nv->block_bytes = kvp_region_block_bytes(r);
-	return 0;
-}
-
-static void put_metrics(struct kvp_fuse_view *v, FILE *f)
-{
-	struct kvp_stats st;
-	struct rows rs = { 0 };
-	uint64_t cum = 0;
-	size_t i, k;
-	int pid = (int)getpid();
-
-	kvp_pager_stats(v->pager, &st);
-	kvp_pager_foreach_region(v->pager, rows_cb, &rs);
-
-	fprintf(f,
-		"# HELP kvpager_info the pager serving this view\n"
-		"# TYPE kvpager_info gauge\n"
-		"kvpager_info{pid=\"%d\",uffd_mode=\"%s\"} 1\n",
-		pid, kvp_pager_uffd_mode(v->pager));
-	for (i = 0; i < NSTATS; i++) {
-		const struct stat_desc *d = &stat_descs[i];
-		const char *type = d->kind == KVP_COUNTER ? "counter" : "gauge";
-
-		fprintf(f, "# HELP kvpager_%s %s\n# TYPE kvpager_%s %s\n",
-			d->name, d->doc, d->name, type);
-		fprintf(
-		    f, "kvpager_%s{pid=\"%d\"} %llu\n", d->name, pid,
-		    (unsigned long long)*(uint64_t *)((char *)&st + d->off));
-	}
-	fprintf(f, "# HELP kvpager_io_latency_seconds store read latency\n"
-		   "# TYPE kvpager_io_latency_seconds histogram\n");
-	for (k = 0; k < KVP_LATENCY_BUCKETS; k++) {
-		cum += st.io_latency_us[k];
-		fprintf(f,
-			"kvpager_io_latency_seconds_bucket{pid=\"%d\","
-			"le=\"%g\"} %llu\n",
-			pid, (double)(1ULL << (k + 1)) * 1e-6,
-			(unsigned long long)cum);
-	}
-	fprintf(f,
-		"kvpager_io_latency_seconds_bucket{pid=\"%d\",le=\"+Inf\"} "
-		"%llu\n"
-		"kvpager_io_latency_seconds_count{pid=\"%d\"} %llu\n",
-		pid, (unsigned long long)cum, pid, (unsigned long long)cum);
-
-	fprintf(f, "# HELP kvpager_tunable a tunable's value (a choice: its "
-		   "index)\n# TYPE kvpager_tunable gauge\n");
-	for (i = 0; i < kvp_tunables_count(); i++) {
-		const struct kvp_tunable *t = kvp_tunable_at(i);
-
-		fprintf(f, "kvpager_tunable{pid=\"%d\",name=\"%s\"} %llu\n",
-			pid, t->name, (unsigned long long)tunable_value(v, t));
-	}
-
-	fprintf(f, "# HELP kvpager_region_size_bytes the region's size\n"
-		   "# TYPE kvpager_region_size_bytes gauge\n");
-	for (k = 0; k < rs.n; k++) {
-		fprintf(f, "kvpager_region_size_bytes{pid=\"%d\",region=\"",
-			pid);
-		put_label(f, rs.v[k].name);
-		fprintf(f, "\"} %zu\n", rs.v[k].size);
-	}
-	fprintf(f, "# HELP kvpager_region_block_size_bytes the region's "
-		   "block size\n"
-		   "# TYPE kvpager_region_block_size_bytes gauge\n");
-	for (k = 0; k < rs.n; k++) {
-		fprintf(f,
-			"kvpager_region_block_size_bytes{pid=\"%d\","
-			"region=\"",
-			pid);
-		put_label(f, rs.v[k].name);
-		fprintf(f, "\"} %zu\n", rs.v[k].block_bytes);
-	}
-	for (i = 0; i < NSTATS; i++) {
-		const struct stat_desc *d = &stat_descs[i];
-		const char *type = d->kind == KVP_COUNTER ? "counter" : "gauge";
-
-		fprintf(f,
-			"# HELP kvpager_region_%s %s, per region\n"
-			"# TYPE kvpager_region_%s %s\n",
-			d->name, d->doc, d->name, type);
-		for (k = 0; k < rs.n; k++) {
-			fprintf(f, "kvpager_region_%s{pid=\"%d\",region=\"",
-				d->name, pid);
-			put_label(f, rs.v[k].name);
-			fprintf(f, "\"} %llu\n",
-				(unsigned long long)*(
-				    uint64_t *)((char *)&rs.v[k].st + d->off));
-		}
-	}
-	free(rs.v);
-}
-
-/* Builds the content of a file node into @s.  0 or -errno. */
-static int build(struct kvp_fuse_view *v, const struct node *n, struct snap *s)
-{
-	char val[KVP_TUNABLE_VALUE_MAX];
-	struct kvp_stats st;
-	FILE *f;
-	int r = 0;
-
-	if (n->kind == N_RBLOCK) {
-		struct peek_ctx c = { .block = n->block };
-
-		r = with_region(v, n->region, peek_cb, &c);
-		if (r) {
-			free(c.buf);
-			return r == -ENOENT ? -ENOENT : -EIO;
-		}
-		s->buf = c.buf;
-		s->len = c.len;
-		return 0;
-	}
-	if (n->kind == N_SEQ_TABLE) {
-		size_t len = 4096;
-		int need;
-
-		for (;;) {
-			char *b = realloc(s->buf, len);
-
-			if (!b)
-				return -ENOMEM;
-			s->buf = b;
-			pthread_rwlock_rdlock(&v->seq_lock);
-			need = v->have_seqs && v->seq_ops.format_block_table
-				   ? v->seq_ops.format_block_table(
-					 v->seq_arg, n->seq, b, len)
-				   : -ENOENT;
-			pthread_rwlock_unlock(&v->seq_lock);
-			if (need < 0)
-				return need == -EINVAL ? -ENOENT : need;
-			if ((size_t)need < len)
-				break;
-			len = (size_t)need + 1;
-		}
-		s->len = (size_t)need;
-		return 0;
-	}
-
-	f = open_memstream(&s->buf, &s->len);
-	if (!f)
-		return -ENOMEM;
-	switch (n->kind) {
-	case N_TOP:
-		switch (n->idx) {
-		case TOP_PID:
-			fprintf(f, "%d\n", (int)getpid());
-			break;
-		case TOP_UFFD_MODE:
-			fprintf(f, "%s\n", kvp_pager_uffd_mode(v->pager));
-			break;
-		case TOP_LAST_ERROR:
-			pthread_mutex_lock(&v->cfg_lock);
-			if (v->last_error[0])
-				fprintf(f, "%s\n", v->last_error);
-			pthread_mutex_unlock(&v->cfg_lock);
-			break;
-		case TOP_METRICS:
-			put_metrics(v, f);
-			break;
-		default: /* apply: nothing to read */
-			break;
-		}
-		break;
-	case N_TUNABLE:
-		kvp_tunable_format(n->tun, tunable_value(v, n->tun), val,
-				   sizeof(val));
-		fprintf(f, "%s\n", val);
-		break;
-	case N_STAT:
-		kvp_pager_stats(v->pager, &st);
-		put_stat_value(f, &st, n->idx);
-		break;
-	case N_RSTAT: {
-		struct rstat_ctx c;
-
-		r = with_region(v, n->region, rstat_cb, &c);
-		if (!r)
-			put_stat_value(f, &c.st, n->idx);
-		break;
-	}
-	case N_RFILE: {
-		struct rfile_ctx c = { .f = f, .which = n->idx };
-
-		r = with_region(v, n->region, rfile_cb, &c);
-		break;
-	}
-	default:
-		r = -EISDIR;
-	}
-	if (fclose(f) && !r)
-		r = -ENOMEM;
-	return r;
-}
-
-/* ---- writes ---- */
-
-static int write_tunable(struct kvp_fuse_view *v, const struct kvp_tunable *t,
-			 const char *text)
-{
-	char err[KVP_TUNABLE_ERR_MAX];
-	struct kvp_config cfg;
-	struct kvp_kv_config kv;
-	const char *bad = NULL;
-	uint64_t x;
-	int r;
-
-	pthread_mutex_lock(&v->cfg_lock);
-	r = kvp_tunable_parse(t, text, &x, err, sizeof(err));
-	if (r)
-		goto fail;
-	if (t->owner == KVP_TUNABLE_PAGER) {
-		struct kvp_tunable_target tg = { .pager = &cfg };
-
-		kvp_pager_config(v->pager, &cfg);
-		r = kvp_tunable_set(&tg, t, x, err, sizeof(err));
-		if (r)
-			goto fail;
-		r = kvp_pager_reconfigure(v->pager, &cfg, &bad);
-		if (r) {
-			snprintf(err, sizeof(err),
-				 "%s: the pager refused it: %s",
-				 bad ? bad : t->name, kvp_strerror(r));
-			goto fail;
-		}
-	} else {
-		struct kvp_tunable_target tg = { .kv = &kv };
-
-		kv = v->kv;
-		r = kvp_tunable_set(&tg, t, x, err, sizeof(err));
-		if (r)
-			goto fail;
-		r = v->kv_apply ? v->kv_apply(v->kv_arg, &kv, &bad) : -EACCES;
-		if (r) {
-			snprintf(err, sizeof(err),
-				 "%s: the kv layer refused it (%s)",
-				 bad ? bad : t->name, strerror(-r));
-			goto fail;
-		}
-		v->kv = kv;
-	}
-	v->last_error[0] = '\0';
-	pthread_mutex_unlock(&v->cfg_lock);
-	return 0;
-fail:
-	set_last_error(v, "%s", err);
-	pthread_mutex_unlock(&v->cfg_lock);
-	return r == -EACCES || r == -ENOMEM ? r : -EINVAL;
-}
-
-/* All of @text's `name = value` lines, or none of them. */
-static int write_apply(struct kvp_fuse_view *v, const char *text)
-{
-	char err[KVP_TUNABLE_ERR_MAX];
-	struct kvp_config cfg, old;
-	struct kvp_kv_config kv;
-	struct kvp_tunable_target tg = { .pager = &cfg, .kv = &kv };
-	const char *bad = NULL;
-	bool engine_changed, kv_changed;
-	int r;
-
-	pthread_mutex_lock(&v->cfg_lock);
-	kvp_pager_config(v->pager, &cfg);
-	old = cfg;
-	kv = v->kv;
-	r = kvp_tunables_apply_lines(&tg, text, KVP_TUNABLES_RUNTIME_ONLY, NULL,
-				     err, sizeof(err));
-	if (r)
-		goto fail;
-	engine_changed = memcmp(&cfg, &old, sizeof(cfg)) != 0;
-	kv_changed = memcmp(&kv, &v->kv, sizeof(kv)) != 0;
-	if (kv_changed && !v->kv_apply) {
-		snprintf(err, sizeof(err),
-			 "kv tunables are read-only here: no kv layer is "
-			 "attached to this pager");
-		r = -EINVAL;
-		goto fail;
-	}
-	if (engine_changed) {
-		r = kvp_pager_reconfigure(v->pager, &cfg, &bad);
-		if (r) {
-			snprintf(err, sizeof(err),
-				 "%s: the pager refused it: %s",
-				 bad ? bad : "config", kvp_strerror(r));
-			goto fail;
-		}
-	}
-	if (kv_changed) {
-		r = v->kv_apply(v->kv_arg, &kv, &bad);
-		if (r) {
-			snprintf(err, sizeof(err),
-				 "%s: the kv layer refused it (%s)",
-				 bad ? bad : "kv config", strerror(-r));
-			if (engine_changed)
-				kvp_pager_reconfigure(v->pager, &old, NULL);
-			goto fail;
-		}
-		v->kv = kv;
-	}
-	v->last_error[0] = '\0';
-	pthread_mutex_unlock(&v->cfg_lock);
-	return 0;
-fail:
-	set_last_error(v, "%s", err);
-	pthread_mutex_unlock(&v->cfg_lock);
-	return r == -ENOMEM ? r : -EINVAL;
 }
 
 /* ---- FUSE operations ---- */
@@ -941,158 +80,78 @@ static void *op_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
 static int op_getattr(const char *path, struct stat *st,
 		      struct fuse_file_info *fi)
 {
-	struct kvp_fuse_view *v = view();
-	struct node n;
-	int r = resolve(v, path, &n);
+	struct kvp_view_attr a;
+	int r = kvp_view_stat(view()->tree, path, &a);
 
 	if (r)
 		return r;
 	memset(st, 0, sizeof(*st));
-	st->st_mode = node_mode(v, &n);
-	st->st_nlink = is_dir(n.kind) ? 2 : 1;
+	st->st_mode = (a.dir ? S_IFDIR : S_IFREG) | a.mode;
+	st->st_nlink = a.dir ? 2 : 1;
 	st->st_uid = getuid();
 	st->st_gid = getgid();
 	/* Like sysfs: a nominal size; reads are direct and go to EOF. */
-	st->st_size = n.kind == N_RBLOCK ? (off_t)n.block_bytes
-					 : (is_dir(n.kind) ? 0 : 4096);
+	st->st_size = a.size ? (off_t)a.size : (a.dir ? 0 : 4096);
 	st->st_blksize = 4096;
 	clock_gettime(CLOCK_REALTIME, &st->st_mtim);
 	st->st_atim = st->st_ctim = st->st_mtim;
 	return 0;
 }
 
-static int fill(void *buf, fuse_fill_dir_t filler, const char *name)
-{
-	return filler(buf, name, NULL, 0, 0);
-}
-
-struct names_ctx {
-	void *buf;
-	fuse_fill_dir_t filler;
+struct fill_ctx {
+	void *buf;		/* libfuse's */
+	fuse_fill_dir_t filler; /* libfuse's */
 };
 
-static int names_cb(struct kvp_region *r, void *arg)
+/* Positions: 0 ".", 1 "..", 2 + k the tree's name k. */
+static int fill_cb(void *arg, const char *name, uint64_t pos)
 {
-	struct names_ctx *c = arg;
-	char name[NAME_MAX_VIEW];
+	struct fill_ctx *c = arg;
 
-	shown_name(r, name, sizeof(name));
-	if (name[0])
-		fill(c->buf, c->filler, name);
-	return 0;
+	return c->filler(c->buf, name, NULL, (off_t)(pos + 2), 0);
 }
 
 static int op_readdir(const char *path, void *buf, fuse_fill_dir_t filler,
 		      off_t off, struct fuse_file_info *fi,
 		      enum fuse_readdir_flags flags)
 {
-	struct kvp_fuse_view *v = view();
-	char name[32];
-	struct node n;
-	size_t i;
-	int r = resolve(v, path, &n);
+	struct fill_ctx c = { buf, filler };
+	struct kvp_view_attr a;
+	int r = kvp_view_stat(view()->tree, path, &a);
 
 	if (r)
 		return r;
-	if (!is_dir(n.kind))
+	if (!a.dir)
 		return -ENOTDIR;
-	if (n.kind == N_RDATA) {
-		/* Offsets, so that a region of many blocks lists in pieces:
-		   0 ".", 1 "..", 2 + k block k. */
-		uint64_t k;
-
-		for (k = (uint64_t)off; k < n.nblocks + 2; k++) {
-			if (k < 2)
-				snprintf(name, sizeof(name), "%s",
-					 k ? ".." : ".");
-			else
-				snprintf(name, sizeof(name), "%llu",
-					 (unsigned long long)(k - 2));
-			if (filler(buf, name, NULL, (off_t)(k + 1), 0))
-				break;
-		}
+	if (off < 1 && filler(buf, ".", NULL, 1, 0))
 		return 0;
-	}
-	fill(buf, filler, ".");
-	fill(buf, filler, "..");
-	switch (n.kind) {
-	case N_ROOT:
-		fill(buf, filler, "tunables");
-		fill(buf, filler, "stats");
-		fill(buf, filler, "regions");
-		fill(buf, filler, "seqs");
-		for (i = 0; i < TOP_COUNT; i++)
-			fill(buf, filler, top_names[i]);
-		break;
-	case N_TUNABLES:
-		for (i = 0; i < kvp_tunables_count(); i++)
-			fill(buf, filler, kvp_tunable_at(i)->name);
-		break;
-	case N_STATS:
-	case N_RSTATS:
-		for (i = 0; i < NSTATS; i++)
-			fill(buf, filler, stat_descs[i].name);
-		break;
-	case N_REGIONS: {
-		struct names_ctx c = { buf, filler };
-
-		kvp_pager_foreach_region(v->pager, names_cb, &c);
-		break;
-	}
-	case N_REGION:
-		for (i = 0; i < RF_COUNT; i++)
-			fill(buf, filler, rfile_names[i]);
-		fill(buf, filler, "stats");
-		fill(buf, filler, "data");
-		break;
-	case N_SEQS: {
-		uint32_t *ids, cnt, k;
-
-		if (seq_ids(v, &ids, &cnt))
-			break;
-		for (k = 0; k < cnt; k++) {
-			snprintf(name, sizeof(name), "%u", ids[k]);
-			fill(buf, filler, name);
-		}
-		free(ids);
-		break;
-	}
-	case N_SEQ:
-		fill(buf, filler, "block_table");
-		break;
-	default:
-		break;
-	}
-	return 0;
+	if (off < 2 && filler(buf, "..", NULL, 2, 0))
+		return 0;
+	return kvp_view_list(view()->tree, path, off > 2 ? (uint64_t)off - 2 : 0,
+			     fill_cb, &c);
 }
 
 static int op_open(const char *path, struct fuse_file_info *fi)
 {
 	struct kvp_fuse_view *v = view();
 	int acc = fi->flags & O_ACCMODE;
+	struct kvp_view_attr a;
 	struct snap *s;
-	struct node n;
-	mode_t mode;
-	int r = resolve(v, path, &n);
+	int r = kvp_view_stat(v->tree, path, &a);
 
 	if (r)
 		return r;
-	if (is_dir(n.kind))
+	if (a.dir)
 		return -EISDIR;
-	mode = node_mode(v, &n);
-	if ((acc != O_RDONLY && !(mode & 0200)) ||
-	    (acc != O_WRONLY && !(mode & 0400)))
+	if ((acc != O_RDONLY && !(a.mode & 0200)) ||
+	    (acc != O_WRONLY && !(a.mode & 0400)))
 		return -EACCES;
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
-	if (n.kind == N_TUNABLE && (mode & 0200))
-		s->tun = n.tun;
-	s->apply = n.kind == N_TOP && n.idx == TOP_APPLY;
 	if (acc != O_WRONLY) {
-		r = build(v, &n, s);
+		r = kvp_view_read(v->tree, path, &s->buf, &s->len);
 		if (r) {
-			free(s->buf);
 			free(s);
 			return r;
 		}
@@ -1127,45 +186,28 @@ static int op_read(const char *path, char *buf, size_t size, off_t off,
 static int op_write(const char *path, const char *buf, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
-	struct kvp_fuse_view *v = view();
-	struct snap *s = (struct snap *)(uintptr_t)fi->fh;
-	size_t max = s->apply ? APPLY_MAX : KVP_TUNABLE_VALUE_MAX;
-	char *text;
-	int r;
+	int r = kvp_view_write(view()->tree, path, buf, size);
 
-	if (!s->tun && !s->apply)
-		return -EACCES;
-	if (size >= max) {
-		pthread_mutex_lock(&v->cfg_lock);
-		set_last_error(v,
-			       "write of %zu bytes too long (at most %zu in "
-			       "one write)",
-			       size, max - 1);
-		pthread_mutex_unlock(&v->cfg_lock);
-		return -EINVAL;
-	}
-	text = malloc(size + 1);
-	if (!text)
-		return -ENOMEM;
-	memcpy(text, buf, size);
-	text[size] = '\0';
-	r = s->apply ? write_apply(v, text) : write_tunable(v, s->tun, text);
-	free(text);
 	return r ? r : (int)size;
 }
 
 static int op_truncate(const char *path, off_t size, struct fuse_file_info *fi)
 {
-	struct kvp_fuse_view *v = view();
-	struct node n;
-	int r = resolve(v, path, &n);
+	struct kvp_view_attr a;
+	int r = kvp_view_stat(view()->tree, path, &a);
 
 	if (r)
 		return r;
-	if (is_dir(n.kind))
+	if (a.dir)
 		return -EISDIR;
 	/* O_TRUNC of a value file: nothing to cut, the write says it all */
-	return node_mode(v, &n) & 0200 ? 0 : -EACCES;
+	return a.mode & 0200 ? 0 : -EACCES;
+}
+
+static void snap_free(struct snap *s)
+{
+	free(s->buf);
+	free(s);
 }
 
 static int op_release(const char *path, struct fuse_file_info *fi)
@@ -1183,8 +225,7 @@ static int op_release(const char *path, struct fuse_file_info *fi)
 	if (s->next)
 		s->next->prev = s->prev;
 	pthread_mutex_unlock(&v->snap_lock);
-	free(s->buf);
-	free(s);
+	snap_free(s);
 	return 0;
 }
 
@@ -1384,7 +425,6 @@ int kvp_fuse_view_mount(struct kvp_pager *p,
 	v = calloc(1, sizeof(*v));
 	if (!v)
 		return -ENOMEM;
-	v->pager = p;
 	v->stopfd = -1;
 	if (!realpath(opts->mountpoint, v->path)) {
 		r = -errno;
@@ -1394,19 +434,15 @@ int kvp_fuse_view_mount(struct kvp_pager *p,
 		r = -EBUSY;
 		goto err_free;
 	}
-	pthread_mutex_init(&v->cfg_lock, NULL);
 	pthread_mutex_init(&v->snap_lock, NULL);
-	pthread_rwlock_init(&v->seq_lock, NULL);
-	if (opts->kv)
-		v->kv = *opts->kv;
-	else
-		kvp_kv_config_defaults(&v->kv);
-	v->kv_apply = opts->kv_apply;
-	v->kv_arg = opts->kv_arg;
+	r = kvp_view_create(p, opts->kv, opts->kv_apply, opts->kv_arg,
+			    &v->tree);
+	if (r)
+		goto err_lock;
 	v->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (v->stopfd < 0) {
 		r = -errno;
-		goto err_locks;
+		goto err_tree;
 	}
 	snprintf(optstr, sizeof(optstr), "fsname=kvpager,subtype=kvpager%s",
 		 opts->allow_other ? ",allow_other" : "");
@@ -1436,10 +472,10 @@ err_fuse:
 	fuse_destroy(v->fuse);
 err_fd:
 	close(v->stopfd);
-err_locks:
-	pthread_rwlock_destroy(&v->seq_lock);
+err_tree:
+	kvp_view_destroy(v->tree);
+err_lock:
 	pthread_mutex_destroy(&v->snap_lock);
-	pthread_mutex_destroy(&v->cfg_lock);
 err_free:
 	free(v);
 	return r;
@@ -1461,12 +497,10 @@ void kvp_fuse_view_unmount(struct kvp_fuse_view *v)
 		struct snap *s = v->snaps;
 
 		v->snaps = s->next;
-		free(s->buf);
-		free(s);
+		snap_free(s);
 	}
-	pthread_rwlock_destroy(&v->seq_lock);
+	kvp_view_destroy(v->tree);
 	pthread_mutex_destroy(&v->snap_lock);
-	pthread_mutex_destroy(&v->cfg_lock);
 	free(v);
 }
 
@@ -1475,37 +509,7 @@ const char *kvp_fuse_view_path(const struct kvp_fuse_view *v)
 	return v->path;
 }
 
-void kvp_fuse_view_set_kv(struct kvp_fuse_view *v,
-			  const struct kvp_kv_config *cur,
-			  kvp_kv_apply_fn apply, void *arg)
+struct kvp_view *kvp_fuse_view_tree(struct kvp_fuse_view *v)
 {
-	pthread_mutex_lock(&v->cfg_lock);
-	if (cur)
-		v->kv = *cur;
-	v->kv_apply = apply;
-	v->kv_arg = arg;
-	pthread_mutex_unlock(&v->cfg_lock);
-}
-
-void kvp_fuse_view_kv_config(struct kvp_fuse_view *v, struct kvp_kv_config *out)
-{
-	pthread_mutex_lock(&v->cfg_lock);
-	*out = v->kv;
-	pthread_mutex_unlock(&v->cfg_lock);
-}
-
-void kvp_fuse_view_set_seqs(struct kvp_fuse_view *v,
-			    const struct kvp_fuse_seq_ops *ops, void *arg)
-{
-	pthread_rwlock_wrlock(&v->seq_lock);
-	if (ops) {
-		v->seq_ops = *ops;
-		v->seq_arg = arg;
-		v->have_seqs = true;
-	} else {
-		memset(&v->seq_ops, 0, sizeof(v->seq_ops));
-		v->seq_arg = NULL;
-		v->have_seqs = false;
-	}
-	pthread_rwlock_unlock(&v->seq_lock);
+	return v->tree;
 }
