@@ -106,6 +106,14 @@ expect 1 "is a statistic" "$K" set demand_faults_total=0
 expect 1 "not NAME=VALUE" "$K" set ram_budget_bytes
 expect 1 "unknown name 'nosuch'" "$K" get nosuch
 expect 0 "^16777216\$" "$K" -n get ram_budget_bytes
+# set is all or nothing: a bad value, or a KV tunable on a pager without
+# a KV layer, leaves the good ones unset too
+expect 1 "ram_budget_bytes: 'bogus' is not a size.*nothing was changed" \
+	"$K" set io_batch=2 ram_budget_bytes=bogus
+expect 1 "no kv layer is attached.*nothing was changed" \
+	"$K" set ram_budget_bytes=6M prefetch_depth_layers=1
+expect 0 "^16777216\$" "$K" -n get ram_budget_bytes
+expect 0 "^8\$" "$K" -n get io_batch
 
 # a smaller budget shows in the engine: resident bytes follow it, the
 # scan now faults and evicts

@@ -5,7 +5,7 @@
  *   kvpctl -a                   every tunable and statistic, name = value
  *   kvpctl get NAME...          one value each (NAME or a path in the view,
  *                               e.g. regions/kv/resident_bytes)
- *   kvpctl set NAME=VALUE...    change tunables, one after the other
+ *   kvpctl set NAME=VALUE...    change tunables, all or none
  *   kvpctl list                 tunables: value, type, range, default, doc
  *   kvpctl stats [--watch S] [--count N]
  *                               statistics, or their rates every S seconds
@@ -17,6 +17,7 @@
  * refuses is reported with the pager's reason (its last_error file).
  * Exit status: 0 done, 1 failed, 2 bad usage.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -338,13 +339,15 @@ static int cmd_get(int argc, char **argv)
 	return 0;
 }
 
-static int set_one(const char *arg)
+/* Checks NAME=VALUE @arg against the registry and appends it to @text as
+ * a `name = value` line; dies with the reason otherwise. */
+static void set_line(const char *arg, FILE *text)
 {
-	char name[128], rel[192], err[KVP_TUNABLE_ERR_MAX], env[160];
+	char name[128], err[KVP_TUNABLE_ERR_MAX], env[160];
 	const struct kvp_tunable *t;
 	const char *eq = strchr(arg, '='), *val;
 	uint64_t v;
-	int r;
+	size_t n;
 
 	if (!eq || eq == arg || (size_t)(eq - arg) >= sizeof(name))
 		die("set: '%s' is not NAME=VALUE", arg);
@@ -358,35 +361,48 @@ static int set_one(const char *arg)
 		die("unknown tunable '%s' (kvpctl list shows them)", name);
 	}
 	if (kvp_tunable_parse(t, val, &v, err, sizeof(err)))
-		die("%s", err);
+		die("%s; nothing was changed", err);
 	if (!t->runtime) {
 		kvp_tunable_env_name(t, env, sizeof(env));
 		die("%s cannot change on a running pager: set %s before it "
 		    "starts",
 		    name, env);
 	}
-	snprintf(rel, sizeof(rel), "tunables/%s", name);
-	r = put(rel, val, strlen(val));
-	if (r == -EACCES)
-		die("%s is read-only on this pager (no kv layer attached)",
-		    name);
-	if (r) {
-		char *why = last_error();
-
-		die("%s=%s refused by the pager: %s", name, val,
-		    *why ? why : strerror(-r));
-	}
-	return 0;
+	/* parsed whole: no line break but at its ends, trimmed here */
+	while (isspace((unsigned char)*val))
+		val++;
+	n = strlen(val);
+	while (n && isspace((unsigned char)val[n - 1]))
+		n--;
+	fprintf(text, "%s = %.*s\n", name, (int)n, val);
 }
 
+/* Every NAME=VALUE checked first, then one write to apply: the pager
+ * takes all of them or none. */
 static int cmd_set(int argc, char **argv)
 {
-	int i;
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f;
+	int i, r;
 
 	if (argc < 1)
 		die("set: give NAME=VALUE (kvpctl list shows the names)");
+	f = open_memstream(&text, &len);
+	if (!f)
+		die("out of memory");
 	for (i = 0; i < argc; i++)
-		set_one(argv[i]);
+		set_line(argv[i], f);
+	if (fclose(f))
+		die("out of memory");
+	r = put("apply", text, len);
+	if (r) {
+		char *why = last_error();
+
+		die("refused by the pager: %s; nothing was changed",
+		    *why ? why : strerror(-r));
+	}
+	free(text);
 	return 0;
 }
 
