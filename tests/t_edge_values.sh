@@ -28,9 +28,24 @@ fail() {
 # Values that no numeric option takes.
 common=(-1 nan inf -inf 1e400 1.5 12abc 18446744073709551616 16383P "")
 
-# row COMMAND... -- OPTION EXTRA_VALUE...
+# row COMMAND... -- OPTION EXTRA_VALUE...: the common values and these.
 row() {
-	local cmd=() opt v out rc
+	edge_values "${common[@]}" -- "$@"
+}
+
+# row_only COMMAND... -- OPTION VALUE...: these values only.
+row_only() {
+	edge_values -- "$@"
+}
+
+# edge_values VALUE... -- COMMAND... -- OPTION VALUE...
+edge_values() {
+	local vals=() cmd=() opt v out rc
+	while [ "$1" != "--" ]; do
+		vals+=("$1")
+		shift
+	done
+	shift
 	while [ "$1" != "--" ]; do
 		cmd+=("$1")
 		shift
@@ -43,7 +58,7 @@ row() {
 		return
 	}
 	rows=$((rows + 1))
-	for v in "${common[@]}" "$@"; do
+	for v in "${vals[@]}" "$@"; do
 		# stdin closed and a time limit: a value taken by mistake
 		# must not start a long run.
 		timeout -k 5 60 "$BUILD/bin/${cmd[0]}" "${cmd[@]:1}" "$opt" "$v" \
@@ -82,7 +97,24 @@ row kvpbench decode --quiet --path "$dir" -- --depth 0 1025 4294967297
 row kvpbench compute -- --repeat 0 16 4294967297
 row kvpsoak -- --seconds 0 4294967297
 row kvpsoak -- --service-threads 0 65 4294967297
-# kvp-probe has no numeric option.
+# kvp-probe has no numeric option; an empty --path is refused too.
+row_only kvp-probe -- --path ""
+# kvpager run (its options are the main job's).
+K=(kvpager run --quiet --path "$dir")
+row "${K[@]}" -- --context 0 4294967297 3G
+row "${K[@]}" -- --batch 0 65537 4294967298
+row "${K[@]}" -- --steps 0 4294967297
+row "${K[@]}" -- --warmup 4294967297
+row "${K[@]}" -- --budget 0 1 2P
+row "${K[@]}" -- --depth 17 4294967297
+row "${K[@]}" -- --block 0 4095 2G
+row "${K[@]}" -- --budget-tokens 0 15 1048577 4294967297
+row "${K[@]}" -- --block-tokens 0 1025 4294967297
+row "${K[@]}" -- --rank 0 3 513 4294967297
+row "${K[@]}" -- --sample-every 4294967297
+row "${K[@]}" -- --sample-layers 4294967297
+row "${K[@]}" -- --threads 257 4294967297
+row "${K[@]}" -- --seed
 
 ls -A "$dir" | grep -q . && fail "a value was taken: files left in $dir"
 [ $fails = 0 ] || { echo "t_edge_values: $fails failure(s)"; exit 1; }

@@ -509,6 +509,12 @@ int main(int argc, char **argv)
 			json = true;
 		} else if (!strcmp(argv[i], "--path") && i + 1 < argc) {
 			dir = argv[++i];
+			if (!*dir) {
+				fprintf(stderr, "kvp-probe: --path: empty "
+						"value; accepted: a directory "
+						"to test\n");
+				return 2;
+			}
 		} else {
 			fprintf(stderr,
 				"usage: kvp-probe [--json] [--path PATH]\n");
