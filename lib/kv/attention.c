@@ -61,28 +61,9 @@ static size_t part_floats(const struct kvp_kv_geometry *g)
 	return 2 * (size_t)g->q_heads + (size_t)g->q_heads * g->head_dim;
 }
 
-static bool have_simd(void)
-{
-#ifdef KVP_HAVE_X86
-	static int cached = -1;
-	int c = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-
-	/* racing first callers compute the same value */
-	if (c < 0) {
-		c = __builtin_cpu_supports("avx2") &&
-		    __builtin_cpu_supports("f16c") &&
-		    __builtin_cpu_supports("fma");
-		__atomic_store_n(&cached, c, __ATOMIC_RELAXED);
-	}
-	return c;
-#else
-	return false;
-#endif
-}
-
 const char *kvp_attn_simd_name(void)
 {
-	return have_simd() ? "avx2+f16c" : "scalar";
+	return kvp_cpu_simd() ? "avx2+f16c" : "scalar";
 }
 
 /* ---- scalar path: the shared code, one query head at a time ---- */
@@ -394,7 +375,7 @@ static void run_range(struct job *jb, unsigned idx)
 		for (i = lo; i < hi; i++) {
 			float *bml = jb->bml + i * 2 * qh;
 #ifdef KVP_HAVE_X86
-			if (!jb->scalar && have_simd()) {
+			if (!jb->scalar && kvp_cpu_simd()) {
 				scores_simd(g, b->ptrs[i], ntok_of(b, g, i),
 					    jb->qs, bml);
 				continue;
@@ -417,7 +398,7 @@ static void run_range(struct job *jb, unsigned idx)
 	}
 	memset(acc, 0, sizeof(float) * qh * g->head_dim);
 #ifdef KVP_HAVE_X86
-	if (!jb->scalar && have_simd())
+	if (!jb->scalar && kvp_cpu_simd())
 		fn = g->dtype == KVP_KV_FP16   ? block_simd_f16
 		     : g->dtype == KVP_KV_BF16 ? block_simd_bf16
 					       : block_simd_f32;

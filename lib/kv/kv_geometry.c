@@ -149,20 +149,26 @@ uint16_t kvp_kv_f32_to_bf16(float f)
 	return kvp_attn_f32_to_bf16(f);
 }
 
-#ifdef KVP_HAVE_X86
-static bool have_f16c(void)
+bool kvp_cpu_simd(void)
 {
+#ifdef KVP_HAVE_X86
 	static int cached = -1;
 	int c = __atomic_load_n(&cached, __ATOMIC_RELAXED);
 
 	/* racing first callers compute the same value */
 	if (c < 0) {
-		c = __builtin_cpu_supports("f16c") &&
-		    __builtin_cpu_supports("avx2");
+		c = __builtin_cpu_supports("avx2") &&
+		    __builtin_cpu_supports("f16c") &&
+		    __builtin_cpu_supports("fma");
 		__atomic_store_n(&cached, c, __ATOMIC_RELAXED);
 	}
 	return c;
+#else
+	return false;
+#endif
 }
+
+#ifdef KVP_HAVE_X86
 
 __attribute__((target("f16c,avx2"))) static size_t
 f16_to_f32_x86(const uint16_t *s, float *d, size_t n)
@@ -213,7 +219,7 @@ void kvp_kv_to_f32(enum kvp_kv_dtype t, const void *src, float *dst, size_t n)
 		return;
 	}
 #ifdef KVP_HAVE_X86
-	if (have_f16c())
+	if (kvp_cpu_simd())
 		i = t == KVP_KV_FP16 ? f16_to_f32_x86(s, dst, n)
 				     : bf16_to_f32_x86(s, dst, n);
 #endif
@@ -232,7 +238,7 @@ void kvp_kv_from_f32(enum kvp_kv_dtype t, const float *src, void *dst, size_t n)
 		return;
 	}
 #ifdef KVP_HAVE_X86
-	if (t == KVP_KV_FP16 && have_f16c())
+	if (t == KVP_KV_FP16 && kvp_cpu_simd())
 		i = f32_to_f16_x86(src, d, n);
 #endif
 	for (; i < n; i++)

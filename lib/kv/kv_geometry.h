@@ -191,4 +191,11 @@ static inline uint64_t kvp_kv_layout_pager_block(const struct kvp_kv_layout *l,
 void kvp_kv_layout_pager_span(const struct kvp_kv_layout *l, uint64_t pb,
 			      uint32_t *layer, uint32_t *first_pblock);
 
+/*
+ * kvp_cpu_simd - the CPU has AVX2, FMA and F16C: the one test behind every
+ * SIMD path of the KV code (conversion, attention, the predictors, the
+ * synthetic source); false off x86.  Computed once, from any thread.
+ */
+bool kvp_cpu_simd(void);
+
 #endif /* KVP_KV_GEOMETRY_H */

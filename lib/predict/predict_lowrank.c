@@ -46,25 +46,6 @@ struct lowrank {
 	struct lr_seq *seqs;	 /* [seq * layers + layer] */
 };
 
-static bool have_simd(void)
-{
-#ifdef KVP_HAVE_X86
-	static int cached = -1;
-	int c = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-
-	/* racing first callers compute the same value */
-	if (c < 0) {
-		c = __builtin_cpu_supports("avx2") &&
-		    __builtin_cpu_supports("f16c") &&
-		    __builtin_cpu_supports("fma");
-		__atomic_store_n(&cached, c, __ATOMIC_RELAXED);
-	}
-	return c;
-#else
-	return false;
-#endif
-}
-
 /* ---- C[M x N] = A[M x K] B[K x N], all row-major ---- */
 
 static void gemm_scalar(size_t M, size_t N, size_t K, const float *A,
@@ -146,7 +127,7 @@ static void gemm(size_t M, size_t N, size_t K, const float *A, size_t lda,
 		 const float *B, size_t ldb, float *C, size_t ldc)
 {
 #ifdef KVP_HAVE_X86
-	if (have_simd()) {
+	if (kvp_cpu_simd()) {
 		gemm_avx2(M, N, K, A, lda, B, ldb, C, ldc);
 		return;
 	}
@@ -213,7 +194,7 @@ dot_avx2(const float *a, const float *b, uint32_t n)
 static float dotf(const float *a, const float *b, uint32_t n)
 {
 #ifdef KVP_HAVE_X86
-	if (have_simd() && n % 8 == 0)
+	if (kvp_cpu_simd() && n % 8 == 0)
 		return dot_avx2(a, b, n);
 #endif
 	return dot_scalar(a, b, n);
@@ -708,7 +689,7 @@ static int lr_select(struct kvp_predictor *p, uint32_t seq, uint32_t layer,
 	}
 	gemm(1, lr->r, lr->row, qbar, lr->row, L->P, lr->r, pq, lr->r);
 #ifdef KVP_HAVE_X86
-	if (have_simd())
+	if (kvp_cpu_simd())
 		score_simd(pq, s->pk, (uint64_t)scored * G, lr->r, scores);
 	else
 #endif

@@ -221,15 +221,7 @@ compose_avx2(COMPOSE_ARGS)
 static void compose(COMPOSE_ARGS)
 {
 #if defined(__x86_64__) || defined(__i386__)
-	static int cached = -1;
-	int c = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-
-	if (c < 0) {
-		c = __builtin_cpu_supports("avx2") &&
-		    __builtin_cpu_supports("fma");
-		__atomic_store_n(&cached, c, __ATOMIC_RELAXED);
-	}
-	if (c) {
+	if (kvp_cpu_simd()) {
 		compose_avx2(dst, u, a, w, b, nz, sig, n);
 		return;
 	}
