@@ -206,7 +206,7 @@ static void setup(void)
 	vo.mountpoint = mnt;
 	vo.kv = &kv;
 	vo.kv_apply = kv_apply;
-	ck_assert_int_eq(kvp_fuse_view_mount(pager, &vo, &fv), 0);
+	ck_assert_int_eq(kvp_fuse_view_mount(pager, &vo, &fv, NULL, 0), 0);
 }
 
 static void teardown(void)
@@ -502,6 +502,57 @@ START_TEST(apply_all_or_nothing)
 		kvp_pager_config(pager, &cfg);
 		ck_assert_uint_eq(cfg.ram_budget_bytes, 4 * MIB);
 	}
+}
+END_TEST
+
+/* A write means one thing: one write(2) per open, at offset 0, of text.
+ * Before, a second write on one open file was applied too ("1" then "6"),
+ * a write at an offset was taken whole, and "5\0junk" was read as 5. */
+START_TEST(one_write_per_open)
+{
+	char path[1024], *le;
+	int fd;
+
+	path_of(path, sizeof(path), "tunables/io_batch");
+	ck_assert_int_eq(put("tunables/io_batch", "3"), 0);
+	fd = open(path, O_WRONLY);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, "1", 1), 1);
+	ck_assert_int_eq(write(fd, "6", 1), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	close(fd);
+	ck_assert_uint_eq(read_u64("tunables/io_batch"), 1);
+	le = slurp("last_error", NULL);
+	ck_assert_msg(strstr(le, "second write") != NULL, "%s", le);
+	free(le);
+
+	fd = open(path, O_WRONLY);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pwrite(fd, "7", 1, 1), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	close(fd);
+	ck_assert_uint_eq(read_u64("tunables/io_batch"), 1);
+	le = slurp("last_error", NULL);
+	ck_assert_msg(strstr(le, "offset 1") != NULL, "%s", le);
+	free(le);
+
+	fd = open(path, O_WRONLY);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, "5\0junk", 6), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	close(fd);
+	ck_assert_uint_eq(read_u64("tunables/io_batch"), 1);
+
+	path_of(path, sizeof(path), "apply");
+	fd = open(path, O_WRONLY);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, "io_batch = 2\n\x01\n", 15), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	close(fd);
+	ck_assert_uint_eq(read_u64("tunables/io_batch"), 1);
+	le = slurp("last_error", NULL);
+	ck_assert_msg(strstr(le, "not text") != NULL, "%s", le);
+	free(le);
 }
 END_TEST
 
@@ -892,7 +943,7 @@ START_TEST(clean_unmount)
 
 	ck_assert(is_mounted(mnt));
 	/* a second view on the same path is refused, the first stays */
-	ck_assert_int_eq(kvp_fuse_view_mount(pager, &vo, &again), -EBUSY);
+	ck_assert_int_eq(kvp_fuse_view_mount(pager, &vo, &again, NULL, 0), -EBUSY);
 	ck_assert_ptr_null(again);
 	ck_assert_str_eq(kvp_fuse_view_path(fv), mnt);
 	kvp_fuse_view_unmount(fv);
@@ -908,8 +959,68 @@ START_TEST(clean_unmount)
 	path_of(path, sizeof(path), "pid");
 	ck_assert_int_eq(access(path, F_OK), -1);
 	/* and it mounts again */
-	ck_assert_int_eq(kvp_fuse_view_mount(pager, &vo, &fv), 0);
+	ck_assert_int_eq(kvp_fuse_view_mount(pager, &vo, &fv, NULL, 0), 0);
 	ck_assert_uint_eq(read_u64("pid"), (uint64_t)getpid());
+}
+END_TEST
+
+/*
+ * A mount point another user controls is refused, and nothing is made:
+ * before, a symlink planted as another uid was followed (the view hid its
+ * target) and a missing path was made with all its parents.
+ */
+START_TEST(hostile_mountpoints)
+{
+	struct kvp_fuse_view_opts vo = { 0 };
+	struct kvp_fuse_view *v = NULL;
+	char target[160], link[160], theirs[160], path[200], err[512];
+	struct stat st;
+
+	if (geteuid() != 0) { /* planting as another uid needs chown */
+		printf("hostile_mountpoints: not run: needs root\n");
+		return;
+	}
+	snprintf(target, sizeof(target), "%s/target", base);
+	snprintf(link, sizeof(link), "%s/link", base);
+	snprintf(theirs, sizeof(theirs), "%s/theirs", base);
+	ck_assert_int_eq(mkdir(target, 0700), 0);
+	ck_assert_int_eq(symlink(target, link), 0);
+	ck_assert_int_eq(lchown(link, 65534, 65534), 0);
+	vo.mountpoint = link;
+	ck_assert_int_eq(kvp_fuse_view_mount(pager, &vo, &v, err, sizeof(err)),
+			 -ELOOP);
+	ck_assert_ptr_null(v);
+	ck_assert(!is_mounted(target));
+	ck_assert_msg(strstr(err, "symbolic link") != NULL, "%s", err);
+
+	vo.mountpoint = "/nonexistent-kvp-view/x";
+	ck_assert_int_eq(kvp_fuse_view_mount(pager, &vo, &v, err, sizeof(err)),
+			 -ENOENT);
+	ck_assert_int_eq(stat("/nonexistent-kvp-view", &st), -1);
+	ck_assert_msg(strstr(err, "does not make parents") != NULL, "%s", err);
+
+	ck_assert_int_eq(mkdir(theirs, 0755), 0);
+	ck_assert_int_eq(chown(theirs, 65534, 65534), 0);
+	vo.mountpoint = theirs;
+	ck_assert_int_eq(kvp_fuse_view_mount(pager, &vo, &v, err, sizeof(err)),
+			 -EPERM);
+	ck_assert(!is_mounted(theirs));
+	ck_assert_msg(strstr(err, "belongs to uid 65534") != NULL, "%s", err);
+	snprintf(path, sizeof(path), "%s/x", theirs);
+	vo.mountpoint = path;
+	ck_assert_int_eq(kvp_fuse_view_mount(pager, &vo, &v, err, sizeof(err)),
+			 -EPERM);
+	ck_assert_int_eq(stat(path, &st), -1);
+
+	/* a folder of ours, missing, in a folder of ours: made 0700 */
+	snprintf(path, sizeof(path), "%s/mine", base);
+	vo.mountpoint = path;
+	ck_assert_int_eq(kvp_fuse_view_mount(pager, &vo, &v, err, sizeof(err)),
+			 0);
+	ck_assert(is_mounted(path));
+	kvp_fuse_view_unmount(v);
+	ck_assert_int_eq(stat(path, &st), 0);
+	ck_assert_uint_eq(st.st_mode & 07777, 0700);
 }
 END_TEST
 
@@ -941,7 +1052,7 @@ START_TEST(stale_mount_recovered)
 
 		kvp_config_defaults(&cfg);
 		cfg.ram_budget_bytes = 4 * MIB;
-		if (kvp_pager_open(&cfg, &p) || kvp_fuse_view_mount(p, &vo, &v))
+		if (kvp_pager_open(&cfg, &p) || kvp_fuse_view_mount(p, &vo, &v, NULL, 0))
 			_exit(2);
 		if (write(pfd[1], "r", 1) != 1)
 			_exit(3);
@@ -962,7 +1073,7 @@ START_TEST(stale_mount_recovered)
 		struct kvp_fuse_view *v;
 		char *s;
 
-		ck_assert_int_eq(kvp_fuse_view_mount(pager, &vo, &v), 0);
+		ck_assert_int_eq(kvp_fuse_view_mount(pager, &vo, &v, NULL, 0), 0);
 		ck_assert_int_eq(stat(stale, &st), 0);
 		snprintf(mnt, sizeof(mnt), "%s", stale);
 		ck_assert_uint_eq(read_u64("pid"), (uint64_t)getpid());
@@ -1064,6 +1175,7 @@ static Suite *fuse_view_suite(void)
 	tcase_add_test(tc, read_every_file);
 	tcase_add_test(tc, write_each_tunable);
 	tcase_add_test(tc, apply_all_or_nothing);
+	tcase_add_test(tc, one_write_per_open);
 	tcase_add_test(tc, budget_takes_effect);
 	tcase_add_test(tc, data_equals_written);
 	tcase_add_test(tc, reading_changes_no_residency);
@@ -1071,6 +1183,7 @@ static Suite *fuse_view_suite(void)
 	tcase_add_test(tc, metrics_parse);
 	tcase_add_test(tc, seqs_hook);
 	tcase_add_test(tc, clean_unmount);
+	tcase_add_test(tc, hostile_mountpoints);
 	tcase_add_test(tc, stale_mount_recovered);
 	tcase_add_test(tc, region_destroyed);
 	suite_add_tcase(s, tc);

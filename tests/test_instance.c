@@ -6,6 +6,7 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,11 +86,13 @@ START_TEST(register_list_unregister)
 	ck_assert_int_eq(kvp_instance_list(0, &e, &n), 0); /* no folder yet */
 	ck_assert_uint_eq(n, 0);
 	ck_assert_ptr_null(e);
-	ck_assert_int_eq(kvp_instance_register("relative/path"), -EINVAL);
-	ck_assert_int_eq(kvp_instance_register("/mnt/kvp-a"), 0);
+	ck_assert_int_eq(kvp_instance_register("relative/path", NULL, 0),
+			 -EINVAL);
+	ck_assert_int_eq(kvp_instance_register("/mnt/kvp-a", NULL, 0), 0);
 	ck_assert_int_eq(stat(dir, &st), 0);
 	ck_assert_uint_eq(st.st_mode & 0777, 0700);
-	ck_assert_int_eq(kvp_instance_register("/mnt/kvp-b"), 0); /* replaces */
+	ck_assert_int_eq(kvp_instance_register("/mnt/kvp-b", NULL, 0),
+			 0); /* replaces */
 	ck_assert_int_eq(kvp_instance_list(0, &e, &n), 0);
 	ck_assert_uint_eq(n, 1);
 	ck_assert_int_eq(e[0].pid, getpid());
@@ -122,7 +125,7 @@ START_TEST(stale_entries)
 	write_file("notapid", "pid 5\n");
 	write_file("12", "no pid line\n");
 	write_file("13", "pid 14\n"); /* name and content disagree */
-	ck_assert_int_eq(kvp_instance_register("/mnt/me"), 0);
+	ck_assert_int_eq(kvp_instance_register("/mnt/me", NULL, 0), 0);
 
 	ck_assert_int_eq(kvp_instance_list(0, &e, &n), 0);
 	ck_assert_uint_eq(n, 3);
@@ -144,6 +147,92 @@ START_TEST(stale_entries)
 	ck_assert(!kvp_instance_pid_alive(dead, 0));
 	ck_assert(kvp_instance_pid_alive(getpid(), 0));
 	ck_assert(!kvp_instance_pid_alive(0, 0));
+}
+END_TEST
+
+/* KVP_RUNTIME_DIR at @rel under the test's folder; register's result. */
+static int register_at(const char *rel, char *err, size_t len)
+{
+	char path[160];
+
+	snprintf(path, sizeof(path), "%.*s/%s", (int)strlen(dir) - 4, dir, rel);
+	setenv("KVP_RUNTIME_DIR", path, 1);
+	return kvp_instance_register("/mnt/x", err, len);
+}
+
+/* A folder of the test's, made with @mode and given to @uid. */
+static void make_dir(const char *rel, mode_t mode, uid_t uid)
+{
+	char path[160];
+
+	snprintf(path, sizeof(path), "%.*s/%s", (int)strlen(dir) - 4, dir, rel);
+	ck_assert_int_eq(mkdir(path, 0700), 0);
+	ck_assert_int_eq(chmod(path, mode), 0);
+	ck_assert_int_eq(chown(path, uid, uid), 0);
+}
+
+static bool exists(const char *rel)
+{
+	char path[160];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "%.*s/%s", (int)strlen(dir) - 4, dir, rel);
+	return lstat(path, &st) == 0;
+}
+
+/*
+ * The registry's folder is opened, never followed, and must be ours and
+ * closed to others.  Before, a symlink planted by another uid was
+ * followed and written through, and a missing path was made with all
+ * its parents.
+ */
+START_TEST(hostile_runtime_dirs)
+{
+	struct kvp_instance_entry *e;
+	char err[512], target[160], link[160];
+	struct stat st;
+	size_t n;
+
+	if (geteuid() != 0) { /* planting as another uid needs chown */
+		printf("hostile_runtime_dirs: not run: needs root\n");
+		return;
+	}
+	make_dir("target", 0700, getuid());
+	snprintf(target, sizeof(target), "%.*s/target", (int)strlen(dir) - 4,
+		 dir);
+	snprintf(link, sizeof(link), "%.*s/link", (int)strlen(dir) - 4, dir);
+	ck_assert_int_eq(symlink(target, link), 0);
+	ck_assert_int_eq(lchown(link, 65534, 65534), 0);
+	ck_assert_int_eq(register_at("link", err, sizeof(err)), -ELOOP);
+	ck_assert_msg(strstr(err, "symbolic link") != NULL, "%s", err);
+	ck_assert_int_eq(kvp_instance_list(0, &e, &n), -ELOOP);
+	{
+		char p[200];
+
+		snprintf(p, sizeof(p), "%s/%d", target, (int)getpid());
+		ck_assert_int_eq(stat(p, &st), -1);
+	}
+
+	make_dir("theirs", 0700, 65534);
+	ck_assert_int_eq(register_at("theirs", err, sizeof(err)), -EPERM);
+	ck_assert_msg(strstr(err, "belongs to uid 65534") != NULL, "%s", err);
+	ck_assert_int_eq(register_at("theirs/reg", err, sizeof(err)), -EPERM);
+	ck_assert_msg(strstr(err, "will not create") != NULL, "%s", err);
+	ck_assert(!exists("theirs/reg"));
+
+	make_dir("wide", 0755, getuid());
+	ck_assert_int_eq(register_at("wide", err, sizeof(err)), -EPERM);
+	ck_assert_msg(strstr(err, "open to others (mode 0755)") != NULL, "%s",
+		      err);
+
+	ck_assert_int_eq(register_at("none/reg", err, sizeof(err)), -ENOENT);
+	ck_assert(!exists("none"));
+
+	ck_assert_int_eq(register_at("mine", err, sizeof(err)), 0);
+	ck_assert_int_eq(kvp_instance_list(0, &e, &n), 0);
+	ck_assert_uint_eq(n, 1);
+	free(e);
+	ck_assert_int_eq(kvp_instance_unregister(), 0);
 }
 END_TEST
 
@@ -196,6 +285,7 @@ static Suite *instance_suite(void)
 	tcase_add_test(tc, dir_choice);
 	tcase_add_test(tc, register_list_unregister);
 	tcase_add_test(tc, stale_entries);
+	tcase_add_test(tc, hostile_runtime_dirs);
 	tcase_add_test(tc, open_from_env);
 	return s;
 }

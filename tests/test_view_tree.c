@@ -34,8 +34,8 @@ static struct kvp_pager *pager;
 static struct kvp_store *store;
 static struct kvp_region *region;
 static struct kvp_view *tree;
-static _Atomic bool kv_refuse;	 /* the fake KV layer says no */
-static _Atomic int kv_applies;	 /* configs it took */
+static _Atomic bool kv_refuse;	     /* the fake KV layer says no */
+static _Atomic int kv_applies;	     /* configs it took */
 static struct kvp_kv_config applied; /* the last one */
 
 static int kv_apply(void *arg, const struct kvp_kv_config *cfg,
@@ -202,16 +202,15 @@ START_TEST(listing_resumes)
 {
 	struct names a = { .stop_after = 3 }, b = { 0 };
 
-	ck_assert_int_eq(kvp_view_list(tree, "regions/kv0/data", 0, collect,
-				       &a),
-			 0);
+	ck_assert_int_eq(
+	    kvp_view_list(tree, "regions/kv0/data", 0, collect, &a), 0);
 	ck_assert_int_eq(a.n, 3);
 	ck_assert_str_eq(a.name[2], "2");
 	ck_assert_uint_eq(a.last_pos, 3);
 	b.stop_after = 2;
-	ck_assert_int_eq(kvp_view_list(tree, "regions/kv0/data", a.last_pos,
-				       collect, &b),
-			 0);
+	ck_assert_int_eq(
+	    kvp_view_list(tree, "regions/kv0/data", a.last_pos, collect, &b),
+	    0);
 	ck_assert_str_eq(b.name[0], "3");
 	ck_assert_str_eq(b.name[1], "4");
 	b.n = 0;
@@ -225,14 +224,22 @@ END_TEST
 START_TEST(bad_paths_name_nothing)
 {
 	static const char *const bad[] = {
-		"nosuch",	       "tunables/nosuch",
-		"tunables/io_depth/x", "stats/nosuch",
-		"regions/nosuch",      "regions/kv0/nosuch",
-		"regions/kv0/data/64", "regions/kv0/data/01",
-		"regions/kv0/data/-1", "regions/kv0/data/1x",
-		"regions/kv0/stats/x", "seqs/1",
-		"seqs/x",	       "..",
-		"regions/kv0/../kv0",  "pid/x",
+		"nosuch",
+		"tunables/nosuch",
+		"tunables/io_depth/x",
+		"stats/nosuch",
+		"regions/nosuch",
+		"regions/kv0/nosuch",
+		"regions/kv0/data/64",
+		"regions/kv0/data/01",
+		"regions/kv0/data/-1",
+		"regions/kv0/data/1x",
+		"regions/kv0/stats/x",
+		"seqs/1",
+		"seqs/x",
+		"..",
+		"regions/kv0/../kv0",
+		"pid/x",
 		"a/b/c/d/e/f",
 	};
 	struct kvp_view_attr a;
@@ -310,9 +317,8 @@ START_TEST(kv_tunable_without_kv_layer_changes_nothing)
 	struct kvp_view_attr a;
 
 	kvp_view_set_kv(tree, NULL, NULL, NULL);
-	ck_assert_int_eq(kvp_view_stat(tree, "tunables/prefetch_depth_layers",
-				       &a),
-			 0);
+	ck_assert_int_eq(
+	    kvp_view_stat(tree, "tunables/prefetch_depth_layers", &a), 0);
 	ck_assert_int_eq(a.mode, 0444);
 	ck_assert_int_eq(write_str("apply", "ram_budget_bytes = 6M\n"
 					    "prefetch_depth_layers = 1\n"),
@@ -325,6 +331,24 @@ START_TEST(kv_tunable_without_kv_layer_changes_nothing)
 			 0);
 	ck_assert_uint_eq(budget_now(), 6 * MIB);
 	ck_assert_int_eq(kv_applies, 0);
+}
+END_TEST
+
+/* "5\0junk" was read as 5: a write holds text or is refused whole. */
+START_TEST(writes_must_be_text)
+{
+	static const char nul[] = "5\0junk";
+
+	ck_assert_int_eq(kvp_view_write(tree, "tunables/io_batch", nul, 6),
+			 -EINVAL);
+	refused_for("io_batch: byte 1 is 0x00, not text");
+	ck_assert_int_eq(kvp_view_write(tree, "apply", "io_batch = 5\n\0", 14),
+			 -EINVAL);
+	ck_assert_int_eq(write_str("apply", "io_batch = 5\n# \x1b[0m\n"),
+			 -EINVAL);
+	refused_for("apply: byte 15 is 0x1b");
+	ck_assert_int_eq(
+	    write_str("apply", "io_batch = 5\r\n\t# caf\xc3\xa9\n"), 0);
 }
 END_TEST
 
@@ -347,9 +371,9 @@ START_TEST(prom_escapes_region_names)
 	ck_assert_int_eq(kvp_region_create(pager, &ro, &odd), 0);
 	ck_assert_int_eq(kvp_prom_render(pager, NULL, &buf, &len), 0);
 	ck_assert_uint_eq(strlen(buf), len);
+	ck_assert_ptr_nonnull(strstr(buf, "kvpager_region_size_bytes{pid=\""));
 	ck_assert_ptr_nonnull(
-	    strstr(buf, "kvpager_region_size_bytes{pid=\""));
-	ck_assert_ptr_nonnull(strstr(buf, "region=\"a\\\"b\\\\c\\nd\"} 262144\n"));
+	    strstr(buf, "region=\"a\\\"b\\\\c\\nd\"} 262144\n"));
 	ck_assert_ptr_nonnull(strstr(buf, "region=\"kv0\"} 4194304\n"));
 	ck_assert_ptr_nonnull(
 	    strstr(buf, "name=\"ram_budget_bytes\"} 8388608\n"));
@@ -371,6 +395,7 @@ static Suite *view_tree_suite(void)
 	tcase_add_test(tc, tunable_write_commits);
 	tcase_add_test(tc, apply_rolls_back_on_kv_refusal);
 	tcase_add_test(tc, kv_tunable_without_kv_layer_changes_nothing);
+	tcase_add_test(tc, writes_must_be_text);
 	tcase_add_test(tc, prom_escapes_region_names);
 	suite_add_tcase(s, tc);
 	return s;

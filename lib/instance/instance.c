@@ -3,9 +3,9 @@
  * pager opened from the environment with its view and registry entry.
  */
 #include "lib/instance/instance.h"
-#include "lib/instance/paths.h"
 
 #include "lib/tunables/tunables.h"
+#include "lib/view/paths.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -85,47 +85,63 @@ bool kvp_instance_pid_alive(pid_t pid, unsigned long long start)
 	return true;
 }
 
-int kvp_instance_register(const char *mount)
+int kvp_instance_register(const char *mount, char *err, size_t errlen)
 {
-	char dir[PATH_MAX], path[PATH_MAX + 32], tmp[PATH_MAX + 32], comm[32];
+	char dir[PATH_MAX], name[32], tmp[48], comm[32];
 	unsigned long long start;
 	pid_t pid = getpid();
-	FILE *f;
-	int r;
+	FILE *f = NULL;
+	int dfd, fd, r;
 
-	if (!mount || mount[0] != '/' || strchr(mount, '\n'))
+	if (!mount || mount[0] != '/' || strchr(mount, '\n')) {
+		kvp_seterr(err, errlen, "'%s' is not an absolute path",
+			   mount ? mount : "(null)");
 		return -EINVAL;
+	}
 	r = kvp_instance_dir(dir, sizeof(dir));
-	if (r)
+	if (r) {
+		kvp_seterr(err, errlen, "the registry's path is too long");
 		return r;
-	r = kvp_mkdir_p(dir);
-	if (r)
-		return r;
+	}
+	dfd = kvp_dir_open_owned(dir, KVP_DIR_CREATE | KVP_DIR_PRIVATE, err,
+				 errlen);
+	if (dfd < 0)
+		return dfd;
 	start = proc_start(pid, comm, sizeof(comm));
-	snprintf(path, sizeof(path), "%s/%d", dir, (int)pid);
-	snprintf(tmp, sizeof(tmp), "%s/.%d.tmp", dir, (int)pid);
-	f = fopen(tmp, "we");
-	if (!f)
-		return -errno;
+	snprintf(name, sizeof(name), "%d", (int)pid);
+	snprintf(tmp, sizeof(tmp), ".%d.tmp", (int)pid);
+	fd =
+	    openat(dfd, tmp,
+		   O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0 || !(f = fdopen(fd, "w"))) {
+		r = -errno;
+		if (fd >= 0)
+			close(fd);
+		goto fail;
+	}
 	fprintf(f, "pid %d\nstart %llu\nmount %s\ncomm %s\n", (int)pid, start,
 		mount, comm);
 	if (fflush(f) || ferror(f)) {
 		r = errno ? -errno : -EIO;
 		fclose(f);
-		unlink(tmp);
-		return r;
+		goto fail;
 	}
 	if (fclose(f)) {
 		r = -errno;
-		unlink(tmp);
-		return r;
+		goto fail;
 	}
-	if (rename(tmp, path)) {
+	if (renameat(dfd, tmp, dfd, name)) {
 		r = -errno;
-		unlink(tmp);
-		return r;
+		goto fail;
 	}
+	close(dfd);
 	return 0;
+fail:
+	kvp_seterr(err, errlen, "cannot write %s/%s: %s", dir, name,
+		   strerror(-r));
+	unlinkat(dfd, tmp, 0);
+	close(dfd);
+	return r;
 }
 
 int kvp_instance_unregister(void)
@@ -196,16 +212,22 @@ int kvp_instance_list(unsigned flags, struct kvp_instance_entry **out,
 	size_t cnt = 0, cap = 0;
 	struct dirent *de;
 	DIR *d;
-	int r;
+	int fd, r;
 
 	*out = NULL;
 	*n = 0;
 	r = kvp_instance_dir(dir, sizeof(dir));
 	if (r)
 		return r;
-	d = opendir(dir);
-	if (!d)
-		return errno == ENOENT ? 0 : -errno;
+	fd = kvp_dir_open_owned(dir, KVP_DIR_PRIVATE, NULL, 0);
+	if (fd < 0)
+		return fd == -ENOENT ? 0 : fd;
+	d = fdopendir(fd);
+	if (!d) {
+		r = -errno;
+		close(fd);
+		return r;
+	}
 	while ((de = readdir(d))) {
 		struct kvp_instance_entry e;
 		const char *c;
@@ -249,20 +271,6 @@ struct kvp_instance {
 	bool registered;
 };
 
-static void seterr(char *err, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t len, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !len)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, len, fmt, ap);
-	va_end(ap);
-}
-
 /* Registry entries of dead processes: remove them and their mounts. */
 static void prune_stale(void)
 {
@@ -293,7 +301,7 @@ int kvp_instance_open(const struct kvp_instance_opts *o,
 		o = &none;
 	in = calloc(1, sizeof(*in));
 	if (!in) {
-		seterr(err, errlen, "cannot open a pager: out of memory");
+		kvp_seterr(err, errlen, "cannot open a pager: out of memory");
 		return -ENOMEM;
 	}
 	tg.kv = &in->kv;
@@ -316,35 +324,34 @@ int kvp_instance_open(const struct kvp_instance_opts *o,
 	prune_stale();
 	r = kvp_pager_open(&cfg, &in->pager);
 	if (r) {
-		seterr(err, errlen, "cannot open the pager: %s",
-		       kvp_strerror(r));
+		kvp_seterr(err, errlen, "cannot open the pager: %s",
+			   kvp_strerror(r));
 		goto err_free;
 	}
 	mnt = o->mountpoint ? o->mountpoint : getenv("KVP_FUSE_MOUNT");
 	if (mnt && *mnt) {
+		char why[KVP_TUNABLE_ERR_MAX];
+
 		vo.mountpoint = mnt;
 		vo.kv = &in->kv;
 		vo.kv_apply = o->kv_apply;
 		vo.kv_arg = o->kv_arg;
-		r = kvp_fuse_view_mount(in->pager, &vo, &in->view);
+		r = kvp_fuse_view_mount(in->pager, &vo, &in->view, why,
+					sizeof(why));
 		if (r) {
-			seterr(err, errlen,
-			       "cannot mount the debug view at %s: %s (check "
-			       "/dev/fuse and the folder, or unset "
-			       "KVP_FUSE_MOUNT to run without the view)",
-			       mnt, strerror(-r));
+			kvp_seterr(err, errlen,
+				   "cannot mount the debug view: %s (or unset "
+				   "KVP_FUSE_MOUNT to run without the view)",
+				   why);
 			goto err_pager;
 		}
-		r = kvp_instance_register(kvp_fuse_view_path(in->view));
+		r = kvp_instance_register(kvp_fuse_view_path(in->view), why,
+					  sizeof(why));
 		if (r) {
-			char dir[PATH_MAX];
-
-			kvp_instance_dir(dir, sizeof(dir));
 			fprintf(stderr,
-				"kvpager: cannot register in %s (%s): kvpctl "
-				"will not find this pager; use kvpctl -m %s\n",
-				dir, strerror(-r),
-				kvp_fuse_view_path(in->view));
+				"kvpager: cannot register for kvpctl: %s; use "
+				"kvpctl -m %s\n",
+				why, kvp_fuse_view_path(in->view));
 		} else {
 			in->registered = true;
 		}

@@ -15,7 +15,12 @@
  * such and can remove them; their mount points are left for the FUSE view
  * to clean up (kvp_fuse_view_cleanup_stale).
  *
- * Calls return 0 or -errno and take no locks; the folder is created 0700.
+ * The folder must be the user's, mode 0700, and not a symlink: it is
+ * opened and checked as lib/view/paths.h says, and created (0700) only in
+ * a parent of the user's (so /run/kvpager only for root).  A folder that
+ * fails the check is neither written nor read.
+ *
+ * Calls return 0 or -errno and take no locks.
  *
  * kvp_instance_open (below) is the convenience programs use to start a
  * pager the way kvpctl expects: tunables from the environment, the view
@@ -49,10 +54,13 @@ int kvp_instance_dir(char *buf, size_t len);
  * kvp_instance_register - record this process as serving a view at @mount
  * (an absolute path).  Replaces an earlier entry of this process.  Written
  * to a temporary file and renamed, so that a reader never sees half an
- * entry.  Returns 0 or -errno (the folder could not be made or written);
- * on failure no entry is left.
+ * entry.  Returns 0, or -errno with what failed and the remedy in @err
+ * (if not NULL): -EINVAL (not an absolute path), the errors of
+ * kvp_dir_open_owned (the folder is not the user's, is open to others, is
+ * a symlink, or cannot be made), or of writing it; on failure no entry
+ * is left.
  */
-int kvp_instance_register(const char *mount);
+int kvp_instance_register(const char *mount, char *err, size_t errlen);
 
 /* kvp_instance_unregister - remove this process's entry.  0 (also when
  * there was none) or -errno. */
@@ -67,7 +75,9 @@ int kvp_instance_unregister(void);
  * kvp_instance_list - every entry of the registry, sorted by pid, into a
  * malloc'd array *out of *n entries (NULL and 0 when empty; free with
  * free(3)).  Unreadable or malformed files are skipped.  A missing folder
- * is an empty registry.  Returns 0, or -ENOMEM with nothing allocated.
+ * is an empty registry.  Returns 0, or -errno with nothing allocated:
+ * -ENOMEM, or the errors of kvp_dir_open_owned (a folder that is not the
+ * user's, is open to others or is a symlink is not read).
  */
 int kvp_instance_list(unsigned flags, struct kvp_instance_entry **out,
 		      size_t *n);

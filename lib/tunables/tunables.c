@@ -56,10 +56,7 @@ static const struct kvp_tunable registry[KVP_TUNABLE_COUNT] = {
 #undef PAGER_ENTRY
 #undef ENTRY
 
-static void seterr(char *err, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t len, const char *fmt, ...)
+void kvp_seterr(char *err, size_t len, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -264,13 +261,13 @@ int kvp_tunable_parse(const struct kvp_tunable *t, const char *text,
 
 	kvp_tunable_format_range(t, range, sizeof(range));
 	if (!text || !trim_copy(text, s, sizeof(s))) {
-		seterr(err, errlen, "%s: value too long; accepted: %s", t->name,
-		       range);
+		kvp_seterr(err, errlen, "%s: value too long; accepted: %s",
+			   t->name, range);
 		return -EINVAL;
 	}
 	if (!s[0]) {
-		seterr(err, errlen, "%s: empty value; accepted: %s", t->name,
-		       range);
+		kvp_seterr(err, errlen, "%s: empty value; accepted: %s",
+			   t->name, range);
 		return -EINVAL;
 	}
 	switch (t->type) {
@@ -319,8 +316,8 @@ int kvp_tunable_parse(const struct kvp_tunable *t, const char *text,
 	if (!what && (v < t->min || v > t->max))
 		what = "is out of range";
 	if (what) {
-		seterr(err, errlen, "%s: '%s' %s; accepted: %s", t->name, s,
-		       what, range);
+		kvp_seterr(err, errlen, "%s: '%s' %s; accepted: %s", t->name, s,
+			   what, range);
 		return -EINVAL;
 	}
 	*out = v;
@@ -376,27 +373,29 @@ static int check_all(const struct kvp_config *pager,
 
 		if (f && (*f < t->min || *f > t->max)) {
 			kvp_tunable_format_range(t, range, sizeof(range));
-			seterr(err, errlen,
-			       "%s: %llu is out of range; accepted: %s",
-			       t->name, (unsigned long long)*f, range);
+			kvp_seterr(err, errlen,
+				   "%s: %llu is out of range; accepted: %s",
+				   t->name, (unsigned long long)*f, range);
 			return -EINVAL;
 		}
 	}
 	if (pager && kvp_config_check(pager, &bad)) {
 		if (bad && strstr(bad, "watermark"))
-			seterr(err, errlen,
-			       "%s: evict_low_watermark_percent (%llu) must "
-			       "stay below evict_high_watermark_percent (%llu)",
-			       bad,
-			       (unsigned long long)
-				   pager->evict_low_watermark_percent,
-			       (unsigned long long)
-				   pager->evict_high_watermark_percent);
+			kvp_seterr(
+			    err, errlen,
+			    "%s: evict_low_watermark_percent (%llu) must "
+			    "stay below evict_high_watermark_percent (%llu)",
+			    bad,
+			    (unsigned long long)
+				pager->evict_low_watermark_percent,
+			    (unsigned long long)
+				pager->evict_high_watermark_percent);
 		else
-			seterr(err, errlen,
-			       "%s: inconsistent with the rest of the engine "
-			       "config",
-			       bad ? bad : "config");
+			kvp_seterr(
+			    err, errlen,
+			    "%s: inconsistent with the rest of the engine "
+			    "config",
+			    bad ? bad : "config");
 		return -EINVAL;
 	}
 	return 0;
@@ -449,7 +448,7 @@ int kvp_tunable_set(const struct kvp_tunable_target *tg,
 
 	stage_init(&st, tg);
 	if (!field(&st.tg, t)) {
-		seterr(err, errlen, "%s: %s", t->name, owner_missing(t));
+		kvp_seterr(err, errlen, "%s: %s", t->name, owner_missing(t));
 		return -EINVAL;
 	}
 	*field(&st.tg, t) = v;
@@ -518,9 +517,9 @@ int kvp_tunables_load_env(const struct kvp_tunable_target *tg, char *err,
 			/* msg is "name: 'value' why; accepted: ..." */
 			const char *why = strchr(msg, ':');
 
-			seterr(err, errlen,
-			       "%s=%s:%s (fix or unset the variable)", env, val,
-			       why ? why + 1 : msg);
+			kvp_seterr(err, errlen,
+				   "%s=%s:%s (fix or unset the variable)", env,
+				   val, why ? why + 1 : msg);
 			return r;
 		}
 		*field(&st.tg, t) = v;
@@ -529,10 +528,11 @@ int kvp_tunables_load_env(const struct kvp_tunable_target *tg, char *err,
 	}
 	r = check_all(st.tg.pager, st.tg.kv, msg, sizeof(msg));
 	if (r) {
-		seterr(err, errlen,
-		       "the KVP_* environment variables are inconsistent: %s "
-		       "(fix or unset them)",
-		       msg);
+		kvp_seterr(
+		    err, errlen,
+		    "the KVP_* environment variables are inconsistent: %s "
+		    "(fix or unset them)",
+		    msg);
 		return r;
 	}
 	stage_commit(&st, tg);
@@ -561,10 +561,10 @@ int kvp_tunables_apply_lines(const struct kvp_tunable_target *tg,
 
 		lineno++;
 		if (len >= sizeof(buf)) {
-			seterr(err, errlen,
-			       "line %u: too long (at most %zu "
-			       "characters)",
-			       lineno, sizeof(buf) - 1);
+			kvp_seterr(err, errlen,
+				   "line %u: too long (at most %zu "
+				   "characters)",
+				   lineno, sizeof(buf) - 1);
 			return -EINVAL;
 		}
 		memcpy(buf, line, len);
@@ -578,35 +578,36 @@ int kvp_tunables_apply_lines(const struct kvp_tunable_target *tg,
 			continue;
 		eq = strchr(p, '=');
 		if (!eq) {
-			seterr(err, errlen,
-			       "line %u: '%s' is not of the form name = value",
-			       lineno, p);
+			kvp_seterr(
+			    err, errlen,
+			    "line %u: '%s' is not of the form name = value",
+			    lineno, p);
 			return -EINVAL;
 		}
 		*eq = '\0';
 		if (!trim_copy(p, name, sizeof(name)) || !name[0]) {
-			seterr(err, errlen,
-			       "line %u: no tunable name before "
-			       "'='",
-			       lineno);
+			kvp_seterr(err, errlen,
+				   "line %u: no tunable name before "
+				   "'='",
+				   lineno);
 			return -EINVAL;
 		}
 		t = kvp_tunable_find(name);
 		if (!t) {
-			seterr(err, errlen,
-			       "line %u: '%s' is not a tunable "
-			       "(kvpctl list shows them)",
-			       lineno, name);
+			kvp_seterr(err, errlen,
+				   "line %u: '%s' is not a tunable "
+				   "(kvpctl list shows them)",
+				   lineno, name);
 			return -EINVAL;
 		}
 		if (!field(&st.tg, t)) {
-			seterr(err, errlen, "line %u: %s: %s", lineno, name,
-			       owner_missing(t));
+			kvp_seterr(err, errlen, "line %u: %s: %s", lineno, name,
+				   owner_missing(t));
 			return -EINVAL;
 		}
 		r = kvp_tunable_parse(t, eq + 1, &v, msg, sizeof(msg));
 		if (r) {
-			seterr(err, errlen, "line %u: %s", lineno, msg);
+			kvp_seterr(err, errlen, "line %u: %s", lineno, msg);
 			return r;
 		}
 		if ((flags & KVP_TUNABLES_RUNTIME_ONLY) && !t->runtime &&
@@ -614,17 +615,17 @@ int kvp_tunables_apply_lines(const struct kvp_tunable_target *tg,
 			char env[96];
 
 			kvp_tunable_env_name(t, env, sizeof(env));
-			seterr(err, errlen,
-			       "line %u: %s cannot change on a "
-			       "running pager (set %s before it starts)",
-			       lineno, name, env);
+			kvp_seterr(err, errlen,
+				   "line %u: %s cannot change on a "
+				   "running pager (set %s before it starts)",
+				   lineno, name, env);
 			return -EINVAL;
 		}
 		*field(&st.tg, t) = v;
 	}
 	r = check_all(st.tg.pager, st.tg.kv, msg, sizeof(msg));
 	if (r) {
-		seterr(err, errlen, "%s", msg);
+		kvp_seterr(err, errlen, "%s", msg);
 		return r;
 	}
 	for (i = 0; i < KVP_TUNABLE_COUNT; i++) {

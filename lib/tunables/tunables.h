@@ -59,6 +59,12 @@ struct kvp_tunable_target {
 /* Longest error message written by these calls. */
 #define KVP_TUNABLE_ERR_MAX 512
 
+/* kvp_seterr - the message @fmt into @err of @len bytes, truncated; does
+ * nothing when @err is NULL or @len 0.  The one way kvpager's calls fill
+ * an (err, errlen) pair. */
+void kvp_seterr(char *err, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* Number of tunables, and the i-th in declaration order (pager first). */
 size_t kvp_tunables_count(void);
 const struct kvp_tunable *kvp_tunable_at(size_t i);

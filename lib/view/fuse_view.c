@@ -16,7 +16,8 @@
 #define FUSE_USE_VERSION 31
 
 #include "lib/view/fuse_view.h"
-#include "lib/instance/paths.h"
+#include "lib/view/paths.h"
+#include "lib/tunables/tunables.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -27,6 +28,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +58,7 @@ struct snap {
 	struct snap *prev, *next; /* in kvp_fuse_view.snaps, under snap_lock */
 	char *buf;		  /* the content at open; NULL if write-only */
 	size_t len;		  /* of buf */
+	bool written;		  /* took its one write (see op_write) */
 };
 
 static struct kvp_fuse_view *view(void)
@@ -127,8 +130,8 @@ static int op_readdir(const char *path, void *buf, fuse_fill_dir_t filler,
 		return 0;
 	if (off < 2 && filler(buf, "..", NULL, 2, 0))
 		return 0;
-	return kvp_view_list(view()->tree, path, off > 2 ? (uint64_t)off - 2 : 0,
-			     fill_cb, &c);
+	return kvp_view_list(view()->tree, path,
+			     off > 2 ? (uint64_t)off - 2 : 0, fill_cb, &c);
 }
 
 static int op_open(const char *path, struct fuse_file_info *fi)
@@ -183,11 +186,35 @@ static int op_read(const char *path, char *buf, size_t size, off_t off,
 	return (int)size;
 }
 
+/*
+ * One write per open, at offset 0, holding the whole value (or all the
+ * lines of apply): a value split over two writes, or written after a
+ * first one, would otherwise be applied piecemeal ("1" then "6" for
+ * "16").  A later write on the same open file, or one at an offset, is
+ * refused with EINVAL and changes nothing.
+ */
 static int op_write(const char *path, const char *buf, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
-	int r = kvp_view_write(view()->tree, path, buf, size);
+	struct kvp_fuse_view *v = view();
+	struct snap *s = (struct snap *)(uintptr_t)fi->fh;
+	char why[160];
+	int r;
 
+	if (s->written)
+		return kvp_view_refuse(v->tree,
+				       "a second write to one open file: "
+				       "write the whole value in one write, "
+				       "then close and open again");
+	s->written = true;
+	if (off != 0) {
+		snprintf(why, sizeof(why),
+			 "a write at offset %lld: write the whole value in "
+			 "one write from the start (not >>)",
+			 (long long)off);
+		return kvp_view_refuse(v->tree, why);
+	}
+	r = kvp_view_write(v->tree, path, buf, size);
 	return r ? r : (int)size;
 }
 
@@ -372,12 +399,13 @@ int kvp_fuse_view_cleanup_stale(const char *path)
 
 	if (!path || !*path)
 		return -EINVAL;
-	if (stat(path, &st) == 0 || errno != ENOTCONN)
+	/* lstat: a symlink is never followed to someone else's mount */
+	if (lstat(path, &st) == 0 || errno != ENOTCONN)
 		return 0;
 	r = run_fusermount(path);
 	if (r && umount2(path, MNT_DETACH))
 		return r == -ENOENT ? -errno : r;
-	if (stat(path, &st) && errno == ENOTCONN)
+	if (lstat(path, &st) && errno == ENOTCONN)
 		return -EBUSY;
 	return 1;
 }
@@ -393,55 +421,93 @@ static bool is_mountpoint(const char *path)
 	return a.st_dev != b.st_dev || a.st_ino == b.st_ino;
 }
 
+/*
+ * The mount point, checked (kvp_dir_open_owned) and its absolute path in
+ * @path: the folder the descriptor holds, or -EAGAIN if the path was
+ * changed under the check.  The mount then goes by that path: libfuse
+ * (and fusermount3) take a path, and nobody but the user can swap the
+ * folder in a parent of theirs or in a sticky one such as /tmp.
+ */
+static int check_mountpoint(const char *mountpoint, char *path, char *err,
+			    size_t errlen)
+{
+	struct stat a, b;
+	int fd, r = 0;
+
+	fd = kvp_dir_open_owned(mountpoint, KVP_DIR_CREATE, err, errlen);
+	if (fd < 0)
+		return fd;
+	if (!realpath(mountpoint, path)) {
+		r = -errno;
+		kvp_seterr(err, errlen, "cannot resolve %s: %s", mountpoint,
+			   strerror(-r));
+	} else if (fstat(fd, &a) || lstat(path, &b) || a.st_dev != b.st_dev ||
+		   a.st_ino != b.st_ino) {
+		r = -EAGAIN;
+		kvp_seterr(err, errlen,
+			   "%s changed while it was checked: try again",
+			   mountpoint);
+	} else if (is_mountpoint(path)) {
+		r = -EBUSY;
+		kvp_seterr(
+		    err, errlen,
+		    "a file system is mounted at %s already (another view? "
+		    "kvpctl lists them)",
+		    path);
+	}
+	close(fd);
+	return r;
+}
+
 int kvp_fuse_view_mount(struct kvp_pager *p,
 			const struct kvp_fuse_view_opts *opts,
-			struct kvp_fuse_view **out)
+			struct kvp_fuse_view **out, char *err, size_t errlen)
 {
 	char optstr[128];
 	char *argv[] = { "kvpager", "-o", optstr, NULL };
 	struct fuse_args args = FUSE_ARGS_INIT(3, argv);
 	struct kvp_fuse_view *v;
 	sigset_t all, old;
-	struct stat st;
 	int r;
 
 	*out = NULL;
-	if (!p || !opts || !opts->mountpoint || !opts->mountpoint[0])
+	if (!p || !opts || !opts->mountpoint || !opts->mountpoint[0]) {
+		kvp_seterr(err, errlen, "no mount point given");
 		return -EINVAL;
-	r = kvp_fuse_available(NULL, 0);
+	}
+	r = kvp_fuse_available(err, errlen);
 	if (r)
 		return r == -ENOENT ? -ENODEV : r;
 	r = kvp_fuse_view_cleanup_stale(opts->mountpoint);
-	if (r < 0)
+	if (r < 0) {
+		kvp_seterr(
+		    err, errlen,
+		    "a dead view is mounted at %s and cannot be removed: run "
+		    "fusermount3 -u -z %s",
+		    opts->mountpoint, opts->mountpoint);
 		return r;
-	r = kvp_mkdir_p(opts->mountpoint);
-	if (r)
-		return r;
-	if (stat(opts->mountpoint, &st))
-		return -errno;
-	if (!S_ISDIR(st.st_mode))
-		return -ENOTDIR;
-
+	}
 	v = calloc(1, sizeof(*v));
-	if (!v)
+	if (!v) {
+		kvp_seterr(err, errlen, "out of memory");
 		return -ENOMEM;
+	}
 	v->stopfd = -1;
-	if (!realpath(opts->mountpoint, v->path)) {
-		r = -errno;
+	r = check_mountpoint(opts->mountpoint, v->path, err, errlen);
+	if (r)
 		goto err_free;
-	}
-	if (is_mountpoint(v->path)) {
-		r = -EBUSY;
-		goto err_free;
-	}
 	pthread_mutex_init(&v->snap_lock, NULL);
 	r = kvp_view_create(p, opts->kv, opts->kv_apply, opts->kv_arg,
 			    &v->tree);
-	if (r)
+	if (r) {
+		kvp_seterr(err, errlen, "out of memory");
 		goto err_lock;
+	}
 	v->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (v->stopfd < 0) {
 		r = -errno;
+		kvp_seterr(err, errlen, "cannot make an eventfd: %s",
+			   strerror(-r));
 		goto err_tree;
 	}
 	snprintf(optstr, sizeof(optstr), "fsname=kvpager,subtype=kvpager%s",
@@ -450,10 +516,15 @@ int kvp_fuse_view_mount(struct kvp_pager *p,
 	fuse_opt_free_args(&args);
 	if (!v->fuse) {
 		r = -EINVAL;
+		kvp_seterr(err, errlen, "libfuse refused the options '%s'",
+			   optstr);
 		goto err_fd;
 	}
 	if (fuse_mount(v->fuse, v->path)) {
 		r = -EIO;
+		kvp_seterr(err, errlen,
+			   "mounting at %s failed (libfuse printed why above)",
+			   v->path);
 		goto err_fuse;
 	}
 	/* The thread takes no signal: they are the program's business. */
@@ -461,8 +532,11 @@ int kvp_fuse_view_mount(struct kvp_pager *p,
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	r = -pthread_create(&v->thread, NULL, loop_main, v);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (r)
+	if (r) {
+		kvp_seterr(err, errlen, "cannot start the view's thread: %s",
+			   strerror(-r));
 		goto err_unmount;
+	}
 	*out = v;
 	return 0;
 

@@ -33,7 +33,9 @@
 struct kvp_fuse_view;
 
 struct kvp_fuse_view_opts {
-	const char *mountpoint;		/* made (0700) if missing */
+	const char *mountpoint;		/* a folder of the user's, not a
+					   symlink; made (0700) if missing
+					   in a parent of the user's */
 	bool allow_other;		/* mount with allow_other (needs
 				   user_allow_other in /etc/fuse.conf
 				   unless root); default false */
@@ -45,14 +47,19 @@ struct kvp_fuse_view_opts {
 /*
  * kvp_fuse_view_mount - mount the view of @p and start its thread.
  *
- * Cleans a stale mount at the path first; a live mount there fails with
- * -EBUSY.  Returns 0 and *out, or -EINVAL (no mount point), -ENODEV
- * (/dev/fuse missing), -EBUSY, -errno of mkdir/mount; nothing is left
- * mounted on failure.  @p must outlive the view.
+ * Cleans a stale mount at the path first (never following a symlink).
+ * The mount point is opened and checked as lib/view/paths.h says: a
+ * folder owned by this uid, not a symlink, created 0700 only when its
+ * parent is this uid's; parents are never created.  A live mount there
+ * fails with -EBUSY.  Returns 0 and *out, or -errno with what failed and
+ * the remedy in @err (if not NULL): -EINVAL (no mount point), -ENODEV
+ * (/dev/fuse missing), -EBUSY, -ENOENT, -ELOOP, -ENOTDIR, -EPERM (see
+ * kvp_dir_open_owned), -EIO (the mount failed); nothing is left mounted
+ * on failure.  @p must outlive the view.
  */
 int kvp_fuse_view_mount(struct kvp_pager *p,
 			const struct kvp_fuse_view_opts *opts,
-			struct kvp_fuse_view **out);
+			struct kvp_fuse_view **out, char *err, size_t errlen);
 
 /*
  * kvp_fuse_view_unmount - stop the thread and unmount (lazily: a process

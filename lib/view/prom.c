@@ -45,10 +45,10 @@ static void put_label(FILE *f, const char *s)
 
 /* What is shown of one region, copied under the region list lock. */
 struct region_row {
-	char *name;	    /* malloc'd */
+	char *name;	     /* malloc'd */
 	struct kvp_stats st; /* kvp_region_stats */
-	size_t size;	    /* bytes */
-	size_t block_bytes; /* its block size */
+	size_t size;	     /* bytes */
+	size_t block_bytes;  /* its block size */
 };
 
 struct rows {
@@ -119,8 +119,7 @@ static void put_region_family(FILE *f, int pid, const struct rows *rs,
 	fprintf(f, "# HELP kvpager_region_%s %s\n# TYPE kvpager_region_%s %s\n",
 		name, doc, name, type);
 	for (k = 0; k < rs->n; k++) {
-		fprintf(f, "kvpager_region_%s{pid=\"%d\",region=\"", name,
-			pid);
+		fprintf(f, "kvpager_region_%s{pid=\"%d\",region=\"", name, pid);
 		put_label(f, rs->v[k].name);
 		fprintf(f, "\"} %llu\n",
 			(unsigned long long)row_value(&rs->v[k], which));

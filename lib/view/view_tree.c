@@ -218,11 +218,11 @@ static void shown_name(struct kvp_region *r, char *buf, size_t len)
 }
 
 struct with_ctx {
-	const char *name;			     /* shown name sought */
+	const char *name;			    /* shown name sought */
 	int (*fn)(struct kvp_region *r, void *arg); /* run on it */
-	void *arg;				     /* fn's */
-	bool found;				     /* it was there */
-	int rc;					     /* fn's result */
+	void *arg;				    /* fn's */
+	bool found;				    /* it was there */
+	int rc;					    /* fn's result */
 };
 
 static int with_cb(struct kvp_region *r, void *arg)
@@ -716,10 +716,10 @@ static int seq_table(struct kvp_view *v, uint32_t seq, char **buf, size_t *len)
 		}
 		b = nb;
 		pthread_rwlock_rdlock(&v->seq_lock);
-		need = v->have_seqs && v->seq_ops.format_block_table
-			   ? v->seq_ops.format_block_table(v->seq_arg, seq, b,
-							   cap)
-			   : -ENOENT;
+		need =
+		    v->have_seqs && v->seq_ops.format_block_table
+			? v->seq_ops.format_block_table(v->seq_arg, seq, b, cap)
+			: -ENOENT;
 		pthread_rwlock_unlock(&v->seq_lock);
 		if (need < 0) {
 			free(b);
@@ -765,14 +765,16 @@ static int put_text(struct kvp_view *v, const struct node *n, FILE *f)
 		return 0;
 	case N_STAT:
 		kvp_pager_stats(v->pager, &st);
-		fprintf(f, "%llu\n",
-			(unsigned long long)kvp_stat_value(&st, (size_t)n->idx));
+		fprintf(
+		    f, "%llu\n",
+		    (unsigned long long)kvp_stat_value(&st, (size_t)n->idx));
 		return 0;
 	case N_RSTAT:
 		r = with_region(v, n->region, rstat_cb, &st);
 		if (!r)
-			fprintf(f, "%llu\n", (unsigned long long)kvp_stat_value(
-						 &st, (size_t)n->idx));
+			fprintf(f, "%llu\n",
+				(unsigned long long)kvp_stat_value(
+				    &st, (size_t)n->idx));
 		return r;
 	case N_RFILE: {
 		struct rfile_ctx c = { .f = f, .which = n->idx };
@@ -784,8 +786,7 @@ static int put_text(struct kvp_view *v, const struct node *n, FILE *f)
 	}
 }
 
-int kvp_view_read(struct kvp_view *v, const char *path, char **buf,
-		  size_t *len)
+int kvp_view_read(struct kvp_view *v, const char *path, char **buf, size_t *len)
 {
 	struct kvp_kv_config kv;
 	struct node n;
@@ -846,9 +847,8 @@ static int stage(const struct kvp_tunable_target *tg,
 	int r;
 
 	if (!t)
-		return kvp_tunables_apply_lines(tg, text,
-						KVP_TUNABLES_RUNTIME_ONLY, NULL,
-						err, errlen);
+		return kvp_tunables_apply_lines(
+		    tg, text, KVP_TUNABLES_RUNTIME_ONLY, NULL, err, errlen);
 	r = kvp_tunable_parse(t, text, &x, err, errlen);
 	if (r)
 		return r;
@@ -918,12 +918,29 @@ fail:
 	return r == -ENOMEM ? r : -EINVAL;
 }
 
+/* Whether @buf is text: no NUL, no control character but \t \r \n. */
+static bool is_text(const char *buf, size_t len, size_t *at)
+{
+	size_t i;
+
+	for (i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)buf[i];
+
+		if ((c < 0x20 && c != '\t' && c != '\r' && c != '\n') ||
+		    c == 0x7f) {
+			*at = i;
+			return false;
+		}
+	}
+	return true;
+}
+
 int kvp_view_write(struct kvp_view *v, const char *path, const char *buf,
 		   size_t len)
 {
 	char why[KVP_TUNABLE_ERR_MAX];
 	struct node n;
-	size_t max;
+	size_t max, at;
 	char *text;
 	bool apply;
 	int r = resolve(v, path, &n);
@@ -941,6 +958,14 @@ int kvp_view_write(struct kvp_view *v, const char *path, const char *buf,
 			 "write of %zu bytes too long (at most %zu in one "
 			 "write)",
 			 len, max - 1);
+		return kvp_view_refuse(v, why);
+	}
+	if (!is_text(buf, len, &at)) {
+		snprintf(why, sizeof(why),
+			 "%s: byte %zu is 0x%02x, not text: write "
+			 "`name = value` lines (apply) or one value",
+			 apply ? "apply" : n.tun->name, at,
+			 (unsigned)(unsigned char)buf[at]);
 		return kvp_view_refuse(v, why);
 	}
 	text = malloc(len + 1);

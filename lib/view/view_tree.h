@@ -117,9 +117,9 @@ void kvp_view_set_seqs(struct kvp_view *v, const struct kvp_view_seq_ops *ops,
 /* ---- the files, for a transport ---- */
 
 struct kvp_view_attr {
-	bool dir;	   /* a folder (readable with kvp_view_list) */
-	mode_t mode;	   /* 0555 folders; 0444, 0644 or 0200 files */
-	uint64_t size;	   /* a block's size for data/<block>; else 0 */
+	bool dir;      /* a folder (readable with kvp_view_list) */
+	mode_t mode;   /* 0555 folders; 0444, 0644 or 0200 files */
+	uint64_t size; /* a block's size for data/<block>; else 0 */
 };
 
 /* kvp_view_stat - what @path is.  0, -ENOENT, or -ENAMETOOLONG. */
@@ -152,8 +152,9 @@ int kvp_view_read(struct kvp_view *v, const char *path, char **buf,
 
 /*
  * kvp_view_write - commit @len bytes of text to tunables/<name> (one
- * value) or apply (`name = value` lines), as described at the top.
- * Returns 0, or -EINVAL with the reason in
+ * value) or apply (`name = value` lines), as described at the top.  The
+ * bytes must be text: a NUL or another control character (but tab, CR and
+ * newline) is refused.  Returns 0, or -EINVAL with the reason in
  * last_error and nothing changed, -EACCES (not a writable file now),
  * -ENOENT, -EISDIR, -ENOMEM.
  */
