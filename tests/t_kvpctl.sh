@@ -134,6 +134,23 @@ echo "$out" | tail -n 2 | awk '$1 > 0 { f = 1 } END { exit !f }' ||
 	fail "no faults/s in: $out"
 ok "stats --watch shows the scan's faults"
 expect 0 "^bytes_read_total = [0-9]+\$" "$K" stats
+# numeric options: whole values in range, the option named, exit 2
+for w in nan inf -inf -1 0 0.001 1e3 0x10 "" " 1" .5x 1.5.5 86401 \
+	99999999999999999999; do
+	expect 2 "stats --watch takes seconds from 0.01 to 86400" \
+		"$K" stats --watch "$w" --count 1
+done
+for c in -1 x 1.5 "" " 1" 4294967296 99999999999999999999; do
+	expect 2 "stats --count takes a number of lines from 0 to 4294967295" \
+		"$K" stats --watch 1 --count "$c"
+done
+expect 2 "stats: --watch needs a value" "$K" stats --watch
+for p in 0 -1 x " 1" +1 2147483648 99999999999999999999; do
+	expect 2 "-p takes a process id from 1 to 2147483647" \
+		"$K" -p "$p" get io_depth
+done
+out=$("$K" stats --watch .5 --count 1) || fail "stats --watch .5: $out"
+ok "stats --watch .5 takes half a second"
 
 # load: all or nothing
 printf '# budget and batching\nram_budget_bytes = 6M\n\nio_batch = 4\n' >"$tmp/good.conf"

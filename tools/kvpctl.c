@@ -79,6 +79,73 @@ static void die(const char *fmt, ...)
 	exit(1);
 }
 
+static void bad_usage(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2), noreturn));
+
+/* As die, for a command line that cannot be right: exit status 2. */
+static void bad_usage(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("kvpctl: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	exit(2);
+}
+
+/* Option @opt's value @s: decimal digits only, whole, in [@min, @max]. */
+static uint64_t parse_whole(const char *opt, const char *what, const char *s,
+			    uint64_t min, uint64_t max)
+{
+	uint64_t v = 0;
+	const char *c;
+
+	for (c = s; *c; c++) {
+		unsigned d = (unsigned)(*c - '0');
+
+		if (d > 9 || v > (UINT64_MAX - d) / 10)
+			break;
+		v = v * 10 + d;
+	}
+	if (c == s || *c || v < min || v > max)
+		bad_usage("%s takes %s from %llu to %llu, not '%s'", opt, what,
+			  (unsigned long long)min, (unsigned long long)max, s);
+	return v;
+}
+
+/* --watch's seconds: digits with an optional fraction ("2", "0.5"), no
+ * sign, exponent, hex, nan or inf, in [WATCH_MIN_S, WATCH_MAX_S]. */
+#define WATCH_MIN_S 0.01
+#define WATCH_MAX_S 86400.0
+
+static double parse_seconds(const char *opt, const char *s)
+{
+	size_t digits = strspn(s, "0123456789"), frac = 0;
+	double v;
+
+	if (s[digits] == '.')
+		frac = strspn(s + digits + 1, "0123456789") + 1;
+	v = strtod(s, NULL);
+	if (digits + frac == 0 || (frac == 1 && !digits) || s[digits + frac] ||
+	    !(v >= WATCH_MIN_S && v <= WATCH_MAX_S))
+		bad_usage("%s takes seconds from %g to %g (such as 0.5), not "
+			  "'%s'",
+			  opt, WATCH_MIN_S, WATCH_MAX_S, s);
+	return v;
+}
+
+/* nanosleep, whole through signals */
+static void sleep_seconds(double s)
+{
+	struct timespec t = { (time_t)s,
+			      (long)((s - (double)(time_t)s) * 1e9) };
+
+	while (nanosleep(&t, &t) && errno == EINTR)
+		;
+}
+
 /* ---- the view's files ---- */
 
 /* The file @rel of the view, NUL-terminated and malloc'd; NULL and errno
@@ -190,12 +257,21 @@ static char *last_error(void)
 
 /* ---- choosing the pager ---- */
 
+/* Why a registry folder is refused (lib/view/paths.h), for a message. */
+static const char *registry_hint(int r)
+{
+	return r == -ENOMEM ? ""
+			    : " (it must be a folder of yours, mode 0700, not "
+			      "a symlink; KVP_RUNTIME_DIR names another)";
+}
+
 static void choose(pid_t pid, const char *mount)
 {
 	struct kvp_instance_entry *e;
 	char dir[PATH_MAX + 8];
 	size_t n, i, alive = 0, pick = 0;
 	struct stat st;
+	int r;
 
 	if (mount) {
 		if (!realpath(mount, mount_path)) {
@@ -216,8 +292,10 @@ static void choose(pid_t pid, const char *mount)
 		return;
 	}
 	kvp_instance_dir(dir, sizeof(dir));
-	if (kvp_instance_list(0, &e, &n))
-		die("cannot read the registry %s: out of memory", dir);
+	r = kvp_instance_list(0, &e, &n);
+	if (r)
+		die("cannot read the registry %s: %s%s", dir, strerror(-r),
+		    registry_hint(r));
 	for (i = 0; i < n; i++) {
 		if (!e[i].alive || !e[i].mount[0])
 			continue;
@@ -253,10 +331,13 @@ static int cmd_ps(void)
 	struct kvp_instance_entry *e;
 	char dir[PATH_MAX];
 	size_t n, i, shown = 0;
+	int r;
 
 	kvp_instance_dir(dir, sizeof(dir));
-	if (kvp_instance_list(0, &e, &n))
-		die("cannot read the registry %s", dir);
+	r = kvp_instance_list(0, &e, &n);
+	if (r)
+		die("cannot read the registry %s: %s%s", dir, strerror(-r),
+		    registry_hint(r));
 	for (i = 0; i < n; i++) {
 		if (!e[i].alive)
 			continue;
@@ -466,28 +547,26 @@ static void take(struct sample *s)
 static int cmd_stats(int argc, char **argv)
 {
 	double watch = 0;
-	long count = 0, k;
+	uint64_t count = 0, k;
 	struct sample a, b;
 	int i;
 
 	for (i = 0; i < argc; i++) {
-		char *end;
+		bool has_value = i + 1 < argc;
 
-		if (!strcmp(argv[i], "--watch") && i + 1 < argc) {
-			watch = strtod(argv[++i], &end);
-			if (*end || watch <= 0)
-				die("stats: --watch takes seconds > 0, not "
-				    "'%s'",
-				    argv[i]);
-		} else if (!strcmp(argv[i], "--count") && i + 1 < argc) {
-			count = strtol(argv[++i], &end, 10);
-			if (*end || count < 0)
-				die("stats: --count takes a number >= 0");
-		} else {
-			die("stats: unknown argument '%s' (--watch SECONDS, "
-			    "--count N)",
-			    argv[i]);
-		}
+		if (!strcmp(argv[i], "--watch") && has_value)
+			watch = parse_seconds("stats --watch", argv[++i]);
+		else if (!strcmp(argv[i], "--count") && has_value)
+			count =
+			    parse_whole("stats --count", "a number of lines",
+					argv[++i], 0, UINT32_MAX);
+		else if (!strcmp(argv[i], "--watch") ||
+			 !strcmp(argv[i], "--count"))
+			bad_usage("stats: %s needs a value", argv[i]);
+		else
+			bad_usage("stats: unknown argument '%s' (--watch "
+				  "SECONDS, --count N)",
+				  argv[i]);
 	}
 	if (watch == 0) {
 		char rel[128], *v;
@@ -512,7 +591,7 @@ static int cmd_stats(int argc, char **argv)
 		uint64_t need;
 		char hit[16];
 
-		usleep((useconds_t)(watch * 1e6));
+		sleep_seconds(watch);
 		take(&b);
 		dt = b.t - a.t;
 		need = (b.hit - a.hit) + (b.demand - a.demand);
@@ -638,20 +717,10 @@ int main(int argc, char **argv)
 		case 'a':
 			all = true;
 			break;
-		case 'p': {
-			char *end;
-			long v = strtol(optarg, &end, 10);
-
-			if (*end || v <= 0 || v > INT_MAX) {
-				fprintf(stderr,
-					"kvpctl: -p takes a pid, not "
-					"'%s'\n",
-					optarg);
-				return 2;
-			}
-			pid = (pid_t)v;
+		case 'p':
+			pid = (pid_t)parse_whole("-p", "a process id", optarg,
+						 1, INT_MAX);
 			break;
-		}
 		case 'm':
 			mount = optarg;
 			break;
