@@ -7,6 +7,7 @@
 #   make install         PREFIX=/usr/local DESTDIR=
 #   make SANITIZE=address,undefined check   (or SANITIZE=thread) into build-<san>/
 #   make V=1             show the commands
+#   PYTHONPATH=build/python /usr/bin/python3    the Python binding, built
 #
 # Sources are found by folder: kmod-helpers/, pager/ and lib/<subsystem>/
 # make libkvpager; lib/preload/ the LD_PRELOAD shim; tools/X.c (or tools/X/*.c)
@@ -40,7 +41,10 @@ msg = @printf '  %-6s %s\n' $(1) $(2)
 endif
 
 DEPS_PKGS := fuse3 liburing check
-DEBIAN_PKGS := libfuse3-dev fuse3 liburing-dev check pkg-config
+DEBIAN_PKGS := libfuse3-dev fuse3 liburing-dev check pkg-config \
+	python3-numpy python3-pytest
+# The Python binding's interpreter: Debian's, which sees Debian's numpy.
+PYTHON ?= /usr/bin/python3
 # Expanded when a recipe runs, after the deps stamp has installed them.
 PKG_CFLAGS = $(shell pkg-config --cflags $(DEPS_PKGS) 2>/dev/null)
 PKG_LIBS = $(shell pkg-config --libs fuse3 liburing 2>/dev/null)
@@ -64,6 +68,10 @@ TEST_SRCS := $(sort $(wildcard tests/test_*.c))
 TEST_HELPER_SRCS := $(sort $(wildcard tests/helpers/*.c))
 PROG_SRCS := $(sort $(wildcard tests/progs/*.c))
 CUDA_SRCS := $(sort $(wildcard lib/cuda/*.cu))
+# The Python package, built into $(BUILD)/python/kvpager with _abi.py.
+PY_SRCS := $(sort $(wildcard python/kvpager/*.py))
+PY_PKG := $(PY_SRCS:python/%=$(BUILD)/python/%) \
+	$(BUILD)/python/kvpager/_abi.py
 
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 PRELOAD_OBJS := $(PRELOAD_SRCS:%.c=$(BUILD)/obj/%.o)
@@ -88,7 +96,7 @@ CUDA_LIB := $(if $(CUDA_SRCS),$(BUILD)/lib/libkvpager-cuda.a)
 endif
 
 ALL := $(STATIC_LIB) $(SHARED_LIB) $(if $(PRELOAD_SRCS),$(PRELOAD_LIB)) \
-	$(PC_FILE) $(TOOLS) $(CUDA_LIB)
+	$(PC_FILE) $(TOOLS) $(CUDA_LIB) $(PY_PKG)
 
 .SECONDARY:
 .PHONY: all check demo bench install uninstall clean deps format
@@ -107,6 +115,8 @@ $(DEPS_STAMP):
 		pkg-config --exists $$p 2>/dev/null || missing="$$missing $$p"; \
 	done; \
 	command -v fusermount3 >/dev/null 2>&1 || missing="$$missing fusermount3"; \
+	$(PYTHON) -c 'import numpy, pytest' >/dev/null 2>&1 || \
+		missing="$$missing python3-numpy/python3-pytest"; \
 	if [ -n "$$missing" ]; then \
 		echo "kvpager: missing build dependencies:$$missing"; \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -124,6 +134,8 @@ $(DEPS_STAMP):
 	fi; \
 	touch $@
 
+# Checked again when the Makefile (its list of packages) changes.
+$(DEPS_STAMP): Makefile
 $(BUILD)/.dir-stamp:
 	$(Q)mkdir -p $(BUILD) && touch $@
 $(DEPS_STAMP): | $(BUILD)/.dir-stamp
@@ -164,6 +176,21 @@ $(CUDA_LIB): $(CUDA_OBJS)
 $(PC_FILE): lib/kvpager.pc.in Makefile
 	$(Q)mkdir -p $(@D)
 	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' $< >$@
+
+# The Python package: its sources, and _abi.py printed by python/gen_abi.c
+# (the statistics, tunables and structure layouts of the C headers).
+$(BUILD)/python/kvpager/%.py: python/kvpager/%.py
+	$(Q)mkdir -p $(@D)
+	$(Q)cp $< $@
+
+$(BUILD)/python/gen_abi: $(BUILD)/obj/python/gen_abi.o
+	$(call msg,LD,$@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $<
+
+$(BUILD)/python/kvpager/_abi.py: $(BUILD)/python/gen_abi
+	$(call msg,GEN,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$< >$@.tmp && mv $@.tmp $@
 
 # tools/X.c -> bin/X
 $(BUILD)/bin/%: $(BUILD)/obj/tools/%.o $(STATIC_LIB)
@@ -208,7 +235,10 @@ bench: $(ALL)
 	$(Q)$(BUILD)/bin/kvpbench --short
 
 # The .pc is generated at install, not copied: the build's may name another
-# PREFIX.
+# PREFIX.  The Python package goes where Debian's python3 looks for PREFIX
+# (dist-packages), with _installed.py naming the library's directory.
+PY_VERSION = $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+PY_SITEDIR ?= $(if $(filter /usr,$(PREFIX)),$(PREFIX)/lib/python3/dist-packages,$(PREFIX)/lib/python$(PY_VERSION)/dist-packages)
 install: $(ALL)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
 		$(DESTDIR)$(PREFIX)/include/kvpager/pager
@@ -227,12 +257,16 @@ install: $(ALL)
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
 		lib/kvpager.pc.in >$(DESTDIR)$(PREFIX)/lib/pkgconfig/kvpager.pc
 	chmod 0644 $(DESTDIR)$(PREFIX)/lib/pkgconfig/kvpager.pc
+	install -d $(DESTDIR)$(PY_SITEDIR)/kvpager
+	install -m 0644 $(PY_PKG) $(DESTDIR)$(PY_SITEDIR)/kvpager/
+	echo 'LIBDIR = "$(PREFIX)/lib"' >$(DESTDIR)$(PY_SITEDIR)/kvpager/_installed.py
 
 uninstall:
 	rm -rf $(DESTDIR)$(PREFIX)/include/kvpager
 	rm -f $(DESTDIR)$(PREFIX)/lib/libkvpager* \
 		$(DESTDIR)$(PREFIX)/lib/pkgconfig/kvpager.pc
 	rm -f $(patsubst $(BUILD)/bin/%,$(DESTDIR)$(PREFIX)/bin/%,$(TOOLS))
+	rm -rf $(DESTDIR)$(PY_SITEDIR)/kvpager
 
 format:
 	clang-format -i $(wildcard */*.c */*.h lib/*/*.c lib/*/*.h)

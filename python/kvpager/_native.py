@@ -1,0 +1,415 @@
+"""The C side of the binding: libkvpager loaded with ctypes, its structures,
+its prototypes, and the one place where a C return code becomes an exception.
+
+ctypes rather than cffi: nothing to compile when the package is installed
+(it is plain Python next to libkvpager.so), no python3-dev or C compiler on
+the user's machine, and the calls the hot path makes (attention over a
+layer, a decode step, a prefetch) each do milliseconds of work against
+about a microsecond of ctypes overhead.  The data never crosses by copy:
+numpy arrays are passed by pointer and regions are viewed in place.
+
+The structures below are written by hand; _abi.py (generated from the C
+headers by python/gen_abi.c at build time) holds their sizes and offsets as
+the compiler sees them, and check_layouts() compares the two at import.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno as _errno
+import os
+from ctypes import (POINTER, Structure, c_bool, c_char, c_char_p, c_double,
+                    c_float, c_int, c_size_t, c_uint, c_uint32, c_uint64,
+                    c_void_p)
+
+from . import _abi
+
+u32p = POINTER(c_uint32)
+u64p = POINTER(c_uint64)
+floatp = POINTER(c_float)
+
+
+class KvpagerError(OSError):
+    """A kvpager call failed.
+
+    ``errno`` is the error number (``errno.EINVAL``, ``errno.EIO``, ...),
+    ``strerror`` the library's explanation with its remedy (kvp_strerror),
+    ``call`` the C function or binding method that failed, and ``detail``
+    what exactly was refused, when known (a tunable's message, the bad
+    argument).  A subclass of OSError, so ``except OSError`` catches it.
+    """
+
+    def __init__(self, err: int, call: str, detail: str | None = None):
+        err = abs(err)
+        super().__init__(err, strerror(err))
+        self.call = call
+        self.detail = detail
+
+    def __str__(self) -> str:
+        what = f"{self.call}: {self.detail}" if self.detail else self.call
+        name = _errno.errorcode.get(self.errno, str(self.errno))
+        return f"{what}: {self.strerror} [{name}]"
+
+    def __reduce__(self):
+        return (type(self), (self.errno, self.call, self.detail))
+
+
+class Handle:
+    """The owner of a C object (in _h): a context manager that closes it
+    at exit, and at garbage collection quietly (an error there has no one
+    to go to; close explicitly to see it)."""
+
+    _h = None
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        if self._h:
+            try:
+                self.close()
+            except KvpagerError:
+                pass
+
+
+def _candidates() -> list[str]:
+    """Where libkvpager may be, in the order tried (see load())."""
+    env = os.environ.get("KVPAGER_LIBRARY")
+    if env:
+        return [env]
+    here = os.path.dirname(os.path.abspath(__file__))
+    found = [os.path.join(here, "..", "..", "lib", "libkvpager.so.0")]
+    try:
+        from . import _installed  # written by `make install`
+        found.append(os.path.join(_installed.LIBDIR, "libkvpager.so.0"))
+    except ImportError:
+        pass
+    found.append("libkvpager.so.0")
+    return found
+
+
+def load() -> ctypes.CDLL:
+    """Load libkvpager: $KVPAGER_LIBRARY when set (a path to the .so), else
+    the build tree's (this package built in $(BUILD)/python finds
+    $(BUILD)/lib), else the library directory `make install` recorded, else
+    the dynamic loader's search path."""
+    tried = []
+    for path in _candidates():
+        if os.sep in path and not os.path.exists(path):
+            tried.append(f"{path} (absent)")
+            continue
+        try:
+            return ctypes.CDLL(path)
+        except OSError as e:
+            tried.append(f"{path} ({e})")
+    raise ImportError("cannot load libkvpager: tried " + "; ".join(tried) +
+                      " (build it with make, or set KVPAGER_LIBRARY to the "
+                      "path of libkvpager.so)")
+
+
+lib = load()
+lib.kvp_strerror.restype = c_char_p
+lib.kvp_strerror.argtypes = [c_int]
+
+
+def strerror(err: int) -> str:
+    """kvp_strerror: what a kvpager error code means, with the remedy."""
+    return lib.kvp_strerror(int(err)).decode()
+
+
+def check(rc: int, call: str, detail: str | None = None) -> int:
+    """Raise KvpagerError for a negative C return code, else return it."""
+    if rc < 0:
+        raise KvpagerError(-rc, call, detail)
+    return rc
+
+
+def invalid(call: str, detail: str) -> KvpagerError:
+    """The binding refusing a bad argument value itself, as the C calls do:
+    EINVAL and what was wrong."""
+    return KvpagerError(_errno.EINVAL, call, detail)
+
+
+# --- structures (compared against _abi.LAYOUT by check_layouts) ------------
+
+def _u64_fields(names) -> list:
+    return [(n, c_uint64) for n in names]
+
+
+class Config(Structure):
+    _c_name_ = "kvp_config"
+    _fields_ = _u64_fields(_abi.PAGER_TUNABLES)
+
+
+class KvConfig(Structure):
+    _c_name_ = "kvp_kv_config"
+    _fields_ = _u64_fields(_abi.KV_TUNABLES)
+
+
+class Stats(Structure):
+    _c_name_ = "kvp_stats"
+    _fields_ = _u64_fields(n for n, _ in _abi.STATS) + \
+        [("io_latency_us", c_uint64 * _abi.LATENCY_BUCKETS)]
+
+
+class RegionOpts(Structure):
+    _c_name_ = "kvp_region_opts"
+    _fields_ = [("name", c_char_p), ("size", c_size_t),
+                ("block_bytes", c_size_t), ("store", c_void_p),
+                ("store_offset", c_uint64), ("flags", c_uint)]
+
+
+class BlockInfo(Structure):
+    _c_name_ = "kvp_block_info"
+    _fields_ = [("state", c_int), ("dirty", c_bool), ("in_store", c_bool),
+                ("pins", c_uint), ("last_use", c_uint64)]
+
+
+class FaultPlan(Structure):
+    _c_name_ = "kvp_fault_plan"
+    _fields_ = [("read_fail_off", c_uint64), ("read_fail_len", c_uint64),
+                ("read_errno", c_int), ("write_errno", c_int),
+                ("write_fail_after", c_uint64), ("delay_us", c_uint64)]
+
+
+class Tunable(Structure):
+    _c_name_ = "kvp_tunable"
+    _fields_ = [("name", c_char_p), ("type", c_int), ("min", c_uint64),
+                ("max", c_uint64), ("def", c_uint64), ("runtime", c_bool),
+                ("choices", c_char_p), ("doc", c_char_p), ("owner", c_int),
+                ("offset", c_size_t)]
+
+
+class TunableTarget(Structure):
+    _c_name_ = "kvp_tunable_target"
+    _fields_ = [("pager", POINTER(Config)), ("kv", POINTER(KvConfig))]
+
+
+class Geometry(Structure):
+    _c_name_ = "kvp_kv_geometry"
+    _fields_ = [("layers", c_uint32), ("q_heads", c_uint32),
+                ("kv_heads", c_uint32), ("head_dim", c_uint32),
+                ("dtype", c_int), ("block_tokens", c_uint32)]
+
+
+class Layout(Structure):
+    _c_name_ = "kvp_kv_layout"
+    _fields_ = [("geo", Geometry), ("capacity_blocks", c_uint32),
+                ("blocks_per_pager_block", c_uint32),
+                ("block_stride", c_size_t), ("pager_block_bytes", c_size_t),
+                ("layer_bytes", c_size_t), ("region_bytes", c_size_t)]
+
+
+class AttnBlocks(Structure):
+    _c_name_ = "kvp_attn_blocks"
+    _fields_ = [("ptrs", POINTER(c_void_p)), ("ntokens", u32p),
+                ("n", c_size_t)]
+
+
+class PredictorOpts(Structure):
+    _c_name_ = "kvp_predictor_opts"
+    _fields_ = [("kind", c_int), ("budget_tokens", c_uint32),
+                ("sink_tokens", c_uint32), ("rank", c_uint32),
+                ("fit_tokens", c_uint32), ("power_iters", c_uint32),
+                ("max_seqs", c_uint32), ("seed", c_uint64)]
+
+
+FILL_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_uint32, c_uint32, c_uint64,
+                           c_uint32, c_void_p)
+QUERY_FN = ctypes.CFUNCTYPE(None, c_void_p, c_uint32, c_uint32, c_uint64,
+                            floatp)
+
+
+class KvSource(Structure):
+    _c_name_ = "kvp_kv_source"
+    _fields_ = [("fill", FILL_FN), ("query", QUERY_FN), ("arg", c_void_p)]
+
+
+class KvcacheOpts(Structure):
+    _c_name_ = "kvp_kvcache_opts"
+    _fields_ = [("geo", Geometry), ("max_seqs", c_uint32),
+                ("capacity_tokens", c_uint64),
+                ("pager_block_bytes", c_size_t), ("backend", c_int),
+                ("pager", c_void_p), ("cfg", POINTER(Config)),
+                ("store", c_void_p), ("store_offset", c_uint64),
+                ("region_name", c_char_p), ("dir", c_char_p),
+                ("budget_bytes", c_uint64), ("prefetch", c_bool),
+                ("prefetch_depth", c_uint32), ("cross_step", c_bool),
+                ("cold_after", c_int), ("pred", PredictorOpts),
+                ("attn_threads", c_uint), ("sample_every", c_uint32),
+                ("sample_layers", c_uint32), ("max_samples", c_uint32)]
+
+
+class StepStats(Structure):
+    _c_name_ = "kvp_kvcache_step_stats"
+    _fields_ = [("steps", c_uint64), ("tokens", c_uint64),
+                ("t_step_s", c_double), ("t_compute_s", c_double),
+                ("t_predict_s", c_double), ("t_wait_s", c_double),
+                ("t_fill_s", c_double), ("bytes_read", c_uint64),
+                ("bytes_written", c_uint64), ("demand_faults", c_uint64),
+                ("prefetch_issued", c_uint64), ("prefetch_hit", c_uint64),
+                ("prefetch_late", c_uint64), ("prefetch_wasted", c_uint64),
+                ("chosen_blocks", c_uint64), ("reused_blocks", c_uint64),
+                ("flush_store", c_uint64), ("flush_region", c_uint64)]
+
+
+class KvcacheStats(Structure):
+    _c_name_ = "kvp_kvcache_stats"
+    _fields_ = [("sum", StepStats), ("t_load_busy_s", c_double),
+                ("t_prefill_s", c_double), ("prefill_tokens", c_uint64),
+                ("prefill_bytes", c_uint64), ("cow_copies", c_uint64),
+                ("discarded_pager_blocks", c_uint64),
+                ("pin_failures", c_uint64), ("mmap_dropped_bytes", c_uint64)]
+
+
+STRUCTS = (Config, KvConfig, Stats, RegionOpts, BlockInfo, FaultPlan,
+           Tunable, TunableTarget, Geometry, Layout, AttnBlocks,
+           PredictorOpts, KvSource, KvcacheOpts, StepStats, KvcacheStats)
+
+
+def check_layouts() -> None:
+    """Every hand-written structure against the compiler's view of it."""
+    for s in STRUCTS:
+        size, offsets = _abi.LAYOUT[s._c_name_]
+        mine = {f[0]: getattr(s, f[0]).offset for f in s._fields_}
+        bad = [f for f, off in offsets.items() if mine.get(f) != off]
+        if ctypes.sizeof(s) != size or bad:
+            raise ImportError(
+                f"struct {s._c_name_} of the binding disagrees with the C "
+                f"header (size {ctypes.sizeof(s)} vs {size}, fields "
+                f"{bad or 'all'}): rebuild with make, and update "
+                f"python/kvpager/_native.py with the header")
+
+
+check_layouts()
+
+
+def as_dict(st: Structure) -> dict:
+    """A structure's fields as a dict; arrays as lists, nested structures
+    as dicts."""
+    out = {}
+    for name, _ in st._fields_:
+        v = getattr(st, name)
+        if isinstance(v, Structure):
+            v = as_dict(v)
+        elif isinstance(v, ctypes.Array):
+            v = list(v)
+        out[name] = v
+    return out
+
+
+# --- prototypes -------------------------------------------------------------
+
+_P = c_void_p
+_PROTOS = {
+    # pager/config.h, pager/pager.h
+    "kvp_config_defaults": (None, [POINTER(Config)]),
+    "kvp_config_check": (c_int, [POINTER(Config), POINTER(c_char_p)]),
+    "kvp_pager_open": (c_int, [POINTER(Config), POINTER(_P)]),
+    "kvp_pager_close": (None, [_P]),
+    "kvp_pager_config": (None, [_P, POINTER(Config)]),
+    "kvp_pager_reconfigure": (c_int, [_P, POINTER(Config),
+                                      POINTER(c_char_p)]),
+    "kvp_pager_stats": (None, [_P, POINTER(Stats)]),
+    "kvp_pager_uffd_mode": (c_char_p, [_P]),
+    "kvp_region_create": (c_int, [_P, POINTER(RegionOpts), POINTER(_P)]),
+    "kvp_region_destroy": (c_int, [_P]),
+    "kvp_region_addr": (c_void_p, [_P]),
+    "kvp_region_size": (c_size_t, [_P]),
+    "kvp_region_block_bytes": (c_size_t, [_P]),
+    "kvp_region_name": (c_char_p, [_P]),
+    "kvp_region_install_mode": (c_char_p, [_P]),
+    "kvp_region_stats": (None, [_P, POINTER(Stats)]),
+    "kvp_region_flush": (c_int, [_P]),
+    "kvp_region_pin": (c_int, [_P, c_uint64, c_uint64]),
+    "kvp_region_unpin": (c_int, [_P, c_uint64, c_uint64]),
+    "kvp_region_advise": (c_int, [_P, c_uint64, c_uint64, c_int]),
+    "kvp_prefetch_submit": (c_int, [_P, u64p, c_size_t, POINTER(_P)]),
+    "kvp_prefetch_wait": (c_int, [_P, c_int]),
+    "kvp_prefetch_done": (c_bool, [_P]),
+    "kvp_prefetch_cancel": (c_int, [_P]),
+    "kvp_prefetch_release": (None, [_P]),
+    "kvp_block_state_name": (c_char_p, [c_int]),
+    "kvp_region_block_info": (c_int, [_P, c_uint64, POINTER(BlockInfo)]),
+    "kvp_region_peek": (c_int, [_P, c_uint64, c_void_p]),
+    # pager/store.h
+    "kvp_store_file_open": (c_int, [c_char_p, c_uint64, c_uint,
+                                    POINTER(_P)]),
+    "kvp_store_file_temp": (c_int, [c_char_p, c_uint64, POINTER(_P)]),
+    "kvp_store_memory_create": (c_int, [c_uint64, POINTER(_P)]),
+    "kvp_store_faulty_create": (c_int, [_P, POINTER(_P)]),
+    "kvp_store_faulty_set": (c_int, [_P, POINTER(FaultPlan)]),
+    "kvp_store_destroy": (None, [_P]),
+    # lib/tunables/tunables.h
+    "kvp_tunable_find": (POINTER(Tunable), [c_char_p]),
+    "kvp_tunable_parse": (c_int, [POINTER(Tunable), c_char_p, u64p,
+                                  c_char_p, c_size_t]),
+    "kvp_tunable_set": (c_int, [POINTER(TunableTarget), POINTER(Tunable),
+                                c_uint64, c_char_p, c_size_t]),
+    "kvp_tunable_get": (c_int, [POINTER(TunableTarget), POINTER(Tunable),
+                                u64p]),
+    "kvp_tunable_format": (c_int, [POINTER(Tunable), c_uint64, c_char_p,
+                                   c_size_t]),
+    "kvp_kv_config_defaults": (None, [POINTER(KvConfig)]),
+    # lib/kv/kv_geometry.h, lib/kv/attention.h
+    "kvp_kv_geometry_preset": (c_int, [c_char_p, POINTER(Geometry)]),
+    "kvp_kv_geometry_check": (c_int, [POINTER(Geometry)]),
+    "kvp_kv_block_bytes": (c_size_t, [POINTER(Geometry)]),
+    "kvp_kv_block_stride": (c_size_t, [POINTER(Geometry)]),
+    "kvp_attn_pool_create": (c_int, [c_uint, POINTER(_P)]),
+    "kvp_attn_pool_destroy": (None, [_P]),
+    "kvp_attn_pool_threads": (c_uint, [_P]),
+    "kvp_attn_decode": (c_int, [POINTER(Geometry), POINTER(AttnBlocks),
+                                floatp, floatp, _P]),
+    "kvp_attn_simd_name": (c_char_p, []),
+    "kvp_attn_blocks_from_table": (c_int, [POINTER(Layout), c_void_p, _P,
+                                           c_uint32, u32p, c_size_t,
+                                           POINTER(c_void_p), u32p,
+                                           POINTER(AttnBlocks)]),
+    # lib/predict/predictor.h
+    "kvp_predictor_opts_default": (None, [POINTER(PredictorOpts), c_int]),
+    "kvp_predictor_kind_parse": (c_int, [c_char_p, POINTER(c_int)]),
+    "kvp_predictor_kind_name": (c_char_p, [c_int]),
+    # lib/kv/block_table.h
+    "kvp_block_table_tokens": (c_uint64, [_P]),
+    "kvp_block_table_blocks": (c_uint32, [_P]),
+    "kvp_block_table_map": (u32p, [_P]),
+    "kvp_block_table_valid": (c_uint32, [_P, c_uint32]),
+    "kvp_block_table_shared": (c_bool, [_P, c_uint32]),
+    # lib/kv/kvcache.h
+    "kvp_kvcache_opts_default": (None, [POINTER(KvcacheOpts),
+                                        POINTER(Geometry)]),
+    "kvp_kvcache_create": (c_int, [POINTER(KvcacheOpts), POINTER(_P)]),
+    "kvp_kvcache_destroy": (None, [_P]),
+    "kvp_kvcache_seq_create": (c_int, [_P, u32p]),
+    "kvp_kvcache_seq_fork": (c_int, [_P, c_uint32, c_uint64, u32p]),
+    "kvp_kvcache_seq_free": (c_int, [_P, c_uint32]),
+    "kvp_kvcache_seq_tokens": (c_uint64, [_P, c_uint32]),
+    "kvp_kvcache_seq_table": (_P, [_P, c_uint32]),
+    "kvp_kvcache_seq_list": (c_uint32, [_P, u32p, c_uint32]),
+    "kvp_kvcache_prefill": (c_int, [_P, c_uint32, c_uint64,
+                                    POINTER(KvSource), c_void_p, c_void_p]),
+    "kvp_kvcache_step": (c_int, [_P, u32p, c_uint32, POINTER(KvSource),
+                                 floatp, POINTER(StepStats)]),
+    "kvp_kvcache_drain": (None, [_P]),
+    "kvp_kvcache_stats": (None, [_P, POINTER(KvcacheStats)]),
+    "kvp_kvcache_format_block_table": (c_int, [_P, c_uint32, c_char_p,
+                                               c_size_t]),
+    "kvp_kvcache_layout": (POINTER(Layout), [_P]),
+    "kvp_kvcache_region": (_P, [_P]),
+    "kvp_kvcache_pager": (_P, [_P]),
+    "kvp_kvcache_budget_bytes": (c_uint64, [_P]),
+    "kvp_kvcache_kv_bytes": (c_uint64, [_P]),
+}
+
+for _name, (_res, _args) in _PROTOS.items():
+    _fn = getattr(lib, _name)
+    _fn.restype = _res
+    _fn.argtypes = _args
+del _name, _res, _args, _fn

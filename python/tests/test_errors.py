@@ -1,0 +1,93 @@
+"""Errors cross cleanly: a failing store surfaces as KvpagerError(EIO), a
+poisoned block is SIGBUS in a subprocess (never a hang), and a binding
+that disagrees with the C headers refuses to import."""
+
+import errno
+import signal
+
+import numpy as np
+import pytest
+
+import kvpager
+from kvpager import KvpagerError
+
+from conftest import run_python
+
+MiB = 1 << 20
+
+
+def test_error_carries_errno_and_library_text():
+    e = KvpagerError(-errno.ENOSPC, "kvp_store_file_temp", "1 GiB in /x")
+    assert isinstance(e, OSError)
+    assert e.errno == errno.ENOSPC
+    assert e.strerror == kvpager.strerror(errno.ENOSPC)
+    assert "backing store is full" in e.strerror
+    assert str(e).startswith("kvp_store_file_temp: 1 GiB in /x: no space")
+    assert str(e).endswith("[ENOSPC]")
+
+
+def test_failed_prefetch_raises_eio_and_poisons(pager):
+    with kvpager.Store.memory(MiB) as inner, \
+            kvpager.Store.faulty(inner, read_fail=(0, 4096)) as bad:
+        with pager.region(MiB, block_bytes=4096, store=bad,
+                          from_store=True, name="bad") as r:
+            with r.prefetch([0, 1]) as pf:
+                with pytest.raises(KvpagerError) as e:
+                    pf.wait(timeout=60)
+            assert e.value.errno == errno.EIO
+            assert e.value.call == "kvp_prefetch_wait"
+            assert r.block_info(0)["state"] == "poisoned"
+            assert r.block_info(1)["state"] == "resident"
+            assert pager.stats()["read_errors_total"] >= 1
+
+
+def test_failed_write_back_raises_eio_on_close(pager):
+    with kvpager.Store.memory(MiB) as inner, \
+            kvpager.Store.faulty(inner, write_errno=errno.EIO) as bad:
+        r = pager.region(MiB, block_bytes=4096, store=bad)
+        a = r.array()
+        a[:] = 1
+        del a
+        with pytest.raises(KvpagerError) as e:
+            r.close()
+        assert e.value.errno == errno.EIO
+        with pytest.raises(KvpagerError):
+            r.array()  # closed anyway, as the C contract says
+
+
+def test_poisoned_block_is_sigbus_not_a_hang():
+    """Touching a poisoned block through numpy kills the process with
+    SIGBUS, like any access from C; the parent sees it, nothing hangs."""
+    code = """
+import kvpager
+with kvpager.Pager(budget="4M", pool_prefault_bytes=0) as p, \\
+        kvpager.Store.memory(1 << 20) as inner, \\
+        kvpager.Store.faulty(inner, read_fail=(0, 4096)) as bad:
+    r = p.region(1 << 20, block_bytes=4096, store=bad, from_store=True)
+    a = r.array()
+    print("block 1:", a[4096], flush=True)
+    print("block 0:", a[0], flush=True)
+    print("not reached", flush=True)
+"""
+    res = run_python(code, timeout=120)
+    assert res.returncode == -signal.SIGBUS, res.stdout + res.stderr
+    assert "block 1: 0" in res.stdout
+    assert "not reached" not in res.stdout
+
+
+def test_layout_mismatch_refuses_import(monkeypatch):
+    from kvpager import _abi, _native
+    size, offsets = _abi.LAYOUT["kvp_region_opts"]
+    monkeypatch.setitem(_abi.LAYOUT, "kvp_region_opts", (size + 8, offsets))
+    with pytest.raises(ImportError) as e:
+        _native.check_layouts()
+    assert "kvp_region_opts" in str(e.value)
+
+
+def test_missing_library_is_a_clear_import_error():
+    code = "import os; os.environ['KVPAGER_LIBRARY'] = '/nonexistent.so'\n" \
+           "import kvpager"
+    res = run_python(code)
+    assert res.returncode == 1
+    assert "cannot load libkvpager: tried /nonexistent.so (absent)" in \
+        res.stderr

@@ -1,0 +1,234 @@
+"""Pager, Region, Store and Prefetch: data through numpy views, the budget,
+hints, statistics, and every refusal as a KvpagerError with its errno."""
+
+import errno
+import os
+
+import numpy as np
+import pytest
+
+import kvpager
+from kvpager import KvpagerError
+
+MiB = 1 << 20
+
+
+def test_region_round_trip_beyond_budget(pager):
+    """16 MiB written through a numpy view under a 4 MiB budget: the dirty
+    blocks are written back on eviction and read back intact."""
+    with pager.region(16 * MiB, block_bytes=64 << 10, name="rt") as r:
+        a = r.array(np.uint32)
+        a[:] = np.arange(a.size, dtype=np.uint32) * 2654435761
+        st = r.stats()
+        assert st["evictions_dirty_total"] > 0
+        assert pager.stats()["resident_bytes"] <= 4 * MiB
+        assert np.array_equal(a, np.arange(a.size, dtype=np.uint32)
+                              * 2654435761)
+        assert r.stats()["demand_faults_total"] > st["demand_faults_total"]
+        del a
+
+
+def test_array_is_a_view_not_a_copy(pager):
+    with pager.region(MiB, block_bytes=4096) as r:
+        a = r.array(np.uint8)
+        b = r.array(np.float64, shape=(2, 8), offset=4096)
+        assert a.ctypes.data == r.addr
+        assert b.ctypes.data == r.addr + 4096
+        b[1, 0] = 1.5
+        assert a[4096 + 64:4096 + 72].view(np.float64)[0] == 1.5
+        del a, b
+
+
+@pytest.mark.parametrize("shape,offset", [((MiB + 1,), 0), (None, -8),
+                                          ((4,), 3)])
+def test_array_outside_region_refused(pager, shape, offset):
+    with pager.region(MiB, block_bytes=4096) as r:
+        with pytest.raises(KvpagerError) as e:
+            r.array(np.uint16 if offset == 3 else np.uint8, shape=shape,
+                    offset=offset)
+        assert e.value.errno == errno.EINVAL
+
+
+def test_close_with_live_view_is_refused(pager):
+    r = pager.region(MiB, block_bytes=4096, name="viewed")
+    a = r.array()
+    with pytest.raises(KvpagerError) as e:
+        r.close()
+    assert e.value.errno == errno.EBUSY and "viewed" in str(e.value)
+    with pytest.raises(KvpagerError) as e:
+        pager.close()
+    assert e.value.errno == errno.EBUSY
+    a[0] = 7  # still mapped: the refusal changed nothing
+    assert r.array(shape=1)[0] == 7
+    del a
+    r.close()
+    with pytest.raises(KvpagerError) as e:
+        r.array()
+    assert e.value.errno == errno.EBADF
+
+
+def test_prefetch_wait_and_poll(pager):
+    with pager.region(8 * MiB, block_bytes=256 << 10) as r:
+        with r.prefetch(np.arange(8, dtype=np.uint64)) as pf:
+            assert pf.wait(timeout=60) is True
+            assert pf.done
+        assert all(r.block_info(b)["state"] == "resident" for b in range(8))
+        assert r.stats()["prefetch_issued_total"] >= 8
+
+
+def test_prefetch_timeout_returns_false(pager):
+    """A slow store: wait(0) says not done yet, a later wait completes."""
+    with kvpager.Store.memory(MiB) as inner, \
+            kvpager.Store.faulty(inner, delay_us=300_000) as slow:
+        with pager.region(MiB, block_bytes=4096, store=slow,
+                          from_store=True) as r:
+            pf = r.prefetch([5])
+            assert pf.wait(timeout=0) is False
+            assert not pf.done
+            assert pf.wait() is True
+            pf.close()
+            with pytest.raises(KvpagerError) as e:
+                pf.wait()
+            assert e.value.errno == errno.EBADF
+
+
+@pytest.mark.parametrize("blocks", [[], [16], [-1]])
+def test_prefetch_bad_blocks_refused(pager, blocks):
+    with pager.region(MiB, block_bytes=64 << 10) as r:
+        with pytest.raises(KvpagerError) as e:
+            r.prefetch(blocks)
+        assert e.value.errno == errno.EINVAL
+
+
+def test_pin_and_advise(pager):
+    with pager.region(2 * MiB, block_bytes=64 << 10) as r:
+        a = r.array()
+        a[:] = 1
+        r.pin(0, 2)
+        assert r.block_info(1)["pins"] == 1
+        r.unpin(0, 2)
+        r.advise(0, 4, "discard")
+        assert a[: 4 * (64 << 10)].max() == 0  # discarded: zeros
+        assert a[4 * (64 << 10)] == 1
+        with pytest.raises(KvpagerError) as e:
+            r.advise(0, 1, "hot")
+        assert e.value.errno == errno.EINVAL
+        with pytest.raises(KvpagerError) as e:
+            r.pin(30, 3)
+        assert e.value.errno == errno.EINVAL
+        with pytest.raises(KvpagerError) as e:
+            r.pin(0, 32)  # 2 MiB of pins fit the 4 MiB budget ...
+            r.pin(0, 32)  # ... nested pins count once
+            big = pager.region(8 * MiB, block_bytes=64 << 10)
+            big.pin(0, 128)  # 8 MiB do not
+        assert e.value.errno == errno.ENOSPC
+        r.unpin(0, 32)
+        r.unpin(0, 32)
+        big.close()
+        del a
+
+
+def test_peek_does_not_fault(pager):
+    with pager.region(MiB, block_bytes=4096) as r:
+        a = r.array()
+        a[4096:8192] = 9
+        r.flush()
+        r.advise(1, 1, "cold")
+        got = r.peek(1)
+        assert got.shape == (4096,) and (got == 9).all()
+        assert r.peek(2).max() == 0
+        del a
+
+
+def test_stats_are_dicts_of_every_statistic(pager):
+    from kvpager import _abi
+    st = pager.stats()
+    assert set(st) == {n for n, _ in _abi.STATS} | {"io_latency_us"}
+    assert len(st["io_latency_us"]) == _abi.LATENCY_BUCKETS
+    assert all(isinstance(v, int) for k, v in st.items()
+               if k != "io_latency_us")
+
+
+def test_tunables_as_keywords():
+    with kvpager.Pager(budget=8 * MiB, readahead_bytes="1M",
+                       install_mode="copy", pool_prefault_bytes=0) as p:
+        c = p.config()
+        assert c["ram_budget_bytes"] == 8 * MiB
+        assert c["readahead_bytes"] == MiB
+        assert c["install_mode"] == 2
+        with p.region(MiB, block_bytes=4096) as r:
+            assert r.install_mode == "copy"
+        p.reconfigure(ram_budget_bytes="16M")
+        assert p.config()["ram_budget_bytes"] == 16 * MiB
+        with pytest.raises(KvpagerError) as e:
+            p.reconfigure(io_depth=8)  # not a runtime tunable
+        assert e.value.errno == errno.EINVAL and "io_depth" in str(e.value)
+        assert p.config()["io_depth"] == 64
+
+
+@pytest.mark.parametrize("kw,what", [
+    ({"budget": "1K"}, "ram_budget_bytes"),
+    ({"budget": -1}, "ram_budget_bytes"),
+    ({"no_such_knob": 1}, "no_such_knob"),
+    ({"install_mode": "fast"}, "install_mode"),
+    ({"service_threads": 0}, "service_threads"),
+    ({"predictor": "exact"}, "predictor"),  # a KV tunable, not the pager's
+])
+def test_bad_tunables_refused(kw, what):
+    with pytest.raises(KvpagerError) as e:
+        kvpager.Pager(**kw)
+    assert e.value.errno == errno.EINVAL
+    assert what in str(e.value)
+    assert e.value.strerror == kvpager.strerror(errno.EINVAL)
+
+
+@pytest.mark.parametrize("kw,err", [
+    ({"size": 4096 * 3 + 1, "block_bytes": 4096}, errno.EINVAL),
+    ({"size": 1 << 20, "block_bytes": 3000}, errno.EINVAL),
+    ({"size": 1 << 20, "block_bytes": 4096, "name": "dup"}, errno.EEXIST),
+])
+def test_bad_regions_refused(pager, kw, err):
+    with pager.region(1 << 20, block_bytes=4096, name="dup"):
+        with pytest.raises(KvpagerError) as e:
+            pager.region(**kw)
+        assert e.value.errno == err
+        assert e.value.call == "kvp_region_create"
+
+
+def test_file_store_from_store(pager, tmp_path):
+    path = str(tmp_path / "kv.bin")
+    data = np.random.default_rng(1).integers(0, 255, MiB, dtype=np.uint8)
+    data.tofile(path)
+    with kvpager.Store.file(path) as st:
+        with pager.region(MiB, block_bytes=64 << 10, store=st,
+                          from_store=True) as r:
+            a = r.array()
+            assert np.array_equal(a, data)
+            a[:16] = 0
+            with pytest.raises(KvpagerError) as e:
+                st.close()  # the region still uses it
+            assert e.value.errno == errno.EBUSY
+            del a
+    assert np.fromfile(path, dtype=np.uint8)[:16].max() == 0
+    assert np.array_equal(np.fromfile(path, dtype=np.uint8)[16:], data[16:])
+
+
+def test_store_file_missing_directory():
+    with pytest.raises(KvpagerError) as e:
+        kvpager.Store.file("/nonexistent-dir/kv.bin", MiB)
+    assert e.value.errno == errno.ENOENT
+    assert "/nonexistent-dir/kv.bin" in str(e.value)
+
+
+def test_pager_directory_is_used(tmp_path):
+    bad = str(tmp_path / "missing")
+    with kvpager.Pager(budget="4M", directory=bad,
+                       pool_prefault_bytes=0) as p:
+        with pytest.raises(KvpagerError) as e:
+            p.region(MiB, block_bytes=4096)
+        assert e.value.errno == errno.ENOENT
+    os.mkdir(bad)
+    with kvpager.Pager(budget="4M", directory=bad,
+                       pool_prefault_bytes=0) as p:
+        with p.region(MiB, block_bytes=4096) as r:
+            assert r.store.desc.endswith(bad)
