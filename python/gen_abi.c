@@ -15,6 +15,7 @@
 #include <stdio.h>
 
 #include "lib/kvpager.h"
+#include "lib/synth/kv_synth.h"
 
 static void struct_begin(const char *name, size_t size)
 {
@@ -211,6 +212,19 @@ int main(void)
 	F(kvp_kvcache_stats, discarded_pager_blocks);
 	F(kvp_kvcache_stats, pin_failures);
 	F(kvp_kvcache_stats, mmap_dropped_bytes);
+	struct_end();
+	struct_begin("kvp_kv_synth_opts", sizeof(struct kvp_kv_synth_opts));
+	F(kvp_kv_synth_opts, seed);
+	F(kvp_kv_synth_opts, sink_tokens);
+	F(kvp_kv_synth_opts, clusters);
+	F(kvp_kv_synth_opts, topic_run_tokens);
+	F(kvp_kv_synth_opts, heavy_every);
+	F(kvp_kv_synth_opts, recent_tokens);
+	F(kvp_kv_synth_opts, sink_logit);
+	F(kvp_kv_synth_opts, heavy_logit);
+	F(kvp_kv_synth_opts, topic_logit);
+	F(kvp_kv_synth_opts, recent_logit);
+	F(kvp_kv_synth_opts, noise);
 	struct_end();
 	printf("}\n");
 	return 0;

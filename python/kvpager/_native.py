@@ -78,6 +78,37 @@ class Handle:
                 pass
 
 
+def view(owner, addr: int, nbytes: int, dtype, shape) -> "np.ndarray":
+    """A numpy array over @nbytes of C memory at @addr, no copy.  The
+    buffer under it holds @owner, so the owner (whose close() frees the
+    memory) lives while the array does; owner._views counts the live
+    buffers, so that close() can refuse while one is viewed."""
+    import weakref
+
+    import numpy as np
+
+    buf = (ctypes.c_char * nbytes).from_address(addr)
+    buf.owner = owner
+    owner._views += 1
+    weakref.finalize(buf, owner._view_gone)
+    return np.frombuffer(buf, dtype=dtype).reshape(shape)
+
+
+class Viewed:
+    """Mixin of an owner of memory that numpy arrays view (see view())."""
+
+    _views = 0  # buffers under live numpy arrays
+
+    def _view_gone(self) -> None:
+        self._views -= 1
+
+    def _refuse_if_viewed(self, call: str, what: str) -> None:
+        if self._views:
+            raise KvpagerError(_errno.EBUSY, call,
+                               f"{self._views} numpy arrays still view "
+                               f"{what}: delete them first")
+
+
 def _candidates() -> list[str]:
     """Where libkvpager may be, in the order tried (see load())."""
     env = os.environ.get("KVPAGER_LIBRARY")
@@ -268,9 +299,20 @@ class KvcacheStats(Structure):
                 ("pin_failures", c_uint64), ("mmap_dropped_bytes", c_uint64)]
 
 
+class SynthOpts(Structure):
+    _c_name_ = "kvp_kv_synth_opts"
+    _fields_ = [("seed", c_uint64), ("sink_tokens", c_uint32),
+                ("clusters", c_uint32), ("topic_run_tokens", c_uint32),
+                ("heavy_every", c_uint32), ("recent_tokens", c_uint32),
+                ("sink_logit", c_float), ("heavy_logit", c_float),
+                ("topic_logit", c_float), ("recent_logit", c_float),
+                ("noise", c_float)]
+
+
 STRUCTS = (Config, KvConfig, Stats, RegionOpts, BlockInfo, FaultPlan,
            Tunable, TunableTarget, Geometry, Layout, AttnBlocks,
-           PredictorOpts, KvSource, KvcacheOpts, StepStats, KvcacheStats)
+           PredictorOpts, KvSource, KvcacheOpts, StepStats, KvcacheStats,
+           SynthOpts)
 
 
 def check_layouts() -> None:
@@ -362,6 +404,14 @@ _PROTOS = {
     "kvp_kv_geometry_check": (c_int, [POINTER(Geometry)]),
     "kvp_kv_block_bytes": (c_size_t, [POINTER(Geometry)]),
     "kvp_kv_block_stride": (c_size_t, [POINTER(Geometry)]),
+    "kvp_kv_from_f32": (None, [c_int, floatp, c_void_p, c_size_t]),
+    "kvp_kv_to_f32": (None, [c_int, c_void_p, floatp, c_size_t]),
+    # lib/synth/kv_synth.h
+    "kvp_kv_synth_opts_default": (None, [POINTER(SynthOpts)]),
+    "kvp_kv_synth_create": (c_int, [POINTER(Geometry), POINTER(SynthOpts),
+                                    POINTER(_P)]),
+    "kvp_kv_synth_destroy": (None, [_P]),
+    "kvp_kv_source_synth": (None, [POINTER(KvSource), _P]),
     "kvp_attn_pool_create": (c_int, [c_uint, POINTER(_P)]),
     "kvp_attn_pool_destroy": (None, [_P]),
     "kvp_attn_pool_threads": (c_uint, [_P]),

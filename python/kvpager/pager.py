@@ -20,8 +20,8 @@ import numpy as np
 
 from . import _abi
 from ._native import (BlockInfo, Config, FaultPlan, Handle, KvpagerError,
-                      RegionOpts, Stats, TunableTarget, as_dict, check,
-                      invalid, lib)
+                      RegionOpts, Stats, TunableTarget, Viewed, as_dict,
+                      check, invalid, lib, view)
 
 ERR_MAX = 512  # KVP_TUNABLE_ERR_MAX
 PAGER = 0  # enum kvp_tunable_owner
@@ -210,7 +210,7 @@ BLOCK_STATES = ("absent", "loading", "resident", "evicting", "poisoned")
 ADVICE = {"cold": 0, "discard": 1}  # enum kvp_advice
 
 
-class Region(Handle):
+class Region(Handle, Viewed):
     """Virtual memory served by the pager from a store: made by
     Pager.region().  ``array()`` views it as a numpy array, in place: a
     read faults the block in as any access from C would, a write dirties
@@ -225,7 +225,6 @@ class Region(Handle):
         self.store = store
         self._h = handle
         self._own_store = own_store  # made by Pager.region, closed with it
-        self._views = 0  # buffers under live numpy arrays
         self._prefetches = weakref.WeakSet()
         self.addr = lib.kvp_region_addr(handle)
         self.size = lib.kvp_region_size(handle)
@@ -262,14 +261,7 @@ class Region(Handle):
             raise invalid("Region.array", f"{nbytes} bytes at offset "
                           f"{offset} do not fit the region's {self.size} "
                           f"(or the offset is misaligned for {dt})")
-        buf = (ctypes.c_char * nbytes).from_address(self.addr + offset)
-        buf.region = self  # the region lives while a view does
-        self._views += 1
-        weakref.finalize(buf, self._view_gone)
-        return np.frombuffer(buf, dtype=dt).reshape(shape)
-
-    def _view_gone(self) -> None:
-        self._views -= 1
+        return view(self, self.addr + offset, nbytes, dt, shape)
 
     def _blocks(self, call: str, first: int, n: int) -> None:
         if first < 0 or n < 1 or first + n > self.nblocks:
@@ -360,15 +352,12 @@ class Region(Handle):
         write-back failed (the region is closed anyway: data was lost)."""
         if not self._h:
             return
-        if self._views:
-            raise KvpagerError(errno.EBUSY, "Region.close",
-                               f"{self._views} numpy arrays still view "
-                               f"region {self.name}: delete them first")
+        self._refuse_if_viewed("Region.close", f"region {self.name}")
         for pf in list(self._prefetches):
             pf.close()
         rc = lib.kvp_region_destroy(self._h)
         self._h = None
-        self.pager._regions.discard(self)
+        self.pager._children.discard(self)
         self.store._users -= 1
         if self._own_store:
             self.store.close()
@@ -399,7 +388,7 @@ class Pager(Handle):
         check(lib.kvp_pager_open(byref(cfg), byref(h)), "kvp_pager_open")
         self._h = h.value
         self.directory = directory
-        self._regions = weakref.WeakSet()
+        self._children = weakref.WeakSet()  # regions and KV caches
 
     def _live(self) -> int:
         if not self._h:
@@ -467,7 +456,7 @@ class Pager(Handle):
               f"{block_bytes}" + (f" named {name}" if name else ""))
         store._users += 1
         r = Region(self, h.value, store, own)
-        self._regions.add(r)
+        self._children.add(r)
         return r
 
     def close(self) -> None:
@@ -477,13 +466,10 @@ class Pager(Handle):
         is raised after everything is closed."""
         if not self._h:
             return
-        busy = [r.name for r in self._regions if r._views]
-        if busy:
-            raise KvpagerError(errno.EBUSY, "Pager.close",
-                               f"numpy arrays still view regions "
-                               f"{', '.join(busy)}: delete them first")
+        for r in self._children:
+            r._refuse_if_viewed("Pager.close", f"{r.name}")
         first = None
-        for r in list(self._regions):
+        for r in list(self._children):
             try:
                 r.close()
             except KvpagerError as e:
