@@ -78,6 +78,13 @@ class Handle:
                 pass
 
 
+def address(a) -> int:
+    """The address of a numpy array's data: what the hot paths pass to C
+    (arguments declared c_void_p), at a fraction of the cost of
+    a.ctypes.data_as()."""
+    return a.__array_interface__["data"][0]
+
+
 def view(owner, addr: int, nbytes: int, dtype, shape) -> "np.ndarray":
     """A numpy array over @nbytes of C memory at @addr, no copy.  The
     buffer under it holds @owner, so the owner (whose close() frees the
@@ -239,7 +246,7 @@ class Layout(Structure):
 
 class AttnBlocks(Structure):
     _c_name_ = "kvp_attn_blocks"
-    _fields_ = [("ptrs", POINTER(c_void_p)), ("ntokens", u32p),
+    _fields_ = [("ptrs", c_void_p), ("ntokens", c_void_p),  # addresses
                 ("n", c_size_t)]
 
 
@@ -416,7 +423,7 @@ _PROTOS = {
     "kvp_attn_pool_destroy": (None, [_P]),
     "kvp_attn_pool_threads": (c_uint, [_P]),
     "kvp_attn_decode": (c_int, [POINTER(Geometry), POINTER(AttnBlocks),
-                                floatp, floatp, _P]),
+                                c_void_p, c_void_p, _P]),
     "kvp_attn_simd_name": (c_char_p, []),
     "kvp_attn_blocks_from_table": (c_int, [POINTER(Layout), c_void_p, _P,
                                            c_uint32, u32p, c_size_t,
@@ -445,8 +452,9 @@ _PROTOS = {
     "kvp_kvcache_seq_list": (c_uint32, [_P, u32p, c_uint32]),
     "kvp_kvcache_prefill": (c_int, [_P, c_uint32, c_uint64,
                                     POINTER(KvSource), c_void_p, c_void_p]),
-    "kvp_kvcache_step": (c_int, [_P, u32p, c_uint32, POINTER(KvSource),
-                                 floatp, POINTER(StepStats)]),
+    "kvp_kvcache_step": (c_int, [_P, c_void_p, c_uint32,
+                                 POINTER(KvSource), c_void_p,
+                                 POINTER(StepStats)]),
     "kvp_kvcache_drain": (None, [_P]),
     "kvp_kvcache_stats": (None, [_P, POINTER(KvcacheStats)]),
     "kvp_kvcache_format_block_table": (c_int, [_P, c_uint32, c_char_p,

@@ -334,3 +334,30 @@ def test_attention_over_a_region_matches_numpy(pager):
                 attn(kv, q, index=[0], ntokens=[17])
             assert e.value.errno == errno.EINVAL
         del kv, e  # the traceback's frames hold the view too
+
+
+def test_attention_rows_may_be_padded():
+    """Each KV block may sit at the start of a larger row (a pager block of
+    its own); the result equals the packed layout's."""
+    g = G  # 1 KiB KV blocks
+    rng = np.random.default_rng(11)
+    packed = rng.standard_normal((8, g.block_stride // 4),
+                                 dtype=np.float32).view(np.uint8)
+    padded = np.zeros((8, 4096), dtype=np.uint8)
+    padded[:, :g.block_stride] = packed
+    q = rng.standard_normal((g.q_heads, g.head_dim), dtype=np.float32)
+    with kvpager.Attention(g, threads=1) as attn:
+        want = attn(packed, q, index=[1, 5, 2])
+        got = attn(padded, q, index=[1, 5, 2])
+        assert np.array_equal(got, want)
+        for bad in (np.empty((g.q_heads, g.head_dim), np.float64),
+                    np.empty(3, np.float32)):
+            with pytest.raises(KvpagerError) as e:
+                attn(packed, q, out=bad)
+            assert e.value.errno == errno.EINVAL
+        with pytest.raises(KvpagerError) as e:
+            attn(packed[:, :512], q)  # rows shorter than a KV block
+        assert e.value.errno == errno.EINVAL
+        with pytest.raises(KvpagerError) as e:
+            attn(packed, q, index=[-1])
+        assert e.value.errno == errno.EINVAL
