@@ -1746,7 +1746,10 @@ int kvp_kvcache_step(struct kvp_kvcache *c, const uint32_t *seqs, uint32_t n,
 		for (i = 1; i <= d; i++) {
 			struct kvc_plan *ah;
 
-			if (layer + i >= L && !c->o.cross_step)
+			/* a plan for this very layer of the next step
+			 * (one layer) would be made before this step's
+			 * token lands and miss the block it fills */
+			if (i >= L || (layer + i >= L && !c->o.cross_step))
 				break;
 			ah = &c->plans[(gl + i) % c->nplans];
 			if (ah->used && ah->gl == gl + i)
