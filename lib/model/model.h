@@ -1,0 +1,188 @@
+/*
+ * model.h - a Llama-architecture transformer whose K and V live in kvpager.
+ *
+ * The network is llama2.c's (Karpathy): token embedding; per layer an
+ * attention RMSNorm, wq / wk / wv, rotary embeddings (theta 10000, adjacent
+ * pairs), grouped-query attention, wo, an FFN RMSNorm and a SwiGLU FFN
+ * (w2 (silu(w1 x) * w3 x)); a final RMSNorm and the classifier.  Matrices
+ * are float32, row-major [out][in].
+ *
+ * WEIGHTS come from a llama2.c checkpoint (kvp_model_load_file: mapped read
+ * only, never copied) or are drawn from a seed at the attention shape of a
+ * kv_geometry preset (kvp_model_random: "random:llama3-8b").  A random
+ * model's residual width (dim) is small and independent of q_heads *
+ * head_dim, so that the weights fit in RAM while the attention and its KV
+ * have the preset's real size.
+ *
+ * THE MODEL IS A KV SOURCE (kvcache.h's struct kvp_kv_source).  A
+ * kvp_model_seq runs one sequence: kvp_model_prefill computes the prompt's
+ * forward pass in RAM (its own causal attention) and hands each layer's K
+ * and V to kvp_kvcache_prefill; kvp_model_step runs one decode step
+ * through kvp_kvcache_step, whose attention reads K and V through the
+ * block tables and the pager, with the cache's predictor choosing blocks.
+ * Inside the step, the cache calls, per layer l in order, the source's
+ * fill (layer l's K and V of the new token: it first finishes layer l-1 from
+ * the attention output the cache wrote for it, then projects), then the
+ * source's query (layer l's real query), then attention into the step's
+ * output row of layer l.  A query asked ahead of its layer (a predictor
+ * planning prefetch) is speculative: the latest residual stream through
+ * that layer's norm and wq (InfiniGen's estimate); the attention itself
+ * always uses the real query.
+ *
+ * Determinism: the math runs in a fixed order whatever the thread count
+ * (threads split output rows, never a sum), so two runs that give the
+ * attention the same K and V give bit-identical logits: the pager backend
+ * against the all-in-RAM one is the project's token-for-token test.
+ *
+ * Threads: a model is read-only after it is made and may be shared; a
+ * kvp_model_seq is driven by one thread and owns a small pool of workers
+ * for its matrix products.
+ */
+#ifndef KVP_MODEL_H
+#define KVP_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lib/kv/kv_geometry.h"
+#include "lib/kv/kvcache.h"
+
+/* Limits of a checkpoint header, checked by kvp_model_load_file. */
+#define KVP_MODEL_MAX_DIM     65536u
+#define KVP_MODEL_MAX_HIDDEN  262144u
+#define KVP_MODEL_MAX_LAYERS  1024u
+#define KVP_MODEL_MAX_VOCAB   1048576u
+#define KVP_MODEL_MAX_SEQ_LEN 16777216u
+
+struct kvp_model_config {
+	uint32_t dim;		 /* residual stream width */
+	uint32_t hidden_dim;	 /* SwiGLU FFN width */
+	uint32_t layers;	 /* transformer layers */
+	uint32_t q_heads;	 /* query heads */
+	uint32_t kv_heads;	 /* KV heads, dividing q_heads */
+	uint32_t head_dim;	 /* per head; dim / q_heads in a checkpoint */
+	uint32_t vocab;		 /* tokens */
+	uint32_t seq_len;	 /* trained context; 0: no limit (random) */
+	bool shared_classifier;	 /* classifier is the embedding (tied) */
+};
+
+struct kvp_model;
+
+/*
+ * kvp_model_load_file - map a llama2.c checkpoint.
+ *
+ * The header (seven little-endian int32: dim, hidden_dim, n_layers,
+ * n_heads, n_kv_heads, vocab_size (negative: untied classifier), seq_len)
+ * is checked against the limits above and against the KV geometry's (head
+ * size a multiple of 8, 8 .. 512; q heads up to 256), and the file's size
+ * must be exactly the header plus the weights it implies: a truncated
+ * file, trailing bytes, or an absurd field is refused.  Returns 0 and
+ * *out, or -ENOENT / -EACCES / ... (open), -EINVAL (a bad field: the
+ * message in err names it), -EFBIG (size mismatch), -ENOMEM.  err (may be
+ * NULL) gets a one-line, lowercase message on failure.  Nothing is left
+ * behind on failure.
+ */
+int kvp_model_load_file(const char *path, struct kvp_model **out, char *err,
+			size_t errlen);
+
+/* Options of a random model (kvp_model_random). */
+struct kvp_model_random_opts {
+	uint64_t seed;	     /* weights; 1 */
+	uint32_t dim;	     /* residual width; 64 */
+	uint32_t hidden_dim; /* FFN width; 128 */
+	uint32_t vocab;	     /* 512 */
+};
+
+void kvp_model_random_opts_default(struct kvp_model_random_opts *o);
+
+/*
+ * kvp_model_random - a model with weights drawn from o->seed (uniform,
+ * variance 1 / fan-in; norms 1) at the attention shape of preset (a
+ * kv_geometry preset name): its layers, q heads, KV heads and head dim.
+ * Returns 0 and *out, -ENOENT (unknown preset), -EINVAL (o out of range),
+ * -ENOMEM; err as above.
+ */
+int kvp_model_random(const char *preset, const struct kvp_model_random_opts *o,
+		     struct kvp_model **out, char *err, size_t errlen);
+
+/*
+ * kvp_model_open - "random:PRESET" (kvp_model_random with o, NULL:
+ * defaults) or a checkpoint path (kvp_model_load_file).  Same returns.
+ */
+int kvp_model_open(const char *spec, const struct kvp_model_random_opts *o,
+		   struct kvp_model **out, char *err, size_t errlen);
+
+/* Unmap or free.  NULL is a no-op.  No kvp_model_seq may use it. */
+void kvp_model_close(struct kvp_model *m);
+
+const struct kvp_model_config *kvp_model_config(const struct kvp_model *m);
+/* The name it was opened with (path or "random:PRESET"). */
+const char *kvp_model_name(const struct kvp_model *m);
+/* Bytes of weights (mapped or allocated). */
+size_t kvp_model_weight_bytes(const struct kvp_model *m);
+
+/*
+ * kvp_model_geometry - the KV geometry of m's attention, with element type
+ * dtype and G = block_tokens.  Returns 0 or -EINVAL (kvp_kv_geometry_check
+ * refuses it).
+ */
+int kvp_model_geometry(const struct kvp_model *m, enum kvp_kv_dtype dtype,
+		       uint32_t block_tokens, struct kvp_kv_geometry *out);
+
+/* ---- running a sequence ------------------------------------------------- */
+
+struct kvp_model_seq;
+
+/*
+ * kvp_model_seq_create - the forward state of one sequence (seq, an id of
+ * cache c, created by the caller and empty) of model m, whose KV geometry
+ * c was made with (kvp_model_geometry).  nthreads: workers for the matrix
+ * products, counting the caller (0: one per online CPU).  Returns 0 and
+ * *out, -EINVAL (geometry differs from m's, seq not empty), -ENOMEM,
+ * -EAGAIN (threads).
+ */
+int kvp_model_seq_create(struct kvp_model *m, struct kvp_kvcache *c,
+			 uint32_t seq, unsigned nthreads,
+			 struct kvp_model_seq **out);
+void kvp_model_seq_destroy(struct kvp_model_seq *s);
+
+/*
+ * kvp_model_prefill - run the forward pass over tokens[0..n) appended to
+ * the sequence (in chunks), put their K and V into the cache
+ * (kvp_kvcache_prefill), and leave the logits of the last token.  The
+ * prompt's own attention runs in RAM over its K and V in fp32.  Returns 0,
+ * -EINVAL (a token >= vocab; n = 0; past the model's seq_len: *msg
+ * says), the cache's error.  On failure the cache's sequence may hold
+ * part of the tokens: free it.
+ */
+int kvp_model_prefill(struct kvp_model_seq *s, const uint32_t *tokens,
+		      uint32_t n);
+
+/*
+ * kvp_model_step - append token (the sequence's next) with one decode step
+ * through the cache, and leave its logits.  st (may be NULL) gets the
+ * step's figures (kvp_kvcache_step; t_fill_s is the model's own compute
+ * before each layer's attention).  Returns 0, -EINVAL (token >= vocab;
+ * past seq_len), or the cache's error.
+ */
+int kvp_model_step(struct kvp_model_seq *s, uint32_t token,
+		   struct kvp_kvcache_step_stats *st);
+
+/* The logits of the last token (vocab floats), valid until the next call. */
+const float *kvp_model_logits(const struct kvp_model_seq *s);
+/* Tokens in the sequence. */
+uint64_t kvp_model_seq_tokens(const struct kvp_model_seq *s);
+/* Seconds spent in the model's own math (matmuls, norms, FFN, prefill
+ * attention), not in the cache's attention. */
+double kvp_model_seq_compute_s(const struct kvp_model_seq *s);
+
+/*
+ * kvp_model_sample - the next token from logits: the argmax (lowest index
+ * on ties) when temperature <= 0, else a draw from softmax(logits /
+ * temperature) with *rng (a xorshift state, advanced; never 0).
+ */
+uint32_t kvp_model_sample(const float *logits, uint32_t vocab,
+			  float temperature, uint64_t *rng);
+
+#endif /* KVP_MODEL_H */

@@ -1,0 +1,530 @@
+/*
+ * seq.c - one sequence of a model through a KV cache: the model as a KV
+ * source (see model.h).
+ *
+ * A decode step of token t at position p:
+ *
+ *   x = embed[t]                                      kvp_model_step
+ *   kvp_kvcache_step, per layer l:
+ *     fill(l)    finish layer l-1 from attn[l-1]: x += wo attn; x += FFN;
+ *                then q, k, v of layer l (RoPE at p); k, v into the
+ *                rolling block; q kept for query(l)
+ *     query(l)   the kept q
+ *     attention  the cache's, over the predictor's blocks -> attn[l]
+ *   finish layer L-1; final norm; logits = cls x       kvp_model_step
+ *
+ * The cache writes layer l's output into attn[l] before it asks for layer
+ * l+1's fill (its per-layer order: fill, wait, compute), which is what
+ * lets the source continue the forward pass inside the step.
+ *
+ * Prefill runs the prompt in chunks of PREFILL_CHUNK tokens, layer by
+ * layer over the whole chunk (matrix-matrix products), with the prompt's
+ * own causal attention over a history of its K and V in RAM; then
+ * kvp_kvcache_prefill takes the chunk's K and V from that history.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "lib/model/model_i.h"
+
+#define PREFILL_CHUNK 256u
+
+enum seq_mode {
+	MODE_IDLE = 0,	  /* between calls: fill refuses */
+	MODE_PREFILL = 1, /* fill reads the history */
+	MODE_STEP = 2,	  /* fill runs the forward pass */
+};
+
+struct kvp_model_seq {
+	struct kvp_model *m;
+	const struct kvp_model_config *cfg; /* &m->cfg */
+	struct kvp_kvcache *c;
+	uint32_t seq;		   /* the cache's sequence id */
+	struct kvp_kv_geometry g;  /* the cache's geometry */
+	struct kvp_mpool *pool;	   /* matrix-product workers */
+	struct kvp_kv_source src;  /* fill / query on this */
+	uint32_t qd, kvd;	   /* q_heads * head_dim, kv_heads * head_dim */
+	uint64_t pos;		   /* tokens in the sequence */
+	enum seq_mode mode;
+	uint32_t next_layer;	   /* step: the layer fill expects next */
+	float *x, *xb, *xb2;	   /* residual stream and scratch: dim */
+	float *spec;		   /* speculative query's norm: dim */
+	float *hb, *hb2;	   /* FFN: hidden_dim */
+	float *kcur, *vcur;	   /* the step's k, v: kvd */
+	float *q;		   /* the step's real queries: layers x qd */
+	float *attn;		   /* the cache's output: layers x qd */
+	float *logits;		   /* vocab */
+	/* prefill: the prompt's K and V, ring of hcap tokens per layer */
+	float *hk, *hv;		   /* layers x hcap x kvd */
+	uint64_t hcap;
+	double compute_s;	   /* the model's own math */
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Write K and V (kvd floats each) of one token into slot of a KV block. */
+static void put_token(const struct kvp_kv_geometry *g, void *blk,
+		      uint32_t slot, const float *k, const float *v)
+{
+	uint32_t h;
+
+	for (h = 0; h < g->kv_heads; h++) {
+		kvp_kv_from_f32(g->dtype, k + (size_t)h * g->head_dim,
+				(char *)blk + kvp_kv_k_offset(g, h, slot),
+				g->head_dim);
+		kvp_kv_from_f32(g->dtype, v + (size_t)h * g->head_dim,
+				(char *)blk + kvp_kv_v_offset(g, h, slot),
+				g->head_dim);
+	}
+}
+
+/* q, k, v of layer l from the residual x at position pos. */
+static void layer_qkv(struct kvp_model_seq *s, uint32_t l, uint64_t pos,
+		      float *q, float *k, float *v)
+{
+	const struct kvp_model_config *c = s->cfg;
+	const struct kvp_model_weights *w = &s->m->w;
+	size_t D = c->dim;
+
+	kvp_model_rmsnorm(s->xb, s->x, w->att_norm + l * D, c->dim);
+	kvp_model_matmul(s->pool, q, s->xb, w->wq + l * (size_t)s->qd * D, 1,
+			 s->qd, c->dim);
+	kvp_model_matmul(s->pool, k, s->xb, w->wk + l * (size_t)s->kvd * D, 1,
+			 s->kvd, c->dim);
+	kvp_model_matmul(s->pool, v, s->xb, w->wv + l * (size_t)s->kvd * D, 1,
+			 s->kvd, c->dim);
+	kvp_model_rope(q, c->q_heads, c->head_dim, pos);
+	kvp_model_rope(k, c->kv_heads, c->head_dim, pos);
+}
+
+/*
+ * The rest of layer l over ntok tokens of x ([ntok][dim]) given their
+ * attention output att ([ntok][qd]): x += wo att; x += FFN(norm(x)).
+ * xb, xb2: ntok * dim scratch; hb, hb2: ntok * hidden_dim.
+ */
+static void layer_finish(struct kvp_model_seq *s, uint32_t l, uint32_t ntok,
+			 float *x, const float *att, float *xb, float *xb2,
+			 float *hb, float *hb2)
+{
+	const struct kvp_model_config *c = s->cfg;
+	const struct kvp_model_weights *w = &s->m->w;
+	size_t D = c->dim, H = c->hidden_dim, i;
+	uint32_t t;
+
+	kvp_model_matmul(s->pool, xb2, att, w->wo + l * D * s->qd, ntok,
+			 c->dim, s->qd);
+	for (i = 0; i < ntok * D; i++)
+		x[i] += xb2[i];
+	for (t = 0; t < ntok; t++)
+		kvp_model_rmsnorm(xb + t * D, x + t * D, w->ffn_norm + l * D,
+				  c->dim);
+	kvp_model_matmul(s->pool, hb, xb, w->w1 + l * H * D, ntok,
+			 c->hidden_dim, c->dim);
+	kvp_model_matmul(s->pool, hb2, xb, w->w3 + l * H * D, ntok,
+			 c->hidden_dim, c->dim);
+	kvp_model_swiglu(hb, hb2, (uint32_t)(ntok * H));
+	kvp_model_matmul(s->pool, xb2, hb, w->w2 + l * D * H, ntok, c->dim,
+			 c->hidden_dim);
+	for (i = 0; i < ntok * D; i++)
+		x[i] += xb2[i];
+}
+
+static void final_logits(struct kvp_model_seq *s, const float *x)
+{
+	const struct kvp_model_config *c = s->cfg;
+
+	kvp_model_rmsnorm(s->xb, x, s->m->w.final_norm, c->dim);
+	kvp_model_matmul(s->pool, s->logits, s->xb, s->m->w.cls, 1, c->vocab,
+			 c->dim);
+}
+
+/* ---- the KV source ------------------------------------------------------ */
+
+static float *hist_k(struct kvp_model_seq *s, uint32_t l, uint64_t tok)
+{
+	return s->hk + ((size_t)l * s->hcap + tok % s->hcap) * s->kvd;
+}
+
+static float *hist_v(struct kvp_model_seq *s, uint32_t l, uint64_t tok)
+{
+	return s->hv + ((size_t)l * s->hcap + tok % s->hcap) * s->kvd;
+}
+
+static int src_fill(void *arg, uint32_t seq, uint32_t layer, uint64_t token,
+		    uint32_t ntokens, void *kvblock)
+{
+	struct kvp_model_seq *s = arg;
+	uint32_t G = s->g.block_tokens, i;
+	double t0;
+
+	if (seq != s->seq || layer >= s->cfg->layers)
+		return -EINVAL;
+	if (s->mode == MODE_PREFILL) {
+		/* read only: the cache calls this from several threads */
+		for (i = 0; i < ntokens; i++)
+			put_token(&s->g, kvblock, (uint32_t)((token + i) % G),
+				  hist_k(s, layer, token + i),
+				  hist_v(s, layer, token + i));
+		return 0;
+	}
+	if (s->mode != MODE_STEP || ntokens != 1 || token != s->pos ||
+	    layer != s->next_layer)
+		return -EINVAL;
+	t0 = now_s();
+	if (layer)
+		layer_finish(s, layer - 1, 1, s->x,
+			     s->attn + (size_t)(layer - 1) * s->qd, s->xb,
+			     s->xb2, s->hb, s->hb2);
+	layer_qkv(s, layer, token, s->q + (size_t)layer * s->qd, s->kcur,
+		  s->vcur);
+	put_token(&s->g, kvblock, (uint32_t)(token % G), s->kcur, s->vcur);
+	s->next_layer++;
+	s->compute_s += now_s() - t0;
+	return 0;
+}
+
+static void src_query(void *arg, uint32_t seq, uint32_t layer, uint64_t pos,
+		      float *q)
+{
+	struct kvp_model_seq *s = arg;
+	const struct kvp_model_config *c = s->cfg;
+	size_t D = c->dim;
+
+	if (s->mode == MODE_STEP && pos == s->pos + 1 &&
+	    layer < s->next_layer) {
+		memcpy(q, s->q + (size_t)layer * s->qd, sizeof(float) * s->qd);
+		return;
+	}
+	/* ahead of its layer: the latest residual through layer's wq */
+	(void)seq;
+	kvp_model_rmsnorm(s->spec, s->x, s->m->w.att_norm + layer * D, c->dim);
+	kvp_model_matmul(s->pool, q, s->spec,
+			 s->m->w.wq + layer * (size_t)s->qd * D, 1, s->qd,
+			 c->dim);
+	kvp_model_rope(q, c->q_heads, c->head_dim, pos ? pos - 1 : 0);
+}
+
+/* ---- lifecycle ---------------------------------------------------------- */
+
+int kvp_model_seq_create(struct kvp_model *m, struct kvp_kvcache *c,
+			 uint32_t seq, unsigned nthreads,
+			 struct kvp_model_seq **out)
+{
+	const struct kvp_kv_layout *l = kvp_kvcache_layout(c);
+	const struct kvp_model_config *cfg = &m->cfg;
+	struct kvp_model_seq *s;
+	int err;
+
+	if (l->geo.layers != cfg->layers || l->geo.q_heads != cfg->q_heads ||
+	    l->geo.kv_heads != cfg->kv_heads ||
+	    l->geo.head_dim != cfg->head_dim ||
+	    kvp_kvcache_seq_tokens(c, seq) != 0)
+		return -EINVAL;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->m = m;
+	s->cfg = cfg;
+	s->c = c;
+	s->seq = seq;
+	s->g = l->geo;
+	s->qd = cfg->q_heads * cfg->head_dim;
+	s->kvd = cfg->kv_heads * cfg->head_dim;
+	s->src.fill = src_fill;
+	s->src.query = src_query;
+	s->src.arg = s;
+	s->x = calloc(cfg->dim, sizeof(float));
+	s->xb = calloc(cfg->dim, sizeof(float));
+	s->xb2 = calloc(cfg->dim, sizeof(float));
+	s->spec = calloc(cfg->dim, sizeof(float));
+	s->hb = calloc(cfg->hidden_dim, sizeof(float));
+	s->hb2 = calloc(cfg->hidden_dim, sizeof(float));
+	s->kcur = calloc(s->kvd, sizeof(float));
+	s->vcur = calloc(s->kvd, sizeof(float));
+	s->q = calloc((size_t)cfg->layers * s->qd, sizeof(float));
+	s->attn = calloc((size_t)cfg->layers * s->qd, sizeof(float));
+	s->logits = calloc(cfg->vocab, sizeof(float));
+	err = -ENOMEM;
+	if (!s->x || !s->xb || !s->xb2 || !s->spec || !s->hb || !s->hb2 ||
+	    !s->kcur || !s->vcur || !s->q || !s->attn || !s->logits)
+		goto fail;
+	err = kvp_mpool_create(nthreads, &s->pool);
+	if (err)
+		goto fail;
+	*out = s;
+	return 0;
+fail:
+	kvp_model_seq_destroy(s);
+	return err;
+}
+
+void kvp_model_seq_destroy(struct kvp_model_seq *s)
+{
+	if (!s)
+		return;
+	kvp_mpool_destroy(s->pool);
+	free(s->x);
+	free(s->xb);
+	free(s->xb2);
+	free(s->spec);
+	free(s->hb);
+	free(s->hb2);
+	free(s->kcur);
+	free(s->vcur);
+	free(s->q);
+	free(s->attn);
+	free(s->logits);
+	free(s->hk);
+	free(s->hv);
+	free(s);
+}
+
+const float *kvp_model_logits(const struct kvp_model_seq *s)
+{
+	return s->logits;
+}
+
+uint64_t kvp_model_seq_tokens(const struct kvp_model_seq *s)
+{
+	return s->pos;
+}
+
+double kvp_model_seq_compute_s(const struct kvp_model_seq *s)
+{
+	return s->compute_s;
+}
+
+static bool past_context(const struct kvp_model_seq *s, uint64_t n)
+{
+	return s->cfg->seq_len && n > s->cfg->seq_len;
+}
+
+/* ---- prefill ------------------------------------------------------------ */
+
+struct prompt_attn {
+	struct kvp_model_seq *s;
+	uint32_t layer;
+	uint64_t first;	   /* position of the chunk's first token */
+	const float *q;	   /* [ntok][qd] */
+	float *out;	   /* [ntok][qd] */
+	float *scores;	   /* per head-token job: first + ntok floats */
+	uint32_t ntok;
+};
+
+/* Causal attention of jobs [lo, hi) = (token, head) pairs over the
+ * history, in fp32 (a numerically plain softmax: max, exp, sum). */
+static void prompt_attn_run(void *arg, uint32_t lo, uint32_t hi)
+{
+	const struct prompt_attn *a = arg;
+	struct kvp_model_seq *s = a->s;
+	const struct kvp_model_config *c = s->cfg;
+	uint32_t hd = c->head_dim, grp = c->q_heads / c->kv_heads, j, d;
+	float scale = 1.0f / sqrtf((float)hd);
+	float *sc = a->scores + (size_t)lo * (a->first + a->ntok);
+
+	for (j = lo; j < hi; j++, sc += a->first + a->ntok) {
+		uint32_t t = j / c->q_heads, h = j % c->q_heads;
+		uint64_t pos = a->first + t, u, from = 0;
+		const float *q = a->q + (size_t)t * s->qd + (size_t)h * hd;
+		float *o = a->out + (size_t)t * s->qd + (size_t)h * hd;
+		size_t kh = (size_t)(h / grp) * hd;
+		float mx = -INFINITY, sum = 0;
+
+		if (pos + 1 > s->hcap)
+			from = pos + 1 - s->hcap;
+		for (u = from; u <= pos; u++) {
+			const float *k = hist_k(s, a->layer, u) + kh;
+			float v = 0;
+
+			for (d = 0; d < hd; d++)
+				v += q[d] * k[d];
+			sc[u - from] = v * scale;
+			if (sc[u - from] > mx)
+				mx = sc[u - from];
+		}
+		for (u = from; u <= pos; u++) {
+			sc[u - from] = expf(sc[u - from] - mx);
+			sum += sc[u - from];
+		}
+		memset(o, 0, sizeof(float) * hd);
+		for (u = from; u <= pos; u++) {
+			const float *v = hist_v(s, a->layer, u) + kh;
+			float p = sc[u - from] / sum;
+
+			for (d = 0; d < hd; d++)
+				o[d] += p * v[d];
+		}
+	}
+}
+
+int kvp_model_prefill(struct kvp_model_seq *s, const uint32_t *tokens,
+		      uint32_t n)
+{
+	const struct kvp_model_config *c = s->cfg;
+	const struct kvp_model_weights *w = &s->m->w;
+	size_t D = c->dim, H = c->hidden_dim, i;
+	uint32_t T = n < PREFILL_CHUNK ? n : PREFILL_CHUNK, l, t, a;
+	float *X = NULL, *XB = NULL, *XB2 = NULL, *H1 = NULL, *H3 = NULL;
+	float *Q = NULL, *K = NULL, *V = NULL, *ATT = NULL, *SC = NULL;
+	double t0 = now_s();
+	int err = -EINVAL;
+
+	if (!n || s->pos || past_context(s, n))
+		return -EINVAL;
+	for (i = 0; i < n; i++)
+		if (tokens[i] >= c->vocab)
+			return -EINVAL;
+	err = -ENOMEM;
+	free(s->hk);
+	free(s->hv);
+	s->hcap = n;
+	s->hk = malloc(sizeof(float) * c->layers * s->hcap * s->kvd);
+	s->hv = malloc(sizeof(float) * c->layers * s->hcap * s->kvd);
+	X = malloc(sizeof(float) * T * D);
+	XB = malloc(sizeof(float) * T * D);
+	XB2 = malloc(sizeof(float) * T * D);
+	H1 = malloc(sizeof(float) * T * H);
+	H3 = malloc(sizeof(float) * T * H);
+	Q = malloc(sizeof(float) * T * s->qd);
+	K = malloc(sizeof(float) * T * s->kvd);
+	V = malloc(sizeof(float) * T * s->kvd);
+	ATT = malloc(sizeof(float) * T * s->qd);
+	SC = malloc(sizeof(float) * (size_t)T * c->q_heads * n);
+	if (!s->hk || !s->hv || !X || !XB || !XB2 || !H1 || !H3 || !Q || !K ||
+	    !V || !ATT || !SC)
+		goto out;
+	for (a = 0; a < n; a += T) {
+		uint32_t nt = n - a < T ? n - a : T;
+		struct prompt_attn pa = { s, 0, a, Q, ATT, SC, nt };
+
+		for (t = 0; t < nt; t++)
+			memcpy(X + t * D, w->embed + (size_t)tokens[a + t] * D,
+			       sizeof(float) * D);
+		for (l = 0; l < c->layers; l++) {
+			for (t = 0; t < nt; t++)
+				kvp_model_rmsnorm(XB + t * D, X + t * D,
+						  w->att_norm + l * D, c->dim);
+			kvp_model_matmul(s->pool, Q, XB,
+					 w->wq + l * (size_t)s->qd * D, nt,
+					 s->qd, c->dim);
+			kvp_model_matmul(s->pool, K, XB,
+					 w->wk + l * (size_t)s->kvd * D, nt,
+					 s->kvd, c->dim);
+			kvp_model_matmul(s->pool, V, XB,
+					 w->wv + l * (size_t)s->kvd * D, nt,
+					 s->kvd, c->dim);
+			for (t = 0; t < nt; t++) {
+				kvp_model_rope(Q + (size_t)t * s->qd,
+					       c->q_heads, c->head_dim, a + t);
+				kvp_model_rope(K + (size_t)t * s->kvd,
+					       c->kv_heads, c->head_dim, a + t);
+				memcpy(hist_k(s, l, a + t),
+				       K + (size_t)t * s->kvd,
+				       sizeof(float) * s->kvd);
+				memcpy(hist_v(s, l, a + t),
+				       V + (size_t)t * s->kvd,
+				       sizeof(float) * s->kvd);
+			}
+			pa.layer = l;
+			kvp_mpool_run(s->pool, nt * c->q_heads,
+				      (uint64_t)nt * c->q_heads *
+					  (a + nt) * c->head_dim * 2,
+				      prompt_attn_run, &pa);
+			layer_finish(s, l, nt, X, ATT, XB, XB2, H1, H3);
+		}
+		if (a + nt == n)
+			final_logits(s, X + (size_t)(nt - 1) * D);
+		s->compute_s += now_s() - t0;
+		s->mode = MODE_PREFILL;
+		err = kvp_kvcache_prefill(s->c, s->seq, nt, &s->src, NULL,
+					  NULL);
+		s->mode = MODE_IDLE;
+		t0 = now_s();
+		if (err)
+			goto out;
+		s->pos += nt;
+	}
+	err = 0;
+out:
+	s->compute_s += now_s() - t0;
+	free(s->hk);
+	free(s->hv);
+	s->hk = s->hv = NULL;
+	free(X);
+	free(XB);
+	free(XB2);
+	free(H1);
+	free(H3);
+	free(Q);
+	free(K);
+	free(V);
+	free(ATT);
+	free(SC);
+	return err;
+}
+
+/* ---- decode ------------------------------------------------------------- */
+
+int kvp_model_step(struct kvp_model_seq *s, uint32_t token,
+		   struct kvp_kvcache_step_stats *st)
+{
+	const struct kvp_model_config *c = s->cfg;
+	double t0;
+	int err;
+
+	if (token >= c->vocab || past_context(s, s->pos + 1))
+		return -EINVAL;
+	memcpy(s->x, s->m->w.embed + (size_t)token * c->dim,
+	       sizeof(float) * c->dim);
+	s->mode = MODE_STEP;
+	s->next_layer = 0;
+	err = kvp_kvcache_step(s->c, &s->seq, 1, &s->src, s->attn, st);
+	s->mode = MODE_IDLE;
+	if (err)
+		return err;
+	if (s->next_layer != c->layers)
+		return -EIO;
+	t0 = now_s();
+	layer_finish(s, c->layers - 1, 1, s->x,
+		     s->attn + (size_t)(c->layers - 1) * s->qd, s->xb, s->xb2,
+		     s->hb, s->hb2);
+	final_logits(s, s->x);
+	s->compute_s += now_s() - t0;
+	s->pos++;
+	return 0;
+}
+
+uint32_t kvp_model_sample(const float *logits, uint32_t vocab,
+			  float temperature, uint64_t *rng)
+{
+	uint32_t i, best = 0;
+	double sum = 0, r, mx;
+
+	for (i = 1; i < vocab; i++)
+		if (logits[i] > logits[best])
+			best = i;
+	if (temperature <= 0 || !rng)
+		return best;
+	mx = logits[best];
+	for (i = 0; i < vocab; i++)
+		sum += exp((logits[i] - mx) / temperature);
+	*rng ^= *rng << 13;
+	*rng ^= *rng >> 7;
+	*rng ^= *rng << 17;
+	r = (double)(*rng >> 11) / 9007199254740992.0 * sum;
+	for (i = 0; i < vocab; i++) {
+		r -= exp((logits[i] - mx) / temperature);
+		if (r < 0)
+			return i;
+	}
+	return best;
+}

@@ -1,0 +1,503 @@
+/*
+ * test_model.c - the model: the checkpoint loader against crafted files
+ * (one bad field at a time), the math against hand values, a tiny
+ * hand-checked network through the KV cache, random weights.
+ *
+ * Needs no model file: the checkpoints are written here.
+ */
+#include <check.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "lib/model/model_i.h"
+
+static char dir[] = "/tmp/test_model.XXXXXX";
+
+/* A checkpoint with header h and nfloats floats (f(i) or i * 1e-3). */
+static const char *write_ckpt(const char *name, const int32_t h[7],
+			      size_t nfloats, const float *f)
+{
+	static char path[256];
+	FILE *fp;
+	size_t i;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	fp = fopen(path, "wb");
+	ck_assert_ptr_nonnull(fp);
+	ck_assert_uint_eq(fwrite(h, sizeof(int32_t), 7, fp), 7);
+	for (i = 0; i < nfloats; i++) {
+		float v = f ? f[i] : (float)(i % 1000) * 1e-3f;
+
+		ck_assert_uint_eq(fwrite(&v, sizeof(v), 1, fp), 1);
+	}
+	ck_assert_int_eq(fclose(fp), 0);
+	return path;
+}
+
+/* Floats a header implies (the loader's rule, written out again). */
+static size_t floats_of(const int32_t h[7])
+{
+	size_t dim = h[0], hid = h[1], L = h[2], hd = h[0] / h[3];
+	size_t kvd = hd * h[4], V = h[5] < 0 ? -h[5] : h[5], S = h[6];
+
+	return V * dim + L * (2 * dim + 2 * dim * dim + 2 * kvd * dim) +
+	       L * 3 * hid * dim + dim + S * hd + (h[5] < 0 ? V * dim : 0);
+}
+
+static const int32_t good[7] = { 16, 24, 2, 2, 1, 32, 64 };
+
+START_TEST(loads_and_maps)
+{
+	struct kvp_model *m;
+	char err[256] = "";
+	const char *p = write_ckpt("good.bin", good, floats_of(good), NULL);
+	const struct kvp_model_config *c;
+	struct kvp_kv_geometry g;
+
+	ck_assert_int_eq(kvp_model_load_file(p, &m, err, sizeof(err)), 0);
+	c = kvp_model_config(m);
+	ck_assert_uint_eq(c->dim, 16);
+	ck_assert_uint_eq(c->hidden_dim, 24);
+	ck_assert_uint_eq(c->layers, 2);
+	ck_assert_uint_eq(c->q_heads, 2);
+	ck_assert_uint_eq(c->kv_heads, 1);
+	ck_assert_uint_eq(c->head_dim, 8);
+	ck_assert_uint_eq(c->vocab, 32);
+	ck_assert_uint_eq(c->seq_len, 64);
+	ck_assert(c->shared_classifier);
+	/* mapped, not copied: the weights are the file's pages */
+	ck_assert_ptr_nonnull(m->map);
+	ck_assert_ptr_eq(m->w.embed, (const float *)((char *)m->map + 28));
+	ck_assert_ptr_eq(m->w.cls, m->w.embed);
+	ck_assert_float_eq(m->w.embed[1], 1e-3f);
+	ck_assert_uint_eq(kvp_model_weight_bytes(m), floats_of(good) * 4);
+	ck_assert_int_eq(kvp_model_geometry(m, KVP_KV_FP16, 4, &g), 0);
+	ck_assert_uint_eq(g.q_heads, 2);
+	ck_assert_uint_eq(g.head_dim, 8);
+	kvp_model_close(m);
+}
+END_TEST
+
+START_TEST(untied_classifier)
+{
+	int32_t h[7] = { 16, 24, 2, 2, 1, -32, 64 };
+	size_t n = floats_of(h);
+	float *f = calloc(n, sizeof(float));
+	struct kvp_model *m;
+	char err[256];
+
+	f[n - 32 * 16] = 42; /* the classifier's first weight */
+	ck_assert_int_eq(
+	    kvp_model_load_file(write_ckpt("untied.bin", h, n, f), &m, err,
+				sizeof(err)),
+	    0);
+	ck_assert(!kvp_model_config(m)->shared_classifier);
+	ck_assert_float_eq(m->w.cls[0], 42);
+	ck_assert_ptr_ne(m->w.cls, m->w.embed);
+	kvp_model_close(m);
+	free(f);
+}
+END_TEST
+
+/* One bad field per row: the return and the word the message must have. */
+static const struct bad_case {
+	int32_t h[7];
+	long dfloats; /* floats added to (or, negative, cut from) the right
+			 count; LONG_MIN: write only the first 3 ints */
+	int rc;
+	const char *word;
+} bad_cases[] = {
+	{ { 0, 24, 2, 2, 1, 32, 64 }, 0, -EINVAL, "field dim " },
+	{ { 131072, 24, 2, 2, 1, 32, 64 }, 0, -EINVAL, "field dim " },
+	{ { 16, 0, 2, 2, 1, 32, 64 }, 0, -EINVAL, "hidden_dim" },
+	{ { 16, -5, 2, 2, 1, 32, 64 }, 0, -EINVAL, "hidden_dim" },
+	{ { 16, 24, 0, 2, 1, 32, 64 }, 0, -EINVAL, "n_layers" },
+	{ { 16, 24, 5000, 2, 1, 32, 64 }, 0, -EINVAL, "n_layers" },
+	{ { 16, 24, 2, 0, 1, 32, 64 }, 0, -EINVAL, "n_heads" },
+	{ { 4096, 24, 2, 512, 1, 32, 64 }, 0, -EINVAL, "n_heads" },
+	{ { 16, 24, 2, 2, 0, 32, 64 }, 0, -EINVAL, "n_kv_heads" },
+	{ { 16, 24, 2, 2, 3, 32, 64 }, 0, -EINVAL, "n_kv_heads" },
+	{ { 48, 24, 2, 6, 4, 32, 64 }, 0, -EINVAL, "n_kv_heads 4 does not" },
+	{ { 16, 24, 2, 2, 1, 0, 64 }, 0, -EINVAL, "vocab_size" },
+	{ { 16, 24, 2, 2, 1, 2000000, 64 }, 0, -EINVAL, "vocab_size" },
+	{ { 16, 24, 2, 2, 1, 32, 0 }, 0, -EINVAL, "seq_len" },
+	{ { 16, 24, 2, 2, 1, 32, -1 }, 0, -EINVAL, "seq_len" },
+	{ { 24, 24, 2, 2, 1, 32, 64 }, 0, -EINVAL, "head size" },
+	{ { 16, 24, 2, 2, 1, 32, 64 }, -1, -EFBIG, "truncated" },
+	{ { 16, 24, 2, 2, 1, 32, 64 }, 1, -EFBIG, "oversized" },
+	{ { 16, 24, 2, 2, 1, 32, 64 }, LONG_MIN, -EFBIG, "truncated" },
+	/* untied, sized as if tied: short by the classifier */
+	{ { 16, 24, 2, 2, 1, -32, 64 }, -32 * 16, -EFBIG, "truncated" },
+};
+
+START_TEST(refuses_bad_field)
+{
+	const struct bad_case *b = &bad_cases[_i];
+	struct kvp_model *m = (struct kvp_model *)0x1;
+	char err[256] = "";
+	const char *p;
+	int rc;
+
+	if (b->dfloats == LONG_MIN) {
+		p = write_ckpt("bad.bin", b->h, 0, NULL);
+		ck_assert_int_eq(truncate(p, 12), 0);
+	} else {
+		size_t n = b->h[0] > 0 && b->h[3] > 0 && b->h[1] > 0 &&
+				   b->h[0] < 100000 && b->h[3] < 300 &&
+				   b->h[2] < 100 && b->h[2] > 0 && b->h[4] > 0 &&
+				   b->h[6] > 0 && b->h[5] != 0 &&
+				   b->h[5] < 100000 && b->h[5] > -100000
+			       ? floats_of(b->h)
+			       : 100;
+		p = write_ckpt("bad.bin", b->h, n + b->dfloats, NULL);
+	}
+	rc = kvp_model_load_file(p, &m, err, sizeof(err));
+	ck_assert_msg(rc == b->rc, "case %d: rc %d, want %d (%s)", _i, rc,
+		      b->rc, err);
+	ck_assert_msg(strstr(err, b->word), "case %d: '%s' lacks '%s'", _i,
+		      err, b->word);
+	ck_assert_ptr_eq(m, (struct kvp_model *)0x1); /* untouched */
+}
+END_TEST
+
+START_TEST(refuses_missing_and_dirs)
+{
+	struct kvp_model *m;
+	char err[256] = "";
+
+	ck_assert_int_eq(kvp_model_load_file("/nonexistent/x.bin", &m, err,
+					     sizeof(err)),
+			 -ENOENT);
+	ck_assert(strstr(err, "cannot open model '/nonexistent/x.bin'"));
+	ck_assert_int_eq(kvp_model_load_file(dir, &m, err, sizeof(err)),
+			 -EINVAL);
+	ck_assert(strstr(err, "not a regular file"));
+	ck_assert_int_eq(kvp_model_open("", NULL, &m, err, sizeof(err)),
+			 -EINVAL);
+	ck_assert_int_eq(kvp_model_open("random:nope", NULL, &m, err,
+					sizeof(err)),
+			 -ENOENT);
+	ck_assert(strstr(err, "unknown model 'random:nope'"));
+}
+END_TEST
+
+START_TEST(random_weights)
+{
+	struct kvp_model_random_opts o;
+	struct kvp_model *a, *b, *c;
+	char err[256];
+	size_t n;
+
+	kvp_model_random_opts_default(&o);
+	ck_assert_int_eq(kvp_model_open("random:llama3-8b", &o, &a, err,
+					sizeof(err)),
+			 0);
+	ck_assert_uint_eq(kvp_model_config(a)->layers, 32);
+	ck_assert_uint_eq(kvp_model_config(a)->q_heads, 32);
+	ck_assert_uint_eq(kvp_model_config(a)->kv_heads, 8);
+	ck_assert_uint_eq(kvp_model_config(a)->head_dim, 128);
+	ck_assert_uint_eq(kvp_model_config(a)->dim, 64);
+	ck_assert_str_eq(kvp_model_name(a), "random:llama3-8b");
+	kvp_model_close(a);
+	ck_assert_int_eq(kvp_model_random("tiny", &o, &a, err, sizeof(err)),
+			 0);
+	ck_assert_int_eq(kvp_model_random("tiny", &o, &b, err, sizeof(err)),
+			 0);
+	o.seed = 2;
+	ck_assert_int_eq(kvp_model_random("tiny", &o, &c, err, sizeof(err)),
+			 0);
+	n = kvp_model_weight_bytes(a);
+	ck_assert(memcmp(a->alloc, b->alloc, n) == 0);
+	ck_assert(memcmp(a->alloc, c->alloc, n) != 0);
+	ck_assert_float_eq(a->w.att_norm[0], 1.0f);
+	ck_assert_float_eq(a->w.final_norm[63], 1.0f);
+	kvp_model_close(a);
+	kvp_model_close(b);
+	kvp_model_close(c);
+	o.dim = 4;
+	ck_assert_int_eq(kvp_model_random("tiny", &o, &a, err, sizeof(err)),
+			 -EINVAL);
+	ck_assert(strstr(err, "dim 4"));
+}
+END_TEST
+
+/* ---- the math ----------------------------------------------------------- */
+
+START_TEST(math_hand_values)
+{
+	float x[8] = { 1, -1, 2, 0, 0, 0, 0, 0 }, w[8] = { 1, 2, 1, 1, 1, 1, 1, 1 };
+	float o[8], v[16], h1[2] = { 0, 1 }, h3[2] = { 5, 2 };
+	double r = 1.0 / sqrt(6.0 / 8 + 1e-5);
+	int i;
+
+	kvp_model_rmsnorm(o, x, w, 8);
+	ck_assert_float_eq_tol(o[0], r, 1e-6);
+	ck_assert_float_eq_tol(o[1], -2 * r, 1e-6);
+	ck_assert_float_eq_tol(o[2], 2 * r, 1e-6);
+	/* RoPE: pair i turns by pos * 10000^(-i/head_dim); pos 0 is none */
+	for (i = 0; i < 16; i++)
+		v[i] = i % 2 ? 0 : 1;
+	kvp_model_rope(v, 2, 8, 0);
+	ck_assert_float_eq(v[0], 1);
+	ck_assert_float_eq(v[1], 0);
+	kvp_model_rope(v, 2, 8, 3);
+	ck_assert_float_eq_tol(v[0], cos(3.0), 1e-6);
+	ck_assert_float_eq_tol(v[1], sin(3.0), 1e-6);
+	ck_assert_float_eq_tol(v[2], cos(3.0 * pow(10000, -2.0 / 8)), 1e-6);
+	ck_assert_float_eq_tol(v[3], sin(3.0 * pow(10000, -2.0 / 8)), 1e-6);
+	ck_assert_float_eq_tol(v[8 + 6], cos(3.0 * pow(10000, -6.0 / 8)),
+			       1e-6);
+	ck_assert_float_eq_tol(v[8 + 7], sin(3.0 * pow(10000, -6.0 / 8)),
+			       1e-6);
+	/* SwiGLU: silu(0) = 0, silu(1) = 1 / (1 + e^-1) */
+	kvp_model_swiglu(h1, h3, 2);
+	ck_assert_float_eq(h1[0], 0);
+	ck_assert_float_eq_tol(h1[1], 2.0 / (1 + exp(-1.0)), 1e-6);
+}
+END_TEST
+
+/* Products: the naive sum, and bit-identical with 1, 2 and 3 threads. */
+START_TEST(matmul_threads_agree)
+{
+	uint32_t T = 3, R = 1000, C = 77, t, r, k;
+	float *x = malloc(sizeof(float) * T * C), *w = malloc(sizeof(float) * R * C);
+	float *o[3];
+	unsigned nt;
+
+	for (k = 0; k < T * C; k++)
+		x[k] = sinf((float)k);
+	for (k = 0; k < R * C; k++)
+		w[k] = cosf((float)k * 0.37f);
+	for (nt = 1; nt <= 3; nt++) {
+		struct kvp_mpool *p;
+
+		o[nt - 1] = malloc(sizeof(float) * T * R);
+		ck_assert_int_eq(kvp_mpool_create(nt, &p), 0);
+		kvp_model_matmul(p, o[nt - 1], x, w, T, R, C);
+		kvp_mpool_destroy(p);
+	}
+	ck_assert(memcmp(o[0], o[1], sizeof(float) * T * R) == 0);
+	ck_assert(memcmp(o[0], o[2], sizeof(float) * T * R) == 0);
+	for (t = 0; t < T; t++)
+		for (r = 0; r < R; r++) {
+			double s = 0;
+
+			for (k = 0; k < C; k++)
+				s += (double)w[r * C + k] * x[t * C + k];
+			ck_assert_float_eq_tol(o[0][t * R + r], s, 1e-4);
+		}
+	for (nt = 0; nt < 3; nt++)
+		free(o[nt]);
+	free(x);
+	free(w);
+}
+END_TEST
+
+/* ---- a tiny network, checked by hand, through the cache ----------------- */
+
+/*
+ * dim 8, one layer, one head of 8, vocab 4: embedding e_i = 2 * unit i;
+ * wq = wk = 0 (every score 0: attention is the plain mean of the values),
+ * wv = wo = identity, the FFN zero, norms 1, tied classifier.  So after
+ * tokens t_0 .. t_p, x = e_{t_p} + mean_s n(e_{t_s}) with n(e) = e /
+ * sqrt(mean(e^2) + 1e-5), and logits[j] = e_j . n(x).
+ */
+static const char *tiny_ckpt(void)
+{
+	int32_t h[7] = { 8, 8, 1, 1, 1, 4, 16 };
+	size_t n = floats_of(h), i;
+	float *f = calloc(n, sizeof(float)), *p = f;
+	const char *path;
+
+	for (i = 0; i < 4; i++)
+		p[i * 8 + i] = 2; /* embed */
+	p += 32;
+	for (i = 0; i < 8; i++)
+		p[i] = 1; /* att_norm */
+	p += 8 + 64 + 64; /* wq, wk zero */
+	for (i = 0; i < 8; i++)
+		p[i * 8 + i] = 1; /* wv */
+	p += 64;
+	for (i = 0; i < 8; i++)
+		p[i * 8 + i] = 1; /* wo */
+	p += 64;
+	for (i = 0; i < 8; i++)
+		p[i] = 1; /* ffn_norm */
+	p += 8 + 3 * 64;
+	for (i = 0; i < 8; i++)
+		p[i] = 1; /* final_norm */
+	path = write_ckpt("tiny.bin", h, n, f);
+	free(f);
+	return path;
+}
+
+static void tiny_expect(const uint32_t *toks, uint32_t n, double *logits)
+{
+	double x[8] = { 0 }, ss = 0;
+	uint32_t s, d;
+
+	for (s = 0; s < n; s++) /* mean of the normed values */
+		x[toks[s]] += 2.0 / sqrt(4.0 / 8 + 1e-5) / n;
+	x[toks[n - 1]] += 2;
+	for (d = 0; d < 8; d++)
+		ss += x[d] * x[d];
+	ss = 1.0 / sqrt(ss / 8 + 1e-5);
+	for (d = 0; d < 4; d++)
+		logits[d] = 2 * x[d] * ss;
+}
+
+/* The tiny model and an empty sequence of a cache for it. */
+static struct kvp_model *tiny_cache(enum kvp_kvcache_backend be,
+				    uint64_t capacity, struct kvp_kvcache **c,
+				    uint32_t *id)
+{
+	struct kvp_kv_geometry g;
+	struct kvp_kvcache_opts o;
+	struct kvp_model *m;
+	char err[256];
+
+	ck_assert_int_eq(kvp_model_load_file(tiny_ckpt(), &m, err, sizeof(err)),
+			 0);
+	ck_assert_int_eq(kvp_model_geometry(m, KVP_KV_FP32, 4, &g), 0);
+	kvp_kvcache_opts_default(&o, &g);
+	o.backend = be;
+	o.capacity_tokens = capacity;
+	ck_assert_int_eq(kvp_kvcache_create(&o, c), 0);
+	ck_assert_int_eq(kvp_kvcache_seq_create(*c, id), 0);
+	return m;
+}
+
+static void tiny_run(enum kvp_kvcache_backend be)
+{
+	struct kvp_kvcache *c;
+	struct kvp_model_seq *s;
+	uint32_t toks[6] = { 0, 1, 3, 3, 2, 0 }, id, i, j;
+	struct kvp_model *m = tiny_cache(be, 16, &c, &id);
+	double want[4];
+
+	ck_assert_int_eq(kvp_model_seq_create(m, c, id, 2, &s), 0);
+	ck_assert_int_eq(kvp_model_prefill(s, toks, 2), 0);
+	for (i = 2; i <= 6; i++) {
+		tiny_expect(toks, i, want);
+		for (j = 0; j < 4; j++)
+			ck_assert_msg(fabs(kvp_model_logits(s)[j] - want[j]) <
+					  1e-5,
+				      "after %u tokens: logit %u is %g, want %g",
+				      i, j, kvp_model_logits(s)[j], want[j]);
+		if (i < 6)
+			ck_assert_int_eq(kvp_model_step(s, toks[i], NULL), 0);
+	}
+	ck_assert_uint_eq(kvp_model_seq_tokens(s), 6);
+	/* bad input changes nothing */
+	ck_assert_int_eq(kvp_model_step(s, 4, NULL), -EINVAL);
+	ck_assert_uint_eq(kvp_kvcache_seq_tokens(c, id), 6);
+	kvp_model_seq_destroy(s);
+	kvp_kvcache_destroy(c);
+	kvp_model_close(m);
+}
+
+START_TEST(tiny_by_hand_ram)
+{
+	tiny_run(KVP_KVCACHE_RAM);
+}
+END_TEST
+
+START_TEST(tiny_by_hand_pager)
+{
+	tiny_run(KVP_KVCACHE_PAGER);
+}
+END_TEST
+
+START_TEST(refuses_bad_use)
+{
+	struct kvp_kvcache *c;
+	struct kvp_model_seq *s;
+	uint32_t id, toks[17] = { 0 }, bad = 9;
+	struct kvp_model *m = tiny_cache(KVP_KVCACHE_RAM, 32, &c, &id), *r;
+	char err[256];
+
+	ck_assert_int_eq(kvp_model_random("tiny", NULL, &r, err, sizeof(err)),
+			 0);
+	/* another model's shape */
+	ck_assert_int_eq(kvp_model_seq_create(r, c, id, 1, &s), -EINVAL);
+	ck_assert_int_eq(kvp_model_seq_create(m, c, id, 1, &s), 0);
+	ck_assert_int_eq(kvp_model_prefill(s, &bad, 1), -EINVAL);
+	ck_assert_int_eq(kvp_model_prefill(s, toks, 0), -EINVAL);
+	/* past the trained context of 16 */
+	ck_assert_int_eq(kvp_model_prefill(s, toks, 17), -EINVAL);
+	ck_assert_uint_eq(kvp_kvcache_seq_tokens(c, id), 0);
+	ck_assert_int_eq(kvp_model_prefill(s, toks, 16), 0);
+	ck_assert_int_eq(kvp_model_step(s, 0, NULL), -EINVAL);
+	ck_assert_uint_eq(kvp_kvcache_seq_tokens(c, id), 16);
+	kvp_model_seq_destroy(s);
+	kvp_kvcache_destroy(c);
+	kvp_model_close(m);
+	kvp_model_close(r);
+}
+END_TEST
+
+START_TEST(sample)
+{
+	float l[4] = { 1, 3, 3, -1 };
+	uint64_t rng = 7;
+	int hits[4] = { 0 }, i;
+
+	ck_assert_uint_eq(kvp_model_sample(l, 4, 0, NULL), 1);
+	for (i = 0; i < 4000; i++)
+		hits[kvp_model_sample(l, 4, 1.0f, &rng)]++;
+	/* e^3 / (e + 2 e^3 + e^-1) = 0.47 each for 1 and 2 */
+	ck_assert_int_gt(hits[1], 1600);
+	ck_assert_int_gt(hits[2], 1600);
+	ck_assert_int_lt(hits[3], 100);
+}
+END_TEST
+
+static void setup(void)
+{
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+static void teardown(void)
+{
+	char cmd[300];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	if (system(cmd))
+		perror("rm");
+	strcpy(dir, "/tmp/test_model.XXXXXX");
+}
+
+int main(void)
+{
+	Suite *s = suite_create("model");
+	TCase *tc = tcase_create("core");
+	SRunner *sr;
+	int nf;
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, loads_and_maps);
+	tcase_add_test(tc, untied_classifier);
+	tcase_add_loop_test(tc, refuses_bad_field, 0,
+			    sizeof(bad_cases) / sizeof(bad_cases[0]));
+	tcase_add_test(tc, refuses_missing_and_dirs);
+	tcase_add_test(tc, random_weights);
+	tcase_add_test(tc, math_hand_values);
+	tcase_add_test(tc, matmul_threads_agree);
+	tcase_add_test(tc, tiny_by_hand_ram);
+	tcase_add_test(tc, tiny_by_hand_pager);
+	tcase_add_test(tc, refuses_bad_use);
+	tcase_add_test(tc, sample);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	nf = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return nf ? 1 : 0;
+}
