@@ -458,6 +458,61 @@ START_TEST(sample)
 }
 END_TEST
 
+/* A tokenizer.bin of 4 tokens; cut: bytes to drop from the end. */
+static const char *write_tok(long cut)
+{
+	static char path[256];
+	const char *pieces[4] = { "<unk>", "<s>", " Hello", "<0x41>" };
+	int32_t maxlen = 8, len;
+	float score = 0;
+	FILE *fp;
+	int i;
+
+	snprintf(path, sizeof(path), "%s/tok.bin", dir);
+	fp = fopen(path, "wb");
+	ck_assert_ptr_nonnull(fp);
+	fwrite(&maxlen, 4, 1, fp);
+	for (i = 0; i < 4; i++) {
+		len = (int32_t)strlen(pieces[i]);
+		fwrite(&score, 4, 1, fp);
+		fwrite(&len, 4, 1, fp);
+		fwrite(pieces[i], 1, (size_t)len, fp);
+	}
+	ck_assert_int_eq(fclose(fp), 0);
+	if (cut) {
+		struct stat st;
+
+		ck_assert_int_eq(stat(path, &st), 0);
+		ck_assert_int_eq(truncate(path, st.st_size - cut), 0);
+	}
+	return path;
+}
+
+START_TEST(tokenizer)
+{
+	struct kvp_tokenizer *t;
+	char err[256] = "";
+
+	ck_assert_int_eq(kvp_tokenizer_load(write_tok(0), 4, &t, err,
+					    sizeof(err)),
+			 0);
+	ck_assert_str_eq(kvp_tokenizer_piece(t, 1, 2), "Hello");
+	ck_assert_str_eq(kvp_tokenizer_piece(t, 2, 2), " Hello");
+	ck_assert_str_eq(kvp_tokenizer_piece(t, 0, 3), "A");
+	ck_assert_str_eq(kvp_tokenizer_piece(t, 0, 9), "");
+	kvp_tokenizer_free(t);
+	ck_assert_int_eq(kvp_tokenizer_load(write_tok(3), 4, &t, err,
+					    sizeof(err)),
+			 -EINVAL);
+	ck_assert_msg(strstr(err, "inside token 3"), "%s", err);
+	/* a model with more tokens than the file has */
+	ck_assert_int_eq(kvp_tokenizer_load(write_tok(0), 5, &t, err,
+					    sizeof(err)),
+			 -EINVAL);
+	ck_assert_msg(strstr(err, "token 4"), "%s", err);
+}
+END_TEST
+
 static void setup(void)
 {
 	ck_assert_ptr_nonnull(mkdtemp(dir));
@@ -494,6 +549,7 @@ int main(void)
 	tcase_add_test(tc, tiny_by_hand_pager);
 	tcase_add_test(tc, refuses_bad_use);
 	tcase_add_test(tc, sample);
+	tcase_add_test(tc, tokenizer);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

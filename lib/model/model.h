@@ -185,4 +185,26 @@ double kvp_model_seq_compute_s(const struct kvp_model_seq *s);
 uint32_t kvp_model_sample(const float *logits, uint32_t vocab,
 			  float temperature, uint64_t *rng);
 
+/* ---- token text (llama2.c tokenizer.bin) -------------------------------- */
+
+struct kvp_tokenizer;
+
+/*
+ * kvp_tokenizer_load - a llama2.c tokenizer.bin (int32 max_token_length,
+ * then per token: float score, int32 length, the bytes) for vocab tokens.
+ * Returns 0 and *out, -errno (open), -EINVAL (a length out of range or a
+ * short file: err says which token); err as kvp_model_load_file's.
+ */
+int kvp_tokenizer_load(const char *path, uint32_t vocab,
+		       struct kvp_tokenizer **out, char *err, size_t errlen);
+void kvp_tokenizer_free(struct kvp_tokenizer *t);
+
+/*
+ * kvp_tokenizer_piece - the text of token after token prev (llama2.c's
+ * rule: a leading space is dropped after BOS (1); "<0xHH>" is that byte).
+ * The string lives as long as t; "" for a token out of range.
+ */
+const char *kvp_tokenizer_piece(const struct kvp_tokenizer *t, uint32_t prev,
+				uint32_t token);
+
 #endif /* KVP_MODEL_H */
