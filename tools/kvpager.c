@@ -14,6 +14,11 @@
  * and loads, bytes read, faults, prefetch outcomes, the reuse rate, and
  * (sampled against exact attention) recall and relative error.
  *
+ * With --model, a real network (lib/model/model.h: a llama2.c checkpoint,
+ * or seeded random weights at a preset's shape) is the KV source instead:
+ * its prompt is prefilled, then it generates tokens, its attention reading
+ * K and V through the pager; the tokens are printed.
+ *
  * Settings come from the tunables' defaults, then the KVP_<TUNABLE>
  * variables, then the options (an option wins over its variable).  With
  * KVP_FUSE_MOUNT the KV tunables marked runtime change on the running
@@ -39,6 +44,7 @@
 
 #include "lib/instance/instance.h"
 #include "lib/kv/kvcache.h"
+#include "lib/model/model.h"
 #include "lib/synth/kv_synth.h"
 #include "lib/tunables/tunables.h"
 
@@ -72,6 +78,12 @@ enum opt_id {
 	O_THREADS,
 	O_SEED,
 	O_INSTALL,
+	O_MODEL,
+	O_PROMPT,
+	O_GENERATE,
+	O_TEMP,
+	O_TOKENIZER,
+	O_LOGITS,
 	O_JSON,
 	O_QUIET,
 	O_HELP,
@@ -127,6 +139,23 @@ static const struct opt_spec opts[O_COUNT] = {
 		     "synthetic KV seed (1)" },
 	[O_INSTALL] = { "install", "MODE", "install_mode", 0, 0, 0,
 			"auto | move | copy (auto)" },
+	[O_MODEL] = { "model", "M", NULL, 0, 0, 0,
+		      "a llama2.c checkpoint, or random:PRESET (seeded "
+		      "weights at the preset's shape): the model makes the "
+		      "KV" },
+	[O_PROMPT] = { "prompt-tokens", "L", NULL, 0, 0, 0,
+		       "model: prompt token ids, 1,2,3 or @FILE (else a "
+		       "random prompt of --context tokens from --seed)" },
+	[O_GENERATE] = { "generate", "N", NULL, KVP_T_UINT, 1, UINT32_MAX,
+			 "model: tokens to generate (--steps)" },
+	[O_TEMP] = { "temperature", "T", NULL, 0, 0, 0,
+		     "model: sample at T with --seed (0: greedy, the "
+		     "default)" },
+	[O_TOKENIZER] = { "tokenizer", "FILE", NULL, 0, 0, 0,
+			  "model: a llama2.c tokenizer.bin, to print text" },
+	[O_LOGITS] = { "logits-out", "FILE", NULL, 0, 0, 0,
+		       "model: write each generated token's logits "
+		       "(float32)" },
 	[O_JSON] = { "json", NULL, NULL, 0, 0, 0, "one JSON object on stdout" },
 	[O_QUIET] = { "quiet", NULL, NULL, 0, 0, 0, "no progress on stderr" },
 	[O_HELP] = { "help", NULL, NULL, 0, 0, 0, "this text" },
@@ -155,6 +184,11 @@ struct run_opts {
 	uint64_t seed;
 	struct opt_value set[O_COUNT]; /* tunables given as options */
 	unsigned nset;
+	const char *model;	/* checkpoint or random:PRESET; NULL: synthetic */
+	const char *prompt;	/* --prompt-tokens: ids, or @FILE */
+	const char *tokenizer;	/* llama2.c tokenizer.bin, or NULL */
+	const char *logits_out; /* float32 logits of each generated token */
+	double temperature;	/* 0: greedy */
 };
 
 static double now_s(void)
@@ -308,7 +342,7 @@ static void usage(FILE *f)
 		"Every KV and engine tunable is also read from its KVP_<NAME> "
 		"variable\n(kvpctl list shows them); an option wins over its "
 		"variable.\n"
-		"The KV is synthetic; no model runs.\n");
+		"Without --model the KV is synthetic; no model runs.\n");
 }
 
 /*
@@ -392,6 +426,32 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
 		case O_QUIET:
 			o->quiet = true;
 			continue;
+		case O_MODEL:
+			o->model = a;
+			continue;
+		case O_PROMPT:
+			o->prompt = a;
+			continue;
+		case O_TOKENIZER:
+			o->tokenizer = a;
+			continue;
+		case O_LOGITS:
+			o->logits_out = a;
+			continue;
+		case O_TEMP: {
+			char *end;
+
+			o->temperature = strtod(a, &end);
+			if (end == a || *end || !(o->temperature >= 0) ||
+			    o->temperature > 100) {
+				fprintf(stderr,
+					"kvpager: --temperature: '%s' is not a "
+					"number from 0 (greedy) to 100\n",
+					a);
+				return -EINVAL;
+			}
+			continue;
+		}
 		case O_NOPF:
 			set_tunable(o, O_DEPTH, 0);
 			continue;
@@ -415,6 +475,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
 			o->batch = (uint32_t)v;
 			break;
 		case O_STEPS:
+		case O_GENERATE:
 			o->steps = (uint32_t)v;
 			break;
 		case O_WARMUP:
@@ -779,7 +840,242 @@ static void print_prefetch(const struct pf_counts *p)
 		printf("\n");
 }
 
-static int run(int argc, char **argv)
+/* ---- the model as the KV source (--model) ---------------------------- */
+
+struct model_run {
+	struct kvp_model *m;	  /* NULL: the KV is synthetic */
+	struct kvp_model_seq *seq; /* the one sequence's forward state */
+	struct kvp_tokenizer *tok; /* --tokenizer, or NULL */
+	uint32_t *prompt;	  /* prompt token ids */
+	uint32_t nprompt;
+	uint32_t *out;		  /* generated token ids */
+	FILE *logits;		  /* --logits-out, or NULL */
+	uint64_t rng;		  /* sampling state (--seed) */
+	double t_model_s;	  /* measured steps: the model's own math */
+	double t_wall_s;	  /* measured steps: whole kvp_model_step */
+};
+
+static void model_run_free(struct model_run *mr)
+{
+	kvp_model_seq_destroy(mr->seq);
+	kvp_model_close(mr->m);
+	kvp_tokenizer_free(mr->tok);
+	if (mr->logits)
+		fclose(mr->logits);
+	free(mr->prompt);
+	free(mr->out);
+}
+
+/* Token ids separated by commas or white space, from arg or @FILE. */
+static int prompt_parse(const char *arg, uint32_t vocab, struct model_run *mr)
+{
+	char *text = NULL, *p, *end;
+	size_t cap = 0, len = 0;
+	int err = -EINVAL;
+
+	if (arg[0] == '@') {
+		FILE *f = fopen(arg + 1, "r");
+
+		if (!f || getdelim(&text, &cap, '\0', f) < 0) {
+			fprintf(stderr,
+				"kvpager: cannot read --prompt-tokens file "
+				"'%s': %s\n",
+				arg + 1, f ? "empty" : strerror(errno));
+			if (f)
+				fclose(f);
+			free(text);
+			return -EINVAL;
+		}
+		fclose(f);
+	} else if (!(text = strdup(arg))) {
+		return -ENOMEM;
+	}
+	mr->prompt = malloc(sizeof(uint32_t) * (strlen(text) / 2 + 1));
+	if (!mr->prompt)
+		goto out;
+	for (p = text; *p;) {
+		unsigned long v;
+
+		if (strchr(", \t\r\n", *p)) {
+			p++;
+			continue;
+		}
+		errno = 0;
+		v = strtoul(p, &end, 10);
+		if (end == p || *p == '-' || errno || v >= vocab ||
+		    (*end && !strchr(", \t\r\n", *end))) {
+			fprintf(stderr,
+				"kvpager: --prompt-tokens: '%.*s' is not a "
+				"token id of the model (0 .. %u)\n",
+				(int)strcspn(p, ", \t\r\n"), p, vocab - 1);
+			goto out;
+		}
+		mr->prompt[len++] = (uint32_t)v;
+		p = end;
+	}
+	if (!len) {
+		fprintf(stderr, "kvpager: --prompt-tokens: no token ids\n");
+		goto out;
+	}
+	mr->nprompt = (uint32_t)len;
+	err = 0;
+out:
+	free(text);
+	return err;
+}
+
+/*
+ * Open --model and what goes with it; the geometry in *g (fp32 KV for a
+ * checkpoint, the preset's element type for random weights) and the
+ * prompt's length in o->context.  Messages on stderr.
+ */
+static int model_open(struct run_opts *o, struct model_run *mr,
+		      struct kvp_kv_geometry *g)
+{
+	struct kvp_kv_geometry pg;
+	enum kvp_kv_dtype dt = KVP_KV_FP32;
+	const struct kvp_model_config *mc;
+	char why[512];
+	uint32_t i;
+	int err;
+
+	mr->rng = o->seed ? o->seed : 1;
+	err = kvp_model_open(o->model, NULL, &mr->m, why, sizeof(why));
+	if (err) {
+		fprintf(stderr, "kvpager: %s\n", why);
+		return err;
+	}
+	mc = kvp_model_config(mr->m);
+	if (!strncmp(o->model, "random:", 7) &&
+	    !kvp_kv_geometry_preset(o->model + 7, &pg))
+		dt = pg.dtype;
+	/* G comes from the KV config later */
+	if (kvp_model_geometry(mr->m, dt, 4, g)) {
+		fprintf(stderr, "kvpager: model '%s' has no KV geometry "
+				"kvpager can page\n", o->model);
+		return -EINVAL;
+	}
+	if (o->batch != 1) {
+		fprintf(stderr, "kvpager: --model runs one sequence: drop "
+				"--batch\n");
+		return -EINVAL;
+	}
+	if (o->prompt) {
+		err = prompt_parse(o->prompt, mc->vocab, mr);
+		if (err)
+			return err;
+	} else {
+		mr->nprompt = o->context > UINT32_MAX ? UINT32_MAX
+						      : (uint32_t)o->context;
+		mr->prompt = malloc(sizeof(uint32_t) * mr->nprompt);
+		if (!mr->prompt)
+			return -ENOMEM;
+		mr->prompt[0] = 1; /* BOS */
+		for (i = 1; i < mr->nprompt; i++) {
+			mr->rng ^= mr->rng << 13;
+			mr->rng ^= mr->rng >> 7;
+			mr->rng ^= mr->rng << 17;
+			mr->prompt[i] = (uint32_t)(mr->rng % mc->vocab);
+		}
+	}
+	o->context = mr->nprompt;
+	if (mc->seq_len && o->context + o->steps > mc->seq_len) {
+		fprintf(stderr,
+			"kvpager: a prompt of %" PRIu64 " tokens and %u to "
+			"generate pass the model's context of %u tokens: "
+			"shorten --prompt-tokens / --context or --generate\n",
+			o->context, o->steps, mc->seq_len);
+		return -EINVAL;
+	}
+	if (o->tokenizer) {
+		err = kvp_tokenizer_load(o->tokenizer, mc->vocab, &mr->tok, why,
+					 sizeof(why));
+		if (err) {
+			fprintf(stderr, "kvpager: %s\n", why);
+			return err;
+		}
+	}
+	if (o->logits_out && !(mr->logits = fopen(o->logits_out, "wb"))) {
+		fprintf(stderr, "kvpager: cannot create --logits-out '%s': %s\n",
+			o->logits_out, strerror(errno));
+		return -errno;
+	}
+	mr->out = calloc(o->steps, sizeof(uint32_t));
+	return mr->out ? 0 : -ENOMEM;
+}
+
+/* One generated token: chosen from the logits, kept, then appended. */
+static int model_next(struct run_opts *o, struct model_run *mr, uint32_t i,
+		      bool measured)
+{
+	const struct kvp_model_config *mc = kvp_model_config(mr->m);
+	const float *l = kvp_model_logits(mr->seq);
+	double c0 = kvp_model_seq_compute_s(mr->seq), t0 = now_s();
+	int err;
+
+	mr->out[i] = kvp_model_sample(l, mc->vocab, (float)o->temperature,
+				      &mr->rng);
+	if (mr->logits &&
+	    fwrite(l, sizeof(float), mc->vocab, mr->logits) != mc->vocab) {
+		fprintf(stderr, "kvpager: cannot write --logits-out '%s': %s\n",
+			o->logits_out, strerror(errno));
+		return -EIO;
+	}
+	err = kvp_model_step(mr->seq, mr->out[i], NULL);
+	if (measured) {
+		mr->t_wall_s += now_s() - t0;
+		mr->t_model_s += kvp_model_seq_compute_s(mr->seq) - c0;
+	}
+	return err;
+}
+
+/* s as a JSON string. */
+static void json_str(const char *s)
+{
+	putchar('"');
+	for (; *s; s++) {
+		if (*s == '"' || *s == '\\')
+			printf("\\%c", *s);
+		else if ((unsigned char)*s < 0x20)
+			printf("\\u%04x", *s);
+		else
+			putchar(*s);
+	}
+	putchar('"');
+}
+
+static void model_report(const struct run_opts *o, const struct model_run *mr)
+{
+	uint32_t i;
+
+	if (o->json) {
+		printf("\"model\":");
+		json_str(o->model);
+		printf(",\"prompt_tokens\":%u,\"tokens\":[", mr->nprompt);
+		for (i = 0; i < o->steps; i++)
+			printf("%s%u", i ? "," : "", mr->out[i]);
+		printf("],");
+		return;
+	}
+	printf("tokens:");
+	for (i = 0; i < o->steps; i++)
+		printf(" %u", mr->out[i]);
+	printf("\n");
+	if (mr->tok) {
+		printf("text: ");
+		for (i = 0; i < o->steps; i++)
+			fputs(kvp_tokenizer_piece(
+				  mr->tok,
+				  i ? mr->out[i - 1]
+				    : mr->prompt[mr->nprompt - 1],
+				  mr->out[i]),
+			      stdout);
+		printf("\n");
+	}
+}
+
+/* The run; what the model run holds is freed by run(), on every path. */
+static int run_job(int argc, char **argv, struct model_run *mr)
 {
 	struct run_opts o = {
 		.preset = "llama3-8b",
@@ -817,7 +1113,11 @@ static int run(int argc, char **argv)
 
 	if (parse_args(argc, argv, &o))
 		return 2;
-	if (kvp_kv_geometry_preset(o.preset, &g)) {
+	if (o.model) {
+		if (model_open(&o, mr, &g))
+			return 2;
+		o.preset = kvp_model_name(mr->m);
+	} else if (kvp_kv_geometry_preset(o.preset, &g)) {
 		fprintf(stderr, "kvpager: unknown preset '%s'\n", o.preset);
 		usage(stderr);
 		return 2;
@@ -857,13 +1157,14 @@ static int run(int argc, char **argv)
 
 	kvp_kv_synth_opts_default(&so);
 	so.seed = o.seed;
-	err = kvp_kv_synth_create(&g, &so, &sy);
+	err = mr->m ? 0 : kvp_kv_synth_create(&g, &so, &sy);
 	if (err) {
 		fprintf(stderr, "kvpager: cannot create the synthetic KV: %s\n",
 			kvp_strerror(err));
 		return 1;
 	}
-	kvp_kv_source_synth(&src, sy);
+	if (sy)
+		kvp_kv_source_synth(&src, sy);
 
 	kvp_kvcache_opts_default(&co, &g);
 	co.max_seqs = o.batch;
@@ -929,7 +1230,13 @@ static int run(int argc, char **argv)
 	bar_start(&bar, "prefill");
 	for (i = 0; i < o.batch && !stopped(); i++) {
 		err = kvp_kvcache_seq_create(c, &ids[i]);
-		if (!err)
+		if (!err && mr->m) {
+			err = kvp_model_seq_create(mr->m, c, ids[i],
+						   co.attn_threads, &mr->seq);
+			if (!err)
+				err = kvp_model_prefill(mr->seq, mr->prompt,
+							mr->nprompt);
+		} else if (!err)
 			err = kvp_kvcache_prefill(
 			    c, ids[i], o.context, &src,
 			    o.batch == 1 ? prefill_progress : NULL, &bar);
@@ -962,7 +1269,11 @@ static int run(int argc, char **argv)
 			pf_snapshot(c, &s_warm, &pf_warm);
 		}
 		changes += live_take(&lv, view, i, &kv);
-		err = kvp_kvcache_step(c, ids, o.batch, &src, NULL, NULL);
+		if (mr->m)
+			err = model_next(&o, mr, i, i >= o.warmup);
+		else
+			err = kvp_kvcache_step(c, ids, o.batch, &src, NULL,
+					       NULL);
 		if (err) {
 			fprintf(stderr, "kvpager: decode step %u failed: %s\n",
 				i, kvp_strerror(err));
@@ -1002,10 +1313,7 @@ static int run(int argc, char **argv)
 		double n = d.steps ? (double)d.steps : 1;
 		double tstep = d.t_step_s / n;
 		double tcomp = (d.t_compute_s + d.t_predict_s + d.t_fill_s) / n;
-		double tload = busy / n;
-		double mx = tcomp > tload ? tcomp : tload;
-		double eff = tstep > 0 ? mx / tstep : 0;
-		double tps = d.t_step_s > 0 ? d.tokens / d.t_step_s : 0;
+		double tload, mx, eff, tps;
 		double reuse = d.chosen_blocks
 				   ? (double)d.reused_blocks / d.chosen_blocks
 				   : 0;
@@ -1016,14 +1324,28 @@ static int run(int argc, char **argv)
 		uint64_t pbb = kvp_kvcache_layout(c)->pager_block_bytes;
 		uint32_t warm = done_steps > o.warmup ? o.warmup : done_steps;
 
+		/* the model finishes its last layer and the logits outside
+		 * the cache's step: a token takes the whole model step */
+		if (mr->m) {
+			tstep = mr->t_wall_s / n;
+			tcomp += (mr->t_wall_s - d.t_step_s) / n;
+		}
+		tload = busy / n;
+		mx = tcomp > tload ? tcomp : tload;
+		eff = tstep > 0 ? mx / tstep : 0;
+		tps = tstep > 0 ? d.tokens / n / tstep : 0;
+
 		if (o.json) {
+			putchar('{');
+			if (mr->m)
+				model_report(&o, mr);
 			printf(
-			    "{\"preset\":\"%s\",\"context\":%" PRIu64
+			    "\"preset\":\"%s\",\"context\":%" PRIu64
 			    ",\"batch\":%u,\"predictor\":\"%s\","
 			    "\"predictor_at_start\":\"%s\","
 			    "\"kv_config_changes\":%u,"
 			    "\"budget_bytes\":%" PRIu64 ",\"kv_bytes\":%" PRIu64
-			    ",\"synthetic_kv\":true,\"steps\":%u,"
+			    ",\"synthetic_kv\":%s,\"steps\":%u,"
 			    "\"steps_done\":%u,\"interrupted\":%s,"
 			    "\"warmup_steps\":%u,\"measured_steps\":%" PRIu64
 			    ",\"tokens_per_s\":%.4f,\"t_step_s\":%.6f,"
@@ -1056,7 +1378,8 @@ static int run(int argc, char **argv)
 			    o.preset, o.context, o.batch, pk,
 			    kvp_predictor_kind_name(
 				(enum kvp_predictor_kind)kv_start.predictor),
-			    changes, cfg.ram_budget_bytes, kv_bytes, o.steps,
+			    changes, cfg.ram_budget_bytes, kv_bytes,
+			    mr->m ? "false" : "true", o.steps,
 			    done_steps, stopped() ? "true" : "false", warm,
 			    d.steps, tps, tstep, tcomp, tload, d.t_wait_s / n,
 			    eff, mx > 0 ? tstep / mx : 0, d.bytes_read / n,
@@ -1087,10 +1410,22 @@ static int run(int argc, char **argv)
 					   (enum kvp_predictor_kind)
 					       kv_start.predictor),
 				       changes);
-			printf("\n  KV %s, SYNTHETIC (sink tokens, recent "
-			       "window, heavy hitters, topic clusters; no "
-			       "model runs)\n",
-			       human((double)kv_bytes, h1, sizeof(h1)));
+			if (mr->m)
+				printf("\n  KV %s, made by the model (dim %u, "
+				       "hidden %u, %s of weights), prompt %u "
+				       "tokens\n",
+				       human((double)kv_bytes, h1, sizeof(h1)),
+				       kvp_model_config(mr->m)->dim,
+				       kvp_model_config(mr->m)->hidden_dim,
+				       human((double)kvp_model_weight_bytes(
+						 mr->m),
+					     h2, sizeof(h2)),
+				       mr->nprompt);
+			else
+				printf("\n  KV %s, SYNTHETIC (sink tokens, "
+				       "recent window, heavy hitters, topic "
+				       "clusters; no model runs)\n",
+				       human((double)kv_bytes, h1, sizeof(h1)));
 			printf(
 			    "  budget %s (%.1f%% of the KV), pager block %s, "
 			    "install %s, prefetch %s\n",
@@ -1113,9 +1448,10 @@ static int run(int argc, char **argv)
 			printf("  tokens/s              %.3f\n", tps);
 			printf("  T_step                %.4f s\n", tstep);
 			printf("  T_compute             %.4f s (attention "
-			       "%.4f, predictor %.4f, new K/V %.4f)\n",
+			       "%.4f, predictor %.4f, %s %.4f)\n",
 			       tcomp, d.t_compute_s / n, d.t_predict_s / n,
-			       d.t_fill_s / n);
+			       mr->m ? "model" : "new K/V",
+			       mr->m ? mr->t_model_s / n : d.t_fill_s / n);
 			printf("  T_load                %.4f s (time with a "
 			       "prefetch outstanding)\n",
 			       tload);
@@ -1149,6 +1485,8 @@ static int run(int argc, char **argv)
 			       " written to the store, %" PRIu64
 			       " through the region\n",
 			       s_end.sum.flush_store, s_end.sum.flush_region);
+			if (mr->m)
+				model_report(&o, mr);
 		}
 	}
 	status = 0;
@@ -1166,6 +1504,15 @@ out:
 	if (stopped())
 		return 128 + atomic_load(&stop_signal);
 	return status;
+}
+
+static int run(int argc, char **argv)
+{
+	struct model_run mr = { 0 };
+	int rc = run_job(argc, argv, &mr);
+
+	model_run_free(&mr);
+	return rc;
 }
 
 int main(int argc, char **argv)

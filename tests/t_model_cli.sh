@@ -1,0 +1,53 @@
+#!/bin/bash
+# t_model_cli.sh - kvpager run --model: a random model runs and prints its
+# tokens (text and JSON, the same greedy tokens twice), sampling follows
+# --seed, and bad input gets a message naming what is wrong and exit 2.
+# Needs no model file (random:tiny).
+set -u
+BUILD=${BUILD:-build}
+kvp="$BUILD/bin/kvpager"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+
+run() { "$kvp" run --quiet --budget 2M "$@"; }
+
+# expect RC PATTERN ARGS...: exit status RC and PATTERN in stdout+stderr
+expect() {
+	local rc=$1 pat=$2 got
+	shift 2
+	got=$(run "$@" 2>&1)
+	local st=$?
+	if [ $st != "$rc" ] || ! grep -q -- "$pat" <<<"$got"; then
+		echo "FAIL: kvpager run $* -> exit $st (want $rc), output:"
+		echo "$got" | sed 's/^/    /' | tail -n 5
+		echo "    (wanted: $pat)"
+		fail=1
+	fi
+}
+
+m=random:tiny
+expect 0 '^tokens: ' --model $m --context 40 --generate 8
+a=$(run --model $m --context 40 --generate 8 --json | sed 's/.*"tokens":\(\[[^]]*\]\).*/\1/')
+b=$(run --model $m --context 40 --generate 8 | sed -n 's/^tokens: //p' | tr ' ' ',')
+[ "$a" = "[$b]" ] || { echo "FAIL: JSON tokens $a, text tokens $b"; fail=1; }
+s1=$(run --model $m --context 40 --generate 8 --temperature 1 --seed 5 | grep '^tokens')
+s2=$(run --model $m --context 40 --generate 8 --temperature 1 --seed 5 | grep '^tokens')
+[ "$s1" = "$s2" ] || { echo "FAIL: sampling with one seed differs: $s1 / $s2"; fail=1; }
+printf '1, 2\n3 4\n' >"$tmp/prompt"
+expect 0 '"prompt_tokens":4,' --model $m --prompt-tokens "@$tmp/prompt" --generate 2 --json
+expect 2 "'x' is not a token id" --model $m --prompt-tokens 1,x --generate 2
+expect 2 "'512' is not a token id of the model (0 .. 511)" --model $m --prompt-tokens 1,512 --generate 2
+expect 2 "'-1' is not a token id" --model $m --prompt-tokens=-1 --generate 2
+expect 2 "no token ids" --model $m --prompt-tokens , --generate 2
+expect 2 "cannot read --prompt-tokens file '$tmp/none'" --model $m --prompt-tokens "@$tmp/none" --generate 2
+expect 2 "cannot open model '$tmp/none'" --model "$tmp/none" --generate 2
+expect 2 "unknown model 'random:nope'" --model random:nope --generate 2
+expect 2 "temperature: 'hot' is not a number" --model $m --temperature hot
+expect 2 "temperature: '-1' is not a number" --model $m --temperature -1
+expect 2 "cannot open tokenizer '$tmp/none'" --model $m --context 4 --generate 2 --tokenizer "$tmp/none"
+expect 2 "runs one sequence" --model $m --batch 2 --generate 2
+printf 'x' >"$tmp/short.bin"
+expect 2 "is truncated" --model "$tmp/short.bin" --generate 2
+[ $fail = 0 ] && echo "kvpager run --model: all cases as expected"
+exit $fail
