@@ -237,8 +237,8 @@ fail:
 void kvp_model_random_opts_default(struct kvp_model_random_opts *o)
 {
 	o->seed = 1;
-	o->dim = 64;
-	o->hidden_dim = 128;
+	o->dim = 32;
+	o->hidden_dim = 64;
 	o->vocab = 512;
 }
 
@@ -312,6 +312,7 @@ int kvp_model_random(const char *preset, const struct kvp_model_random_opts *o,
 	c->head_dim = g.head_dim;
 	c->vocab = o->vocab;
 	c->seq_len = 0;
+	c->prefill_window = 1;
 	c->shared_classifier = true;
 	dim = c->dim;
 	L = c->layers;

@@ -12,7 +12,10 @@
  * kv_geometry preset (kvp_model_random: "random:llama3-8b").  A random
  * model's residual width (dim) is small and independent of q_heads *
  * head_dim, so that the weights fit in RAM while the attention and its KV
- * have the preset's real size.
+ * have the preset's real size.  A random model's prompt attends only to
+ * itself in prefill (prefill_window 1): the prompt's full attention at
+ * 32K tokens is hours of CPU, and its K and V are still the network's
+ * projections; decode attends to everything, as with a checkpoint.
  *
  * THE MODEL IS A KV SOURCE (kvcache.h's struct kvp_kv_source).  A
  * kvp_model_seq runs one sequence: kvp_model_prefill computes the prompt's
@@ -64,6 +67,8 @@ struct kvp_model_config {
 	uint32_t head_dim;	 /* per head; dim / q_heads in a checkpoint */
 	uint32_t vocab;		 /* tokens */
 	uint32_t seq_len;	 /* trained context; 0: no limit (random) */
+	uint32_t prefill_window; /* prefill: tokens a prompt token attends
+				    to, itself included; 0: all */
 	bool shared_classifier;	 /* classifier is the embedding (tied) */
 };
 
@@ -89,8 +94,8 @@ int kvp_model_load_file(const char *path, struct kvp_model **out, char *err,
 /* Options of a random model (kvp_model_random). */
 struct kvp_model_random_opts {
 	uint64_t seed;	     /* weights; 1 */
-	uint32_t dim;	     /* residual width; 64 */
-	uint32_t hidden_dim; /* FFN width; 128 */
+	uint32_t dim;	     /* residual width; 32 */
+	uint32_t hidden_dim; /* FFN width; 64 */
 	uint32_t vocab;	     /* 512 */
 };
 
@@ -99,7 +104,8 @@ void kvp_model_random_opts_default(struct kvp_model_random_opts *o);
 /*
  * kvp_model_random - a model with weights drawn from o->seed (uniform,
  * variance 1 / fan-in; norms 1) at the attention shape of preset (a
- * kv_geometry preset name): its layers, q heads, KV heads and head dim.
+ * kv_geometry preset name): its layers, q heads, KV heads and head dim;
+ * prefill_window 1.
  * Returns 0 and *out, -ENOENT (unknown preset), -EINVAL (o out of range),
  * -ENOMEM; err as above.
  */
@@ -151,7 +157,8 @@ void kvp_model_seq_destroy(struct kvp_model_seq *s);
  * kvp_model_prefill - run the forward pass over tokens[0..n) appended to
  * the sequence (in chunks), put their K and V into the cache
  * (kvp_kvcache_prefill), and leave the logits of the last token.  The
- * prompt's own attention runs in RAM over its K and V in fp32.  Returns 0,
+ * prompt's own attention runs in RAM over its K and V in fp32, over the
+ * config's prefill_window.  Returns 0,
  * -EINVAL (a token >= vocab; n = 0; past the model's seq_len: *msg
  * says), the cache's error.  On failure the cache's sequence may hold
  * part of the tokens: free it.

@@ -316,7 +316,7 @@ struct prompt_attn {
 	uint64_t first;	   /* position of the chunk's first token */
 	const float *q;	   /* [ntok][qd] */
 	float *out;	   /* [ntok][qd] */
-	float *scores;	   /* per head-token job: first + ntok floats */
+	float *scores;	   /* per head-token job: hcap floats */
 	uint32_t ntok;
 };
 
@@ -329,9 +329,9 @@ static void prompt_attn_run(void *arg, uint32_t lo, uint32_t hi)
 	const struct kvp_model_config *c = s->cfg;
 	uint32_t hd = c->head_dim, grp = c->q_heads / c->kv_heads, j, d;
 	float scale = 1.0f / sqrtf((float)hd);
-	float *sc = a->scores + (size_t)lo * (a->first + a->ntok);
+	float *sc = a->scores + (size_t)lo * s->hcap;
 
-	for (j = lo; j < hi; j++, sc += a->first + a->ntok) {
+	for (j = lo; j < hi; j++, sc += s->hcap) {
 		uint32_t t = j / c->q_heads, h = j % c->q_heads;
 		uint64_t pos = a->first + t, u, from = 0;
 		const float *q = a->q + (size_t)t * s->qd + (size_t)h * hd;
@@ -339,8 +339,8 @@ static void prompt_attn_run(void *arg, uint32_t lo, uint32_t hi)
 		size_t kh = (size_t)(h / grp) * hd;
 		float mx = -INFINITY, sum = 0;
 
-		if (pos + 1 > s->hcap)
-			from = pos + 1 - s->hcap;
+		if (c->prefill_window && pos + 1 > c->prefill_window)
+			from = pos + 1 - c->prefill_window;
 		for (u = from; u <= pos; u++) {
 			const float *k = hist_k(s, a->layer, u) + kh;
 			float v = 0;
@@ -366,6 +366,22 @@ static void prompt_attn_run(void *arg, uint32_t lo, uint32_t hi)
 	}
 }
 
+/* Attention of ntok tokens over themselves alone: each query head gets
+ * its KV head's V. */
+static void own_values(const struct kvp_model_seq *s, const float *V,
+		       float *att, uint32_t ntok)
+{
+	const struct kvp_model_config *c = s->cfg;
+	uint32_t grp = c->q_heads / c->kv_heads, t, h;
+
+	for (t = 0; t < ntok; t++)
+		for (h = 0; h < c->q_heads; h++)
+			memcpy(att + (size_t)t * s->qd + (size_t)h * c->head_dim,
+			       V + (size_t)t * s->kvd +
+				   (size_t)(h / grp) * c->head_dim,
+			       sizeof(float) * c->head_dim);
+}
+
 int kvp_model_prefill(struct kvp_model_seq *s, const uint32_t *tokens,
 		      uint32_t n)
 {
@@ -386,7 +402,10 @@ int kvp_model_prefill(struct kvp_model_seq *s, const uint32_t *tokens,
 	err = -ENOMEM;
 	free(s->hk);
 	free(s->hv);
-	s->hcap = n;
+	/* the ring holds the window behind the chunk and the chunk */
+	s->hcap = c->prefill_window && c->prefill_window + T < n
+			  ? c->prefill_window + T
+			  : n;
 	s->hk = malloc(sizeof(float) * c->layers * s->hcap * s->kvd);
 	s->hv = malloc(sizeof(float) * c->layers * s->hcap * s->kvd);
 	X = malloc(sizeof(float) * T * D);
@@ -398,7 +417,7 @@ int kvp_model_prefill(struct kvp_model_seq *s, const uint32_t *tokens,
 	K = malloc(sizeof(float) * T * s->kvd);
 	V = malloc(sizeof(float) * T * s->kvd);
 	ATT = malloc(sizeof(float) * T * s->qd);
-	SC = malloc(sizeof(float) * (size_t)T * c->q_heads * n);
+	SC = malloc(sizeof(float) * (size_t)T * c->q_heads * s->hcap);
 	if (!s->hk || !s->hv || !X || !XB || !XB2 || !H1 || !H3 || !Q || !K ||
 	    !V || !ATT || !SC)
 		goto out;
@@ -413,9 +432,12 @@ int kvp_model_prefill(struct kvp_model_seq *s, const uint32_t *tokens,
 			for (t = 0; t < nt; t++)
 				kvp_model_rmsnorm(XB + t * D, X + t * D,
 						  w->att_norm + l * D, c->dim);
-			kvp_model_matmul(s->pool, Q, XB,
-					 w->wq + l * (size_t)s->qd * D, nt,
-					 s->qd, c->dim);
+			/* attending to itself alone, a token's output is
+			 * its own V whatever its query: no wq needed */
+			if (c->prefill_window != 1)
+				kvp_model_matmul(s->pool, Q, XB,
+						 w->wq + l * (size_t)s->qd * D,
+						 nt, s->qd, c->dim);
 			kvp_model_matmul(s->pool, K, XB,
 					 w->wk + l * (size_t)s->kvd * D, nt,
 					 s->kvd, c->dim);
@@ -423,8 +445,10 @@ int kvp_model_prefill(struct kvp_model_seq *s, const uint32_t *tokens,
 					 w->wv + l * (size_t)s->kvd * D, nt,
 					 s->kvd, c->dim);
 			for (t = 0; t < nt; t++) {
-				kvp_model_rope(Q + (size_t)t * s->qd,
-					       c->q_heads, c->head_dim, a + t);
+				if (c->prefill_window != 1)
+					kvp_model_rope(Q + (size_t)t * s->qd,
+						       c->q_heads, c->head_dim,
+						       a + t);
 				kvp_model_rope(K + (size_t)t * s->kvd,
 					       c->kv_heads, c->head_dim, a + t);
 				memcpy(hist_k(s, l, a + t),
@@ -435,10 +459,13 @@ int kvp_model_prefill(struct kvp_model_seq *s, const uint32_t *tokens,
 				       sizeof(float) * s->kvd);
 			}
 			pa.layer = l;
-			kvp_mpool_run(s->pool, nt * c->q_heads,
-				      (uint64_t)nt * c->q_heads *
-					  (a + nt) * c->head_dim * 2,
-				      prompt_attn_run, &pa);
+			if (c->prefill_window == 1)
+				own_values(s, V, ATT, nt);
+			else
+				kvp_mpool_run(s->pool, nt * c->q_heads,
+					      (uint64_t)nt * c->q_heads *
+						  (a + nt) * c->head_dim * 2,
+					      prompt_attn_run, &pa);
 			layer_finish(s, l, nt, X, ATT, XB, XB2, H1, H3);
 		}
 		if (a + nt == n)
