@@ -49,33 +49,12 @@ static const char *model_path(void)
 static void prompt(uint32_t *t)
 {
 	struct kvp_model *m;
-	struct kvp_kv_geometry g;
-	struct kvp_kvcache_opts o;
-	struct kvp_kvcache *c;
-	struct kvp_model_seq *s;
-	uint64_t rng = 42;
-	uint32_t id, i;
 	char err[256];
 
 	ck_assert_int_eq(kvp_model_load_file(model_path(), &m, err,
 					     sizeof(err)),
 			 0);
-	ck_assert_int_eq(kvp_model_geometry(m, KVP_KV_FP32, 4, &g), 0);
-	kvp_kvcache_opts_default(&o, &g);
-	o.backend = KVP_KVCACHE_RAM;
-	o.capacity_tokens = PROMPT;
-	ck_assert_int_eq(kvp_kvcache_create(&o, &c), 0);
-	ck_assert_int_eq(kvp_kvcache_seq_create(c, &id), 0);
-	ck_assert_int_eq(kvp_model_seq_create(m, c, id, 1, &s), 0);
-	t[0] = 1;
-	ck_assert_int_eq(kvp_model_prefill(s, t, 1), 0);
-	for (i = 1; i < PROMPT; i++) {
-		t[i] = kvp_model_sample(kvp_model_logits(s), VOCAB, 0.8f, &rng);
-		if (i + 1 < PROMPT)
-			ck_assert_int_eq(kvp_model_step(s, t[i], NULL), 0);
-	}
-	kvp_model_seq_destroy(s);
-	kvp_kvcache_destroy(c);
+	ck_assert_int_eq(kvp_model_text(m, PROMPT, 0.8f, 42, t), 0);
 	kvp_model_close(m);
 }
 

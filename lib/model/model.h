@@ -185,6 +185,16 @@ uint64_t kvp_model_seq_tokens(const struct kvp_model_seq *s);
 double kvp_model_seq_compute_s(const struct kvp_model_seq *s);
 
 /*
+ * kvp_model_text - n tokens of the model's own text: BOS (1), then tokens
+ * sampled at temperature from seed (a xorshift state, 0 taken as 1), with
+ * the KV all in RAM.  A prompt with the attention of what the model was
+ * trained on, where token ids are all there is.  Returns 0, -EINVAL (n 0
+ * or past seq_len), -ENOMEM.
+ */
+int kvp_model_text(struct kvp_model *m, uint32_t n, float temperature,
+		   uint64_t seed, uint32_t *out);
+
+/*
  * kvp_model_sample - the next token from logits: the argmax (lowest index
  * on ties) when temperature <= 0, else a draw from softmax(logits /
  * temperature) with *rng (a xorshift state, advanced; never 0).

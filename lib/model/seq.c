@@ -555,3 +555,41 @@ uint32_t kvp_model_sample(const float *logits, uint32_t vocab,
 	}
 	return best;
 }
+
+int kvp_model_text(struct kvp_model *m, uint32_t n, float temperature,
+		   uint64_t seed, uint32_t *out)
+{
+	struct kvp_kv_geometry g;
+	struct kvp_kvcache_opts o;
+	struct kvp_kvcache *c = NULL;
+	struct kvp_model_seq *s = NULL;
+	uint64_t rng = seed ? seed : 1;
+	uint32_t id, i;
+	int err;
+
+	if (!n || (m->cfg.seq_len && n > m->cfg.seq_len))
+		return -EINVAL;
+	err = kvp_model_geometry(m, KVP_KV_FP32, 4, &g);
+	if (err)
+		return err;
+	kvp_kvcache_opts_default(&o, &g);
+	o.backend = KVP_KVCACHE_RAM;
+	o.capacity_tokens = n;
+	err = kvp_kvcache_create(&o, &c);
+	if (!err)
+		err = kvp_kvcache_seq_create(c, &id);
+	if (!err)
+		err = kvp_model_seq_create(m, c, id, 0, &s);
+	out[0] = 1;
+	if (!err)
+		err = kvp_model_prefill(s, out, 1);
+	for (i = 1; i < n && !err; i++) {
+		out[i] = kvp_model_sample(s->logits, m->cfg.vocab, temperature,
+					  &rng);
+		if (i + 1 < n)
+			err = kvp_model_step(s, out[i], NULL);
+	}
+	kvp_model_seq_destroy(s);
+	kvp_kvcache_destroy(c);
+	return err;
+}

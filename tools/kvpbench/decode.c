@@ -16,6 +16,15 @@
  * at each step's end whatever the kernel read around them (kvcache.c).
  * Attention reads the predictor's blocks in every mode, so the work is the
  * same; modes differ only in where the KV is and how it gets there.
+ *
+ * With --model (lib/model/model.h: a llama2.c checkpoint or random:PRESET)
+ * the model makes the KV instead: each mode prefills the same prompt of
+ * --context tokens (a checkpoint's own sampled text, a random model's
+ * random tokens) and generates --steps tokens
+ * greedily, tokens/s counting the whole model step; the tokens are
+ * compared with an all-in-RAM exact run's (column agree: the share
+ * generated alike, and top-1, the share of steps whose greedy token on
+ * the exact run's own context is the exact run's).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -27,6 +36,7 @@
 
 #include "lib/synth/kv_synth.h"
 #include "lib/kv/kvcache.h"
+#include "lib/model/model.h"
 #include "lib/tunables/tunables.h"
 #include "tools/kvpbench/kvpbench.h"
 
@@ -34,19 +44,25 @@ struct dmode {
 	const char *name;
 	enum kvp_kvcache_backend be;
 	bool prefetch;
+	bool exact; /* exact whatever --predictor says: the reference */
 };
 
 static const struct dmode dmodes[] = {
-	{ "ram", KVP_KVCACHE_RAM, false },
-	{ "mmap", KVP_KVCACHE_MMAP, false },
-	{ "mmap-willneed", KVP_KVCACHE_MMAP, true },
-	{ "kvpager-demand", KVP_KVCACHE_PAGER, false },
-	{ "kvpager", KVP_KVCACHE_PAGER, true },
+	{ "ram", KVP_KVCACHE_RAM, false, false },
+	{ "mmap", KVP_KVCACHE_MMAP, false, false },
+	{ "mmap-willneed", KVP_KVCACHE_MMAP, true, false },
+	{ "kvpager-demand", KVP_KVCACHE_PAGER, false, false },
+	{ "kvpager", KVP_KVCACHE_PAGER, true, false },
+	/* --model only, run first: the tokens the others are held to */
+	{ "ram-exact", KVP_KVCACHE_RAM, false, true },
 };
+#define REF_MODE (sizeof(dmodes) / sizeof(dmodes[0]) - 1)
 #define NDMODES (sizeof(dmodes) / sizeof(dmodes[0]))
 
 struct dres {
 	bool ran;
+	uint32_t *tokens;      /* --model: the tokens generated */
+	double agree, top1;    /* --model: against the exact run's */
 	double tps, t_step, t_compute, t_load, t_prefill;
 	double bytes_read, faults, reuse, recall, rel;
 	uint64_t hit, late, wasted;
@@ -61,7 +77,48 @@ struct dopts {
 	int install;
 	bool json, quiet;
 	unsigned modes;
+	uint64_t seed_prompt;	 /* --model: the prompt's seed */
+	struct kvp_model *model; /* --model, or NULL: synthetic KV */
+	uint32_t *prompt;	 /* --model: context tokens */
 };
+
+/* The model's greedy decode of one mode: tokens/s over whole steps;
+ * forced (may be NULL): feed these instead, and count the greedy token's
+ * agreement with them in *top1. */
+static int model_decode(const struct dopts *o, const struct dmode *m,
+			struct kvp_kvcache *c, uint32_t id,
+			const uint32_t *forced, struct dres *r)
+{
+	uint32_t vocab = kvp_model_config(o->model)->vocab, i, same = 0;
+	struct kvp_model_seq *s;
+	double wall = 0, t0;
+	int err;
+
+	err = kvp_model_seq_create(o->model, c, id, 0, &s);
+	if (!err)
+		err = kvp_model_prefill(s, o->prompt, (uint32_t)o->context);
+	for (i = 0; i < o->steps && !err; i++) {
+		uint32_t t = kvp_model_sample(kvp_model_logits(s), vocab, 0,
+					      NULL);
+
+		if (forced)
+			same += t == forced[i];
+		else
+			r->tokens[i] = t;
+		t0 = kvpb_now();
+		err = kvp_model_step(s, forced ? forced[i] : t, NULL);
+		if (i >= o->warmup)
+			wall += kvpb_now() - t0;
+		if (!o->quiet)
+			fprintf(stderr, "\rdecode %-15s step %u/%u ", m->name,
+				i + 1, o->steps);
+	}
+	r->top1 = (double)same / o->steps;
+	if (!err && !forced)
+		r->tps = (o->steps - o->warmup) / wall;
+	kvp_model_seq_destroy(s);
+	return err;
+}
 
 static void dusage(FILE *f)
 {
@@ -85,12 +142,16 @@ static void dusage(FILE *f)
 	       "  --short           context 8192, 8 steps\n"
 	       "  --json            one JSON object per mode\n"
 	       "  --quiet           no progress on stderr\n"
-	       "The KV is synthetic (lib/synth/kv_synth.h).\n");
+	       "  --model M         a llama2.c checkpoint or random:PRESET "
+	       "makes the KV\n"
+	       "                    (--context tokens of its own text, or "
+	       "random ones)\n"
+	       "Without --model the KV is synthetic (lib/synth/kv_synth.h).\n");
 }
 
 static int run_mode(const struct dopts *o, const struct dmode *m,
 		    const struct kvp_kv_geometry *g, struct kvp_kv_synth *sy,
-		    struct dres *r)
+		    const uint32_t *forced, struct dres *r)
 {
 	struct kvp_kv_source src;
 	struct kvp_kvcache_opts co;
@@ -102,7 +163,8 @@ static int run_mode(const struct dopts *o, const struct dmode *m,
 	double n, t0;
 	int err;
 
-	kvp_kv_source_synth(&src, sy);
+	if (sy)
+		kvp_kv_source_synth(&src, sy);
 	kvp_kvcache_opts_default(&co, g);
 	co.backend = m->be;
 	co.prefetch = m->prefetch;
@@ -112,8 +174,11 @@ static int run_mode(const struct dopts *o, const struct dmode *m,
 	co.pager_block_bytes = (size_t)o->block;
 	co.budget_bytes = o->budget;
 	co.dir = o->path;
-	kvp_predictor_opts_default(&co.pred, o->pred);
+	kvp_predictor_opts_default(&co.pred, m->exact ? KVP_PREDICTOR_EXACT
+						     : o->pred);
 	co.pred.budget_tokens = o->M;
+	if (co.pred.rank > kvp_predictor_max_rank(g))
+		co.pred.rank = kvp_predictor_max_rank(g) / 2;
 	co.sample_every = 4;
 	co.sample_layers = 2;
 	co.max_samples = 256;
@@ -132,13 +197,29 @@ static int run_mode(const struct dopts *o, const struct dmode *m,
 	t0 = kvpb_now();
 	for (i = 0; i < o->batch && !err; i++) {
 		err = kvp_kvcache_seq_create(c, &ids[i]);
-		if (!err)
+		if (!err && !o->model)
 			err = kvp_kvcache_prefill(c, ids[i], o->context, &src,
 						  NULL, NULL);
 	}
 	r->t_prefill = kvpb_now() - t0;
 	memset(&s0, 0, sizeof(s0));
-	for (i = 0; i < o->steps && !err; i++) {
+	if (o->model && !err) {
+		/* the warm-up's statistics are not subtracted: the model
+		 * runs its steps in one call */
+		r->tokens = calloc(o->steps, sizeof(uint32_t));
+		err = r->tokens ? model_decode(o, m, c, ids[0], NULL, r)
+				: -ENOMEM;
+		if (!err && forced && !m->exact &&
+		    o->pred != KVP_PREDICTOR_EXACT) {
+			/* top-1 on the exact run's context, a fresh
+			 * sequence of its own */
+			kvp_kvcache_seq_free(c, ids[0]);
+			err = kvp_kvcache_seq_create(c, &ids[0]);
+			if (!err)
+				err = model_decode(o, m, c, ids[0], forced, r);
+		}
+	}
+	for (i = 0; i < o->steps && !err && !o->model; i++) {
 		if (i == o->warmup)
 			kvp_kvcache_stats(c, &s0);
 		err = kvp_kvcache_step(c, ids, o->batch, &src, NULL, NULL);
@@ -158,8 +239,9 @@ static int run_mode(const struct dopts *o, const struct dmode *m,
 		if (n < 1)
 			n = 1;
 		r->t_step = (d.t_step_s - s0.sum.t_step_s) / n;
-		r->tps =
-		    (d.tokens - s0.sum.tokens) / (d.t_step_s - s0.sum.t_step_s);
+		if (!o->model)
+			r->tps = (d.tokens - s0.sum.tokens) /
+				 (d.t_step_s - s0.sum.t_step_s);
 		r->t_compute = (d.t_compute_s + d.t_predict_s + d.t_fill_s -
 				s0.sum.t_compute_s - s0.sum.t_predict_s -
 				s0.sum.t_fill_s) /
@@ -203,7 +285,8 @@ enum {
 	D_SHORT,
 	D_JSON,
 	D_QUIET,
-	D_HELP
+	D_HELP,
+	D_MODEL
 };
 
 /* The numeric options: whole values, range checked before they reach a
@@ -242,6 +325,7 @@ int kvpbench_decode(int argc, char **argv)
 		{ "json", no_argument, NULL, D_JSON },
 		{ "quiet", no_argument, NULL, D_QUIET },
 		{ "help", no_argument, NULL, D_HELP },
+		{ "model", required_argument, NULL, D_MODEL },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct dopts o = {
@@ -254,16 +338,20 @@ int kvpbench_decode(int argc, char **argv)
 		.M = 400,
 		.pred = KVP_PREDICTOR_LOWRANK,
 		.install = -1,
-		.modes = (1u << NDMODES) - 1,
+		.modes = (1u << REF_MODE) - 1,
+		.seed_prompt = 1,
 	};
 	struct dres res[NDMODES];
 	struct kvp_kv_geometry g;
 	struct kvp_kv_synth_opts so;
-	struct kvp_kv_synth *sy;
-	uint64_t kv;
+	struct kvp_kv_synth *sy = NULL;
+	uint64_t v, kv;
 	unsigned i;
 	int c, err, failed = 0;
 	bool shortrun = false;
+	const char *model = NULL;
+	const uint32_t *ref = NULL; /* --model: the exact run's tokens */
+	char why[512];
 
 	memset(res, 0, sizeof(res));
 	optind = 1;
@@ -283,6 +371,9 @@ int kvpbench_decode(int argc, char **argv)
 			continue;
 		case D_QUIET:
 			o.quiet = true;
+			continue;
+		case D_MODEL:
+			model = optarg;
 			continue;
 		case D_HELP:
 			dusage(stdout);
@@ -342,7 +433,62 @@ int kvpbench_decode(int argc, char **argv)
 	}
 	if (o.warmup >= o.steps)
 		o.warmup = o.steps - 1;
-	if (kvp_kv_geometry_preset(o.preset, &g)) {
+	if (model) {
+		struct kvp_kv_geometry pg;
+		const struct kvp_model_config *mc;
+		uint64_t x = o.seed_prompt;
+
+		err = kvp_model_open(model, NULL, &o.model, why, sizeof(why));
+		if (err) {
+			fprintf(stderr, "kvpbench decode: %s\n", why);
+			return 2;
+		}
+		mc = kvp_model_config(o.model);
+		if (o.batch != 1 ||
+		    (mc->seq_len && o.context + o.steps > mc->seq_len)) {
+			fprintf(stderr,
+				"kvpbench decode: --model runs one sequence of "
+				"at most %u tokens: --context and --steps "
+				"pass it, or --batch is not 1\n",
+				mc->seq_len);
+			kvp_model_close(o.model);
+			return 2;
+		}
+		o.prompt = malloc(sizeof(uint32_t) * o.context);
+		if (!o.prompt) {
+			kvp_model_close(o.model);
+			return 1;
+		}
+		/* a checkpoint's prompt is its own text; a random model's
+		 * random tokens (its text would take O(context^2)) */
+		o.prompt[0] = 1;
+		for (v = 1; v < o.context; v++) {
+			x ^= x << 13;
+			x ^= x >> 7;
+			x ^= x << 17;
+			o.prompt[v] = (uint32_t)(x % mc->vocab);
+		}
+		if (mc->seq_len && kvp_model_text(o.model, (uint32_t)o.context,
+						  0.8f, o.seed_prompt,
+						  o.prompt)) {
+			fprintf(stderr, "kvpbench decode: the model's prompt "
+					"text failed\n");
+			free(o.prompt);
+			kvp_model_close(o.model);
+			return 1;
+		}
+		kvp_model_geometry(o.model,
+				   strncmp(model, "random:", 7) ||
+					   kvp_kv_geometry_preset(model + 7,
+								  &pg)
+				       ? KVP_KV_FP32
+				       : pg.dtype,
+				   4, &g);
+		o.preset = kvp_model_name(o.model);
+		/* exact's own ram mode is the reference */
+		if (o.pred != KVP_PREDICTOR_EXACT || !(o.modes & 1u))
+			o.modes |= 1u << REF_MODE;
+	} else if (kvp_kv_geometry_preset(o.preset, &g)) {
 		fprintf(stderr, "kvpbench decode: unknown preset '%s'\n",
 			o.preset);
 		return 2;
@@ -357,16 +503,29 @@ int kvpbench_decode(int argc, char **argv)
 	if (!o.block)
 		o.block = o.pred == KVP_PREDICTOR_EXACT ? 2u << 20 : 0;
 	kvp_kv_synth_opts_default(&so);
-	err = kvp_kv_synth_create(&g, &so, &sy);
+	err = o.model ? 0 : kvp_kv_synth_create(&g, &so, &sy);
 	if (err) {
 		fprintf(stderr, "kvpbench decode: synthetic KV: %s\n",
 			kvp_strerror(err));
 		return 1;
 	}
-	for (i = 0; i < NDMODES; i++) {
+	for (c = 0; c < (int)NDMODES; c++) {
+		/* the reference first, so that the others can be held to it */
+		i = c ? (unsigned)c - 1 : REF_MODE;
 		if (!(o.modes & (1u << i)))
 			continue;
-		err = run_mode(&o, &dmodes[i], &g, sy, &res[i]);
+		err = run_mode(&o, &dmodes[i], &g, sy, ref, &res[i]);
+		if (!err && o.model && !ref)
+			ref = res[i].tokens; /* the first run is exact */
+		if (!err && o.model) {
+			uint32_t k, same = 0;
+
+			for (k = 0; k < o.steps; k++)
+				same += res[i].tokens[k] == ref[k];
+			res[i].agree = (double)same / o.steps;
+			if (dmodes[i].exact || o.pred == KVP_PREDICTOR_EXACT)
+				res[i].top1 = res[i].agree;
+		}
 		if (err) {
 			fprintf(stderr, "kvpbench decode: mode %s failed: %s\n",
 				dmodes[i].name, kvp_strerror(err));
@@ -376,18 +535,25 @@ int kvpbench_decode(int argc, char **argv)
 	kvp_kv_synth_destroy(sy);
 
 	if (!o.json) {
+		if (o.model)
+			printf("kvpbench decode: model %s (dim %u): the model "
+			       "makes the KV; prompt: %s\n",
+			       o.preset, kvp_model_config(o.model)->dim,
+			       kvp_model_config(o.model)->seq_len
+				   ? "its own text (temperature 0.8)"
+				   : "random tokens");
 		printf("kvpbench decode: %s, context %" PRIu64
 		       ", batch %u, predictor %s%s, budget %.0f MiB of %.0f "
-		       "MiB of KV, %u steps (%u warm-up left out); SYNTHETIC "
-		       "KV\n",
+		       "MiB of KV, %u steps (%u warm-up left out); %s KV\n",
 		       o.preset, o.context, o.batch,
 		       kvp_predictor_kind_name(o.pred),
 		       o.pred == KVP_PREDICTOR_EXACT ? "" : " (M=400)",
-		       o.budget / 1048576.0, kv / 1048576.0, o.steps, o.warmup);
-		printf("%-15s %9s %9s %9s %9s %11s %9s %7s %7s %8s %8s\n",
+		       o.budget / 1048576.0, kv / 1048576.0, o.steps, o.warmup,
+		       o.model ? "MODEL" : "SYNTHETIC");
+		printf("%-15s %9s %9s %9s %9s %11s %9s %7s %7s %8s %8s%s\n",
 		       "mode", "tokens/s", "T_step", "T_comp", "T_load",
 		       "MiB read/st", "faults/st", "reuse", "recall", "vs_ram",
-		       "vs_mmwn");
+		       "vs_mmwn", o.model ? "   agree    top1" : "");
 	}
 	for (i = 0; i < NDMODES; i++) {
 		struct dres *r = &res[i];
@@ -403,7 +569,8 @@ int kvpbench_decode(int argc, char **argv)
 			       "\"preset\":\"%s\",\"context\":%" PRIu64
 			       ",\"batch\":%u,\"predictor\":\"%s\","
 			       "\"budget_bytes\":%" PRIu64
-			       ",\"synthetic_kv\":true,"
+			       ",\"synthetic_kv\":%s,\"token_agreement\":%.4f,"
+			       "\"top1_agreement\":%.4f,"
 			       "\"tokens_per_s\":%.4f,\"t_step_s\":%.6f,"
 			       "\"t_compute_s\":%.6f,\"t_load_s\":%.6f,"
 			       "\"bytes_read_per_step\":%.1f,"
@@ -417,19 +584,30 @@ int kvpbench_decode(int argc, char **argv)
 			       "\"ratio_vs_ram\":%.4f,"
 			       "\"ratio_vs_mmap_willneed\":%.4f}\n",
 			       dmodes[i].name, o.preset, o.context, o.batch,
-			       kvp_predictor_kind_name(o.pred), o.budget,
+			       kvp_predictor_kind_name(
+				   dmodes[i].exact ? KVP_PREDICTOR_EXACT
+						   : o.pred),
+			       o.budget, o.model ? "false" : "true",
+			       o.model ? r->agree : -1, o.model ? r->top1 : -1,
 			       r->tps, r->t_step, r->t_compute, r->t_load,
 			       r->bytes_read, r->faults, r->hit, r->late,
 			       r->wasted, r->reuse, r->recall, r->rel,
 			       r->t_prefill, r->install, rr, rw);
 		} else {
 			printf("%-15s %9.3f %9.4f %9.4f %9.4f %11.2f %9.1f "
-			       "%7.3f %7.4f %8.3f %8.3f\n",
+			       "%7.3f %7.4f %8.3f %8.3f",
 			       dmodes[i].name, r->tps, r->t_step, r->t_compute,
 			       r->t_load, r->bytes_read / 1048576.0, r->faults,
 			       r->reuse, r->recall, rr, rw);
+			if (o.model)
+				printf(" %7.3f %7.3f", r->agree, r->top1);
+			printf("\n");
 		}
 	}
 	fflush(stdout);
+	for (i = 0; i < NDMODES; i++)
+		free(res[i].tokens);
+	free(o.prompt);
+	kvp_model_close(o.model);
 	return failed ? 1 : 0;
 }
