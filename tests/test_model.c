@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "lib/model/model_i.h"
+#include "tests/helpers/helpers.h"
 
 static char dir[] = "/tmp/test_model.XXXXXX";
 
@@ -547,12 +548,9 @@ static void teardown(void)
 int main(void)
 {
 	Suite *s = suite_create("model");
-	TCase *tc = tcase_create("core");
-	SRunner *sr;
-	int nf;
+	TCase *tc = kvp_test_tcase(s, "core", 120);
 
 	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, loads_and_maps);
 	tcase_add_test(tc, untied_classifier);
 	tcase_add_loop_test(tc, refuses_bad_field, 0,
@@ -567,10 +565,5 @@ int main(void)
 	tcase_add_test(tc, refuses_bad_use);
 	tcase_add_test(tc, sample);
 	tcase_add_test(tc, tokenizer);
-	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nf ? 1 : 0;
+	return kvp_test_run(s);
 }

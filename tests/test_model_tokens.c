@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "lib/model/model.h"
+#include "tests/helpers/helpers.h"
 
 #define PROMPT 448
 #define GEN    64
@@ -237,24 +238,15 @@ END_TEST
 int main(void)
 {
 	Suite *s = suite_create("model_tokens");
-	TCase *tc = tcase_create("stories260K");
-	SRunner *sr;
-	int nf;
+	TCase *tc;
 
-	if (access(model_path(), R_OK)) {
-		printf("skipped: no model file %s (set KVP_MODEL_FILE)\n",
-		       model_path());
-		return 77;
-	}
-	tcase_set_timeout(tc, 300);
+	if (access(model_path(), R_OK))
+		return kvp_test_skip("no model file %s (set KVP_MODEL_FILE)",
+				     model_path());
+	tc = kvp_test_tcase(s, "stories260K", 300);
 	tcase_add_loop_test(tc, exact_bit_identical, 0,
 			    sizeof(exact_cases) / sizeof(exact_cases[0]));
 	tcase_add_test(tc, window_agreement);
 	tcase_add_test(tc, lowrank_agreement);
-	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nf ? 1 : 0;
+	return kvp_test_run(s);
 }
