@@ -542,12 +542,15 @@ int kvpbench_decode(int argc, char **argv)
 			       kvp_model_config(o.model)->seq_len
 				   ? "its own text (temperature 0.8)"
 				   : "random tokens");
+		char mtok[32] = "";
+
+		if (o.pred != KVP_PREDICTOR_EXACT)
+			snprintf(mtok, sizeof(mtok), " (M=%u)", o.M);
 		printf("kvpbench decode: %s, context %" PRIu64
 		       ", batch %u, predictor %s%s, budget %.0f MiB of %.0f "
 		       "MiB of KV, %u steps (%u warm-up left out); %s KV\n",
 		       o.preset, o.context, o.batch,
-		       kvp_predictor_kind_name(o.pred),
-		       o.pred == KVP_PREDICTOR_EXACT ? "" : " (M=400)",
+		       kvp_predictor_kind_name(o.pred), mtok,
 		       o.budget / 1048576.0, kv / 1048576.0, o.steps, o.warmup,
 		       o.model ? "MODEL" : "SYNTHETIC");
 		printf("%-15s %9s %9s %9s %9s %11s %9s %7s %7s %8s %8s%s\n",
