@@ -158,10 +158,10 @@ void kvp_model_seq_destroy(struct kvp_model_seq *s);
  * the sequence (in chunks), put their K and V into the cache
  * (kvp_kvcache_prefill), and leave the logits of the last token.  The
  * prompt's own attention runs in RAM over its K and V in fp32, over the
- * config's prefill_window.  Returns 0,
- * -EINVAL (a token >= vocab; n = 0; past the model's seq_len: *msg
- * says), the cache's error.  On failure the cache's sequence may hold
- * part of the tokens: free it.
+ * config's prefill_window.  The sequence must be empty (a prompt comes
+ * first).  Returns 0, -EINVAL (a token >= vocab; n = 0; more than the
+ * model's seq_len; the sequence not empty), -ENOMEM, the cache's error.
+ * On failure the cache's sequence may hold part of the tokens: free it.
  */
 int kvp_model_prefill(struct kvp_model_seq *s, const uint32_t *tokens,
 		      uint32_t n);
