@@ -82,12 +82,15 @@ struct dopts {
 	uint32_t *prompt;	 /* --model: context tokens */
 };
 
-/* The model's greedy decode of one mode: tokens/s over whole steps;
+/* The model's greedy decode of one mode: tokens/s over whole steps, the
+ * cache's totals at the warm-up's end in *s0 and at the end in *s1;
  * forced (may be NULL): feed these instead, and count the greedy token's
- * agreement with them in *top1. */
+ * agreement with them in *top1 (s0, s1 NULL). */
 static int model_decode(const struct dopts *o, const struct dmode *m,
 			struct kvp_kvcache *c, uint32_t id,
-			const uint32_t *forced, struct dres *r)
+			const uint32_t *forced, struct dres *r,
+			struct kvp_kvcache_stats *s0,
+			struct kvp_kvcache_stats *s1)
 {
 	uint32_t vocab = kvp_model_config(o->model)->vocab, i, same = 0;
 	struct kvp_model_seq *s;
@@ -105,6 +108,8 @@ static int model_decode(const struct dopts *o, const struct dmode *m,
 			same += t == forced[i];
 		else
 			r->tokens[i] = t;
+		if (s0 && i == o->warmup)
+			kvp_kvcache_stats(c, s0);
 		t0 = kvpb_now();
 		err = kvp_model_step(s, forced ? forced[i] : t, NULL);
 		if (i >= o->warmup)
@@ -116,6 +121,8 @@ static int model_decode(const struct dopts *o, const struct dmode *m,
 	r->top1 = (double)same / o->steps;
 	if (!err && !forced)
 		r->tps = (o->steps - o->warmup) / wall;
+	if (s1)
+		kvp_kvcache_stats(c, s1);
 	kvp_model_seq_destroy(s);
 	return err;
 }
@@ -204,10 +211,9 @@ static int run_mode(const struct dopts *o, const struct dmode *m,
 	r->t_prefill = kvpb_now() - t0;
 	memset(&s0, 0, sizeof(s0));
 	if (o->model && !err) {
-		/* the warm-up's statistics are not subtracted: the model
-		 * runs its steps in one call */
 		r->tokens = calloc(o->steps, sizeof(uint32_t));
-		err = r->tokens ? model_decode(o, m, c, ids[0], NULL, r)
+		err = r->tokens ? model_decode(o, m, c, ids[0], NULL, r, &s0,
+					       &s1)
 				: -ENOMEM;
 		if (!err && forced && !m->exact &&
 		    o->pred != KVP_PREDICTOR_EXACT) {
@@ -216,7 +222,8 @@ static int run_mode(const struct dopts *o, const struct dmode *m,
 			kvp_kvcache_seq_free(c, ids[0]);
 			err = kvp_kvcache_seq_create(c, &ids[0]);
 			if (!err)
-				err = model_decode(o, m, c, ids[0], forced, r);
+				err = model_decode(o, m, c, ids[0], forced, r,
+						   NULL, NULL);
 		}
 	}
 	for (i = 0; i < o->steps && !err && !o->model; i++) {
@@ -230,7 +237,8 @@ static int run_mode(const struct dopts *o, const struct dmode *m,
 	if (!o->quiet)
 		fputc('\n', stderr);
 	if (!err) {
-		kvp_kvcache_stats(c, &s1);
+		if (!o->model)
+			kvp_kvcache_stats(c, &s1);
 		err = kvp_kvcache_quality(c, &r->recall, &r->rel, NULL, NULL);
 	}
 	if (!err) {
@@ -246,6 +254,12 @@ static int run_mode(const struct dopts *o, const struct dmode *m,
 				s0.sum.t_compute_s - s0.sum.t_predict_s -
 				s0.sum.t_fill_s) /
 			       n;
+		if (o->model && r->tps > 0) {
+			/* the model's last layer and logits run outside
+			 * the cache's step: a token is the whole step */
+			r->t_compute += 1 / r->tps - r->t_step;
+			r->t_step = 1 / r->tps;
+		}
 		r->t_load = (s1.t_load_busy_s - s0.t_load_busy_s) / n;
 		r->bytes_read = (d.bytes_read - s0.sum.bytes_read) / n;
 		r->faults = (d.demand_faults - s0.sum.demand_faults) / n;
