@@ -6,6 +6,7 @@
 #   make bench           the benchmarks, short form
 #   make install         PREFIX=/usr/local DESTDIR=
 #   make SANITIZE=address,undefined check   (or SANITIZE=thread) into build-<san>/
+#   make fuzz            the libFuzzer harnesses, FUZZ_SECONDS each, into build-fuzz/
 #   make V=1             show the commands
 #   PYTHONPATH=build/python /usr/bin/python3    the Python binding, built
 #
@@ -28,7 +29,9 @@ ifeq ($(SANITIZE),)
 BUILD ?= build
 else
 BUILD ?= build-$(subst $(comma),-,$(SANITIZE))
-override CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
+# A sanitizer's report fails the test that triggers it (UBSan would go on).
+override CFLAGS += -fsanitize=$(SANITIZE) -fno-sanitize-recover=all \
+	-fno-omit-frame-pointer
 override LDFLAGS += -fsanitize=$(SANITIZE)
 endif
 
@@ -72,6 +75,8 @@ CUDA_SRCS := $(sort $(wildcard lib/cuda/*.cu))
 PY_SRCS := $(sort $(wildcard python/kvpager/*.py))
 PY_PKG := $(PY_SRCS:python/%=$(BUILD)/python/%) \
 	$(BUILD)/python/kvpager/_abi.py
+# tests/fuzz/<name>.c: a libFuzzer harness, corpus in tests/fuzz/<name>/.
+FUZZ_NAMES := $(filter-out replay,$(basename $(notdir $(wildcard tests/fuzz/*.c))))
 
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 PRELOAD_OBJS := $(PRELOAD_SRCS:%.c=$(BUILD)/obj/%.o)
@@ -80,6 +85,7 @@ TOOLS := $(patsubst tools/%.c,$(BUILD)/bin/%,$(TOOL_SINGLE)) \
 	$(patsubst tools/%,$(BUILD)/bin/%,$(TOOL_DIRS))
 TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 PROGS := $(patsubst tests/progs/%.c,$(BUILD)/tests/progs/%,$(PROG_SRCS))
+FUZZ_REPLAYS := $(FUZZ_NAMES:%=$(BUILD)/tests/test_fuzz_%)
 
 STATIC_LIB := $(BUILD)/lib/libkvpager.a
 SHARED_LIB := $(BUILD)/lib/libkvpager.so.$(VERSION)
@@ -99,7 +105,7 @@ ALL := $(STATIC_LIB) $(SHARED_LIB) $(if $(PRELOAD_SRCS),$(PRELOAD_LIB)) \
 	$(PC_FILE) $(TOOLS) $(CUDA_LIB) $(PY_PKG)
 
 .SECONDARY:
-.PHONY: all check demo bench install uninstall clean deps format
+.PHONY: all check demo bench install uninstall clean deps format fuzz fuzz-bins
 all: $(ALL)
 ifeq ($(NVCC),)
 	@echo "  CUDA   skipped: nvcc not found on PATH or at /usr/local/cuda/bin/nvcc"
@@ -107,6 +113,20 @@ endif
 
 # The Debian packages the build needs: installed when missing and we are
 # root, else the one command to run is printed.
+# $(call apt_get_install,PKGS): shell text that does so for PKGS.
+apt_get_install = \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "kvpager: installing $(1) with apt-get"; \
+		{ DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+			$(1) || { apt-get update -q && \
+			DEBIAN_FRONTEND=noninteractive apt-get install \
+			-y -q $(1); }; } >$(@D)/.deps.log 2>&1 \
+		|| { cat $(@D)/.deps.log; \
+		     echo "kvpager: apt-get failed; see above"; exit 1; }; \
+	else \
+		echo "kvpager: run: sudo apt-get install -y $(1)"; \
+		exit 1; \
+	fi
 deps: $(DEPS_STAMP)
 $(DEPS_STAMP):
 	$(Q)missing=""; \
@@ -119,18 +139,7 @@ $(DEPS_STAMP):
 		missing="$$missing python3-numpy/python3-pytest"; \
 	if [ -n "$$missing" ]; then \
 		echo "kvpager: missing build dependencies:$$missing"; \
-		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-			echo "kvpager: installing $(DEBIAN_PKGS) with apt-get"; \
-			{ DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-				$(DEBIAN_PKGS) || { apt-get update -q && \
-				DEBIAN_FRONTEND=noninteractive apt-get install \
-				-y -q $(DEBIAN_PKGS); }; } >$(BUILD)/.deps.log 2>&1 \
-			|| { cat $(BUILD)/.deps.log; \
-			     echo "kvpager: apt-get failed; see above"; exit 1; }; \
-		else \
-			echo "kvpager: run: sudo apt-get install -y $(DEBIAN_PKGS)"; \
-			exit 1; \
-		fi; \
+		$(call apt_get_install,$(DEBIAN_PKGS)); \
 	fi; \
 	touch $@
 
@@ -219,7 +228,13 @@ $(BUILD)/tests/progs/%: tests/progs/%.c | $(DEPS_STAMP)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) -O2 -g -std=c11 -D_GNU_SOURCE -pthread $(filter -fsanitize=%,$(CFLAGS)) -o $@ $<
 
-check: $(ALL) $(TESTS) $(PROGS)
+$(BUILD)/tests/test_fuzz_%: $(BUILD)/obj/tests/fuzz/%.o \
+		$(BUILD)/obj/tests/fuzz/replay.o $(STATIC_LIB)
+	$(call msg,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(STATIC_LIB) $(PKG_LIBS) -lm
+
+check: $(ALL) $(TESTS) $(PROGS) $(FUZZ_REPLAYS)
 	$(Q)BUILD=$(BUILD) tests/run-tests.sh
 
 # The probe's lines print whole with V=1 or when the pager cannot run;
@@ -233,6 +248,65 @@ demo: $(ALL)
 
 bench: $(ALL)
 	$(Q)$(BUILD)/bin/kvpbench --short
+
+# make fuzz: each harness under libFuzzer, ASan and UBSan for FUZZ_SECONDS,
+# starting from its committed corpus; what it learns stays in build-fuzz/.
+# A finding stops the run and leaves the input in build-fuzz/crashes/:
+# fix the bug, then commit the input into tests/fuzz/<name>/ so that
+# `make check` replays it.  clang is needed only here, installed as the
+# build's other packages are.
+FUZZ_SECONDS ?= 60
+FUZZ_CC ?= clang-14
+FUZZ_DEBIAN_PKGS := clang-14 libclang-rt-14-dev
+FUZZ_BUILD := build-fuzz
+FUZZ_DEPS_STAMP := $(FUZZ_BUILD)/.fuzz-deps-ok
+# The code under fuzz, built with coverage; not the whole library, whose
+# SIMD kernels need a newer clang.
+FUZZ_LIB_SRCS := lib/tunables/tunables.c pager/config.c lib/kv/block_table.c
+FUZZ_LIB := $(FUZZ_BUILD)/lib/libkvpager-fuzz.a
+
+$(FUZZ_DEPS_STAMP):
+	$(Q)mkdir -p $(@D)
+	$(Q)if ! printf 'int LLVMFuzzerTestOneInput(const char *d, long n)\n{ return 0; }\n' | \
+		$(FUZZ_CC) -x c -fsanitize=fuzzer -o /dev/null - >/dev/null 2>&1; then \
+		echo "kvpager: make fuzz needs $(FUZZ_CC) with libFuzzer"; \
+		$(call apt_get_install,$(FUZZ_DEBIAN_PKGS)); \
+	fi; \
+	touch $@
+
+# Built by a make of its own: every object needs clang's coverage flags.
+fuzz: $(FUZZ_DEPS_STAMP)
+	$(Q)$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) \
+		SANITIZE=fuzzer-no-link,address,undefined fuzz-bins
+	$(Q)for f in $(FUZZ_NAMES); do \
+		mkdir -p $(FUZZ_BUILD)/corpus/$$f $(FUZZ_BUILD)/crashes; \
+		$(FUZZ_BUILD)/fuzz/$$f -max_total_time=$(FUZZ_SECONDS) \
+			-timeout=10 -print_final_stats=1 \
+			-artifact_prefix=$(FUZZ_BUILD)/crashes/$$f- \
+			$(FUZZ_BUILD)/corpus/$$f tests/fuzz/$$f \
+			>$(FUZZ_BUILD)/$$f.log 2>&1; \
+		rc=$$?; \
+		runs=$$(sed -n 's/^stat::number_of_executed_units: *//p' $(FUZZ_BUILD)/$$f.log); \
+		if [ $$rc != 0 ]; then \
+			tail -n 40 $(FUZZ_BUILD)/$$f.log; \
+			echo "fuzz: $$f: finding after $${runs:-?} runs, input in $(FUZZ_BUILD)/crashes/"; \
+			exit 1; \
+		fi; \
+		printf '  FUZZ   %-12s %10s runs in %ss, corpus %s inputs\n' $$f "$$runs" \
+			$(FUZZ_SECONDS) "$$(ls $(FUZZ_BUILD)/corpus/$$f | wc -l)"; \
+	done
+
+fuzz-bins: $(FUZZ_NAMES:%=$(BUILD)/fuzz/%)
+
+$(FUZZ_LIB): $(FUZZ_LIB_SRCS:%.c=$(BUILD)/obj/%.o)
+	$(call msg,AR,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/fuzz/%: $(BUILD)/obj/tests/fuzz/%.o $(FUZZ_LIB)
+	$(call msg,LD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ -lm
 
 # The .pc is generated at install, not copied: the build's may name another
 # PREFIX.  The Python package goes where Debian's python3 looks for PREFIX
