@@ -144,6 +144,9 @@ START_TEST(parse_bytes)
 	parse_bad("ram_budget_bytes", "", "empty");
 	parse_bad("ram_budget_bytes", " \n", "empty");
 	parse_bad("ram_budget_bytes", "M", "not a size");
+	/* too many digits is "out of range" only for a size (make fuzz) */
+	parse_bad("ram_budget_bytes", "99999999999999999999MB", "not a size");
+	parse_bad("ram_budget_bytes", "18448446744073609551\xca", "not a size");
 	/* the range is shown with suffixes */
 	parse_bad("ram_budget_bytes", "1K", "2M..1P");
 }
@@ -162,6 +165,7 @@ START_TEST(parse_uint)
 	parse_bad("io_depth", "+5", "not an unsigned");
 	parse_bad("io_depth", "5 6", "not an unsigned");
 	parse_bad("io_depth", "abc", "'abc'");
+	parse_bad("io_depth", "99999999999999999999x", "not an unsigned");
 	parse_bad("prefetch_depth_layers", "17", "0..16");
 }
 END_TEST

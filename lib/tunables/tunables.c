@@ -209,23 +209,28 @@ static bool trim_copy(const char *s, char *buf, size_t len)
 	return true;
 }
 
-/* Decimal digits only: no sign, no hex, no octal surprise. */
+/*
+ * Decimal digits only: no sign, no hex, no octal surprise.  *end is set past
+ * the digits even when they overflow (-ERANGE), so that the caller can tell
+ * a number too large from text that is no number at all.
+ */
 static int parse_decimal(const char *s, uint64_t *out, const char **end)
 {
 	uint64_t v = 0;
+	bool over = false;
 
 	if (!isdigit((unsigned char)*s))
 		return -EINVAL;
-	while (isdigit((unsigned char)*s)) {
+	for (; isdigit((unsigned char)*s); s++) {
 		unsigned d = (unsigned)(*s - '0');
 
-		if (v > (UINT64_MAX - d) / 10)
-			return -ERANGE;
+		over = over || v > (UINT64_MAX - d) / 10;
 		v = v * 10 + d;
-		s++;
 	}
-	*out = v;
 	*end = s;
+	if (over)
+		return -ERANGE;
+	*out = v;
 	return 0;
 }
 
@@ -233,21 +238,20 @@ int kvp_parse_bytes(const char *s, uint64_t *out)
 {
 	static const char suffix[] = "KMGTP";
 	const char *end, *p;
-	uint64_t v;
-	int shift, r = parse_decimal(s, &v, &end);
+	uint64_t v = 0;
+	int shift = 0, r = parse_decimal(s, &v, &end);
 
-	if (r)
+	if (r == -EINVAL)
 		return r;
 	if (*end) {
 		p = strchr(suffix, toupper((unsigned char)*end));
 		if (!p || end[1])
 			return -EINVAL;
 		shift = 10 * (int)(p - suffix + 1);
-		if (v > (UINT64_MAX >> shift))
-			return -ERANGE;
-		v <<= shift;
 	}
-	*out = v;
+	if (r || v > (UINT64_MAX >> shift))
+		return -ERANGE;
+	*out = v << shift;
 	return 0;
 }
 
@@ -281,10 +285,10 @@ int kvp_tunable_parse(const struct kvp_tunable *t, const char *text,
 		break;
 	case KVP_T_UINT:
 		r = parse_decimal(s, &v, &end);
-		if (r == -ERANGE)
-			what = "is out of range";
-		else if (r || *end)
+		if (r == -EINVAL || *end)
 			what = "is not an unsigned decimal integer";
+		else if (r)
+			what = "is out of range";
 		break;
 	case KVP_T_BOOL:
 		if (!strcasecmp(s, "1") || !strcasecmp(s, "true") ||
