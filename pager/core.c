@@ -1,5 +1,5 @@
 /*
- * core.c - block states and the functions that change them.
+ * core.c - block states, block flags and the functions that change them.
  *
  * Every block has one state, changed only here and only under p->lock:
  *
@@ -9,11 +9,24 @@
  *   LOADING --kvp_blk_load_failed (read error)--> POISONED: every access
  *                                  gets SIGBUS, never a hang
  *   LOADING --kvp_blk_load_dropped (discarded, unmapped, region dying)--> ABSENT
- *   RESIDENT --first write (WP fault, service.c sets BLK_DIRTY)--> RESIDENT
+ *   LOADING --kvp_blk_load_unmapped (nothing of it mapped at install)--> ABSENT
+ *   RESIDENT --kvp_blk_written (first write, a WP fault)--> RESIDENT (dirty)
+ *   RESIDENT --kvp_blk_write_begin / kvp_blk_write_done (flush)--> RESIDENT
  *   RESIDENT --kvp_blk_begin_evict--> EVICTING
  *   EVICTING --kvp_blk_evicted (detached; written back if dirty)--> ABSENT
- *   EVICTING --kvp_blk_evict_aborted (write-back failed, page busy)--> RESIDENT
+ *   EVICTING --kvp_blk_evict_aborted (pages busy, write-back failed,
+ *                                     discard undone)--> RESIDENT (dirty)
  *   any but LOADING/EVICTING --kvp_blk_forget (discard, unmap)--> ABSENT
+ *
+ * Flags (BLK_* in pager_i.h) change only here too, each through a named
+ * function: the use marks (kvp_blk_used, kvp_blk_joined, kvp_blk_touch,
+ * kvp_blk_unref), the program's drops (kvp_blk_drop_pending,
+ * kvp_blk_holes, kvp_blk_unmapped, kvp_blk_contents_gone), the waiters
+ * (kvp_blk_wait, kvp_blk_take_waiters) and the dirty bit
+ * (kvp_blk_written, kvp_blk_redirty, kvp_blk_abandon_dirty).
+ *
+ * The clock list (kvp_clock_add, kvp_clock_del, kvp_clock_cold) holds every
+ * RESIDENT block; evict.c's hand walks it.
  *
  * Invariants (kvp_blk_sane): a RESIDENT block is on the clock list and has
  * no operation; a LOADING or EVICTING block has exactly one operation; an
@@ -30,6 +43,7 @@
  * (UFFDIO_COPY with MODE_WP, atomic) has no such window.
  */
 #include <assert.h>
+#include <stdlib.h>
 
 #include "pager/pager_i.h"
 
@@ -63,34 +77,194 @@ bool kvp_blk_sane(const struct kvp_region *r, const struct kvp_block *b)
 	return false;
 }
 
+struct kvp_op *kvp_op_new(enum kvp_op_kind kind, struct kvp_region *r,
+			  uint64_t blk)
+{
+	struct kvp_op *op = calloc(1, sizeof(*op));
+
+	if (!op)
+		return NULL;
+	op->kind = kind;
+	op->r = r;
+	op->blk = blk;
+	op->io.cookie = op;
+	return op;
+}
+
+void kvp_op_free(struct kvp_op *op)
+{
+	if (!op)
+		return;
+	free(op->cover);
+	while (op->pfs) {
+		struct kvp_pf_ref *n = op->pfs->next;
+
+		free(op->pfs);
+		op->pfs = n;
+	}
+	free(op);
+}
+
+/* The clock list: every RESIDENT block, in install order (evict.c's
+ * kvp_clock_victim moves the hand). */
+void kvp_clock_add(struct kvp_pager *p, struct kvp_block *b)
+{
+	if (!p->clock) {
+		b->next = b->prev = b;
+		p->clock = b;
+		return;
+	}
+	/* Insert just behind the hand: the last to be examined. */
+	b->next = p->clock;
+	b->prev = p->clock->prev;
+	b->prev->next = b;
+	p->clock->prev = b;
+}
+
+void kvp_clock_del(struct kvp_pager *p, struct kvp_block *b)
+{
+	if (b->next == b) {
+		p->clock = NULL;
+	} else {
+		b->prev->next = b->next;
+		b->next->prev = b->prev;
+		if (p->clock == b)
+			p->clock = b->next;
+	}
+	b->next = b->prev = NULL;
+}
+
+void kvp_clock_cold(struct kvp_pager *p, struct kvp_block *b)
+{
+	kvp_blk_unref(b);
+	kvp_clock_del(p, b);
+	kvp_clock_add(p, b);
+	p->clock = b; /* the hand points at it: next victim */
+}
+
+void kvp_blk_init(struct kvp_block *b, bool in_store)
+{
+	b->flags = in_store ? BLK_IN_STORE : 0;
+}
+
 void kvp_blk_touch(struct kvp_pager *p, struct kvp_block *b)
 {
 	b->last_use = ++p->tick;
 	b->flags |= BLK_REF;
 }
 
+void kvp_blk_unref(struct kvp_block *b)
+{
+	b->flags &= ~BLK_REF;
+}
+
+void kvp_blk_used(struct kvp_region *r, struct kvp_block *b)
+{
+	if (b->flags & BLK_PREFETCHED)
+		KVP_STAT_ADD(r, prefetch_hit_total, 1);
+	b->flags &= ~(BLK_PREFETCHED | BLK_READAHEAD);
+}
+
+bool kvp_blk_joined(struct kvp_region *r, struct kvp_block *b)
+{
+	bool readahead = b->flags & BLK_READAHEAD;
+
+	assert(b->state == KVP_BLOCK_LOADING);
+	KVP_STAT_ADD(r, coalesced_faults_total, 1);
+	if (b->flags & BLK_PREFETCHED)
+		KVP_STAT_ADD(r, prefetch_late_total, 1);
+	b->flags &= ~(BLK_PREFETCHED | BLK_READAHEAD);
+	return readahead;
+}
+
+void kvp_blk_written(struct kvp_region *r, struct kvp_block *b)
+{
+	assert(b->state == KVP_BLOCK_RESIDENT);
+	if (!(b->flags & BLK_DIRTY))
+		KVP_STAT_ADD(r, wp_faults_total, 1);
+	b->flags |= BLK_DIRTY;
+}
+
+void kvp_blk_redirty(struct kvp_block *b)
+{
+	b->flags |= BLK_DIRTY;
+}
+
+void kvp_blk_abandon_dirty(struct kvp_block *b)
+{
+	b->flags &= ~BLK_DIRTY;
+}
+
+void kvp_blk_wait(struct kvp_block *b)
+{
+	b->flags |= BLK_WAITERS;
+}
+
+bool kvp_blk_take_waiters(struct kvp_block *b)
+{
+	bool waiters = b->flags & BLK_WAITERS;
+
+	b->flags &= ~BLK_WAITERS;
+	return waiters;
+}
+
+void kvp_blk_drop_pending(struct kvp_block *b)
+{
+	assert(b->state == KVP_BLOCK_LOADING || b->state == KVP_BLOCK_EVICTING);
+	b->flags |= BLK_DROP;
+}
+
+void kvp_blk_holes(struct kvp_block *b, bool unmapped)
+{
+	assert(b->state == KVP_BLOCK_RESIDENT);
+	b->flags |= BLK_DIRTY | BLK_HOLES;
+	if (unmapped)
+		b->flags |= BLK_SPLIT;
+}
+
+void kvp_blk_unmapped(struct kvp_block *b, bool whole)
+{
+	b->flags |= whole ? BLK_GONE : BLK_SPLIT;
+}
+
+void kvp_blk_contents_gone(struct kvp_block *b)
+{
+	b->flags &= ~(BLK_IN_STORE | BLK_DIRTY);
+}
+
 void kvp_blk_begin_load(struct kvp_region *r, struct kvp_block *b,
-			struct kvp_op *op)
+			struct kvp_op *op, enum kvp_load_why why)
 {
 	assert(b->state == KVP_BLOCK_ABSENT && kvp_blk_sane(r, b));
 	b->state = KVP_BLOCK_LOADING;
 	b->op = op;
+	b->owner = r;
+	if (why == LOAD_PREFETCH)
+		b->flags |= BLK_PREFETCHED;
+	else if (why == LOAD_READAHEAD)
+		b->flags |= BLK_READAHEAD;
 	r->inflight++;
 }
 
-void kvp_blk_installed(struct kvp_region *r, struct kvp_block *b, bool dirty)
+bool kvp_blk_installed(struct kvp_region *r, struct kvp_block *b, bool dirty,
+		       bool split)
 {
+	bool drop = b->flags & BLK_DROP;
+
 	assert(b->state == KVP_BLOCK_LOADING && b->op != NULL);
 	b->state = KVP_BLOCK_RESIDENT;
 	b->op = NULL;
-	b->flags &= ~BLK_HOLES; /* BLK_DROP: the caller discards at once */
-	if (dirty)
+	b->flags &= ~(BLK_HOLES | BLK_DROP);
+	if (split)
+		b->flags |= BLK_SPLIT;
+	if (dirty || split)
 		b->flags |= BLK_DIRTY;
 	r->inflight--;
 	kvp_clock_add(r->p, b);
 	kvp_blk_touch(r->p, b);
 	KVP_STAT_ADD(r, resident_bytes, r->block_bytes);
 	assert(kvp_blk_sane(r, b));
+	return drop;
 }
 
 void kvp_blk_load_failed(struct kvp_region *r, struct kvp_block *b)
@@ -112,6 +286,12 @@ void kvp_blk_load_dropped(struct kvp_region *r, struct kvp_block *b)
 	b->flags &= ~(BLK_PREFETCHED | BLK_READAHEAD | BLK_DROP | BLK_DIRTY);
 	r->inflight--;
 	assert(kvp_blk_sane(r, b));
+}
+
+void kvp_blk_load_unmapped(struct kvp_region *r, struct kvp_block *b)
+{
+	b->flags |= BLK_GONE;
+	kvp_blk_load_dropped(r, b);
 }
 
 void kvp_blk_begin_evict(struct kvp_region *r, struct kvp_block *b,
@@ -141,14 +321,50 @@ void kvp_blk_evicted(struct kvp_region *r, struct kvp_block *b, bool stored)
 	assert(kvp_blk_sane(r, b));
 }
 
-void kvp_blk_evict_aborted(struct kvp_region *r, struct kvp_block *b)
+void kvp_blk_evict_aborted(struct kvp_region *r, struct kvp_block *b,
+			   enum kvp_evict_abort why)
 {
 	assert(b->state == KVP_BLOCK_EVICTING);
 	b->state = KVP_BLOCK_RESIDENT;
 	b->op = NULL;
+	/* Pages put back arrive writable: dirty, so no write goes unseen. */
+	b->flags |= BLK_DIRTY;
+	switch (why) {
+	case ABORT_BUSY:
+		b->flags |= BLK_REF;
+		break;
+	case ABORT_WRITE_FAILED:
+		b->flags |= BLK_WB_FAILED;
+		break;
+	case ABORT_DISCARD:
+		/* Its contents are dropped all the same. */
+		b->flags &= ~(BLK_IN_STORE | BLK_DROP);
+		break;
+	}
 	r->inflight--;
 	kvp_clock_add(r->p, b);
 	assert(kvp_blk_sane(r, b));
+}
+
+void kvp_blk_write_begin(struct kvp_block *b)
+{
+	assert(b->state == KVP_BLOCK_RESIDENT && b->holds);
+	b->flags &= ~BLK_DIRTY;
+}
+
+void kvp_blk_write_done(struct kvp_region *r, struct kvp_block *b, int err)
+{
+	assert(b->state == KVP_BLOCK_RESIDENT && b->holds);
+	if (err) {
+		b->flags |= BLK_DIRTY | BLK_WB_FAILED;
+		return;
+	}
+	b->flags |= BLK_IN_STORE;
+	b->flags &= ~BLK_WB_FAILED;
+	/* Without write protection, or across a hole where it cannot be
+	 * set, a later write would go unseen: it stays dirty. */
+	if (!r->p->have_wp || (b->flags & BLK_SPLIT))
+		b->flags |= BLK_DIRTY;
 }
 
 void kvp_blk_forget(struct kvp_region *r, struct kvp_block *b)

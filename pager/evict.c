@@ -1,62 +1,30 @@
 /*
  * evict.c - which block leaves, and how it leaves.
  *
- * Policy: CLOCK over every resident block of the pager, in install order.
- * A block's reference bit is set when it is installed, faulted on, written,
- * pinned or asked for again by a prefetch; the hand clears it and takes the
- * first block without it.  Pinned blocks, and blocks whose write-back
- * failed (their data exists only in RAM), are never taken.  A COLD hint
+ * Policy: CLOCK over every resident block of the pager, in install order
+ * (the list is core.c's).  A block's reference bit is set when it is
+ * installed, faulted on, written, pinned or asked for again by a prefetch;
+ * the hand clears it and takes the first block without it.  Pinned
+ * blocks, blocks held by a flush or a peek, and blocks whose write-back
+ * failed (their data exists only in RAM) are never taken.  A COLD hint
  * puts a block just before the hand, so it goes next.
  *
- * Mechanism: a victim's pages are moved (UFFDIO_MOVE, through the landing
- * context) from the region into an empty frame slot.  That detaches them
+ * Mechanism: a victim's pages are moved (UFFDIO_MOVE, through the landing context)
+ * from the region into an empty frame slot.  That detaches them
  * atomically: a write that lands before the move is in the frame and is
  * written back, a write after it faults on a missing page and waits for
  * the block to be loaded again.  It also recycles the pages as the next
  * frame and, unlike MADV_DONTNEED, raises no UFFD_EVENT_REMOVE.  Clean
  * blocks of copy-mode regions are dropped instead, in batches, by the
  * zapper (zap.c): the store holds their data, and a batch costs one TLB
- * flush where a move costs one per page.
+ * flush where a move costs one per page.  A dirty block's frame stays with
+ * it until its write-back is done (kvp_writeback_done); a write-back that
+ * fails puts the pages back and keeps the block resident and dirty.
  */
 #include <errno.h>
 #include <stdlib.h>
 
 #include "pager/pager_i.h"
-
-void kvp_clock_add(struct kvp_pager *p, struct kvp_block *b)
-{
-	if (!p->clock) {
-		b->next = b->prev = b;
-		p->clock = b;
-		return;
-	}
-	/* Insert just behind the hand: the last to be examined. */
-	b->next = p->clock;
-	b->prev = p->clock->prev;
-	b->prev->next = b;
-	p->clock->prev = b;
-}
-
-void kvp_clock_del(struct kvp_pager *p, struct kvp_block *b)
-{
-	if (b->next == b) {
-		p->clock = NULL;
-	} else {
-		b->prev->next = b->next;
-		b->next->prev = b->prev;
-		if (p->clock == b)
-			p->clock = b->next;
-	}
-	b->next = b->prev = NULL;
-}
-
-void kvp_clock_cold(struct kvp_pager *p, struct kvp_block *b)
-{
-	b->flags &= ~BLK_REF;
-	kvp_clock_del(p, b);
-	kvp_clock_add(p, b);
-	p->clock = b; /* the hand points at it: next victim */
-}
 
 struct kvp_block *kvp_clock_victim(struct kvp_pager *p, struct kvp_region **rp,
 				   bool take_prefetched)
@@ -78,7 +46,7 @@ struct kvp_block *kvp_clock_victim(struct kvp_pager *p, struct kvp_region **rp,
 			*rp = b->owner;
 			return b;
 		}
-		b->flags &= ~BLK_REF;
+		kvp_blk_unref(b);
 		b = b->next;
 		if (b == start && ++rounds == 3)
 			return NULL;
@@ -176,8 +144,8 @@ int kvp_evict_one(struct kvp_service *s, bool take_prefetched)
 		return -EAGAIN;
 	}
 	op = kvp_op_new(OP_WRITEBACK, r, kvp_blk_index(r, b));
-	if (op && kvp_zap_eligible(p, r, b,
-				   (b->flags & BLK_DIRTY) || !p->have_wp)) {
+	if (op &&
+	    kvp_zap_eligible(p, r, b, (b->flags & BLK_DIRTY) || !p->have_wp)) {
 		op->cover = calloc(r->block_bytes / KVP_PAGE_BYTES, 1);
 		if (op->cover) {
 			op->kind = OP_ZAP;
@@ -221,7 +189,8 @@ int kvp_evict_move(struct kvp_service *s, struct kvp_op *op)
 
 	pthread_mutex_lock(&p->lock);
 	if (err == -ENOENT) {
-		b->flags |= BLK_GONE | BLK_DROP;
+		kvp_blk_unmapped(b, true);
+		kvp_blk_drop_pending(b);
 		err = 0;
 	}
 	if (err) {
@@ -231,10 +200,8 @@ int kvp_evict_move(struct kvp_service *s, struct kvp_op *op)
 		 * dirty, so that no write goes unseen. */
 		if (slot)
 			kvp_frame_put_undone(p, slot, r->block_bytes);
-		kvp_blk_evict_aborted(r, b);
-		b->flags |= BLK_REF | BLK_DIRTY;
-		waiters = b->flags & BLK_WAITERS;
-		b->flags &= ~BLK_WAITERS;
+		kvp_blk_evict_aborted(r, b, ABORT_BUSY);
+		waiters = kvp_blk_take_waiters(b);
 		pthread_mutex_unlock(&p->lock);
 		kvp_op_free(op);
 		if (waiters) /* they find it resident again */
@@ -250,8 +217,7 @@ int kvp_evict_move(struct kvp_service *s, struct kvp_op *op)
 		op->io.buf = slot;
 		op->io.len = r->block_bytes;
 		op->io.off = kvp_blk_store_off(r, blk);
-		op->next = s->to_submit;
-		s->to_submit = op;
+		kvp_io_queue(s, op);
 		p->leaving++;
 		p->leaving_bytes += r->block_bytes;
 		pthread_mutex_unlock(&p->lock);
@@ -259,8 +225,7 @@ int kvp_evict_move(struct kvp_service *s, struct kvp_op *op)
 	}
 	if (!(b->flags & BLK_DROP))
 		KVP_STAT_ADD(r, evictions_clean_total, 1);
-	waiters = b->flags & BLK_WAITERS;
-	b->flags &= ~BLK_WAITERS;
+	waiters = kvp_blk_take_waiters(b);
 	kvp_blk_evicted(r, b, false);
 	kvp_frame_unuse(p, r->block_bytes);
 	kvp_frame_put(p, slot, r->block_bytes, true);
@@ -272,4 +237,88 @@ int kvp_evict_move(struct kvp_service *s, struct kvp_op *op)
 		(void)kvp_uffd_wake(&p->uffd, kvp_blk_addr(r, blk),
 				    r->block_bytes);
 	return 0;
+}
+
+void kvp_writeback_done(struct kvp_service *s, struct kvp_op *op)
+{
+	struct kvp_pager *p = s->p;
+	struct kvp_region *r = op->r;
+	struct kvp_block *b = &r->blocks[op->blk];
+	size_t len = r->block_bytes;
+	bool ok = op->io.result == (int64_t)len, waiters;
+
+	pthread_mutex_lock(&p->lock);
+	p->leaving--;
+	p->leaving_bytes -= len;
+	if (!ok && !(b->flags & BLK_DROP)) {
+		/* Keep the only copy: put the pages back, dirty, and never
+		 * pick the block again until a flush succeeds. */
+		KVP_STAT_ADD(r, write_errors_total, 1);
+		pthread_mutex_unlock(&p->lock);
+		bool back =
+		    kvp_put_back(p, kvp_blk_addr(r, op->blk), op->slot, len);
+
+		pthread_mutex_lock(&p->lock);
+		kvp_blk_evict_aborted(r, b, ABORT_WRITE_FAILED);
+		if (back) /* else the data lives in the slot: keep it */
+			kvp_frame_put_undone(p, op->slot, len);
+		waiters = true;
+	} else {
+		if (ok) {
+			KVP_STAT_ADD(r, bytes_written_total, len);
+			KVP_STAT_ADD(r, evictions_dirty_total, 1);
+		}
+		waiters = kvp_blk_take_waiters(b);
+		kvp_blk_evicted(r, b, ok);
+		kvp_frame_unuse(p, len);
+		kvp_frame_put(p, op->slot, len, true);
+	}
+	pthread_cond_broadcast(&p->idle);
+	pthread_mutex_unlock(&p->lock);
+	if (waiters)
+		(void)kvp_uffd_wake(&p->uffd, kvp_blk_addr(r, op->blk), len);
+	kvp_op_free(op);
+}
+
+void kvp_discard_resident(struct kvp_region *r, uint64_t blk)
+{
+	struct kvp_pager *p = r->p;
+	struct kvp_block *b = &r->blocks[blk];
+	struct kvp_op *op = kvp_op_new(OP_WRITEBACK, r, blk);
+	void *slot;
+
+	slot = op ? kvp_frame_empty_slot(p, r->block_bytes) : NULL;
+	if (!slot) {
+		/* No slot: keep it, dirty contents dropped is all we can't
+		 * do; mark it so that it is never written back. */
+		kvp_blk_contents_gone(b);
+		kvp_op_free(op);
+		return;
+	}
+	op->slot = slot;
+	kvp_blk_begin_evict(r, b, op);
+	kvp_blk_drop_pending(b);
+	pthread_mutex_unlock(&p->lock);
+	int err = kvp_detach(p, r, blk, &slot);
+
+	pthread_mutex_lock(&p->lock);
+	if (err && err != -ENOENT) {
+		if (slot)
+			kvp_frame_put_undone(p, slot, r->block_bytes);
+		kvp_blk_evict_aborted(r, b, ABORT_DISCARD);
+	} else {
+		bool waiters = kvp_blk_take_waiters(b);
+
+		kvp_blk_evicted(r, b, false);
+		kvp_frame_unuse(p, r->block_bytes);
+		kvp_frame_put(p, slot, r->block_bytes, true);
+		if (waiters) {
+			pthread_mutex_unlock(&p->lock);
+			(void)kvp_uffd_wake(&p->uffd, kvp_blk_addr(r, blk),
+					    r->block_bytes);
+			pthread_mutex_lock(&p->lock);
+		}
+	}
+	pthread_cond_broadcast(&p->idle);
+	kvp_op_free(op);
 }

@@ -23,6 +23,7 @@
  * and the region's new pages), one block per service thread at most,
  * which is the documented slack.  All calls are made under p->lock.
  */
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -35,6 +36,21 @@
 uint64_t kvp_budget(const struct kvp_pager *p)
 {
 	return p->cfg.ram_budget_bytes;
+}
+
+/*
+ * The budget invariant, asserted wherever the charge changes: the frames
+ * of blocks are charged (in_use <= charged), and a charge is only taken
+ * while it stays within the budget (@grew: this change raised it).  After
+ * the budget is lowered the charge may stand above it until evictions
+ * bring it down; it never grows there.
+ */
+static bool budget_sane(const struct kvp_pager *p, bool grew)
+{
+	const struct kvp_frames *f = &p->frames;
+
+	return f->in_use <= f->charged &&
+	       (!grew || f->charged <= kvp_budget(p));
 }
 
 unsigned kvp_size_class(size_t bytes)
@@ -136,6 +152,7 @@ static bool drop_one_full(struct kvp_pager *p, int keep)
 		slot = stack_pop(&f->full[c]);
 		(void)kvp_mem_advise(slot, bytes, MADV_DONTNEED);
 		f->charged -= bytes;
+		assert(budget_sane(p, false));
 		/* On failure the slot's address range is lost, not memory. */
 		(void)stack_push(&f->empty[c], slot);
 		return true;
@@ -183,6 +200,7 @@ void *kvp_frame_get(struct kvp_pager *p, size_t bytes)
 	slot = stack_pop(&f->full[c]);
 	if (slot) {
 		f->in_use += bytes;
+		assert(budget_sane(p, false));
 		return slot;
 	}
 	at = (f->pre_bump + bytes - 1) & ~(bytes - 1);
@@ -190,6 +208,7 @@ void *kvp_frame_get(struct kvp_pager *p, size_t bytes)
 		/* A pre-touched frame, charged since open. */
 		f->pre_bump = at + bytes;
 		f->in_use += bytes;
+		assert(budget_sane(p, false));
 		return f->arena + at;
 	}
 	while (f->charged + bytes > kvp_budget(p))
@@ -200,6 +219,7 @@ void *kvp_frame_get(struct kvp_pager *p, size_t bytes)
 		return NULL;
 	f->in_use += bytes;
 	f->charged += bytes;
+	assert(budget_sane(p, true));
 	return slot;
 }
 
@@ -222,6 +242,7 @@ static void pretouched_give_back(struct kvp_pager *p, uint64_t want)
 			     MADV_DONTNEED);
 	f->prefault_end -= give;
 	f->charged -= give;
+	assert(budget_sane(p, false));
 }
 
 void kvp_frame_put(struct kvp_pager *p, void *slot, size_t bytes, bool full)
@@ -242,6 +263,7 @@ void kvp_frame_put(struct kvp_pager *p, void *slot, size_t bytes, bool full)
 	}
 	if (full) {
 		f->charged += bytes;
+		assert(budget_sane(p, true));
 		if (stack_push(&f->full[c], slot) == 0)
 			return;
 		(void)kvp_mem_advise(slot, bytes, MADV_DONTNEED);
@@ -260,8 +282,10 @@ void kvp_frame_put_undone(struct kvp_pager *p, void *slot, size_t bytes)
 /* A block gave up its frame's bytes (evicted, dropped, forgotten). */
 void kvp_frame_unuse(struct kvp_pager *p, size_t bytes)
 {
+	assert(p->frames.in_use >= bytes);
 	p->frames.in_use -= bytes;
 	p->frames.charged -= bytes;
+	assert(budget_sane(p, false));
 }
 
 uint64_t kvp_frames_shrink(struct kvp_pager *p, uint64_t target)

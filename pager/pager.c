@@ -102,7 +102,7 @@ void kvp_pager_close(struct kvp_pager *p)
 		pthread_mutex_lock(&p->lock);
 		for (uint64_t i = 0; i < r->nblocks; i++)
 			if (r->blocks[i].state == KVP_BLOCK_RESIDENT)
-				r->blocks[i].flags &= ~BLK_DIRTY;
+				kvp_blk_abandon_dirty(&r->blocks[i]);
 		pthread_mutex_unlock(&p->lock);
 		kvp_region_destroy(r);
 	}

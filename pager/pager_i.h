@@ -172,7 +172,7 @@ struct kvp_service {
 	struct kvp_op *ready;	   /* loads to install now */
 	struct kvp_op *want_frame; /* loads waiting for a frame (FIFO) */
 	struct kvp_op **want_tail;
-	unsigned nwant; /* loads on want_frame */
+	unsigned nwant;		   /* loads on want_frame */
 	struct uffd_msg *deferred; /* faults read inside an ioctl's retry */
 	size_t ndeferred, deferred_cap;
 	bool stopping;
@@ -219,34 +219,44 @@ struct kvp_pager {
 	unsigned forget_acks;	/* threads done with REQ_FORGET_STORE */
 	struct kvp_astats gone; /* totals of destroyed regions */
 	/* zap.c: clean eviction by batched MADV_DONTNEED. */
-	int pidfd;		/* this process, for process_madvise */
+	int pidfd; /* this process, for process_madvise */
 	pthread_t zapper;
 	bool zapper_running, zap_stop;
-	pthread_cond_t zap_cond;   /* work for the zapper */
-	struct kvp_op *zap_queue;  /* victims waiting for the zapper */
-	struct kvp_op *zap_done;   /* zapped: a service thread settles */
-	int zap_reader_cpu;	   /* CPU that last read one of our REMOVE
+	pthread_cond_t zap_cond;  /* work for the zapper */
+	struct kvp_op *zap_queue; /* victims waiting for the zapper */
+	struct kvp_op *zap_done;  /* zapped: a service thread settles */
+	int zap_reader_cpu;	  /* CPU that last read one of our REMOVE
 				      events (-1: none yet); the zapper
 				      runs there (zap.c) */
-	void *zero_page;	/* a page of zeros, for hole fills */
+	void *zero_page;	  /* a page of zeros, for hole fills */
 };
 
-/* core.c: block state transitions (each one asserted). */
-uint64_t kvp_blk_index(const struct kvp_region *r, const struct kvp_block *b);
-char *kvp_blk_addr(const struct kvp_region *r, uint64_t blk);
-uint64_t kvp_blk_store_off(const struct kvp_region *r, uint64_t blk);
-void kvp_blk_begin_load(struct kvp_region *r, struct kvp_block *b,
-			struct kvp_op *op);
-void kvp_blk_installed(struct kvp_region *r, struct kvp_block *b, bool dirty);
-void kvp_blk_load_failed(struct kvp_region *r, struct kvp_block *b);
-void kvp_blk_load_dropped(struct kvp_region *r, struct kvp_block *b);
-void kvp_blk_begin_evict(struct kvp_region *r, struct kvp_block *b,
-			 struct kvp_op *op);
-void kvp_blk_evicted(struct kvp_region *r, struct kvp_block *b, bool stored);
-void kvp_blk_evict_aborted(struct kvp_region *r, struct kvp_block *b);
-void kvp_blk_forget(struct kvp_region *r, struct kvp_block *b);
-bool kvp_blk_sane(const struct kvp_region *r, const struct kvp_block *b);
-void kvp_blk_touch(struct kvp_pager *p, struct kvp_block *b);
+/*
+ * The engine's files, bottom layer first: each calls only files listed
+ * before it (none calls back up; ioctl.c reaches the event decoder through
+ * the reader a service thread binds), so a fault reads top-down from the
+ * service loop to the install.
+ *
+ *   frames.c stats.c rtab.c          the pool, statistics, region lookup
+ *   core.c                           block states, flags, the clock list
+ *   request.c                        handing work to service threads
+ *   ioctl.c                          resolving ioctls retried through EAGAIN
+ *   prefetch.c zap.c                 prefetch handles, the zapper thread
+ *   evict.c                          a block leaving its region
+ *   load.c                           a block entering its region
+ *   events.c                         decoding userfaultfd messages
+ *   service.c                        the service loop
+ *   region.c pager.c                 the public calls
+ */
+
+/* Why a load starts. */
+enum kvp_load_why { LOAD_FAULT, LOAD_PREFETCH, LOAD_READAHEAD };
+/* Why an eviction was undone (kvp_blk_evict_aborted). */
+enum kvp_evict_abort {
+	ABORT_BUSY,	    /* the kernel would not give the pages up */
+	ABORT_WRITE_FAILED, /* its write-back failed: the only copy is ours */
+	ABORT_DISCARD,	    /* a discard could not detach it */
+};
 
 /* frames.c: the frame pool and the budget.  Under p->lock. */
 int kvp_frames_init(struct kvp_pager *p);
@@ -269,11 +279,129 @@ void kvp_frame_unuse(struct kvp_pager *p, size_t bytes);
 uint64_t kvp_frames_shrink(struct kvp_pager *p, uint64_t target);
 uint64_t kvp_budget(const struct kvp_pager *p);
 
-/* evict.c: the clock policy and eviction.  Under p->lock unless said. */
+/* stats.c */
+void kvp_stats_snapshot(const struct kvp_astats *a, struct kvp_stats *out);
+void kvp_stats_add(struct kvp_stats *sum, const struct kvp_stats *s);
+void kvp_astats_fold(struct kvp_astats *into, const struct kvp_astats *a);
+
+/* rtab.c, under p->lock. */
+struct kvp_region *kvp_region_find(struct kvp_pager *p, uintptr_t addr);
+int kvp_rtab_rebuild(struct kvp_pager *p);
+
+/* core.c: block state and flag transitions (each one asserted), under
+ * p->lock; the diagram at the top of core.c names them. */
+uint64_t kvp_blk_index(const struct kvp_region *r, const struct kvp_block *b);
+char *kvp_blk_addr(const struct kvp_region *r, uint64_t blk);
+uint64_t kvp_blk_store_off(const struct kvp_region *r, uint64_t blk);
+bool kvp_blk_sane(const struct kvp_region *r, const struct kvp_block *b);
+struct kvp_op *kvp_op_new(enum kvp_op_kind kind, struct kvp_region *r,
+			  uint64_t blk);
+void kvp_op_free(struct kvp_op *op);
+/* The clock list of RESIDENT blocks: add behind the hand, remove, and
+ * put before the hand (a COLD hint: the next victim). */
 void kvp_clock_add(struct kvp_pager *p, struct kvp_block *b);
 void kvp_clock_del(struct kvp_pager *p, struct kvp_block *b);
 void kvp_clock_cold(struct kvp_pager *p, struct kvp_block *b);
-/* @take_prefetched: may take a prefetched, unused block when nothing
+/* A new region's block: its data in the store, or nowhere yet. */
+void kvp_blk_init(struct kvp_block *b, bool in_store);
+/* Use marks: referenced now (clock bit, last_use); reference bit cleared
+ * by the clock hand; a prefetched or read-ahead block used (a hit); a
+ * fault joining a load in flight (true: it was read-ahead). */
+void kvp_blk_touch(struct kvp_pager *p, struct kvp_block *b);
+void kvp_blk_unref(struct kvp_block *b);
+void kvp_blk_used(struct kvp_region *r, struct kvp_block *b);
+bool kvp_blk_joined(struct kvp_region *r, struct kvp_block *b);
+/* Dirty bit: the first write to a resident block (a WP fault); written
+ * while being evicted; dirty data given up (the pager closes). */
+void kvp_blk_written(struct kvp_region *r, struct kvp_block *b);
+void kvp_blk_redirty(struct kvp_block *b);
+void kvp_blk_abandon_dirty(struct kvp_block *b);
+/* A fault waits for the block's transition; the waiters, taken once. */
+void kvp_blk_wait(struct kvp_block *b);
+bool kvp_blk_take_waiters(struct kvp_block *b);
+/* The program's drops: all of a LOADING or EVICTING block (zeros when it
+ * arrives or leaves); part of a RESIDENT one; unmapped (whole: forgotten;
+ * part: never write-protected again); the data nowhere any more. */
+void kvp_blk_drop_pending(struct kvp_block *b);
+void kvp_blk_holes(struct kvp_block *b, bool unmapped);
+void kvp_blk_unmapped(struct kvp_block *b, bool whole);
+void kvp_blk_contents_gone(struct kvp_block *b);
+/* State changes. */
+void kvp_blk_begin_load(struct kvp_region *r, struct kvp_block *b,
+			struct kvp_op *op, enum kvp_load_why why);
+/* Returns true when the block was dropped while loading: the caller
+ * discards it at once. */
+bool kvp_blk_installed(struct kvp_region *r, struct kvp_block *b, bool dirty,
+		       bool split);
+void kvp_blk_load_failed(struct kvp_region *r, struct kvp_block *b);
+void kvp_blk_load_dropped(struct kvp_region *r, struct kvp_block *b);
+void kvp_blk_load_unmapped(struct kvp_region *r, struct kvp_block *b);
+void kvp_blk_begin_evict(struct kvp_region *r, struct kvp_block *b,
+			 struct kvp_op *op);
+void kvp_blk_evicted(struct kvp_region *r, struct kvp_block *b, bool stored);
+void kvp_blk_evict_aborted(struct kvp_region *r, struct kvp_block *b,
+			   enum kvp_evict_abort why);
+/* A flush writes a held RESIDENT block from the region: clean before the
+ * write (a write meanwhile dirties it again), then done (@err: -errno). */
+void kvp_blk_write_begin(struct kvp_block *b);
+void kvp_blk_write_done(struct kvp_region *r, struct kvp_block *b, int err);
+void kvp_blk_forget(struct kvp_region *r, struct kvp_block *b);
+
+/* request.c: work for the service threads.  Under p->lock. */
+void kvp_service_request(struct kvp_pager *p, struct kvp_req *req);
+/* Every service thread drops its queue on @store (its last region is
+ * gone, the caller may destroy it next); waits for them. */
+void kvp_service_forget_store(struct kvp_pager *p, struct kvp_store *store);
+/* Wake a service thread (its eventfd); any lock or none. */
+void kvp_service_poke(struct kvp_service *s);
+
+/* ioctl.c: resolving ioctls on p->uffd, retried through EAGAIN. */
+/*
+ * An ioctl on p->uffd said EAGAIN with nothing done: the kernel refuses
+ * the resolving ioctls while an event (REMOVE, UNMAP) waits to be read,
+ * and the reader may be this very thread.  On a service thread, run the
+ * reader it bound (the drops are handled now, the faults kept for the
+ * loop); elsewhere, yield to the service threads.  Call it in the retry
+ * loop.
+ */
+void kvp_uffd_unblock(struct kvp_pager *p);
+/* Bind this thread's reader for kvp_uffd_unblock (a service thread at
+ * start): it reads and handles events, returns how many it read. */
+void kvp_uffd_bind_reader(struct kvp_service *s,
+			  size_t (*reader)(struct kvp_service *s));
+/* UFFDIO_WRITEPROTECT (clearing wakes). */
+int kvp_uffd_protect(struct kvp_pager *p, void *addr, size_t len, bool wp);
+/* UFFDIO_POISON over the range's missing pages. */
+void kvp_uffd_poison_range(struct kvp_pager *p, void *addr, size_t len);
+/* A page of zeros into a hole of a resident block (or a wake-up, if a
+ * page is there already). */
+void kvp_uffd_fill_zeros(struct kvp_pager *p, char *page);
+
+/* prefetch.c: prefetch handles, under p->lock. */
+/* One block of @pf installed, failed (@failed) or dropped. */
+void kvp_prefetch_block_done(struct kvp_pager *p, struct kvp_prefetch *pf,
+			     bool failed);
+/* Every block of @pf has been started (or skipped). */
+void kvp_prefetch_all_started(struct kvp_prefetch *pf);
+
+/* zap.c: the zapper thread. */
+int kvp_zap_start(struct kvp_pager *p); /* 0, or -errno; none if no zap */
+void kvp_zap_stop(struct kvp_pager *p);
+/* Under p->lock: may this EVICTING-to-be block leave by a zap? */
+bool kvp_zap_eligible(const struct kvp_pager *p, const struct kvp_region *r,
+		      const struct kvp_block *b, bool dirty);
+/* Under p->lock: queue a victim (already EVICTING, op->kind OP_ZAP). */
+void kvp_zap_queue(struct kvp_pager *p, struct kvp_op *op);
+/* Under p->lock: a REMOVE event covered [lo, hi) of a zapping block; true
+ * when that was the last event a parked zap waited for. */
+bool kvp_zap_seen(struct kvp_pager *p, struct kvp_op *op, uint32_t lo,
+		  uint32_t hi);
+/* Under p->lock: send a parked zap to be settled. */
+void kvp_zap_unpark(struct kvp_pager *p, struct kvp_op *op);
+
+/* evict.c: a block leaving.  Under p->lock unless said. */
+/* The next victim (its region in *r), the hand moved past it, or NULL.
+ * @take_prefetched: may take a prefetched, unused block when nothing
  * else is left (a load needs the frame); background eviction may not. */
 struct kvp_block *kvp_clock_victim(struct kvp_pager *p, struct kvp_region **r,
 				   bool take_prefetched);
@@ -292,71 +420,52 @@ bool kvp_put_back(struct kvp_pager *p, char *addr, void *slot, size_t len);
 /* Evict an EVICTING block by moving its pages out (called unlocked; @op
  * is its op, a write-back or a zap the zapper could not do). */
 int kvp_evict_move(struct kvp_service *s, struct kvp_op *op);
-
-/* zap.c: the zapper thread. */
-int kvp_zap_start(struct kvp_pager *p); /* 0, or -errno; none if no zap */
-void kvp_zap_stop(struct kvp_pager *p);
-/* Under p->lock: may this EVICTING-to-be block leave by a zap? */
-bool kvp_zap_eligible(const struct kvp_pager *p, const struct kvp_region *r,
-		      const struct kvp_block *b, bool dirty);
-/* Under p->lock: queue a victim (already EVICTING, op->kind OP_ZAP). */
-void kvp_zap_queue(struct kvp_pager *p, struct kvp_op *op);
-/* Under p->lock: a REMOVE event covered [lo, hi) of a zapping block; true
- * when that was the last event a parked zap waited for. */
-bool kvp_zap_seen(struct kvp_pager *p, struct kvp_op *op, uint32_t lo,
-		  uint32_t hi);
-/* Under p->lock: send a parked zap to be settled. */
-void kvp_zap_unpark(struct kvp_pager *p, struct kvp_op *op);
-
-/* service.c: the fault service threads. */
-int kvp_service_start(struct kvp_pager *p);
-void kvp_service_stop(struct kvp_pager *p);
-void kvp_service_request(struct kvp_pager *p, struct kvp_req *req);
-/* Under p->lock: every service thread drops its queue on @store (its last
- * region is gone, the caller may destroy it next); waits for them. */
-void kvp_service_forget_store(struct kvp_pager *p, struct kvp_store *store);
-/*
- * An ioctl on p->uffd said EAGAIN with nothing done: the kernel refuses
- * the resolving ioctls while an event (REMOVE, UNMAP) waits to be read,
- * and the reader may be this very thread.  On a service thread, read and
- * handle the events now (faults are kept for the main loop); elsewhere,
- * yield to the service threads.  Call it in the retry loop.
- */
-void kvp_uffd_unblock(struct kvp_pager *p);
-/* UFFDIO_WRITEPROTECT (clearing wakes), retried through EAGAIN. */
-int kvp_uffd_protect(struct kvp_pager *p, void *addr, size_t len, bool wp);
-/* UFFDIO_POISON over the range's missing pages, retried through EAGAIN. */
-void kvp_uffd_poison_range(struct kvp_pager *p, void *addr, size_t len);
-/* Wake a service thread (its eventfd). */
-void kvp_service_poke(struct kvp_service *s);
-struct kvp_op *kvp_op_new(enum kvp_op_kind kind, struct kvp_region *r,
-			  uint64_t blk);
-/* Why a load starts. */
-enum kvp_load_why { LOAD_FAULT, LOAD_PREFETCH, LOAD_READAHEAD };
-/* Start loading ABSENT block @blk (under p->lock); 0 or -ENOMEM. */
-int kvp_load_start(struct kvp_service *s, struct kvp_region *r, uint64_t blk,
-		   enum kvp_load_why why, struct kvp_prefetch *pf, bool write);
-void kvp_op_free(struct kvp_op *op);
-
-/* region.c, under p->lock (dropped and retaken inside): drop a resident,
- * unpinned block's contents, its pages back to the pool. */
+/* A write-back completed (called unlocked). */
+void kvp_writeback_done(struct kvp_service *s, struct kvp_op *op);
+/* Under p->lock (dropped and retaken inside): drop a resident, unpinned
+ * block's contents, its pages back to the pool. */
 void kvp_discard_resident(struct kvp_region *r, uint64_t blk);
 
-/* Under p->lock: a staged read-ahead block is wanted now / dropped. */
+/* load.c: a block entering.  Under p->lock unless said. */
+/* Start loading ABSENT block @blk; 0 or -ENOMEM. */
+int kvp_load_start(struct kvp_service *s, struct kvp_region *r, uint64_t blk,
+		   enum kvp_load_why why, struct kvp_prefetch *pf, bool write);
+/* The oldest load waiting for a frame, off the queue. */
+struct kvp_op *kvp_want_frame_pop(struct kvp_service *s);
+/* Give a load its frame and queue its read (or zero fill). */
+void kvp_load_arm(struct kvp_service *s, struct kvp_op *op, void *slot);
+/* Give up a load that holds no frame (its region dying, its range
+ * dropped): releases p->lock, wakes its waiters, frees @op. */
+void kvp_load_abandon(struct kvp_service *s, struct kvp_op *op);
+/* Its read is done (called unlocked): install, stage or poison. */
+void kvp_load_done(struct kvp_service *s, struct kvp_op *op);
+/* Install a loaded block and make it RESIDENT (called unlocked). */
+void kvp_load_install(struct kvp_service *s, struct kvp_op *op);
+/* A staged read-ahead block is wanted now (to s->ready) / dropped. */
 void kvp_stage_release(struct kvp_service *s, struct kvp_op *op);
 void kvp_stage_drop(struct kvp_pager *p, struct kvp_op *op);
 
-/* prefetch.c (under p->lock) */
-void kvp_prefetch_run(struct kvp_service *s, struct kvp_prefetch *pf);
-void kvp_prefetch_block_done(struct kvp_pager *p, struct kvp_prefetch *pf,
-			     bool failed);
+/* events.c: userfaultfd messages, read on a service thread. */
+#define KVP_EVENT_BATCH 32 /* messages per read */
+/* Read one batch and handle it (drops at once; faults too, unless
+ * @defer_faults: then they wait in s->deferred, see kvp_uffd_unblock).
+ * Returns the number of messages read. */
+size_t kvp_events_read(struct kvp_service *s, bool defer_faults);
+/* Read and handle until empty, deferring faults (the bound reader). */
+size_t kvp_events_read_all_deferring(struct kvp_service *s);
+/* Handle the faults deferred while an ioctl waited. */
+void kvp_events_run_deferred(struct kvp_service *s);
 
-/* region.c */
-struct kvp_region *kvp_region_find(struct kvp_pager *p, uintptr_t addr);
-int kvp_rtab_rebuild(struct kvp_pager *p);
-void kvp_stats_snapshot(const struct kvp_astats *a, struct kvp_stats *out);
-void kvp_stats_add(struct kvp_stats *sum, const struct kvp_stats *s);
-void kvp_astats_fold(struct kvp_astats *into, const struct kvp_astats *a);
+/* service.c: the service threads. */
+int kvp_service_start(struct kvp_pager *p);
+void kvp_service_stop(struct kvp_pager *p);
+
+/* Queue @op's I/O (or zero fill) for @s's submit stage.  Under p->lock. */
+static inline void kvp_io_queue(struct kvp_service *s, struct kvp_op *op)
+{
+	op->next = s->to_submit;
+	s->to_submit = op;
+}
 
 #define KVP_PAGE_BYTES 4096u
 

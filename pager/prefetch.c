@@ -39,64 +39,18 @@ static void pf_maybe_finish(struct kvp_prefetch *pf)
 		pf_free(pf);
 }
 
+void kvp_prefetch_all_started(struct kvp_prefetch *pf)
+{
+	pf->next = pf->n;
+	pf_maybe_finish(pf);
+}
+
 void kvp_prefetch_block_done(struct kvp_pager *p, struct kvp_prefetch *pf,
 			     bool failed)
 {
 	pf->pending--;
 	if (failed)
 		pf->failed = true;
-	pf_maybe_finish(pf);
-}
-
-void kvp_prefetch_run(struct kvp_service *s, struct kvp_prefetch *pf)
-{
-	struct kvp_region *r = pf->r;
-	struct kvp_pager *p = r->p;
-
-	r->pf_reqs--;
-	for (; pf->next < pf->n; pf->next++) {
-		uint64_t blk = pf->blocks[pf->next];
-		struct kvp_block *b = &r->blocks[blk];
-
-		if (pf->cancelled || r->dying)
-			break;
-		switch (b->state) {
-		case KVP_BLOCK_ABSENT:
-			if (b->flags & BLK_GONE)
-				break;
-			if (kvp_load_start(s, r, blk, LOAD_PREFETCH, pf, false))
-				pf->failed = true;
-			break;
-		case KVP_BLOCK_LOADING: {
-			struct kvp_pf_ref *ref = malloc(sizeof(*ref));
-
-			if (b->op->staged)
-				kvp_stage_release(s, b->op);
-			if (!ref) {
-				pf->failed = true;
-				break;
-			}
-			ref->pf = pf;
-			ref->next = b->op->pfs;
-			b->op->pfs = ref;
-			pf->pending++;
-			break;
-		}
-		case KVP_BLOCK_RESIDENT:
-			kvp_blk_touch(p, b);
-			break;
-		case KVP_BLOCK_POISONED:
-			pf->failed = true;
-			break;
-		case KVP_BLOCK_EVICTING:
-			/* On its way out: the program's fault will bring it
-			 * back.  Rare, since the clock takes blocks that
-			 * were not referenced lately. */
-			break;
-		}
-	}
-	pf->next = pf->n;
-	pthread_cond_broadcast(&p->idle);
 	pf_maybe_finish(pf);
 }
 

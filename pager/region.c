@@ -37,89 +37,6 @@
  * mapping and protecting. */
 #define AUTO_MOVE_MIN_BYTES KVP_HUGE_SIZE
 
-static int region_cmp(const void *a, const void *b)
-{
-	const struct kvp_region *x = *(struct kvp_region *const *)a;
-	const struct kvp_region *y = *(struct kvp_region *const *)b;
-
-	return x->addr < y->addr ? -1 : x->addr > y->addr;
-}
-
-int kvp_rtab_rebuild(struct kvp_pager *p)
-{
-	struct kvp_region **t = NULL;
-	unsigned n = 0;
-
-	if (p->nregions) {
-		t = malloc(p->nregions * sizeof(*t));
-		if (!t)
-			return -ENOMEM;
-		for (struct kvp_region *r = p->regions; r; r = r->next)
-			t[n++] = r;
-		qsort(t, n, sizeof(*t), region_cmp);
-	}
-	free(p->rtab);
-	p->rtab = t;
-	return 0;
-}
-
-struct kvp_region *kvp_region_find(struct kvp_pager *p, uintptr_t addr)
-{
-	unsigned lo = 0, hi = p->nregions;
-
-	while (lo < hi) {
-		unsigned mid = (lo + hi) / 2;
-		struct kvp_region *r = p->rtab[mid];
-
-		if (addr < (uintptr_t)r->addr)
-			hi = mid;
-		else if (addr >= (uintptr_t)r->addr + r->size)
-			lo = mid + 1;
-		else
-			return r;
-	}
-	return NULL;
-}
-
-void kvp_stats_snapshot(const struct kvp_astats *a, struct kvp_stats *out)
-{
-#define SNAP(name, kind, doc)                                                  \
-	out->name = atomic_load_explicit(&a->name, memory_order_relaxed);
-	KVP_STATS(SNAP)
-#undef SNAP
-	for (int i = 0; i < KVP_LATENCY_BUCKETS; i++)
-		out->io_latency_us[i] = atomic_load_explicit(
-		    &a->io_latency_us[i], memory_order_relaxed);
-}
-
-void kvp_stats_add(struct kvp_stats *sum, const struct kvp_stats *s)
-{
-#define ADD(name, kind, doc) sum->name += s->name;
-	KVP_STATS(ADD)
-#undef ADD
-	for (int i = 0; i < KVP_LATENCY_BUCKETS; i++)
-		sum->io_latency_us[i] += s->io_latency_us[i];
-}
-
-void kvp_astats_fold(struct kvp_astats *into, const struct kvp_astats *a)
-{
-	/* Gauges describe live regions only: a destroyed one adds none. */
-#define FOLD(name, kind, doc)                                                  \
-	if (kind == KVP_COUNTER)                                               \
-		atomic_fetch_add_explicit(                                     \
-		    &into->name,                                               \
-		    atomic_load_explicit(&a->name, memory_order_relaxed),      \
-		    memory_order_relaxed);
-	KVP_STATS(FOLD)
-#undef FOLD
-	for (int i = 0; i < KVP_LATENCY_BUCKETS; i++)
-		atomic_fetch_add_explicit(
-		    &into->io_latency_us[i],
-		    atomic_load_explicit(&a->io_latency_us[i],
-					 memory_order_relaxed),
-		    memory_order_relaxed);
-}
-
 static bool valid_block_bytes(size_t b)
 {
 	return b >= KVP_PAGE_BYTES && b <= MAX_BLOCK_BYTES && !(b & (b - 1));
@@ -178,7 +95,7 @@ int kvp_region_create(struct kvp_pager *p, const struct kvp_region_opts *o,
 	r->blocks = meta;
 	if (o->flags & KVP_REGION_FROM_STORE)
 		for (uint64_t i = 0; i < r->nblocks; i++)
-			r->blocks[i].flags = BLK_IN_STORE;
+			kvp_blk_init(&r->blocks[i], true);
 
 	/* Blocks of 64 KiB and more in a region of 2 MiB or more: align to
 	 * 2 MiB as well, so that a run of blocks can sit in a THP. */
@@ -295,7 +212,7 @@ static int write_block(struct kvp_region *r, uint64_t blk)
 	int err;
 
 	pthread_mutex_lock(&p->lock);
-	b->flags &= ~BLK_DIRTY;
+	kvp_blk_write_begin(b);
 	pthread_mutex_unlock(&p->lock);
 	/* Protect first: a later write faults and marks it dirty again.  A
 	 * split block cannot be protected over its hole: it stays dirty. */
@@ -304,14 +221,7 @@ static int write_block(struct kvp_region *r, uint64_t blk)
 				       true);
 	err = store_block(r, blk);
 	pthread_mutex_lock(&p->lock);
-	if (err) {
-		b->flags |= BLK_DIRTY | BLK_WB_FAILED;
-	} else {
-		b->flags |= BLK_IN_STORE;
-		b->flags &= ~BLK_WB_FAILED;
-		if (!p->have_wp || (b->flags & BLK_SPLIT))
-			b->flags |= BLK_DIRTY;
-	}
+	kvp_blk_write_done(r, b, err);
 	pthread_mutex_unlock(&p->lock);
 	return err;
 }
@@ -514,9 +424,7 @@ int kvp_region_pin(struct kvp_region *r, uint64_t first, uint64_t n)
 		}
 		b->pins++;
 		if (b->state == KVP_BLOCK_RESIDENT) {
-			if (b->flags & BLK_PREFETCHED)
-				KVP_STAT_ADD(r, prefetch_hit_total, 1);
-			b->flags &= ~(BLK_PREFETCHED | BLK_READAHEAD);
+			kvp_blk_used(r, b);
 			kvp_blk_touch(p, b);
 		}
 	}
@@ -546,54 +454,6 @@ int kvp_region_unpin(struct kvp_region *r, uint64_t first, uint64_t n)
 	return 0;
 }
 
-/* Drop a resident block's contents: its pages go back to the pool. */
-void kvp_discard_resident(struct kvp_region *r, uint64_t blk)
-{
-	struct kvp_pager *p = r->p;
-	struct kvp_block *b = &r->blocks[blk];
-	struct kvp_op *op = kvp_op_new(OP_WRITEBACK, r, blk);
-	void *slot;
-
-	slot = op ? kvp_frame_empty_slot(p, r->block_bytes) : NULL;
-	if (!slot) {
-		/* No slot: keep it, dirty contents dropped is all we can't
-		 * do; mark it so that it is never written back. */
-		b->flags &= ~(BLK_DIRTY | BLK_IN_STORE);
-		kvp_op_free(op);
-		return;
-	}
-	op->slot = slot;
-	kvp_blk_begin_evict(r, b, op);
-	b->flags |= BLK_DROP;
-	pthread_mutex_unlock(&p->lock);
-	int err = kvp_detach(p, r, blk, &slot);
-
-	pthread_mutex_lock(&p->lock);
-	if (err && err != -ENOENT) {
-		if (slot)
-			kvp_frame_put_undone(p, slot, r->block_bytes);
-		kvp_blk_evict_aborted(r, b);
-		/* Its contents are dropped all the same; pages put back
-		 * arrive writable, so later writes are tracked as dirty. */
-		b->flags &= ~(BLK_IN_STORE | BLK_DROP);
-		b->flags |= BLK_DIRTY;
-	} else {
-		bool waiters = b->flags & BLK_WAITERS;
-
-		kvp_blk_evicted(r, b, false);
-		kvp_frame_unuse(p, r->block_bytes);
-		kvp_frame_put(p, slot, r->block_bytes, true);
-		if (waiters) {
-			pthread_mutex_unlock(&p->lock);
-			(void)kvp_uffd_wake(&p->uffd, kvp_blk_addr(r, blk),
-					    r->block_bytes);
-			pthread_mutex_lock(&p->lock);
-		}
-	}
-	pthread_cond_broadcast(&p->idle);
-	kvp_op_free(op);
-}
-
 int kvp_region_advise(struct kvp_region *r, uint64_t first, uint64_t n,
 		      enum kvp_advice advice)
 {
@@ -610,9 +470,7 @@ int kvp_region_advise(struct kvp_region *r, uint64_t first, uint64_t n,
 		struct kvp_block *b = &r->blocks[i];
 
 		if (advice == KVP_ADVICE_COLD) {
-			if (b->flags & BLK_PREFETCHED)
-				KVP_STAT_ADD(r, prefetch_hit_total, 1);
-			b->flags &= ~(BLK_PREFETCHED | BLK_READAHEAD);
+			kvp_blk_used(r, b);
 			if (b->state == KVP_BLOCK_RESIDENT && !b->pins &&
 			    !b->holds)
 				kvp_clock_cold(p, b);
@@ -631,7 +489,7 @@ int kvp_region_advise(struct kvp_region *r, uint64_t first, uint64_t n,
 			if (b->pins)
 				err = -EBUSY;
 			else
-				b->flags |= BLK_DROP;
+				kvp_blk_drop_pending(b);
 			break;
 		case KVP_BLOCK_POISONED:
 			/* Poison markers go with the pages: zap them.  The
@@ -643,7 +501,7 @@ int kvp_region_advise(struct kvp_region *r, uint64_t first, uint64_t n,
 			pthread_mutex_lock(&p->lock);
 			break;
 		case KVP_BLOCK_ABSENT:
-			b->flags &= ~(BLK_IN_STORE | BLK_DIRTY);
+			kvp_blk_contents_gone(b);
 			break;
 		}
 	}

@@ -1,532 +1,38 @@
 /*
- * service.c - the fault service threads.
+ * service.c - the fault service loop.
  *
  * Each service thread polls the pager's userfaultfd, its request eventfd
- * and the completion descriptors of its store queues.  It reads faults in
- * batches (non-blocking: POLLIN may be stale once another thread took the
- * message), decides under p->lock what each one needs, submits every read
- * it gathered in one go, and installs blocks as their reads complete.  A
- * fault on a block already loading joins that load (one read for any
- * number of faults); the install wakes every thread waiting on the block.
+ * and the completion descriptors of its store queues, and runs its stages
+ * in order on every turn:
+ *
+ *   read      read faults and drops in batches (non-blocking: POLLIN may be
+ *             stale once another thread took the message) and decide under
+ *             p->lock what each one needs (events.c); the reads gathered
+ *             are submitted after each batch
+ *   zap       settle the blocks the zapper dropped (zap.c)
+ *   ready     install loads handed over (staged read-ahead asked for)
+ *   reap      complete reads (install, load.c) and write-backs (evict.c)
+ *   frame     give loads waiting for a frame one, evicting as needed
+ *   submit    submit every queued read, write and zero fill
+ *   watermark evict ahead of need past the high watermark
  *
  * A thread owns the I/O it submits: its own queue per store, so no ring is
  * shared.  Loads that find the budget full wait in want_frame until an
  * eviction frees a frame; evictions run on the same thread, never waiting
- * on another.
+ * on another.  Requests from other threads (prefetches, a store's last
+ * region going, stop) arrive through request.c.
  */
 #include <errno.h>
 #include <poll.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "pager/pager_i.h"
 
-#define MSG_BATCH  32
 #define REAP_BATCH 64
-
-/* The service thread running on this thread, if any (kvp_uffd_unblock). */
-static _Thread_local struct kvp_service *this_service;
-
-static size_t read_events(struct kvp_service *s, bool defer_faults);
-static void submit_stage(struct kvp_service *s);
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-struct kvp_op *kvp_op_new(enum kvp_op_kind kind, struct kvp_region *r,
-			  uint64_t blk)
-{
-	struct kvp_op *op = calloc(1, sizeof(*op));
-
-	if (!op)
-		return NULL;
-	op->kind = kind;
-	op->r = r;
-	op->blk = blk;
-	op->io.cookie = op;
-	return op;
-}
-
-void kvp_op_free(struct kvp_op *op)
-{
-	if (!op)
-		return;
-	free(op->cover);
-	while (op->pfs) {
-		struct kvp_pf_ref *n = op->pfs->next;
-
-		free(op->pfs);
-		op->pfs = n;
-	}
-	free(op);
-}
-
-static void want_frame_push(struct kvp_service *s, struct kvp_op *op)
-{
-	op->next = NULL;
-	*s->want_tail = op;
-	s->want_tail = &op->next;
-	s->nwant++;
-}
-
-/* Take the oldest load waiting for a frame off the queue. */
-static struct kvp_op *want_frame_pop(struct kvp_service *s)
-{
-	struct kvp_op *op = s->want_frame;
-
-	s->want_frame = op->next;
-	if (!s->want_frame)
-		s->want_tail = &s->want_frame;
-	s->nwant--;
-	return op;
-}
-
-/* Queue @op's I/O (or its zero fill) for the submit stage. */
-static void queue_submit(struct kvp_service *s, struct kvp_op *op)
-{
-	op->next = s->to_submit;
-	s->to_submit = op;
-}
-
-/* Under p->lock: give a load its frame and queue it, or park it. */
-static void load_arm(struct kvp_service *s, struct kvp_op *op, void *slot)
-{
-	struct kvp_region *r = op->r;
-	struct kvp_block *b = &r->blocks[op->blk];
-
-	op->slot = slot;
-	op->zero = !(b->flags & BLK_IN_STORE);
-	if (!op->zero) {
-		op->io.op = KVP_IO_READ;
-		op->io.buf = slot;
-		op->io.len = r->block_bytes;
-		op->io.off = kvp_blk_store_off(r, op->blk);
-	}
-	queue_submit(s, op);
-}
-
-int kvp_load_start(struct kvp_service *s, struct kvp_region *r, uint64_t blk,
-		   enum kvp_load_why why, struct kvp_prefetch *pf, bool write)
-{
-	struct kvp_pager *p = r->p;
-	struct kvp_block *b = &r->blocks[blk];
-	struct kvp_op *op = kvp_op_new(OP_LOAD, r, blk);
-	void *slot;
-
-	if (!op)
-		return -ENOMEM;
-	if (pf) {
-		op->pfs = malloc(sizeof(*op->pfs));
-		if (!op->pfs) {
-			free(op);
-			return -ENOMEM;
-		}
-		op->pfs->pf = pf;
-		op->pfs->next = NULL;
-		pf->pending++;
-	}
-	op->dirty = write;
-	b->owner = r;
-	kvp_blk_begin_load(r, b, op);
-	if (why == LOAD_PREFETCH)
-		b->flags |= BLK_PREFETCHED;
-	else if (why == LOAD_READAHEAD)
-		b->flags |= BLK_READAHEAD;
-	if (why == LOAD_FAULT)
-		KVP_STAT_ADD(r, demand_faults_total, 1);
-	else if (why == LOAD_PREFETCH)
-		KVP_STAT_ADD(r, prefetch_issued_total, 1);
-	else
-		KVP_STAT_ADD(r, readahead_blocks_total, 1);
-	if (!(b->flags & BLK_IN_STORE) && why == LOAD_FAULT)
-		KVP_STAT_ADD(r, zero_fills_total, 1);
-	slot = s->want_frame ? NULL : kvp_frame_get(p, r->block_bytes);
-	if (slot)
-		load_arm(s, op, slot);
-	else
-		want_frame_push(s, op);
-	return 0;
-}
-
-/* Under p->lock: load ahead of a sequential run of faults at @blk. */
-static void readahead(struct kvp_service *s, struct kvp_region *r, uint64_t blk,
-		      bool sequential)
-{
-	struct kvp_pager *p = r->p;
-	uint64_t max = p->cfg.readahead_bytes >> r->block_shift;
-	uint64_t cap = (kvp_budget(p) / 4) >> r->block_shift;
-
-	if (max > cap)
-		max = cap;
-	/* Sequential: the fault is past the last one and no further than
-	 * the block after the window read ahead (a read-ahead block that
-	 * was installed before it was touched takes no fault). */
-	if (!sequential && !(blk > r->ra_last && blk <= r->ra_next)) {
-		r->ra_window = 0;
-		r->ra_last = blk;
-		r->ra_next = blk + 1;
-		return;
-	}
-	r->ra_last = blk;
-	r->ra_next = blk + 1;
-	if (max == 0)
-		return;
-	r->ra_window = r->ra_window ? r->ra_window * 2 : 2;
-	if (r->ra_window > max)
-		r->ra_window = (unsigned)max;
-	for (uint64_t i = blk + 1; i <= blk + r->ra_window && i < r->nblocks;
-	     i++) {
-		struct kvp_block *b = &r->blocks[i];
-
-		if (b->state != KVP_BLOCK_ABSENT ||
-		    !(b->flags & BLK_IN_STORE) || b->pins)
-			continue;
-		if (kvp_load_start(s, r, i, LOAD_READAHEAD, NULL, false))
-			break;
-	}
-	r->ra_next = blk + 1 + r->ra_window;
-}
-
-/* Mark a prefetched or read-ahead block used. */
-static void mark_used(struct kvp_region *r, struct kvp_block *b)
-{
-	if (b->flags & BLK_PREFETCHED)
-		KVP_STAT_ADD(r, prefetch_hit_total, 1);
-	b->flags &= ~(BLK_PREFETCHED | BLK_READAHEAD);
-}
-
-static void fill_hole(struct kvp_pager *p, char *page)
-{
-	size_t done;
-	int err;
-
-	while ((err = kvp_uffd_copy(&p->uffd, page, p->zero_page,
-				    KVP_PAGE_BYTES, false, false, &done)) ==
-	       -EAGAIN)
-		kvp_uffd_unblock(p);
-	if (err == -EEXIST)
-		(void)kvp_uffd_wake(&p->uffd, page, KVP_PAGE_BYTES);
-}
-
-static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
-{
-	struct kvp_pager *p = s->p;
-	uint64_t flags = m->arg.pagefault.flags;
-	char *page = (char *)(uintptr_t)(m->arg.pagefault.address &
-					 ~(uint64_t)(KVP_PAGE_BYTES - 1));
-	enum { NOTHING, WAKE_PAGE, UNPROTECT, HOLE, POISON } act = NOTHING;
-	struct kvp_region *r;
-	struct kvp_block *b;
-	char *baddr = NULL;
-	uint64_t blk;
-
-	pthread_mutex_lock(&p->lock);
-	r = kvp_region_find(p, (uintptr_t)page);
-	if (!r || r->dying) {
-		pthread_mutex_unlock(&p->lock);
-		return;
-	}
-	blk = (uint64_t)(page - r->addr) >> r->block_shift;
-	b = &r->blocks[blk];
-	baddr = kvp_blk_addr(r, blk);
-
-	if (flags & UFFD_PAGEFAULT_FLAG_WP) {
-		switch (b->state) {
-		case KVP_BLOCK_RESIDENT:
-			if (!(b->flags & BLK_DIRTY))
-				KVP_STAT_ADD(r, wp_faults_total, 1);
-			b->flags |= BLK_DIRTY;
-			mark_used(r, b);
-			kvp_blk_touch(p, b);
-			act = UNPROTECT;
-			break;
-		case KVP_BLOCK_EVICTING:
-			b->flags |= BLK_WAITERS; /* woken when detached */
-			break;
-		default:
-			act = WAKE_PAGE;
-		}
-		goto out;
-	}
-
-	switch (b->state) {
-	case KVP_BLOCK_ABSENT:
-		if (b->flags & BLK_GONE)
-			break;
-		if (kvp_load_start(s, r, blk, LOAD_FAULT, NULL,
-				   flags & UFFD_PAGEFAULT_FLAG_WRITE))
-			break; /* no memory: the fault is retried on wake */
-		if (b->flags & BLK_IN_STORE)
-			readahead(s, r, blk, false);
-		break;
-	case KVP_BLOCK_LOADING: {
-		bool ra = b->flags & BLK_READAHEAD;
-
-		KVP_STAT_ADD(r, coalesced_faults_total, 1);
-		if (b->flags & BLK_PREFETCHED)
-			KVP_STAT_ADD(r, prefetch_late_total, 1);
-		b->flags &= ~(BLK_PREFETCHED | BLK_READAHEAD);
-		if (flags & UFFD_PAGEFAULT_FLAG_WRITE)
-			b->op->dirty = true;
-		if (b->op->staged)
-			kvp_stage_release(s, b->op);
-		if (ra)
-			readahead(s, r, blk, true);
-		break;
-	}
-	case KVP_BLOCK_RESIDENT:
-		mark_used(r, b);
-		kvp_blk_touch(p, b);
-		act = (b->flags & BLK_HOLES) ? HOLE : WAKE_PAGE;
-		break;
-	case KVP_BLOCK_EVICTING:
-		b->flags |= BLK_WAITERS;
-		break;
-	case KVP_BLOCK_POISONED:
-		act = POISON;
-		break;
-	}
-out:
-	pthread_mutex_unlock(&p->lock);
-	switch (act) {
-	case NOTHING:
-		break;
-	case WAKE_PAGE:
-		(void)kvp_uffd_wake(&p->uffd, page, KVP_PAGE_BYTES);
-		break;
-	case UNPROTECT:
-		(void)kvp_uffd_protect(p, baddr, r->block_bytes, false);
-		break;
-	case HOLE:
-		fill_hole(p, page);
-		break;
-	case POISON:
-		kvp_uffd_poison_range(p, page, KVP_PAGE_BYTES);
-		break;
-	}
-}
-
-/*
- * The program dropped [start, end): MADV_DONTNEED (REMOVE) or munmap
- * (UNMAP, @gone).  Dropped bytes read back as zeros and are never loaded
- * from the store again; unmapped blocks are forgotten.
- */
-static void handle_drop(struct kvp_service *s, uint64_t start, uint64_t end,
-			bool gone)
-{
-	struct kvp_pager *p = s->p;
-
-	pthread_mutex_lock(&p->lock);
-	for (struct kvp_region *r = p->regions; r; r = r->next) {
-		uint64_t rs = (uintptr_t)r->addr, re = rs + r->size;
-		uint64_t a = start > rs ? start : rs, e = end < re ? end : re;
-
-		if (a >= e || r->dying)
-			continue;
-		for (uint64_t blk = (a - rs) >> r->block_shift;
-		     blk < r->nblocks && (blk << r->block_shift) + rs < e;
-		     blk++) {
-			struct kvp_block *b = &r->blocks[blk];
-			uint64_t bs = rs + (blk << r->block_shift);
-			uint64_t be = bs + r->block_bytes;
-			bool whole = a <= bs && e >= be;
-			uint32_t lo = (uint32_t)((a > bs ? a : bs) - bs);
-			uint32_t hi = (uint32_t)((e < be ? e : be) - bs);
-
-			if (b->state != KVP_BLOCK_EVICTING ||
-			    b->op->kind != OP_ZAP || gone)
-				KVP_STAT_ADD(r, removed_bytes_total, hi - lo);
-			switch (b->state) {
-			case KVP_BLOCK_RESIDENT:
-				if (whole) {
-					if (b->flags & BLK_PREFETCHED)
-						KVP_STAT_ADD(
-						    r, prefetch_wasted_total,
-						    1);
-					kvp_blk_forget(r, b);
-					kvp_frame_unuse(p, r->block_bytes);
-				} else {
-					b->flags |= BLK_DIRTY | BLK_HOLES;
-					if (gone)
-						b->flags |= BLK_SPLIT;
-				}
-				break;
-			case KVP_BLOCK_LOADING:
-				if (whole && b->op->staged) {
-					kvp_stage_drop(p, b->op);
-					b->flags &= ~BLK_IN_STORE;
-				} else if (whole) {
-					b->flags |= BLK_DROP;
-				} else if (b->op->rm_end == 0) {
-					b->op->rm_start = lo;
-					b->op->rm_end = hi;
-				} else {
-					/* A second partial drop: zero the
-					 * span of both (rare). */
-					if (lo < b->op->rm_start)
-						b->op->rm_start = lo;
-					if (hi > b->op->rm_end)
-						b->op->rm_end = hi;
-				}
-				if (!whole)
-					b->op->dirty = true;
-				break;
-			case KVP_BLOCK_EVICTING:
-				if (b->op->kind == OP_ZAP && !gone) {
-					/* Ours, or the program's too: counted
-					 * page by page (zap.c). */
-					if (kvp_zap_seen(p, b->op, lo, hi))
-						kvp_zap_unpark(p, b->op);
-					continue;
-				}
-				if (whole)
-					b->flags |= BLK_DROP;
-				else
-					b->flags |= BLK_DIRTY;
-				break;
-			case KVP_BLOCK_ABSENT:
-			case KVP_BLOCK_POISONED:
-				if (whole) {
-					kvp_blk_forget(r, b);
-				} else if (b->state == KVP_BLOCK_ABSENT &&
-					   (b->flags & BLK_IN_STORE) && !gone) {
-					/* Load it now, the dropped part
-					 * zeroed, so that the rest keeps
-					 * its data. */
-					if (kvp_load_start(s, r, blk,
-							   LOAD_FAULT, NULL,
-							   true) == 0) {
-						b->op->rm_start = lo;
-						b->op->rm_end = hi;
-					}
-				}
-				break;
-			}
-			if (gone && whole)
-				b->flags |= BLK_GONE;
-			else if (gone)
-				b->flags |= BLK_SPLIT;
-		}
-	}
-	pthread_mutex_unlock(&p->lock);
-}
-
-/* Keep a fault for later; false (handle it now) when out of memory. */
-static bool defer_fault(struct kvp_service *s, const struct uffd_msg *m)
-{
-	if (s->ndeferred == s->deferred_cap) {
-		size_t cap = s->deferred_cap ? 2 * s->deferred_cap : 64;
-		struct uffd_msg *v = realloc(s->deferred, cap * sizeof(*v));
-
-		if (!v)
-			return false;
-		s->deferred = v;
-		s->deferred_cap = cap;
-	}
-	s->deferred[s->ndeferred++] = *m;
-	return true;
-}
-
-/*
- * Read the userfaultfd until it is empty.  Drops are handled at once.
- * Faults are handled too, unless @defer_faults: then they wait in
- * s->deferred for the main loop (we are inside an ioctl's retry, see
- * kvp_uffd_unblock, and handling a fault may issue ioctls of its own).
- * Returns the number of messages read.
- */
-static size_t read_events(struct kvp_service *s, bool defer_faults)
-{
-	struct kvp_pager *p = s->p;
-	struct uffd_msg msgs[MSG_BATCH];
-	size_t got = 0, total = 0;
-
-	while (kvp_uffd_read(&p->uffd, msgs, MSG_BATCH, &got) == 0 && got) {
-		total += got;
-		for (size_t i = 0; i < got; i++) {
-			const struct uffd_msg *m = &msgs[i];
-
-			if (m->event == UFFD_EVENT_PAGEFAULT && defer_faults &&
-			    defer_fault(s, m))
-				continue;
-			if (m->event == UFFD_EVENT_PAGEFAULT)
-				handle_fault(s, m);
-			else if (m->event == UFFD_EVENT_REMOVE)
-				handle_drop(s, m->arg.remove.start,
-					    m->arg.remove.end, false);
-			else if (m->event == UFFD_EVENT_UNMAP)
-				handle_drop(s, m->arg.remove.start,
-					    m->arg.remove.end, true);
-		}
-		if (!defer_faults)
-			submit_stage(s);
-		if (got < MSG_BATCH)
-			break;
-	}
-	return total;
-}
-
-/* Handle the faults read while an ioctl waited (see read_events). */
-static void deferred_stage(struct kvp_service *s)
-{
-	struct uffd_msg *list = s->deferred;
-	size_t n = s->ndeferred;
-
-	if (!n)
-		return;
-	s->deferred = NULL;
-	s->ndeferred = s->deferred_cap = 0;
-	for (size_t i = 0; i < n; i++)
-		handle_fault(s, &list[i]);
-	free(list);
-}
-
-void kvp_uffd_unblock(struct kvp_pager *p)
-{
-	struct kvp_service *s = this_service;
-
-	if (s && s->p == p && read_events(s, true))
-		return;
-	sched_yield(); /* another thread holds the event: let it run */
-}
-
-int kvp_uffd_protect(struct kvp_pager *p, void *addr, size_t len, bool wp)
-{
-	int err;
-
-	while ((err = kvp_uffd_writeprotect(&p->uffd, addr, len, wp, false)) ==
-	       -EAGAIN)
-		kvp_uffd_unblock(p);
-	return err;
-}
-
-void kvp_uffd_poison_range(struct kvp_pager *p, void *addr, size_t len)
-{
-	size_t off = 0;
-
-	while (off < len) {
-		size_t done = 0;
-		int err = kvp_uffd_poison(&p->uffd, (char *)addr + off,
-					  len - off, false, &done);
-
-		off += done;
-		if (err == -EEXIST || err == -ENOENT)
-			off += KVP_PAGE_BYTES; /* mapped or unmapped: skip */
-		else if (err == -EAGAIN && done == 0)
-			kvp_uffd_unblock(p);
-		else if (err && err != -EAGAIN)
-			break;
-	}
-}
 
 static struct kvp_squeue *queue_for(struct kvp_service *s,
 				    struct kvp_store *store)
@@ -550,258 +56,6 @@ static struct kvp_squeue *queue_for(struct kvp_service *s,
 	return q;
 }
 
-/*
- * Move a block's frame into its region.  Returns 0, or -ENOENT when none of
- * it is mapped any more.  A block the program unmapped in part (the range
- * crosses a hole, which the ioctls refuse as a whole) is installed page by
- * page, skipping the hole, and *split is set: its write protection cannot
- * be set over the hole, so the caller counts it dirty.
- */
-static int install(struct kvp_pager *p, struct kvp_region *r, uint64_t blk,
-		   void *slot, bool wp, bool *slot_full, bool *split)
-{
-	char *addr = kvp_blk_addr(r, blk);
-	size_t len = r->block_bytes, off = 0, mapped = 0;
-	bool skipped = false, pagewise = false;
-	bool move = r->install == KVP_INSTALL_MOVE, copied = !move;
-	int err = 0;
-
-	*split = false;
-	while (off < len) {
-		size_t done = 0, n = pagewise ? KVP_PAGE_BYTES : len - off;
-
-		if (move)
-			err = kvp_uffd_move(&p->uffd, addr + off,
-					    (char *)slot + off, n,
-					    UFFDIO_MOVE_MODE_DONTWAKE, &done);
-		else
-			err = kvp_uffd_copy(&p->uffd, addr + off,
-					    (char *)slot + off, n, wp, true,
-					    &done);
-		off += done;
-		mapped += done;
-		if (err == -EEXIST) {
-			/* A page already there (a hole refilled): keep it. */
-			off += KVP_PAGE_BYTES;
-			mapped += KVP_PAGE_BYTES;
-			skipped = true;
-		} else if (err == -ENOENT && !pagewise) {
-			pagewise = true;
-		} else if (err == -ENOENT) {
-			off += KVP_PAGE_BYTES; /* unmapped: nothing to fill */
-			skipped = true;
-			*split = true;
-		} else if (err == -EAGAIN && done == 0) {
-			kvp_uffd_unblock(p); /* an event to read first */
-		} else if (err && err != -EAGAIN && move) {
-			/* The kernel would not move these pages (a THP shared
-			 * with a slot under I/O cannot be split: EBUSY):
-			 * copy the rest, which always works. */
-			move = false;
-			copied = true;
-		} else if (err && err != -EAGAIN) {
-			return err; /* the block stays LOADING: retried */
-		}
-		if (!err && !pagewise)
-			break;
-		err = 0;
-	}
-	if (*split && mapped == 0)
-		return -ENOENT;
-	if (r->install == KVP_INSTALL_MOVE) {
-		KVP_STAT_ADD(r, installs_move_total, 1);
-		/* Moved pages arrive writable (and, after a fallback to
-		 * copy, the part moved first). */
-		if (wp && !*split)
-			(void)kvp_uffd_protect(p, addr, len, true);
-	} else {
-		KVP_STAT_ADD(r, installs_copy_total, 1);
-	}
-	/* Pages left in the slot (skipped, or copied): not an empty slot.
-	 * The caller wakes the waiters once the block is RESIDENT. */
-	*slot_full = skipped || copied;
-	return 0;
-}
-
-static void latency(struct kvp_region *r, uint64_t submit_ns)
-{
-	uint64_t us = (now_ns() - submit_ns) / 1000;
-	unsigned i = 0;
-
-	while (us > 1 && i < KVP_LATENCY_BUCKETS - 1) {
-		us >>= 1;
-		i++;
-	}
-	atomic_fetch_add_explicit(&r->st.io_latency_us[i], 1,
-				  memory_order_relaxed);
-}
-
-static void finish_pfs(struct kvp_pager *p, struct kvp_op *op, bool failed)
-{
-	for (struct kvp_pf_ref *ref = op->pfs; ref; ref = ref->next)
-		kvp_prefetch_block_done(p, ref->pf, failed);
-}
-
-/* Under p->lock: take a staged op off the pager's list. */
-static void unstage(struct kvp_pager *p, struct kvp_op *op)
-{
-	for (struct kvp_op **t = &p->staged; *t; t = &(*t)->next)
-		if (*t == op) {
-			*t = op->next;
-			break;
-		}
-	op->staged = false;
-	op->next = NULL;
-}
-
-/* Under p->lock: hand a staged read-ahead block to a thread to install. */
-void kvp_stage_release(struct kvp_service *s, struct kvp_op *op)
-{
-	unstage(s->p, op);
-	op->r->blocks[op->blk].flags &= ~BLK_READAHEAD;
-	op->next = s->ready;
-	s->ready = op;
-}
-
-/* Under p->lock: forget a staged block, its frame back to the pool. */
-void kvp_stage_drop(struct kvp_pager *p, struct kvp_op *op)
-{
-	struct kvp_region *r = op->r;
-
-	unstage(p, op);
-	if (r->blocks[op->blk].flags & BLK_READAHEAD)
-		KVP_STAT_ADD(r, readahead_wasted_total, 1);
-	kvp_blk_load_dropped(r, &r->blocks[op->blk]);
-	finish_pfs(p, op, false);
-	kvp_frame_unuse(p, r->block_bytes);
-	kvp_frame_put(p, op->slot, r->block_bytes, true);
-	pthread_cond_broadcast(&p->idle);
-	kvp_op_free(op);
-}
-
-/* Install a loaded block and make it RESIDENT (p->lock not held). */
-static void install_finish(struct kvp_service *s, struct kvp_op *op)
-{
-	struct kvp_pager *p = s->p;
-	struct kvp_region *r = op->r;
-	struct kvp_block *b = &r->blocks[op->blk];
-	size_t len = r->block_bytes;
-	bool drop, dirty, full = true, split;
-	int err;
-
-	pthread_mutex_lock(&p->lock);
-	drop = b->flags & BLK_DROP;
-	if (drop)
-		b->flags &= ~BLK_IN_STORE;
-	dirty = op->dirty || !p->have_wp;
-	pthread_mutex_unlock(&p->lock);
-
-	if (op->zero || drop)
-		memset(op->slot, 0, len);
-	else if (op->rm_end > op->rm_start)
-		memset((char *)op->slot + op->rm_start, 0,
-		       op->rm_end - op->rm_start);
-	err = install(p, r, op->blk, op->slot, !dirty, &full, &split);
-
-	if (err && err != -ENOENT) {
-		/* Could not map it (out of memory): keep it loading and try
-		 * again on the next turn; the faulting threads still wait. */
-		pthread_mutex_lock(&p->lock);
-		op->next = s->ready;
-		s->ready = op;
-		pthread_mutex_unlock(&p->lock);
-		return;
-	}
-	pthread_mutex_lock(&p->lock);
-	if (split) {
-		dirty = true;
-		b->flags |= BLK_SPLIT;
-	}
-	if (err == -ENOENT) {
-		b->flags |= BLK_GONE;
-		kvp_blk_load_dropped(r, b);
-		kvp_frame_unuse(p, len);
-		full = true;
-	} else {
-		kvp_blk_installed(r, b, dirty);
-	}
-	finish_pfs(p, op, false);
-	kvp_frame_put(p, op->slot, len, full);
-	if (err == 0 && (b->flags & BLK_DROP)) {
-		/* Discarded while it was being installed: drop it now.  The
-		 * waiters are woken by the discard (they read zeros). */
-		b->flags &= ~BLK_DROP;
-		if (!b->pins && !b->holds)
-			kvp_discard_resident(r, op->blk);
-	}
-	pthread_cond_broadcast(&p->idle);
-	pthread_mutex_unlock(&p->lock);
-	/* Only now: a woken thread finds the block RESIDENT. */
-	(void)kvp_uffd_wake(&p->uffd, kvp_blk_addr(r, op->blk), len);
-	kvp_op_free(op);
-}
-
-/*
- * A read (or zero fill) is done.  A read-ahead block nobody has asked for
- * yet is staged, not installed: it is installed when the program faults on
- * it (a fault with no I/O to wait for), so that the faulting thread is held
- * while the block becomes visible and write-protected.  Installing it while
- * the program runs would let a write slip in between UFFDIO_MOVE and
- * UFFDIO_WRITEPROTECT unseen.
- */
-static void complete_load(struct kvp_service *s, struct kvp_op *op)
-{
-	struct kvp_pager *p = s->p;
-	struct kvp_region *r = op->r;
-	struct kvp_block *b = &r->blocks[op->blk];
-	size_t len = r->block_bytes;
-	bool ok = op->zero || op->io.result == (int64_t)len;
-
-	if (!op->zero) {
-		latency(r, op->io.submit_ns);
-		if (op->io.result > 0)
-			KVP_STAT_ADD(r, bytes_read_total,
-				     (uint64_t)op->io.result);
-	}
-	pthread_mutex_lock(&p->lock);
-	if (r->dying || (b->flags & BLK_GONE)) {
-		kvp_blk_load_dropped(r, b);
-		finish_pfs(p, op, false);
-		kvp_frame_unuse(p, len);
-		kvp_frame_put(p, op->slot, len, true);
-		pthread_cond_broadcast(&p->idle);
-		pthread_mutex_unlock(&p->lock);
-		(void)kvp_uffd_wake(&p->uffd, kvp_blk_addr(r, op->blk), len);
-		kvp_op_free(op);
-		return;
-	}
-	if (!ok && !(b->flags & BLK_DROP)) {
-		KVP_STAT_ADD(r, read_errors_total, 1);
-		kvp_blk_load_failed(r, b);
-		finish_pfs(p, op, true);
-		kvp_frame_unuse(p, len);
-		kvp_frame_put(p, op->slot, len, true);
-		pthread_cond_broadcast(&p->idle);
-		pthread_mutex_unlock(&p->lock);
-		/* SIGBUS for every access, now and later: never a hang. */
-		if (p->have_poison)
-			kvp_uffd_poison_range(p, kvp_blk_addr(r, op->blk),
-					      len);
-		kvp_op_free(op);
-		return;
-	}
-	if ((b->flags & BLK_READAHEAD) && !(b->flags & BLK_DROP) &&
-	    r->install == KVP_INSTALL_MOVE && p->have_wp) {
-		op->staged = true;
-		op->next = p->staged;
-		p->staged = op;
-		pthread_mutex_unlock(&p->lock);
-		return;
-	}
-	pthread_mutex_unlock(&p->lock);
-	install_finish(s, op);
-}
-
 /* Install the blocks handed over by faults and prefetches. */
 static void ready_stage(struct kvp_service *s)
 {
@@ -815,52 +69,9 @@ static void ready_stage(struct kvp_service *s)
 	while (list) {
 		struct kvp_op *n = list->next;
 
-		install_finish(s, list);
+		kvp_load_install(s, list);
 		list = n;
 	}
-}
-
-static void complete_writeback(struct kvp_service *s, struct kvp_op *op)
-{
-	struct kvp_pager *p = s->p;
-	struct kvp_region *r = op->r;
-	struct kvp_block *b = &r->blocks[op->blk];
-	size_t len = r->block_bytes;
-	bool ok = op->io.result == (int64_t)len, waiters;
-
-	pthread_mutex_lock(&p->lock);
-	p->leaving--;
-	p->leaving_bytes -= len;
-	if (!ok && !(b->flags & BLK_DROP)) {
-		/* Keep the only copy: put the pages back, dirty, and never
-		 * pick the block again until a flush succeeds. */
-		KVP_STAT_ADD(r, write_errors_total, 1);
-		pthread_mutex_unlock(&p->lock);
-		bool back = kvp_put_back(p, kvp_blk_addr(r, op->blk),
-					 op->slot, len);
-
-		pthread_mutex_lock(&p->lock);
-		b->flags |= BLK_WB_FAILED | BLK_DIRTY;
-		kvp_blk_evict_aborted(r, b);
-		if (back) /* else the data lives in the slot: keep it */
-			kvp_frame_put_undone(p, op->slot, len);
-		waiters = true;
-	} else {
-		if (ok) {
-			KVP_STAT_ADD(r, bytes_written_total, len);
-			KVP_STAT_ADD(r, evictions_dirty_total, 1);
-		}
-		waiters = b->flags & BLK_WAITERS;
-		b->flags &= ~BLK_WAITERS;
-		kvp_blk_evicted(r, b, ok);
-		kvp_frame_unuse(p, len);
-		kvp_frame_put(p, op->slot, len, true);
-	}
-	pthread_cond_broadcast(&p->idle);
-	pthread_mutex_unlock(&p->lock);
-	if (waiters)
-		(void)kvp_uffd_wake(&p->uffd, kvp_blk_addr(r, op->blk), len);
-	kvp_op_free(op);
 }
 
 /* Submit everything queued; zero fills complete here. */
@@ -899,9 +110,9 @@ static void submit_stage(struct kvp_service *s)
 		if (!q) {
 			op->io.result = -ENOMEM;
 			if (op->kind == OP_LOAD)
-				complete_load(s, op);
+				kvp_load_done(s, op);
 			else
-				complete_writeback(s, op);
+				kvp_writeback_done(s, op);
 			continue;
 		}
 		if (max > 64)
@@ -941,7 +152,7 @@ static void submit_stage(struct kvp_service *s)
 	while (zeros) {
 		struct kvp_op *n = zeros->next;
 
-		complete_load(s, zeros);
+		kvp_load_done(s, zeros);
 		zeros = n;
 	}
 }
@@ -964,9 +175,9 @@ static unsigned reap_stage(struct kvp_service *s)
 				struct kvp_op *op = done[k]->cookie;
 
 				if (op->kind == OP_LOAD)
-					complete_load(s, op);
+					kvp_load_done(s, op);
 				else
-					complete_writeback(s, op);
+					kvp_writeback_done(s, op);
 			}
 		}
 	}
@@ -991,22 +202,14 @@ static void frame_stage(struct kvp_service *s)
 		}
 		if (op->r->dying ||
 		    (op->r->blocks[op->blk].flags & (BLK_GONE | BLK_DROP))) {
-			want_frame_pop(s);
-			kvp_blk_load_dropped(op->r, &op->r->blocks[op->blk]);
-			finish_pfs(p, op, false);
-			pthread_cond_broadcast(&p->idle);
-			pthread_mutex_unlock(&p->lock);
-			/* A fault that waited on it faults again (zeros). */
-			(void)kvp_uffd_wake(&p->uffd,
-					    kvp_blk_addr(op->r, op->blk),
-					    op->r->block_bytes);
-			kvp_op_free(op);
+			kvp_want_frame_pop(s);
+			kvp_load_abandon(s, op);
 			continue;
 		}
 		slot = kvp_frame_get(p, op->r->block_bytes);
 		if (slot) {
-			want_frame_pop(s);
-			load_arm(s, op, slot);
+			kvp_want_frame_pop(s);
+			kvp_load_arm(s, op, slot);
 			pthread_mutex_unlock(&p->lock);
 			continue;
 		}
@@ -1082,14 +285,13 @@ static void zap_settle(struct kvp_service *s, struct kvp_op *op)
 			hi = i + 1;
 		}
 	if (dropped == pages)
-		b->flags |= BLK_DROP;
+		kvp_blk_drop_pending(b);
 	if (b->flags & BLK_PREFETCHED)
 		KVP_STAT_ADD(r, prefetch_wasted_total, 1);
 	if (!(b->flags & BLK_DROP))
 		KVP_STAT_ADD(r, evictions_clean_total, 1);
 	KVP_STAT_ADD(r, evictions_zap_total, 1);
-	waiters = b->flags & BLK_WAITERS;
-	b->flags &= ~BLK_WAITERS;
+	waiters = kvp_blk_take_waiters(b);
 	kvp_blk_evicted(r, b, false);
 	kvp_frame_unuse(p, len);
 	if (dropped && dropped < pages && (b->flags & BLK_IN_STORE) &&
@@ -1162,26 +364,71 @@ static void forget_store(struct kvp_service *s, struct kvp_store *store)
 	pthread_cond_broadcast(&s->p->idle);
 }
 
-void kvp_service_forget_store(struct kvp_pager *p, struct kvp_store *store)
+/* Read the userfaultfd until it is empty, submitting after each batch. */
+static void read_stage(struct kvp_service *s)
 {
-	unsigned want = p->nsvc;
+	size_t n;
 
-	p->forget_acks = 0;
-	for (unsigned i = 0; i < p->nsvc; i++) {
-		struct kvp_req *req = calloc(1, sizeof(*req));
-
-		if (!req) {
-			want--; /* that thread keeps its queue: a leak */
-			continue;
-		}
-		req->kind = REQ_FORGET_STORE;
-		req->store = store;
-		req->next = p->svc[i].reqs;
-		p->svc[i].reqs = req;
-		kvp_service_poke(&p->svc[i]);
+	while ((n = kvp_events_read(s, false)) != 0) {
+		submit_stage(s);
+		if (n < KVP_EVENT_BATCH)
+			break;
 	}
-	while (p->forget_acks < want)
-		pthread_cond_wait(&p->idle, &p->lock);
+}
+
+/*
+ * Under p->lock: start a load for every absent block of a prefetch, join
+ * those already loading, mark those resident referenced.
+ */
+static void run_prefetch(struct kvp_service *s, struct kvp_prefetch *pf)
+{
+	struct kvp_region *r = pf->r;
+	struct kvp_pager *p = r->p;
+
+	r->pf_reqs--;
+	for (; pf->next < pf->n; pf->next++) {
+		uint64_t blk = pf->blocks[pf->next];
+		struct kvp_block *b = &r->blocks[blk];
+
+		if (pf->cancelled || r->dying)
+			break;
+		switch (b->state) {
+		case KVP_BLOCK_ABSENT:
+			if (b->flags & BLK_GONE)
+				break;
+			if (kvp_load_start(s, r, blk, LOAD_PREFETCH, pf, false))
+				pf->failed = true;
+			break;
+		case KVP_BLOCK_LOADING: {
+			struct kvp_pf_ref *ref = malloc(sizeof(*ref));
+
+			if (b->op->staged)
+				kvp_stage_release(s, b->op);
+			if (!ref) {
+				pf->failed = true;
+				break;
+			}
+			ref->pf = pf;
+			ref->next = b->op->pfs;
+			b->op->pfs = ref;
+			pf->pending++;
+			break;
+		}
+		case KVP_BLOCK_RESIDENT:
+			kvp_blk_touch(p, b);
+			break;
+		case KVP_BLOCK_POISONED:
+			pf->failed = true;
+			break;
+		case KVP_BLOCK_EVICTING:
+			/* On its way out: the program's fault will bring it
+			 * back.  Rare, since the clock takes blocks that
+			 * were not referenced lately. */
+			break;
+		}
+	}
+	pthread_cond_broadcast(&p->idle);
+	kvp_prefetch_all_started(pf);
 }
 
 static bool take_requests(struct kvp_service *s)
@@ -1212,7 +459,7 @@ static bool take_requests(struct kvp_service *s)
 		else if (q->kind == REQ_FORGET_STORE)
 			forget_store(s, q->store);
 		else
-			kvp_prefetch_run(s, q->pf);
+			run_prefetch(s, q->pf);
 		free(q);
 	}
 	pthread_mutex_unlock(&p->lock);
@@ -1227,7 +474,7 @@ static void *service_main(void *arg)
 	unsigned npfd = 0;
 	char name[16];
 
-	this_service = s;
+	kvp_uffd_bind_reader(s, kvp_events_read_all_deferring);
 	/* Named for top -H, perf and gdb. */
 	snprintf(name, sizeof(name), "kvp-svc%u", (unsigned)(s - p->svc));
 	(void)pthread_setname_np(pthread_self(), name);
@@ -1266,9 +513,9 @@ static void *service_main(void *arg)
 		if (pfd[1].revents & POLLIN)
 			if (take_requests(s))
 				s->stopping = true;
-		deferred_stage(s);
+		kvp_events_run_deferred(s);
 		if (pfd[0].revents & POLLIN)
-			read_events(s, false);
+			read_stage(s);
 		zap_stage(s);
 		ready_stage(s);
 		reap_stage(s);
@@ -1289,25 +536,6 @@ static void *service_main(void *arg)
 	free(pfd);
 	free(s->deferred);
 	return NULL;
-}
-
-void kvp_service_request(struct kvp_pager *p, struct kvp_req *req)
-{
-	struct kvp_service *s;
-
-	/* Under p->lock. */
-	s = &p->svc[p->rr++ % p->nsvc];
-	req->next = s->reqs;
-	s->reqs = req;
-	kvp_service_poke(s);
-}
-
-void kvp_service_poke(struct kvp_service *s)
-{
-	uint64_t one = 1;
-	ssize_t n = write(s->wake_fd, &one, sizeof(one));
-
-	(void)n; /* EAGAIN: the counter is saturated, a wake-up is pending */
 }
 
 int kvp_service_start(struct kvp_pager *p)

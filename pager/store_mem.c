@@ -178,7 +178,7 @@ static int mem_discard(struct kvp_store *s, uint64_t off, uint64_t len)
 	b = (off + len) & ~(uint64_t)(KVP_PAGE_SIZE - 1);
 	if (a < b) {
 		memset(ms->bytes + off, 0, a - off);
-		if (madvise(ms->bytes + a, b - a, MADV_DONTNEED))
+		if (kvp_mem_advise(ms->bytes + a, b - a, MADV_DONTNEED))
 			memset(ms->bytes + a, 0, b - a);
 		memset(ms->bytes + b, 0, off + len - b);
 	} else {

@@ -1,0 +1,317 @@
+/*
+ * events.c - what each userfaultfd message asks for, decided under p->lock.
+ *
+ * A missing fault on an ABSENT block starts a load (and read-ahead when the
+ * faults run sequentially); on a LOADING block it joins that load, and on
+ * a staged read-ahead block it has it installed now; on a RESIDENT block
+ * (another thread's fault installed it) it only wakes the thread.  A
+ * write-protect fault marks a block dirty and lifts the protection.  A
+ * REMOVE or UNMAP event (the program's MADV_DONTNEED or munmap) drops the
+ * bytes it covers, whatever state their block is in: they read back as
+ * zeros and are never loaded from the store again.  The loads this starts
+ * are submitted by the service loop (service.c) after each batch.
+ */
+#include <stdlib.h>
+
+#include "pager/pager_i.h"
+
+/* Under p->lock: load ahead of a sequential run of faults at @blk. */
+static void readahead(struct kvp_service *s, struct kvp_region *r, uint64_t blk,
+		      bool sequential)
+{
+	struct kvp_pager *p = r->p;
+	uint64_t max = p->cfg.readahead_bytes >> r->block_shift;
+	uint64_t cap = (kvp_budget(p) / 4) >> r->block_shift;
+
+	if (max > cap)
+		max = cap;
+	/* Sequential: the fault is past the last one and no further than
+	 * the block after the window read ahead (a read-ahead block that
+	 * was installed before it was touched takes no fault). */
+	if (!sequential && !(blk > r->ra_last && blk <= r->ra_next)) {
+		r->ra_window = 0;
+		r->ra_last = blk;
+		r->ra_next = blk + 1;
+		return;
+	}
+	r->ra_last = blk;
+	r->ra_next = blk + 1;
+	if (max == 0)
+		return;
+	r->ra_window = r->ra_window ? r->ra_window * 2 : 2;
+	if (r->ra_window > max)
+		r->ra_window = (unsigned)max;
+	for (uint64_t i = blk + 1; i <= blk + r->ra_window && i < r->nblocks;
+	     i++) {
+		struct kvp_block *b = &r->blocks[i];
+
+		if (b->state != KVP_BLOCK_ABSENT ||
+		    !(b->flags & BLK_IN_STORE) || b->pins)
+			continue;
+		if (kvp_load_start(s, r, i, LOAD_READAHEAD, NULL, false))
+			break;
+	}
+	r->ra_next = blk + 1 + r->ra_window;
+}
+
+static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
+{
+	struct kvp_pager *p = s->p;
+	uint64_t flags = m->arg.pagefault.flags;
+	char *page = (char *)(uintptr_t)(m->arg.pagefault.address &
+					 ~(uint64_t)(KVP_PAGE_BYTES - 1));
+	enum { NOTHING, WAKE_PAGE, UNPROTECT, HOLE, POISON } act = NOTHING;
+	struct kvp_region *r;
+	struct kvp_block *b;
+	char *baddr = NULL;
+	uint64_t blk;
+
+	pthread_mutex_lock(&p->lock);
+	r = kvp_region_find(p, (uintptr_t)page);
+	if (!r || r->dying) {
+		pthread_mutex_unlock(&p->lock);
+		return;
+	}
+	blk = (uint64_t)(page - r->addr) >> r->block_shift;
+	b = &r->blocks[blk];
+	baddr = kvp_blk_addr(r, blk);
+
+	if (flags & UFFD_PAGEFAULT_FLAG_WP) {
+		switch (b->state) {
+		case KVP_BLOCK_RESIDENT:
+			kvp_blk_written(r, b);
+			kvp_blk_used(r, b);
+			kvp_blk_touch(p, b);
+			act = UNPROTECT;
+			break;
+		case KVP_BLOCK_EVICTING:
+			kvp_blk_wait(b); /* woken when detached */
+			break;
+		default:
+			act = WAKE_PAGE;
+		}
+		goto out;
+	}
+
+	switch (b->state) {
+	case KVP_BLOCK_ABSENT:
+		if (b->flags & BLK_GONE)
+			break;
+		if (kvp_load_start(s, r, blk, LOAD_FAULT, NULL,
+				   flags & UFFD_PAGEFAULT_FLAG_WRITE))
+			break; /* no memory: the fault is retried on wake */
+		if (b->flags & BLK_IN_STORE)
+			readahead(s, r, blk, false);
+		break;
+	case KVP_BLOCK_LOADING: {
+		bool ra = kvp_blk_joined(r, b);
+
+		if (flags & UFFD_PAGEFAULT_FLAG_WRITE)
+			b->op->dirty = true;
+		if (b->op->staged)
+			kvp_stage_release(s, b->op);
+		if (ra)
+			readahead(s, r, blk, true);
+		break;
+	}
+	case KVP_BLOCK_RESIDENT:
+		kvp_blk_used(r, b);
+		kvp_blk_touch(p, b);
+		act = (b->flags & BLK_HOLES) ? HOLE : WAKE_PAGE;
+		break;
+	case KVP_BLOCK_EVICTING:
+		kvp_blk_wait(b);
+		break;
+	case KVP_BLOCK_POISONED:
+		act = POISON;
+		break;
+	}
+out:
+	pthread_mutex_unlock(&p->lock);
+	switch (act) {
+	case NOTHING:
+		break;
+	case WAKE_PAGE:
+		(void)kvp_uffd_wake(&p->uffd, page, KVP_PAGE_BYTES);
+		break;
+	case UNPROTECT:
+		(void)kvp_uffd_protect(p, baddr, r->block_bytes, false);
+		break;
+	case HOLE:
+		kvp_uffd_fill_zeros(p, page);
+		break;
+	case POISON:
+		kvp_uffd_poison_range(p, page, KVP_PAGE_BYTES);
+		break;
+	}
+}
+
+/*
+ * The program dropped [start, end): MADV_DONTNEED (REMOVE) or munmap
+ * (UNMAP, @gone).  Dropped bytes read back as zeros and are never loaded
+ * from the store again; unmapped blocks are forgotten.
+ */
+static void handle_drop(struct kvp_service *s, uint64_t start, uint64_t end,
+			bool gone)
+{
+	struct kvp_pager *p = s->p;
+
+	pthread_mutex_lock(&p->lock);
+	for (struct kvp_region *r = p->regions; r; r = r->next) {
+		uint64_t rs = (uintptr_t)r->addr, re = rs + r->size;
+		uint64_t a = start > rs ? start : rs, e = end < re ? end : re;
+
+		if (a >= e || r->dying)
+			continue;
+		for (uint64_t blk = (a - rs) >> r->block_shift;
+		     blk < r->nblocks && (blk << r->block_shift) + rs < e;
+		     blk++) {
+			struct kvp_block *b = &r->blocks[blk];
+			uint64_t bs = rs + (blk << r->block_shift);
+			uint64_t be = bs + r->block_bytes;
+			bool whole = a <= bs && e >= be;
+			uint32_t lo = (uint32_t)((a > bs ? a : bs) - bs);
+			uint32_t hi = (uint32_t)((e < be ? e : be) - bs);
+
+			if (b->state != KVP_BLOCK_EVICTING ||
+			    b->op->kind != OP_ZAP || gone)
+				KVP_STAT_ADD(r, removed_bytes_total, hi - lo);
+			switch (b->state) {
+			case KVP_BLOCK_RESIDENT:
+				if (whole) {
+					if (b->flags & BLK_PREFETCHED)
+						KVP_STAT_ADD(
+						    r, prefetch_wasted_total,
+						    1);
+					kvp_blk_forget(r, b);
+					kvp_frame_unuse(p, r->block_bytes);
+				} else {
+					kvp_blk_holes(b, gone);
+				}
+				break;
+			case KVP_BLOCK_LOADING:
+				if (whole && b->op->staged) {
+					kvp_stage_drop(p, b->op);
+					kvp_blk_contents_gone(b);
+				} else if (whole) {
+					kvp_blk_drop_pending(b);
+				} else if (b->op->rm_end == 0) {
+					b->op->rm_start = lo;
+					b->op->rm_end = hi;
+				} else {
+					/* A second partial drop: zero the
+					 * span of both (rare). */
+					if (lo < b->op->rm_start)
+						b->op->rm_start = lo;
+					if (hi > b->op->rm_end)
+						b->op->rm_end = hi;
+				}
+				if (!whole)
+					b->op->dirty = true;
+				break;
+			case KVP_BLOCK_EVICTING:
+				if (b->op->kind == OP_ZAP && !gone) {
+					/* Ours, or the program's too: counted
+					 * page by page (zap.c). */
+					if (kvp_zap_seen(p, b->op, lo, hi))
+						kvp_zap_unpark(p, b->op);
+					continue;
+				}
+				if (whole)
+					kvp_blk_drop_pending(b);
+				else
+					kvp_blk_redirty(b);
+				break;
+			case KVP_BLOCK_ABSENT:
+			case KVP_BLOCK_POISONED:
+				if (whole) {
+					kvp_blk_forget(r, b);
+				} else if (b->state == KVP_BLOCK_ABSENT &&
+					   (b->flags & BLK_IN_STORE) && !gone) {
+					/* Load it now, the dropped part
+					 * zeroed, so that the rest keeps
+					 * its data. */
+					if (kvp_load_start(s, r, blk,
+							   LOAD_FAULT, NULL,
+							   true) == 0) {
+						b->op->rm_start = lo;
+						b->op->rm_end = hi;
+					}
+				}
+				break;
+			}
+			if (gone)
+				kvp_blk_unmapped(b, whole);
+		}
+	}
+	pthread_mutex_unlock(&p->lock);
+}
+
+/* Keep a fault for later; false (handle it now) when out of memory. */
+static bool defer_fault(struct kvp_service *s, const struct uffd_msg *m)
+{
+	if (s->ndeferred == s->deferred_cap) {
+		size_t cap = s->deferred_cap ? 2 * s->deferred_cap : 64;
+		struct uffd_msg *v = realloc(s->deferred, cap * sizeof(*v));
+
+		if (!v)
+			return false;
+		s->deferred = v;
+		s->deferred_cap = cap;
+	}
+	s->deferred[s->ndeferred++] = *m;
+	return true;
+}
+
+size_t kvp_events_read(struct kvp_service *s, bool defer_faults)
+{
+	struct kvp_pager *p = s->p;
+	struct uffd_msg msgs[KVP_EVENT_BATCH];
+	size_t got = 0;
+
+	if (kvp_uffd_read(&p->uffd, msgs, KVP_EVENT_BATCH, &got) == 0 && got) {
+		for (size_t i = 0; i < got; i++) {
+			const struct uffd_msg *m = &msgs[i];
+
+			if (m->event == UFFD_EVENT_PAGEFAULT && defer_faults &&
+			    defer_fault(s, m))
+				continue;
+			if (m->event == UFFD_EVENT_PAGEFAULT)
+				handle_fault(s, m);
+			else if (m->event == UFFD_EVENT_REMOVE)
+				handle_drop(s, m->arg.remove.start,
+					    m->arg.remove.end, false);
+			else if (m->event == UFFD_EVENT_UNMAP)
+				handle_drop(s, m->arg.remove.start,
+					    m->arg.remove.end, true);
+		}
+	}
+	return got;
+}
+
+void kvp_events_run_deferred(struct kvp_service *s)
+{
+	struct uffd_msg *list = s->deferred;
+	size_t n = s->ndeferred;
+
+	if (!n)
+		return;
+	s->deferred = NULL;
+	s->ndeferred = s->deferred_cap = 0;
+	for (size_t i = 0; i < n; i++)
+		handle_fault(s, &list[i]);
+	free(list);
+}
+
+/* The reader kvp_uffd_unblock runs on a service thread (ioctl.c). */
+size_t kvp_events_read_all_deferring(struct kvp_service *s)
+{
+	size_t n, total = 0;
+
+	while ((n = kvp_events_read(s, true)) != 0) {
+		total += n;
+		if (n < KVP_EVENT_BATCH)
+			break;
+	}
+	return total;
+}

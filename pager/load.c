@@ -1,0 +1,352 @@
+/*
+ * load.c - a load's life: frame, read, staging, install.
+ *
+ * A load (struct kvp_op, OP_LOAD) starts when a fault, a prefetch or
+ * read-ahead finds a block ABSENT (kvp_load_start).  It gets a frame from
+ * the pool at once or waits on its thread's want_frame queue until an
+ * eviction frees one (the service loop's frame stage).  With its frame it
+ * is queued for the submit stage: a read from the store, or a zero fill
+ * for a block the store never held.  When the read completes
+ * (kvp_load_done) the block is installed into its region (kvp_load_install:
+ * UFFDIO_MOVE or UFFDIO_COPY) and becomes RESIDENT, and the threads that
+ * faulted on it are woken.  A read-ahead block nobody has asked for yet is
+ * staged instead, its frame held, until a fault or a prefetch wants it
+ * (kvp_stage_release) or a frame is needed (kvp_stage_drop).  A read that
+ * fails poisons the block: every access gets SIGBUS.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "pager/pager_i.h"
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void want_frame_push(struct kvp_service *s, struct kvp_op *op)
+{
+	op->next = NULL;
+	*s->want_tail = op;
+	s->want_tail = &op->next;
+	s->nwant++;
+}
+
+struct kvp_op *kvp_want_frame_pop(struct kvp_service *s)
+{
+	struct kvp_op *op = s->want_frame;
+
+	s->want_frame = op->next;
+	if (!s->want_frame)
+		s->want_tail = &s->want_frame;
+	s->nwant--;
+	return op;
+}
+
+void kvp_load_arm(struct kvp_service *s, struct kvp_op *op, void *slot)
+{
+	struct kvp_region *r = op->r;
+	struct kvp_block *b = &r->blocks[op->blk];
+
+	op->slot = slot;
+	op->zero = !(b->flags & BLK_IN_STORE);
+	if (!op->zero) {
+		op->io.op = KVP_IO_READ;
+		op->io.buf = slot;
+		op->io.len = r->block_bytes;
+		op->io.off = kvp_blk_store_off(r, op->blk);
+	}
+	kvp_io_queue(s, op);
+}
+
+int kvp_load_start(struct kvp_service *s, struct kvp_region *r, uint64_t blk,
+		   enum kvp_load_why why, struct kvp_prefetch *pf, bool write)
+{
+	struct kvp_pager *p = r->p;
+	struct kvp_block *b = &r->blocks[blk];
+	struct kvp_op *op = kvp_op_new(OP_LOAD, r, blk);
+	void *slot;
+
+	if (!op)
+		return -ENOMEM;
+	if (pf) {
+		op->pfs = malloc(sizeof(*op->pfs));
+		if (!op->pfs) {
+			free(op);
+			return -ENOMEM;
+		}
+		op->pfs->pf = pf;
+		op->pfs->next = NULL;
+		pf->pending++;
+	}
+	op->dirty = write;
+	kvp_blk_begin_load(r, b, op, why);
+	if (why == LOAD_FAULT)
+		KVP_STAT_ADD(r, demand_faults_total, 1);
+	else if (why == LOAD_PREFETCH)
+		KVP_STAT_ADD(r, prefetch_issued_total, 1);
+	else
+		KVP_STAT_ADD(r, readahead_blocks_total, 1);
+	if (!(b->flags & BLK_IN_STORE) && why == LOAD_FAULT)
+		KVP_STAT_ADD(r, zero_fills_total, 1);
+	slot = s->want_frame ? NULL : kvp_frame_get(p, r->block_bytes);
+	if (slot)
+		kvp_load_arm(s, op, slot);
+	else
+		want_frame_push(s, op);
+	return 0;
+}
+
+/*
+ * Move a block's frame into its region.  Returns 0, or -ENOENT when none of
+ * it is mapped any more.  A block the program unmapped in part (the range
+ * crosses a hole, which the ioctls refuse as a whole) is installed page by
+ * page, skipping the hole, and *split is set: its write protection cannot
+ * be set over the hole, so the caller counts it dirty.
+ */
+static int install(struct kvp_pager *p, struct kvp_region *r, uint64_t blk,
+		   void *slot, bool wp, bool *slot_full, bool *split)
+{
+	char *addr = kvp_blk_addr(r, blk);
+	size_t len = r->block_bytes, off = 0, mapped = 0;
+	bool skipped = false, pagewise = false;
+	bool move = r->install == KVP_INSTALL_MOVE, copied = !move;
+	int err = 0;
+
+	*split = false;
+	while (off < len) {
+		size_t done = 0, n = pagewise ? KVP_PAGE_BYTES : len - off;
+
+		if (move)
+			err = kvp_uffd_move(&p->uffd, addr + off,
+					    (char *)slot + off, n,
+					    UFFDIO_MOVE_MODE_DONTWAKE, &done);
+		else
+			err = kvp_uffd_copy(&p->uffd, addr + off,
+					    (char *)slot + off, n, wp, true,
+					    &done);
+		off += done;
+		mapped += done;
+		if (err == -EEXIST) {
+			/* A page already there (a hole refilled): keep it. */
+			off += KVP_PAGE_BYTES;
+			mapped += KVP_PAGE_BYTES;
+			skipped = true;
+		} else if (err == -ENOENT && !pagewise) {
+			pagewise = true;
+		} else if (err == -ENOENT) {
+			off += KVP_PAGE_BYTES; /* unmapped: nothing to fill */
+			skipped = true;
+			*split = true;
+		} else if (err == -EAGAIN && done == 0) {
+			kvp_uffd_unblock(p); /* an event to read first */
+		} else if (err && err != -EAGAIN && move) {
+			/* The kernel would not move these pages (a THP shared
+			 * with a slot under I/O cannot be split: EBUSY):
+			 * copy the rest, which always works. */
+			move = false;
+			copied = true;
+		} else if (err && err != -EAGAIN) {
+			return err; /* the block stays LOADING: retried */
+		}
+		if (!err && !pagewise)
+			break;
+		err = 0;
+	}
+	if (*split && mapped == 0)
+		return -ENOENT;
+	if (r->install == KVP_INSTALL_MOVE) {
+		KVP_STAT_ADD(r, installs_move_total, 1);
+		/* Moved pages arrive writable (and, after a fallback to
+		 * copy, the part moved first). */
+		if (wp && !*split)
+			(void)kvp_uffd_protect(p, addr, len, true);
+	} else {
+		KVP_STAT_ADD(r, installs_copy_total, 1);
+	}
+	/* Pages left in the slot (skipped, or copied): not an empty slot.
+	 * The caller wakes the waiters once the block is RESIDENT. */
+	*slot_full = skipped || copied;
+	return 0;
+}
+
+static void latency(struct kvp_region *r, uint64_t submit_ns)
+{
+	uint64_t us = (now_ns() - submit_ns) / 1000;
+	unsigned i = 0;
+
+	while (us > 1 && i < KVP_LATENCY_BUCKETS - 1) {
+		us >>= 1;
+		i++;
+	}
+	atomic_fetch_add_explicit(&r->st.io_latency_us[i], 1,
+				  memory_order_relaxed);
+}
+
+static void finish_pfs(struct kvp_pager *p, struct kvp_op *op, bool failed)
+{
+	for (struct kvp_pf_ref *ref = op->pfs; ref; ref = ref->next)
+		kvp_prefetch_block_done(p, ref->pf, failed);
+}
+
+void kvp_load_abandon(struct kvp_service *s, struct kvp_op *op)
+{
+	struct kvp_pager *p = s->p;
+	struct kvp_region *r = op->r;
+
+	kvp_blk_load_dropped(r, &r->blocks[op->blk]);
+	finish_pfs(p, op, false);
+	pthread_cond_broadcast(&p->idle);
+	pthread_mutex_unlock(&p->lock);
+	/* A fault that waited on it faults again (and reads zeros). */
+	(void)kvp_uffd_wake(&p->uffd, kvp_blk_addr(r, op->blk), r->block_bytes);
+	kvp_op_free(op);
+}
+
+/* Under p->lock: take a staged op off the pager's list. */
+static void unstage(struct kvp_pager *p, struct kvp_op *op)
+{
+	for (struct kvp_op **t = &p->staged; *t; t = &(*t)->next)
+		if (*t == op) {
+			*t = op->next;
+			break;
+		}
+	op->staged = false;
+	op->next = NULL;
+}
+
+void kvp_stage_release(struct kvp_service *s, struct kvp_op *op)
+{
+	unstage(s->p, op);
+	kvp_blk_used(op->r, &op->r->blocks[op->blk]);
+	op->next = s->ready;
+	s->ready = op;
+}
+
+void kvp_stage_drop(struct kvp_pager *p, struct kvp_op *op)
+{
+	struct kvp_region *r = op->r;
+
+	unstage(p, op);
+	if (r->blocks[op->blk].flags & BLK_READAHEAD)
+		KVP_STAT_ADD(r, readahead_wasted_total, 1);
+	kvp_blk_load_dropped(r, &r->blocks[op->blk]);
+	finish_pfs(p, op, false);
+	kvp_frame_unuse(p, r->block_bytes);
+	kvp_frame_put(p, op->slot, r->block_bytes, true);
+	pthread_cond_broadcast(&p->idle);
+	kvp_op_free(op);
+}
+
+void kvp_load_install(struct kvp_service *s, struct kvp_op *op)
+{
+	struct kvp_pager *p = s->p;
+	struct kvp_region *r = op->r;
+	struct kvp_block *b = &r->blocks[op->blk];
+	size_t len = r->block_bytes;
+	bool drop, dirty, full = true, split;
+	int err;
+
+	pthread_mutex_lock(&p->lock);
+	drop = b->flags & BLK_DROP;
+	if (drop)
+		kvp_blk_contents_gone(b);
+	dirty = op->dirty || !p->have_wp;
+	pthread_mutex_unlock(&p->lock);
+
+	if (op->zero || drop)
+		memset(op->slot, 0, len);
+	else if (op->rm_end > op->rm_start)
+		memset((char *)op->slot + op->rm_start, 0,
+		       op->rm_end - op->rm_start);
+	err = install(p, r, op->blk, op->slot, !dirty, &full, &split);
+
+	if (err && err != -ENOENT) {
+		/* Could not map it (out of memory): keep it loading and try
+		 * again on the next turn; the faulting threads still wait. */
+		pthread_mutex_lock(&p->lock);
+		op->next = s->ready;
+		s->ready = op;
+		pthread_mutex_unlock(&p->lock);
+		return;
+	}
+	pthread_mutex_lock(&p->lock);
+	if (err == -ENOENT) {
+		kvp_blk_load_unmapped(r, b);
+		kvp_frame_unuse(p, len);
+		full = true;
+	} else {
+		drop = kvp_blk_installed(r, b, dirty, split);
+	}
+	finish_pfs(p, op, false);
+	kvp_frame_put(p, op->slot, len, full);
+	if (err == 0 && drop && !b->pins && !b->holds)
+		/* Discarded while it was being installed: drop it now.  The
+		 * waiters are woken by the discard (they read zeros). */
+		kvp_discard_resident(r, op->blk);
+	pthread_cond_broadcast(&p->idle);
+	pthread_mutex_unlock(&p->lock);
+	/* Only now: a woken thread finds the block RESIDENT. */
+	(void)kvp_uffd_wake(&p->uffd, kvp_blk_addr(r, op->blk), len);
+	kvp_op_free(op);
+}
+
+/*
+ * A read (or zero fill) is done.  A read-ahead block nobody has asked for
+ * yet is staged, not installed: it is installed when the program faults on
+ * it (a fault with no I/O to wait for), so that the faulting thread is held
+ * while the block becomes visible and write-protected.  Installing it while
+ * the program runs would let a write slip in between UFFDIO_MOVE and
+ * UFFDIO_WRITEPROTECT unseen.
+ */
+void kvp_load_done(struct kvp_service *s, struct kvp_op *op)
+{
+	struct kvp_pager *p = s->p;
+	struct kvp_region *r = op->r;
+	struct kvp_block *b = &r->blocks[op->blk];
+	size_t len = r->block_bytes;
+	bool ok = op->zero || op->io.result == (int64_t)len;
+
+	if (!op->zero) {
+		latency(r, op->io.submit_ns);
+		if (op->io.result > 0)
+			KVP_STAT_ADD(r, bytes_read_total,
+				     (uint64_t)op->io.result);
+	}
+	pthread_mutex_lock(&p->lock);
+	if (r->dying || (b->flags & BLK_GONE)) {
+		kvp_frame_unuse(p, len);
+		kvp_frame_put(p, op->slot, len, true);
+		kvp_load_abandon(s, op);
+		return;
+	}
+	if (!ok && !(b->flags & BLK_DROP)) {
+		KVP_STAT_ADD(r, read_errors_total, 1);
+		kvp_blk_load_failed(r, b);
+		finish_pfs(p, op, true);
+		kvp_frame_unuse(p, len);
+		kvp_frame_put(p, op->slot, len, true);
+		pthread_cond_broadcast(&p->idle);
+		pthread_mutex_unlock(&p->lock);
+		/* SIGBUS for every access, now and later: never a hang. */
+		if (p->have_poison)
+			kvp_uffd_poison_range(p, kvp_blk_addr(r, op->blk), len);
+		kvp_op_free(op);
+		return;
+	}
+	if ((b->flags & BLK_READAHEAD) && !(b->flags & BLK_DROP) &&
+	    r->install == KVP_INSTALL_MOVE && p->have_wp) {
+		op->staged = true;
+		op->next = p->staged;
+		p->staged = op;
+		pthread_mutex_unlock(&p->lock);
+		return;
+	}
+	pthread_mutex_unlock(&p->lock);
+	kvp_load_install(s, op);
+}
