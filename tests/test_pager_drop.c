@@ -1,0 +1,271 @@
+/*
+ * test_pager_drop.c - the paging engine (pager/): the program's drops: MADV_DONTNEED, munmap and DISCARD over blocks in every state read back as zeros.
+ *
+ * The fixture and helpers are tests/helpers/pager_fx.c.  The binary exits
+ * 77 when this machine cannot open a pager.
+ */
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kmod-helpers/mem.h"
+#include "pager/pager.h"
+#include "tests/helpers/pager_fx.h"
+
+/* ------------------------------------------------------------------ */
+/* REMOVE and UNMAP */
+
+START_TEST(test_remove_whole_block)
+{
+	size_t bs = 64 * KIB, size = 64 * bs;
+	struct popts po = { .budget = 4 * MIB,
+			    .mode = _i ? KVP_INSTALL_COPY : KVP_INSTALL_MOVE };
+	char *a;
+	struct kvp_stats s0, s1;
+
+	make_store(ST_MEM, size);
+	store_fill(S, 0, size, SEED_A);
+	open_pager(&po);
+	R = make_region(size, bs, KVP_REGION_FROM_STORE);
+	a = kvp_region_addr(R);
+	/* Block 3 resident (clean), block 4 resident and dirty. */
+	check_region(R, 3 * bs, 2 * bs, SEED_A);
+	fill_words(a + 4 * bs, bs, SEED_B, 4 * bs);
+	ck_assert_int_eq(binfo(R, 3).state, KVP_BLOCK_RESIDENT);
+	ck_assert(binfo(R, 4).dirty);
+	settle(R);
+	s0 = rstats(R);
+	ck_assert_int_eq(madvise(a + 3 * bs, 2 * bs, MADV_DONTNEED), 0);
+	/* Block 7 never loaded: dropped whole too. */
+	ck_assert_int_eq(madvise(a + 7 * bs, bs, MADV_DONTNEED), 0);
+	ck_assert(fx_is_zero(a + 3 * bs, 2 * bs));
+	ck_assert(fx_is_zero(a + 7 * bs, bs));
+	s1 = rstats(R);
+	ck_assert_uint_eq(s1.bytes_read_total, s0.bytes_read_total);
+	ck_assert_uint_ge(wait_removed(R, s0.removed_bytes_total + 3 * bs),
+			  s0.removed_bytes_total + 3 * bs);
+	/* Still zeros after being pushed out and faulted in again. */
+	push_out(R, 4 * MIB);
+	ck_assert_int_ne(binfo(R, 3).state, KVP_BLOCK_RESIDENT);
+	ck_assert(fx_is_zero(a + 3 * bs, 2 * bs));
+	ck_assert(fx_is_zero(a + 7 * bs, bs));
+	ck_assert_uint_eq(rstats(R).bytes_read_total, s0.bytes_read_total);
+	/* Neighbours untouched. */
+	check_region(R, 2 * bs, bs, SEED_A);
+	check_region(R, 5 * bs, 2 * bs, SEED_A);
+	check_region(R, 8 * bs, bs, SEED_A);
+	ck_assert_int_eq(kvp_region_destroy(R), 0);
+	R = NULL;
+	/* Nothing of the dropped blocks was written back as data. */
+	char *buf = fx_alloc(bs);
+
+	ck_assert_int_eq(kvp_store_pread(S, buf, bs, 4 * bs), 0);
+	ck_assert_int_ne(check_words(buf, bs, SEED_B, 4 * bs), -1);
+	free(buf);
+}
+END_TEST
+
+START_TEST(test_remove_part_of_block)
+{
+	size_t bs = 64 * KIB, size = 64 * bs;
+	struct popts po = { .budget = 4 * MIB,
+			    .mode = _i ? KVP_INSTALL_COPY : KVP_INSTALL_MOVE };
+	char *a;
+
+	make_store(ST_MEM, size);
+	store_fill(S, 0, size, SEED_A);
+	open_pager(&po);
+	R = make_region(size, bs, KVP_REGION_FROM_STORE);
+	a = kvp_region_addr(R);
+	/* Resident block 2: drop its 4th and 5th pages. */
+	check_region(R, 2 * bs, bs, SEED_A);
+	ck_assert_int_eq(madvise(a + 2 * bs + 3 * PG, 2 * PG, MADV_DONTNEED),
+			 0);
+	ck_assert(fx_is_zero(a + 2 * bs + 3 * PG, 2 * PG));
+	check_region(R, 2 * bs, 3 * PG, SEED_A);
+	check_region(R, 2 * bs + 5 * PG, bs - 5 * PG, SEED_A);
+	/* Never-loaded block 9: drop its first page. */
+	ck_assert_int_eq(madvise(a + 9 * bs, PG, MADV_DONTNEED), 0);
+	ck_assert(fx_is_zero(a + 9 * bs, PG));
+	check_region(R, 9 * bs + PG, bs - PG, SEED_A);
+	/* Both survive eviction and a reload. */
+	push_out(R, 4 * MIB);
+	ck_assert_int_ne(binfo(R, 2).state, KVP_BLOCK_RESIDENT);
+	ck_assert(fx_is_zero(a + 2 * bs + 3 * PG, 2 * PG));
+	check_region(R, 2 * bs, 3 * PG, SEED_A);
+	check_region(R, 2 * bs + 5 * PG, bs - 5 * PG, SEED_A);
+	ck_assert(fx_is_zero(a + 9 * bs, PG));
+	check_region(R, 9 * bs + PG, bs - PG, SEED_A);
+}
+END_TEST
+
+START_TEST(test_unmap)
+{
+	size_t bs = 64 * KIB, size = 64 * bs;
+	struct popts po = { .budget = 2 * MIB,
+			    .mode = _i ? KVP_INSTALL_COPY : KVP_INSTALL_MOVE };
+	char *a;
+
+	make_store(ST_MEM, size);
+	store_fill(S, 0, size, SEED_A);
+	open_pager(&po);
+	R = make_region(size, bs, KVP_REGION_FROM_STORE);
+	a = kvp_region_addr(R);
+	/* Blocks 4..7 resident and dirty, then unmapped; 20..23 never loaded,
+	 * unmapped; the last two blocks unmapped. */
+	fill_words(a + 4 * bs, 4 * bs, SEED_B, 4 * bs);
+	ck_assert_int_eq(munmap(a + 4 * bs, 4 * bs), 0);
+	ck_assert_int_eq(munmap(a + 20 * bs, 4 * bs), 0);
+	ck_assert_int_eq(munmap(a + 62 * bs, 2 * bs), 0);
+	/* munmap returns once the event is read, not handled: wait. */
+	ck_assert_uint_ge(wait_removed(R, 10 * bs), 10 * bs);
+	ck_assert_int_eq(binfo(R, 5).state, KVP_BLOCK_ABSENT);
+	/* The rest works, through eviction (the budget is 32 blocks). */
+	for (unsigned pass = 0; pass < 2; pass++) {
+		check_region(R, 0, 4 * bs, SEED_A);
+		check_region(R, 8 * bs, 12 * bs, SEED_A);
+		check_region(R, 24 * bs, 38 * bs, SEED_A);
+	}
+	fill_words(a + 30 * bs, bs, SEED_B, 30 * bs);
+	ck_assert_int_eq(kvp_region_destroy(R), 0);
+	R = NULL;
+	ck_assert_int_eq(store_check(S, 30 * bs, bs, SEED_B), -1);
+	ck_assert_int_eq(store_check(S, 31 * bs, bs, SEED_A), -1);
+}
+END_TEST
+
+/* munmap of part of a resident, dirty block: the rest of the block keeps
+ * its data through eviction, and destroy does not touch the hole (engine
+ * bug 5 at the end of this file). */
+START_TEST(test_unmap_part_of_block)
+{
+	size_t bs = 64 * KIB, size = 64 * bs;
+	struct popts po = { .budget = 2 * MIB };
+	char *a;
+
+	make_store(ST_MEM, size);
+	store_fill(S, 0, size, SEED_A);
+	open_pager(&po);
+	R = make_region(size, bs, KVP_REGION_FROM_STORE);
+	a = kvp_region_addr(R);
+	fill_words(a + 3 * bs, bs, SEED_B, 3 * bs);
+	ck_assert_int_eq(munmap(a + 3 * bs + 4 * PG, PG), 0);
+	wait_removed(R, PG);
+	push_out(R, 2 * MIB);
+	check_region(R, 3 * bs, 4 * PG, SEED_B);
+	check_region(R, 3 * bs + 5 * PG, bs - 5 * PG, SEED_B);
+	ck_assert_int_eq(kvp_region_destroy(R), 0);
+	R = NULL;
+	ck_assert_int_eq(store_check(S, 3 * bs, 4 * PG, SEED_B), -1);
+}
+END_TEST
+
+START_TEST(test_discard)
+{
+	size_t bs = 64 * KIB, nb = 64;
+	struct kvp_stats s0, s1;
+	char *a;
+
+	prefetch_fixture(nb, bs, 2 * MIB, 0, false);
+	a = kvp_region_addr(R);
+	/* 4: resident dirty; 6: resident clean; 8: never loaded; 10: written
+	 * and evicted (in the store). */
+	fill_words(a + 10 * bs, bs, SEED_B, 10 * bs);
+	ck_assert_int_eq(kvp_region_advise(R, 10, 1, KVP_ADVICE_COLD), 0);
+	touch_read(R, 20 * bs, 40 * bs);
+	ck_assert_int_eq(binfo(R, 10).state, KVP_BLOCK_ABSENT);
+	ck_assert(binfo(R, 10).in_store);
+	fill_words(a + 4 * bs, bs, SEED_B, 4 * bs);
+	check_region(R, 6 * bs, bs, SEED_A);
+	/* Settled first: a DISCARD in the window between the wake-up and
+	 * RESIDENT is lost (engine bug 6). */
+	ck_assert_int_eq(binfo(R, 4).state, KVP_BLOCK_RESIDENT);
+	ck_assert_int_eq(binfo(R, 6).state, KVP_BLOCK_RESIDENT);
+	ck_assert(binfo(R, 4).dirty);
+	settle(R);
+	s0 = rstats(R);
+	ck_assert_int_eq(kvp_region_advise(R, 4, 1, KVP_ADVICE_DISCARD), 0);
+	ck_assert_int_eq(kvp_region_advise(R, 6, 1, KVP_ADVICE_DISCARD), 0);
+	ck_assert_int_eq(kvp_region_advise(R, 8, 1, KVP_ADVICE_DISCARD), 0);
+	ck_assert_int_eq(kvp_region_advise(R, 10, 1, KVP_ADVICE_DISCARD), 0);
+	s1 = rstats(R);
+	ck_assert_uint_eq(s1.bytes_written_total, s0.bytes_written_total);
+	ck_assert(fx_is_zero(a + 4 * bs, bs));
+	ck_assert(fx_is_zero(a + 6 * bs, bs));
+	ck_assert(fx_is_zero(a + 8 * bs, bs));
+	ck_assert(fx_is_zero(a + 10 * bs, bs));
+	s1 = rstats(R);
+	ck_assert_uint_eq(s1.bytes_read_total, s0.bytes_read_total);
+	ck_assert_uint_eq(s1.bytes_written_total, s0.bytes_written_total);
+	/* Neighbours keep their data. */
+	check_region(R, 5 * bs, bs, SEED_A);
+	check_region(R, 7 * bs, bs, SEED_A);
+	check_region(R, 9 * bs, bs, SEED_A);
+	/* Still zeros after eviction and reload; a discard of a pinned block
+	 * is refused. */
+	push_out(R, 2 * MIB);
+	ck_assert(fx_is_zero(a + 4 * bs, bs));
+	ck_assert(fx_is_zero(a + 10 * bs, bs));
+	ck_assert_int_eq(kvp_region_pin(R, 12, 1), 0);
+	touch_read(R, 12 * bs, bs);
+	ck_assert_int_eq(binfo(R, 12).state, KVP_BLOCK_RESIDENT);
+	ck_assert_int_eq(kvp_region_advise(R, 12, 1, KVP_ADVICE_DISCARD),
+			 -EBUSY);
+	check_region(R, 12 * bs, bs, SEED_A);
+	ck_assert_int_eq(kvp_region_advise(R, 0, nb + 1, KVP_ADVICE_COLD),
+			 -EINVAL);
+	ck_assert_int_eq(kvp_region_advise(R, 0, 1, (enum kvp_advice)7),
+			 -EINVAL);
+}
+END_TEST
+
+START_TEST(test_bug_discard_after_fault)
+{
+	size_t bs = 64 * KIB, nb = 64;
+	unsigned lost = 0;
+
+	prefetch_fixture(nb, bs, 8 * MIB, 0, false);
+	for (uint64_t b = 0; b < nb; b++) {
+		char *p = (char *)kvp_region_addr(R) + b * bs;
+
+		(void)*(volatile char *)p; /* loads it */
+		ck_assert_int_eq(kvp_region_advise(R, b, 1, KVP_ADVICE_DISCARD),
+				 0);
+		lost += !fx_is_zero(p, bs);
+	}
+	ck_assert_msg(!lost, "%u of %zu discards right after a fault lost",
+		      lost, nb);
+}
+END_TEST
+
+static Suite *pager_drop_suite(void)
+{
+	Suite *s = suite_create("pager_drop");
+	TCase *t;
+
+	t = fx_tcase(s, "remove_unmap", 120);
+	tcase_add_loop_test(t, test_remove_whole_block, 0, 2);
+	tcase_add_loop_test(t, test_remove_part_of_block, 0, 2);
+	tcase_add_loop_test(t, test_unmap, 0, 2);
+	tcase_add_test(t, test_unmap_part_of_block);
+	t = fx_tcase(s, "discard", 120);
+	tcase_add_test(t, test_discard);
+	tcase_add_test(t, test_bug_discard_after_fault);
+	return s;
+}
+
+int main(void)
+{
+	return fx_main("test_pager_drop", pager_drop_suite());
+}

@@ -1,0 +1,274 @@
+/*
+ * test_pager_errors.c - the paging engine (pager/): store errors: a failed read is SIGBUS, never a hang; a failed write-back keeps the data.
+ *
+ * The fixture and helpers are tests/helpers/pager_fx.c.  The binary exits
+ * 77 when this machine cannot open a pager.
+ */
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kmod-helpers/mem.h"
+#include "pager/pager.h"
+#include "tests/helpers/pager_fx.h"
+
+/* ------------------------------------------------------------------ */
+/* read errors: SIGBUS, never a hang */
+
+static sigjmp_buf bus_jb;
+static volatile sig_atomic_t bus_seen;
+
+static void on_sigbus(int sig)
+{
+	(void)sig;
+	bus_seen++;
+	siglongjmp(bus_jb, 1);
+}
+
+static void on_alarm(int sig)
+{
+	static const char m[] = "test_pager: no SIGBUS 30 s after touching a "
+				"block whose read failed: the thread hangs\n";
+	(void)sig;
+	(void)!write(2, m, sizeof(m) - 1);
+	_exit(3);
+}
+
+/* Touch @p; true if that raised SIGBUS.  A hang ends the test (alarm). */
+static bool touch_bus(volatile char *p, uint64_t *ms)
+{
+	struct sigaction sa = { .sa_handler = on_sigbus }, old, olda;
+	struct sigaction al = { .sa_handler = on_alarm };
+	uint64_t t0 = fx_now_ms();
+	bool bus;
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGBUS, &sa, &old);
+	sigaction(SIGALRM, &al, &olda);
+	bus_seen = 0;
+	alarm(30);
+	if (sigsetjmp(bus_jb, 1) == 0)
+		(void)*p;
+	alarm(0);
+	bus = bus_seen;
+	sigaction(SIGBUS, &old, NULL);
+	sigaction(SIGALRM, &olda, NULL);
+	if (ms)
+		*ms = fx_now_ms() - t0;
+	return bus;
+}
+
+START_TEST(test_read_error_sigbus)
+{
+	size_t bs = 64 * KIB, size = 32 * bs;
+	bool shortread = _i % 2;
+	unsigned mode = (_i / 2) ? KVP_INSTALL_COPY : KVP_INSTALL_MOVE;
+	struct popts po = { .budget = 4 * MIB, .mode = mode };
+	struct kvp_fault_plan plan = { 0 };
+	struct kvp_block_info bi;
+	struct kvp_stats s;
+	uint64_t ms = 0;
+	char *a, *buf;
+
+	make_faulty_store(size);
+	store_fill(S0, 0, size, SEED_A);
+	/* Block 5 fails: EIO, or a read that comes back half short. */
+	plan.read_errno = shortread ? 0 : EIO;
+	plan.read_fail_off = 5 * bs + (shortread ? bs / 2 : 0);
+	plan.read_fail_len = shortread ? PG : bs;
+	ck_assert_int_eq(kvp_store_faulty_set(S, &plan), 0);
+	open_pager(&po);
+	R = make_region(size, bs, KVP_REGION_FROM_STORE);
+	a = kvp_region_addr(R);
+
+	ck_assert_msg(touch_bus(a + 5 * bs + 100, &ms),
+		      "no SIGBUS reading a block whose read failed");
+	printf("sigbus (%s, %s) after %llu ms\n", shortread ? "short" : "EIO",
+	       kvp_region_install_mode(R), (unsigned long long)ms);
+	ck_assert_uint_lt(ms, 10000);
+	bi = binfo(R, 5);
+	ck_assert_int_eq(bi.state, KVP_BLOCK_POISONED);
+	s = rstats(R);
+	ck_assert_uint_ge(s.read_errors_total, 1);
+	ck_assert_uint_eq(s.poisoned_blocks, 1);
+	/* Again, on another page of it, and a write: SIGBUS at once. */
+	ck_assert(touch_bus(a + 5 * bs + bs - 8, NULL));
+	ck_assert(touch_bus(a + 5 * bs + 3 * PG, NULL));
+	/* Other blocks are served, before and after it. */
+	check_region(R, 0, 5 * bs, SEED_A);
+	check_region(R, 6 * bs, size - 6 * bs, SEED_A);
+	ck_assert_uint_eq(rstats(R).poisoned_blocks, 1);
+	/* peek says EIO; a prefetch of it fails. */
+	buf = fx_alloc(bs);
+	ck_assert_int_eq(kvp_region_peek(R, 5, buf), -EIO);
+	free(buf);
+	struct kvp_prefetch *pf = NULL;
+	uint64_t blocks[] = { 4, 5, 6 };
+
+	ck_assert_int_eq(kvp_prefetch_submit(R, blocks, 3, &pf), 0);
+	ck_assert_int_eq(kvp_prefetch_wait(pf, -1), -EIO);
+	kvp_prefetch_release(pf);
+	ck_assert_int_eq(kvp_region_destroy(R), 0);
+	R = NULL;
+}
+END_TEST
+
+/* A read error on a block faulted by several threads at once: all of them
+ * get SIGBUS (each thread has its own handler frame here). */
+struct busthr {
+	pthread_t t;
+	volatile char *p;
+	pthread_barrier_t *bar;
+	bool bus;
+};
+
+static __thread sigjmp_buf tbus_jb;
+
+static void on_tsigbus(int sig)
+{
+	(void)sig;
+	siglongjmp(tbus_jb, 1);
+}
+
+static void *bus_thread(void *arg)
+{
+	struct busthr *b = arg;
+
+	pthread_barrier_wait(b->bar);
+	if (sigsetjmp(tbus_jb, 1) == 0)
+		(void)*b->p;
+	else
+		b->bus = true;
+	return NULL;
+}
+
+START_TEST(test_read_error_threads)
+{
+	size_t bs = 64 * KIB, size = 16 * bs;
+	struct popts po = { .budget = 4 * MIB };
+	struct kvp_fault_plan plan = { .read_errno = EIO,
+				       .read_fail_off = 2 * bs,
+				       .read_fail_len = bs,
+				       .delay_us = 30000 };
+	struct sigaction sa = { .sa_handler = on_tsigbus };
+	struct sigaction al = { .sa_handler = on_alarm };
+	struct busthr th[4];
+	pthread_barrier_t bar;
+
+	make_faulty_store(size);
+	store_fill(S0, 0, size, SEED_A);
+	ck_assert_int_eq(kvp_store_faulty_set(S, &plan), 0);
+	open_pager(&po);
+	R = make_region(size, bs, KVP_REGION_FROM_STORE);
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGBUS, &sa, NULL);
+	sigaction(SIGALRM, &al, NULL);
+	alarm(30);
+	pthread_barrier_init(&bar, NULL, 4);
+	for (unsigned i = 0; i < 4; i++) {
+		th[i] = (struct busthr){ .p = (char *)kvp_region_addr(R) +
+					      2 * bs + i * PG,
+					 .bar = &bar };
+		ck_assert_int_eq(
+		    pthread_create(&th[i].t, NULL, bus_thread, &th[i]), 0);
+	}
+	for (unsigned i = 0; i < 4; i++)
+		pthread_join(th[i].t, NULL);
+	alarm(0);
+	pthread_barrier_destroy(&bar);
+	for (unsigned i = 0; i < 4; i++)
+		ck_assert_msg(th[i].bus, "thread %u got no SIGBUS", i);
+	ck_assert_uint_eq(rstats(R).poisoned_blocks, 1);
+	check_region(R, 3 * bs, bs, SEED_A);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* write-back failure */
+
+START_TEST(test_writeback_failure)
+{
+	size_t bs = 64 * KIB;
+	uint64_t budget = 4 * MIB;
+	size_t size = 2 * budget, dirty = budget / 2;
+	bool at_destroy = _i % 2;
+	struct popts po = { .budget = budget,
+			    .mode = (_i / 2) ? KVP_INSTALL_COPY
+					     : KVP_INSTALL_MOVE };
+	struct kvp_fault_plan plan = { .write_errno = ENOSPC };
+	struct kvp_stats s;
+	char *a;
+
+	make_faulty_store(size);
+	store_fill(S0, 0, size, SEED_A);
+	open_pager(&po);
+	R = make_region(size, bs, KVP_REGION_FROM_STORE);
+	a = kvp_region_addr(R);
+	/* Half the budget dirty, then the store refuses writes. */
+	fill_words(a, dirty, SEED_B, 0);
+	ck_assert_int_eq(kvp_store_faulty_set(S, &plan), 0);
+	/* Read the rest twice over: evictions try the dirty blocks too. */
+	for (unsigned pass = 0; pass < 2; pass++)
+		check_region(R, dirty, size - dirty, SEED_A);
+	s = rstats(R);
+	ck_assert_uint_gt(s.write_errors_total, 0);
+	ck_assert_uint_eq(s.evictions_dirty_total, 0);
+	/* The data was not lost: the blocks stay resident and dirty. */
+	for (uint64_t b = 0; b < dirty / bs; b++) {
+		struct kvp_block_info bi = binfo(R, b);
+
+		ck_assert_int_eq(bi.state, KVP_BLOCK_RESIDENT);
+		ck_assert(bi.dirty);
+	}
+	check_region(R, 0, dirty, SEED_B);
+	/* The store still has the old data. */
+	ck_assert_int_eq(store_check(S0, 0, dirty, SEED_A), -1);
+	if (at_destroy) {
+		ck_assert_int_eq(kvp_region_destroy(R), -ENOSPC);
+		R = NULL;
+		ck_assert_uint_gt(pstats().write_errors_total, 0);
+		return;
+	}
+	ck_assert_int_eq(kvp_region_flush(R), -ENOSPC);
+	check_region(R, 0, dirty, SEED_B);
+	/* The store comes back: a flush writes everything. */
+	plan.write_errno = 0;
+	ck_assert_int_eq(kvp_store_faulty_set(S, &plan), 0);
+	ck_assert_int_eq(kvp_region_flush(R), 0);
+	ck_assert_int_eq(store_check(S0, 0, dirty, SEED_B), -1);
+	ck_assert(!binfo(R, 0).dirty);
+	/* And eviction works again. */
+	check_region(R, dirty, size - dirty, SEED_A);
+	check_region(R, 0, dirty, SEED_B);
+	ck_assert_int_eq(kvp_region_destroy(R), 0);
+	R = NULL;
+}
+END_TEST
+
+static Suite *pager_errors_suite(void)
+{
+	Suite *s = suite_create("pager_errors");
+	TCase *t;
+
+	t = fx_tcase(s, "errors", 120);
+	tcase_add_loop_test(t, test_read_error_sigbus, 0, 4);
+	tcase_add_test(t, test_read_error_threads);
+	tcase_add_loop_test(t, test_writeback_failure, 0, 4);
+	return s;
+}
+
+int main(void)
+{
+	return fx_main("test_pager_errors", pager_errors_suite());
+}

@@ -1,0 +1,586 @@
+/*
+ * test_pager_evict.c - the paging engine (pager/): the budget and eviction: resident memory under the budget, writes racing with eviction, clean eviction by the zapper.
+ *
+ * The fixture and helpers are tests/helpers/pager_fx.c.  The binary exits
+ * 77 when this machine cannot open a pager.
+ */
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kmod-helpers/mem.h"
+#include "pager/pager.h"
+#include "tests/helpers/pager_fx.h"
+
+/* ------------------------------------------------------------------ */
+/* the budget */
+
+static uint64_t vm_rss_bytes(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	unsigned long long kb = 0;
+
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %llu kB", &kb) == 1)
+			break;
+	fclose(f);
+	return kb * 1024;
+}
+
+struct sampler {
+	pthread_t t;
+	atomic_bool stop;
+	uint64_t max_resident, max_rss, samples;
+};
+
+static void *sampler_main(void *arg)
+{
+	struct sampler *sm = arg;
+
+	while (!atomic_load(&sm->stop)) {
+		struct kvp_stats s;
+		uint64_t rss;
+
+		kvp_pager_stats(P, &s);
+		rss = vm_rss_bytes();
+		if (s.resident_bytes > sm->max_resident)
+			sm->max_resident = s.resident_bytes;
+		if (rss > sm->max_rss)
+			sm->max_rss = rss;
+		sm->samples++;
+	}
+	return NULL;
+}
+
+struct streamer {
+	pthread_t t;
+	struct kvp_region *r;
+	unsigned passes;
+};
+
+static void *streamer_main(void *arg)
+{
+	struct streamer *st = arg;
+	size_t size = kvp_region_size(st->r);
+	volatile uint64_t *p = kvp_region_addr(st->r);
+
+	for (unsigned pass = 0; pass < st->passes; pass++)
+		for (size_t at = 0; at < size; at += PG) {
+			if (pass == 1)
+				p[at / 8] = at; /* one dirty pass */
+			else
+				(void)p[at / 8];
+		}
+	return NULL;
+}
+
+/*
+ * Slack documented in frames.c: one block per service thread (a
+ * UFFDIO_COPY install holds a block twice for a moment).  The allowance
+ * for the process's own memory while the pager runs (service thread and
+ * test thread stacks, malloc arenas of the new threads, io_uring rings,
+ * block metadata, /proc reads) is stated here: 8 MiB.
+ */
+#define RSS_ALLOWANCE (8 * MIB)
+
+START_TEST(test_budget)
+{
+	size_t bs = (_i % 2) ? 2 * MIB : 64 * KIB;
+	unsigned mode = (_i / 2) ? KVP_INSTALL_COPY : KVP_INSTALL_MOVE;
+	uint64_t budget = 16 * MIB, size = 4 * budget, base_rss, slack;
+	struct popts po = { .budget = budget,
+			    .mode = mode,
+			    .readahead = 4 * MIB,
+			    .threads = 2 };
+	struct sampler sm = { 0 };
+	struct streamer st = { .passes = 3 };
+
+	make_store(ST_MEM, size);
+	store_fill(S, 0, size, SEED_A);
+	base_rss = vm_rss_bytes();
+	open_pager(&po);
+	R = make_region(size, bs, KVP_REGION_FROM_STORE);
+	st.r = R;
+	ck_assert_int_eq(pthread_create(&sm.t, NULL, sampler_main, &sm), 0);
+	ck_assert_int_eq(pthread_create(&st.t, NULL, streamer_main, &st), 0);
+	pthread_join(st.t, NULL);
+	atomic_store(&sm.stop, true);
+	pthread_join(sm.t, NULL);
+
+	slack = po.threads * bs;
+	printf(
+	    "budget %s bs %zu: max resident %llu, max rss over baseline "
+	    "%lld (budget %llu + slack %llu + allowance %zu), %llu samples\n",
+	    mode == KVP_INSTALL_MOVE ? "move" : "copy", bs,
+	    (unsigned long long)sm.max_resident,
+	    (long long)(sm.max_rss - base_rss), (unsigned long long)budget,
+	    (unsigned long long)slack, RSS_ALLOWANCE,
+	    (unsigned long long)sm.samples);
+	ck_assert_uint_gt(sm.samples, 0);
+	ck_assert_uint_gt(sm.max_resident, 0);
+	ck_assert_uint_le(sm.max_resident, budget + slack);
+	ck_assert_uint_gt(rstats(R).evictions_dirty_total, 0);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+	/* The sanitizers' shadow memory grows VmRSS with every byte touched:
+	 * only the pager's own accounting is checked in that build. */
+	return;
+#endif
+	ck_assert_msg(sm.max_rss <= base_rss + budget + slack + RSS_ALLOWANCE,
+		      "VmRSS %llu over a baseline of %llu: more than budget "
+		      "%llu + slack %llu + allowance %zu",
+		      (unsigned long long)sm.max_rss,
+		      (unsigned long long)base_rss, (unsigned long long)budget,
+		      (unsigned long long)slack, RSS_ALLOWANCE);
+}
+END_TEST
+
+/*
+ * The frame pool's arena is MADV_HUGEPAGE for 2 MiB blocks.  A fresh frame
+ * of a small block must fault in its own pages only: a whole huge page
+ * would be 2 MiB of RSS the budget does not see, and would fill the frames
+ * carved after it, which eviction takes for empty.
+ */
+START_TEST(test_small_frames_not_huge)
+{
+	struct popts po = { .budget = 16 * MIB,
+			    .mode = KVP_INSTALL_COPY,
+			    .no_prefault = true };
+	volatile uint64_t *p;
+	uint64_t before, after;
+	char thp[16];
+
+	if (kvp_thp_mode(thp, sizeof(thp)) || strcmp(thp, "never") == 0) {
+		printf("small_frames_not_huge: THP off, nothing to check\n");
+		return;
+	}
+	make_store(ST_MEM, 4 * MIB);
+	store_fill(S, 0, 4 * MIB, SEED_A);
+	open_pager(&po);
+	R = make_region(4 * MIB, 64 * KIB, KVP_REGION_FROM_STORE);
+	p = kvp_region_addr(R);
+	before = vm_rss_bytes();
+	(void)p[0]; /* one frame read into, one block installed */
+	after = vm_rss_bytes();
+	ck_assert_uint_eq(rstats(R).demand_faults_total, 1);
+	ck_assert_msg(after - before < 1 * MIB,
+		      "one 64 KiB block grew VmRSS by %llu bytes",
+		      (unsigned long long)(after - before));
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* writes racing with eviction */
+
+#define WTHREADS 4
+
+struct writer {
+	pthread_t t;
+	unsigned id;
+	struct kvp_region *r;
+	unsigned rounds;
+	size_t bad_at;
+	uint64_t bad_val;
+	bool bad;
+};
+
+/* Thread @id owns word @id of every page; it writes the round number there,
+ * page by page over the whole region (4x the budget), reading each write
+ * straight back. */
+static void *writer_main(void *arg)
+{
+	struct writer *w = arg;
+	size_t size = kvp_region_size(w->r);
+	volatile uint64_t *p = kvp_region_addr(w->r);
+	size_t start = (size / WTHREADS) * w->id;
+
+	for (unsigned i = 1; i <= w->rounds; i++)
+		for (size_t k = 0; k < size; k += PG) {
+			size_t at = (start + k) % size;
+			size_t word = at / 8 + w->id;
+
+			p[word] = i;
+			if (p[word] != i && !w->bad) {
+				w->bad = true;
+				w->bad_at = word * 8;
+				w->bad_val = p[word];
+			}
+		}
+	return NULL;
+}
+
+START_TEST(test_write_during_eviction)
+{
+	size_t bs = (_i % 2) ? 4 * KIB : 64 * KIB;
+	unsigned mode = (_i / 2) ? KVP_INSTALL_COPY : KVP_INSTALL_MOVE;
+	uint64_t budget = 2 * MIB;
+	size_t size = 4 * budget;
+	unsigned rounds = 12;
+	struct popts po = { .budget = budget, .mode = mode, .threads = 2 };
+	struct writer w[WTHREADS];
+	char *buf;
+	unsigned lost = 0;
+	size_t first_lost = 0;
+
+	make_store(ST_MEM, size);
+	open_pager(&po);
+	R = make_region(size, bs, 0);
+	for (unsigned i = 0; i < WTHREADS; i++) {
+		w[i] = (struct writer){ .id = i, .r = R, .rounds = rounds };
+		ck_assert_int_eq(
+		    pthread_create(&w[i].t, NULL, writer_main, &w[i]), 0);
+	}
+	for (unsigned i = 0; i < WTHREADS; i++)
+		pthread_join(w[i].t, NULL);
+	for (unsigned i = 0; i < WTHREADS; i++)
+		ck_assert_msg(!w[i].bad,
+			      "thread %u read %llu right after writing at %zu",
+			      i, (unsigned long long)w[i].bad_val, w[i].bad_at);
+	ck_assert_uint_gt(rstats(R).evictions_dirty_total, 0);
+	/* Every page's words hold the last round, through the region... */
+	volatile uint64_t *p = kvp_region_addr(R);
+
+	for (size_t at = 0; at < size; at += PG)
+		for (unsigned t = 0; t < WTHREADS; t++)
+			if (p[at / 8 + t] != rounds) {
+				if (!lost++)
+					first_lost = at + 8 * t;
+			}
+	ck_assert_msg(!lost, "%u writes lost (%s, bs %zu), first at %zu", lost,
+		      kvp_region_install_mode(R), bs, first_lost);
+	/* ... and through the store once destroyed. */
+	ck_assert_int_eq(kvp_region_destroy(R), 0);
+	R = NULL;
+	buf = fx_alloc(size);
+	ck_assert_int_eq(kvp_store_pread(S, buf, size, 0), 0);
+	for (size_t at = 0; at < size; at += PG)
+		for (unsigned t = 0; t < WTHREADS; t++)
+			ck_assert_uint_eq(((uint64_t *)(buf + at))[t], rounds);
+	free(buf);
+}
+END_TEST
+
+/*
+ * Clean blocks of a copy-mode region leave by batched MADV_DONTNEED (the
+ * zapper): read-only passes over a region four times the budget, each
+ * evicting, must read the store's data back and write nothing.
+ */
+START_TEST(test_zap_clean_eviction)
+{
+	enum store_kind k = _i & 1 ? ST_FILE : ST_MEM;
+	unsigned threads = _i & 2 ? 2 : 1, passes = _i & 2 ? 8 : 3;
+	uint64_t budget = 4 * MIB;
+	size_t size = 4 * budget, bs = 64 * KIB;
+	struct popts po = { .budget = budget,
+			    .mode = KVP_INSTALL_COPY,
+			    .threads = threads };
+	struct kvp_stats st;
+
+	make_store(k, size);
+	store_fill(S, 0, size, SEED_A);
+	open_pager(&po);
+	R = make_region(size, bs, KVP_REGION_FROM_STORE);
+	/* With two service threads, one may settle a zap while the other
+	 * still holds its REMOVE: taken for the program's, it zeroes. */
+	for (unsigned pass = 0; pass < passes; pass++)
+		check_region(R, 0, size, SEED_A);
+	st = rstats(R);
+	ck_assert_uint_eq(st.zero_fills_total, 0);
+	ck_assert_uint_ge(st.evictions_clean_total,
+			  (passes - 1) * (size - budget) / bs);
+	ck_assert_uint_gt(st.evictions_zap_total, st.evictions_clean_total / 2);
+	ck_assert_uint_eq(st.evictions_dirty_total, 0);
+	ck_assert_uint_eq(st.bytes_written_total, 0);
+	ck_assert_uint_eq(st.removed_bytes_total, 0); /* ours are not counted */
+	ck_assert_uint_le(st.resident_bytes, budget);
+	ck_assert_int_eq(store_check(S, 0, size, SEED_A), -1);
+}
+END_TEST
+
+/* Cpus_allowed_list of the thread whose status file is @path; false if
+ * it is gone.  With @name, only if the thread is named so. */
+static bool status_cpus(const char *path, const char *name, char *out,
+			size_t len)
+{
+	char line[256];
+	bool named = !name, found = false;
+	FILE *f = fopen(path, "r");
+
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f)) {
+		char *v = strchr(line, ':');
+
+		if (!v)
+			continue;
+		*v++ = 0;
+		v += strspn(v, " \t");
+		v[strcspn(v, "\n")] = 0;
+		if (!strcmp(line, "Name"))
+			named = !name || !strcmp(v, name);
+		else if (named && !strcmp(line, "Cpus_allowed_list")) {
+			snprintf(out, len, "%s", v);
+			found = true;
+		}
+	}
+	fclose(f);
+	return found;
+}
+
+/* The CPUs this process's thread @name may run on. */
+static bool thread_cpus(const char *name, char *out, size_t len)
+{
+	char path[320];
+	bool found = false;
+	DIR *d = opendir("/proc/self/task");
+
+	ck_assert_ptr_nonnull(d);
+	for (struct dirent *e; !found && (e = readdir(d));) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/status",
+			 e->d_name);
+		found = status_cpus(path, name, out, len);
+	}
+	closedir(d);
+	return found;
+}
+
+/*
+ * The zapper runs on the CPU of the service thread that reads its REMOVE
+ * events (zap_follow_reader), and goes back to the process's CPUs when that
+ * is turned off on the live pager.
+ */
+START_TEST(test_zap_follows_reader)
+{
+	uint64_t budget = 4 * MIB;
+	size_t size = 4 * budget, bs = 64 * KIB;
+	struct popts po = { .budget = budget, .mode = KVP_INSTALL_COPY };
+	char own[256], zap[256];
+	struct kvp_config c;
+
+	ck_assert(
+	    status_cpus("/proc/thread-self/status", NULL, own, sizeof(own)));
+	make_store(ST_MEM, size);
+	store_fill(S, 0, size, SEED_A);
+	open_pager(&po);
+	R = make_region(size, bs, KVP_REGION_FROM_STORE);
+	check_region(R, 0, size, SEED_A);
+	check_region(R, 0, size, SEED_A);
+	ck_assert_uint_gt(rstats(R).evictions_zap_total, 0);
+	ck_assert(thread_cpus("kvp-zap", zap, sizeof(zap)));
+	/* One CPU: no range, no list. */
+	ck_assert_msg(strpbrk(zap, ",-") == NULL,
+		      "zapper on CPUs %s, not one (process: %s)", zap, own);
+
+	kvp_pager_config(P, &c);
+	c.zap_follow_reader = 0;
+	ck_assert_int_eq(kvp_pager_reconfigure(P, &c, NULL), 0);
+	check_region(R, 0, size, SEED_A);
+	ck_assert(thread_cpus("kvp-zap", zap, sizeof(zap)));
+	ck_assert_str_eq(zap, own);
+}
+END_TEST
+
+/*
+ * The program's MADV_DONTNEED racing the zapper's: a reader streams over
+ * the region (evicting all the time), a dropper drops whole and half
+ * blocks of the upper half, a writer writes a word per block of the lower
+ * half (write-protect faults, whose ioctls the kernel refuses while a
+ * REMOVE waits to be read).  Dropped pages read zeros, the rest the
+ * store's pattern or the last write: a REMOVE taken for the wrong owner
+ * shows as stale data or lost data, a refused ioctl as a hang.
+ */
+#define RACE_MS 1500
+
+struct race {
+	struct kvp_region *r;
+	size_t size, bs;
+	atomic_bool stop;
+	uint8_t *dropped;  /* per page of the upper half */
+	uint64_t *written; /* per block of the lower half: last value */
+	unsigned long drops, writes;
+	atomic_size_t at; /* the reader's offset */
+};
+
+static void *race_reader(void *arg)
+{
+	struct race *x = arg;
+	volatile uint64_t *p = kvp_region_addr(x->r);
+
+	while (!atomic_load(&x->stop))
+		for (size_t off = 0; off < x->size; off += PG) {
+			(void)p[off / 8];
+			atomic_store(&x->at, off);
+		}
+	return NULL;
+}
+
+static void *race_dropper(void *arg)
+{
+	struct race *x = arg;
+	char *a = kvp_region_addr(x->r);
+	size_t half = x->size / 2, nb = half / x->bs;
+	unsigned seed = 12345;
+
+	while (!atomic_load(&x->stop)) {
+		/* Mostly the blocks the reader left a budget behind: the
+		 * clock's next victims, often being zapped right now. */
+		size_t behind = (atomic_load(&x->at) - half) / x->bs;
+		size_t blk = rand_r(&seed) % 4 && behind < nb && behind > 40
+				 ? behind - 28 - (size_t)rand_r(&seed) % 12
+				 : (size_t)rand_r(&seed) % nb;
+		size_t len = rand_r(&seed) % 2 ? x->bs : x->bs / 2;
+		size_t off = half + blk * x->bs;
+
+		ck_assert_int_eq(madvise(a + off, len, MADV_DONTNEED), 0);
+		memset(x->dropped + (off - half) / PG, 1, len / PG);
+		x->drops++;
+		usleep(50);
+	}
+	return NULL;
+}
+
+static void *race_writer(void *arg)
+{
+	struct race *x = arg;
+	volatile uint64_t *p = kvp_region_addr(x->r);
+	size_t nb = x->size / 2 / x->bs;
+	uint64_t v = 1;
+
+	while (!atomic_load(&x->stop))
+		for (size_t blk = 0; blk < nb; blk += 3, v++) {
+			p[blk * x->bs / 8] = v;
+			x->written[blk] = v;
+			x->writes++;
+		}
+	return NULL;
+}
+
+START_TEST(test_zap_drop_race)
+{
+	uint64_t budget = 2 * MIB;
+	struct race x = { .size = 8 * budget, .bs = 64 * KIB };
+	struct popts po = { .budget = budget, .mode = KVP_INSTALL_COPY };
+	pthread_t t[3];
+	size_t half = x.size / 2;
+	const char *base;
+
+	make_store(ST_MEM, x.size);
+	store_fill(S, 0, x.size, SEED_B);
+	open_pager(&po);
+	R = make_region(x.size, x.bs, KVP_REGION_FROM_STORE);
+	x.r = R;
+	x.dropped = calloc(half / PG, 1);
+	x.written = calloc(half / x.bs, sizeof(uint64_t));
+	ck_assert(x.dropped && x.written);
+	ck_assert_int_eq(pthread_create(&t[0], NULL, race_reader, &x), 0);
+	ck_assert_int_eq(pthread_create(&t[1], NULL, race_dropper, &x), 0);
+	ck_assert_int_eq(pthread_create(&t[2], NULL, race_writer, &x), 0);
+	usleep(RACE_MS * 1000);
+	atomic_store(&x.stop, true);
+	for (int i = 0; i < 3; i++)
+		pthread_join(t[i], NULL);
+	ck_assert_uint_gt(x.drops, 10);
+	ck_assert_uint_gt(x.writes, 10);
+	ck_assert_uint_gt(rstats(R).evictions_zap_total, 0);
+
+	base = kvp_region_addr(R);
+	for (size_t off = 0; off < half; off += PG) {
+		size_t blk = off / x.bs;
+		const uint64_t *w = (const uint64_t *)(base + off);
+
+		if (off % x.bs == 0 && x.written[blk]) {
+			ck_assert_msg(w[0] == x.written[blk],
+				      "block %zu: write %llu lost (reads %llu)",
+				      blk, (unsigned long long)x.written[blk],
+				      (unsigned long long)w[0]);
+			ck_assert_int_eq(
+			    check_words(w + 1, PG - 8, SEED_B, off + 8), -1);
+		} else {
+			check_region(R, off, PG, SEED_B);
+		}
+	}
+	for (size_t off = half; off < x.size; off += PG) {
+		if (x.dropped[(off - half) / PG])
+			ck_assert_msg(fx_is_zero(base + off, PG),
+				      "page at %zu was dropped but reads data",
+				      off);
+		else
+			check_region(R, off, PG, SEED_B);
+	}
+	free(x.dropped);
+	free(x.written);
+}
+END_TEST
+
+START_TEST(test_bug_move_ebusy)
+{
+	size_t bs = 1 * MIB, size = 32 * MIB;
+	struct popts po = { .budget = 8 * MIB,
+			    .mode = KVP_INSTALL_MOVE,
+			    .readahead = 2 * MIB };
+
+	make_store(ST_FILE, size);
+	store_fill(S, 0, size, SEED_A);
+	open_pager(&po);
+	for (int k = 0; k < 8; k++) {
+		R = make_region(size, bs, KVP_REGION_FROM_STORE);
+		check_region(R, 0, size, SEED_A); /* hangs, now and then */
+		ck_assert_int_eq(kvp_region_destroy(R), 0);
+		R = NULL;
+	}
+}
+END_TEST
+
+START_TEST(test_bug_watermark_100)
+{
+	size_t bs = 64 * KIB;
+	struct popts po = { .budget = 2 * MIB, .exact_budget = true };
+
+	make_store(ST_MEM, 4 * MIB);
+	open_pager(&po);
+	R = make_region(4 * MIB, bs, 0);
+	touch_read(R, 0, 2 * MIB); /* exactly the budget */
+	for (int k = 0; k < 500 && !rstats(R).evictions_clean_total; k++)
+		usleep(1000);
+	ck_assert_uint_eq(rstats(R).evictions_clean_total, 0);
+}
+END_TEST
+
+static Suite *pager_evict_suite(void)
+{
+	Suite *s = suite_create("pager_evict");
+	TCase *t;
+
+	t = fx_tcase(s, "budget", 120);
+	tcase_add_loop_test(t, test_budget, 0, 4);
+	tcase_add_test(t, test_small_frames_not_huge);
+	t = fx_tcase(s, "write_race", 120);
+	tcase_add_loop_test(t, test_write_during_eviction, 0, 4);
+	t = fx_tcase(s, "zap", 120);
+	tcase_add_loop_test(t, test_zap_clean_eviction, 0, 4);
+	tcase_add_test(t, test_zap_drop_race);
+	tcase_add_test(t, test_zap_follows_reader);
+	t = fx_tcase(s, "regressions", 120);
+	tcase_add_test(t, test_bug_move_ebusy);
+	tcase_add_test(t, test_bug_watermark_100);
+	return s;
+}
+
+int main(void)
+{
+	return fx_main("test_pager_evict", pager_evict_suite());
+}

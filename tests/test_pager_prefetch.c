@@ -1,0 +1,269 @@
+/*
+ * test_pager_prefetch.c - the paging engine (pager/): prefetch, pins, hints and read-ahead.
+ *
+ * The fixture and helpers are tests/helpers/pager_fx.c.  The binary exits
+ * 77 when this machine cannot open a pager.
+ */
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kmod-helpers/mem.h"
+#include "pager/pager.h"
+#include "tests/helpers/pager_fx.h"
+
+/* ------------------------------------------------------------------ */
+/* prefetch, pins and hints */
+
+START_TEST(test_prefetch_basic)
+{
+	size_t bs = 64 * KIB;
+	uint64_t blocks[] = { 3, 9, 10, 11, 40, 41, 63, 0 };
+	size_t n = sizeof(blocks) / sizeof(blocks[0]);
+	struct kvp_prefetch *pf = NULL;
+	struct kvp_stats s0, s1;
+
+	prefetch_fixture(64, bs, 8 * MIB, 0, false);
+	settle(R);
+	s0 = rstats(R);
+	ck_assert_int_eq(kvp_prefetch_submit(R, blocks, n, &pf), 0);
+	ck_assert_ptr_nonnull(pf);
+	ck_assert_int_eq(kvp_prefetch_wait(pf, -1), 0);
+	ck_assert(kvp_prefetch_done(pf));
+	kvp_prefetch_release(pf);
+	s1 = rstats(R);
+	ck_assert_uint_eq(s1.prefetch_issued_total - s0.prefetch_issued_total,
+			  n);
+	ck_assert_uint_eq(s1.bytes_read_total - s0.bytes_read_total, n * bs);
+	for (size_t i = 0; i < n; i++)
+		ck_assert_int_eq(binfo(R, blocks[i]).state, KVP_BLOCK_RESIDENT);
+	/* Reading them takes no fault. */
+	for (size_t i = 0; i < n; i++)
+		check_region(R, blocks[i] * bs, bs, SEED_A);
+	s1 = rstats(R);
+	ck_assert_uint_eq(s1.demand_faults_total, s0.demand_faults_total);
+	ck_assert_uint_eq(s1.coalesced_faults_total, s0.coalesced_faults_total);
+	/* A write to one is a use: a hit. */
+	*(volatile uint64_t *)((char *)kvp_region_addr(R) + 9 * bs) = 1;
+	ck_assert_uint_ge(rstats(R).prefetch_hit_total, 1);
+
+	/* Prefetch of resident blocks reads nothing again. */
+	settle(R);
+	s0 = rstats(R);
+	ck_assert_int_eq(kvp_prefetch_submit(R, blocks, n, &pf), 0);
+	ck_assert_int_eq(kvp_prefetch_wait(pf, 5000), 0);
+	kvp_prefetch_release(pf);
+	s1 = rstats(R);
+	ck_assert_uint_eq(s1.bytes_read_total, s0.bytes_read_total);
+	ck_assert_uint_eq(s1.prefetch_issued_total, s0.prefetch_issued_total);
+
+	/* Fire and forget: no handle, the blocks still arrive. */
+	uint64_t more[] = { 20, 21 };
+
+	ck_assert_int_eq(kvp_prefetch_submit(R, more, 2, NULL), 0);
+	for (int k = 0; k < 2000 && binfo(R, 21).state != KVP_BLOCK_RESIDENT;
+	     k++)
+		usleep(1000);
+	ck_assert_int_eq(binfo(R, 20).state, KVP_BLOCK_RESIDENT);
+	ck_assert_int_eq(binfo(R, 21).state, KVP_BLOCK_RESIDENT);
+	/* Bad arguments. */
+	uint64_t out_of_range = 64;
+
+	ck_assert_int_eq(kvp_prefetch_submit(R, &out_of_range, 1, &pf),
+			 -EINVAL);
+	ck_assert_int_eq(kvp_prefetch_submit(R, NULL, 1, &pf), -EINVAL);
+}
+END_TEST
+
+START_TEST(test_prefetch_timeout_cancel)
+{
+	size_t bs = 64 * KIB, n = 32;
+	uint64_t blocks[32];
+	struct kvp_prefetch *pf = NULL;
+
+	for (size_t i = 0; i < n; i++)
+		blocks[i] = i;
+	prefetch_fixture(64, bs, 8 * MIB, 300000, false);
+	ck_assert_int_eq(kvp_prefetch_submit(R, blocks, n, &pf), 0);
+	ck_assert_int_eq(kvp_prefetch_wait(pf, 20), -ETIMEDOUT);
+	ck_assert(!kvp_prefetch_done(pf));
+	ck_assert_int_eq(kvp_prefetch_wait(pf, -1), 0);
+	ck_assert(kvp_prefetch_done(pf));
+	kvp_prefetch_release(pf);
+	check_region(R, 0, n * bs, SEED_A);
+
+	/* Cancel: the wait ends, whatever was loaded is good, the rest loads
+	 * on demand. */
+	for (size_t i = 0; i < n; i++)
+		blocks[i] = 32 + i;
+	ck_assert_int_eq(kvp_prefetch_submit(R, blocks, n, &pf), 0);
+	ck_assert_int_eq(kvp_prefetch_cancel(pf), 0);
+	ck_assert_int_eq(kvp_prefetch_wait(pf, -1), 0);
+	ck_assert(kvp_prefetch_done(pf));
+	kvp_prefetch_release(pf);
+	check_region(R, 32 * bs, n * bs, SEED_A);
+	/* Release while in flight: no wait, no leak, no crash. */
+	struct kvp_fault_plan plan = { .delay_us = 100000 };
+
+	ck_assert_int_eq(kvp_store_faulty_set(S, &plan), 0);
+	push_out(R, 8 * MIB);
+	ck_assert_int_eq(kvp_prefetch_submit(R, blocks, n, &pf), 0);
+	kvp_prefetch_release(pf);
+	check_region(R, 32 * bs, n * bs, SEED_A);
+}
+END_TEST
+
+START_TEST(test_pin)
+{
+	size_t bs = 64 * KIB, nb = 128;
+	uint64_t budget = 2 * MIB; /* 32 blocks */
+	struct kvp_stats s0;
+
+	prefetch_fixture(nb, bs, budget, 0, false);
+	/* More than the budget: -ENOSPC, nothing pinned. */
+	ck_assert_int_eq(kvp_region_pin(R, 0, 33), -ENOSPC);
+	for (uint64_t b = 0; b < 33; b++)
+		ck_assert_uint_eq(binfo(R, b).pins, 0);
+	ck_assert_int_eq(kvp_region_unpin(R, 0, 1), -EINVAL);
+	ck_assert_int_eq(kvp_region_pin(R, nb, 1), -EINVAL);
+	/* Pin 8 blocks (twice: pins nest), load them, stream the rest. */
+	ck_assert_int_eq(kvp_region_pin(R, 10, 8), 0);
+	ck_assert_int_eq(kvp_region_pin(R, 10, 8), 0);
+	ck_assert_uint_eq(binfo(R, 12).pins, 2);
+	check_region(R, 10 * bs, 8 * bs, SEED_A);
+	settle(R);
+	s0 = rstats(R);
+	for (unsigned pass = 0; pass < 3; pass++)
+		touch_read(R, 20 * bs, (nb - 20) * bs);
+	ck_assert_uint_gt(rstats(R).evictions_clean_total,
+			  s0.evictions_clean_total);
+	for (uint64_t b = 10; b < 18; b++)
+		ck_assert_int_eq(binfo(R, b).state, KVP_BLOCK_RESIDENT);
+	settle(R);
+	s0 = rstats(R);
+	check_region(R, 10 * bs, 8 * bs, SEED_A);
+	ck_assert_uint_eq(rstats(R).demand_faults_total,
+			  s0.demand_faults_total);
+	/* Pinned bytes count against further pins. */
+	ck_assert_int_eq(kvp_region_pin(R, 40, 25), -ENOSPC);
+	ck_assert_int_eq(kvp_region_pin(R, 40, 24), 0);
+	ck_assert_int_eq(kvp_region_unpin(R, 40, 24), 0);
+	/* Unpinned (both levels), they can go. */
+	ck_assert_int_eq(kvp_region_unpin(R, 10, 8), 0);
+	ck_assert_uint_eq(binfo(R, 12).pins, 1);
+	ck_assert_int_eq(kvp_region_unpin(R, 10, 8), 0);
+	ck_assert_uint_eq(binfo(R, 12).pins, 0);
+	for (unsigned pass = 0; pass < 2; pass++)
+		touch_read(R, 20 * bs, (nb - 20) * bs);
+	unsigned gone = 0;
+
+	for (uint64_t b = 10; b < 18; b++)
+		gone += binfo(R, b).state != KVP_BLOCK_RESIDENT;
+	ck_assert_uint_gt(gone, 0);
+	check_region(R, 0, nb * bs, SEED_A);
+}
+END_TEST
+
+START_TEST(test_cold_hint)
+{
+	size_t bs = 64 * KIB, nb = 64;
+	/* 32 blocks. */
+	uint64_t budget = 2 * MIB;
+
+	prefetch_fixture(nb, bs, budget, 0, true);
+	/* Fill the budget exactly: blocks 0..31. */
+	touch_read(R, 0, 32 * bs);
+	for (uint64_t b = 0; b < 32; b++)
+		ck_assert_int_eq(binfo(R, b).state, KVP_BLOCK_RESIDENT);
+	ck_assert_int_eq(kvp_region_advise(R, 17, 1, KVP_ADVICE_COLD), 0);
+	ck_assert_int_eq(kvp_region_advise(R, 5, 1, KVP_ADVICE_COLD), 0);
+	/* Two more blocks: the two cold ones leave, the rest stays. */
+	touch_read(R, 40 * bs, bs);
+	touch_read(R, 41 * bs, bs);
+	ck_assert_int_eq(binfo(R, 5).state, KVP_BLOCK_ABSENT);
+	ck_assert_int_eq(binfo(R, 17).state, KVP_BLOCK_ABSENT);
+	for (uint64_t b = 0; b < 32; b++)
+		if (b != 5 && b != 17)
+			ck_assert_msg(binfo(R, b).state == KVP_BLOCK_RESIDENT,
+				      "block %llu evicted before the cold ones",
+				      (unsigned long long)b);
+	check_region(R, 0, nb * bs, SEED_A);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* readahead */
+
+START_TEST(test_readahead)
+{
+	size_t bs = 64 * KIB, size = 64 * MIB, nb = size / bs;
+	struct popts po = { .budget = 16 * MIB,
+			    .mode = _i ? KVP_INSTALL_COPY : KVP_INSTALL_MOVE,
+			    .readahead = 4 * MIB };
+	struct kvp_stats s;
+
+	make_store(ST_FILE, size);
+	store_fill(S, 0, size, SEED_A);
+	open_pager(&po);
+	R = make_region(size, bs, KVP_REGION_FROM_STORE);
+	check_region(R, 0, size, SEED_A);
+	s = rstats(R);
+	printf("readahead %s: %llu demand faults, %llu read ahead, %llu "
+	       "coalesced over %zu blocks\n",
+	       kvp_region_install_mode(R),
+	       (unsigned long long)s.demand_faults_total,
+	       (unsigned long long)s.readahead_blocks_total,
+	       (unsigned long long)s.coalesced_faults_total, nb);
+	ck_assert_uint_gt(s.readahead_blocks_total, nb / 4);
+	ck_assert_uint_le(s.demand_faults_total * 4, nb);
+	ck_assert_uint_eq(s.read_errors_total, 0);
+}
+END_TEST
+
+START_TEST(test_bug_readahead_copy)
+{
+	size_t bs = 64 * KIB, size = 32 * MIB, nb = size / bs;
+	struct popts po = { .budget = 16 * MIB,
+			    .mode = KVP_INSTALL_COPY,
+			    .readahead = 4 * MIB };
+
+	make_store(ST_MEM, size);
+	store_fill(S, 0, size, SEED_A);
+	open_pager(&po);
+	R = make_region(size, bs, KVP_REGION_FROM_STORE);
+	touch_read(R, 0, size);
+	ck_assert_uint_le(rstats(R).demand_faults_total * 4, nb);
+}
+END_TEST
+
+static Suite *pager_prefetch_suite(void)
+{
+	Suite *s = suite_create("pager_prefetch");
+	TCase *t;
+
+	t = fx_tcase(s, "prefetch", 120);
+	tcase_add_test(t, test_prefetch_basic);
+	tcase_add_test(t, test_prefetch_timeout_cancel);
+	tcase_add_test(t, test_pin);
+	tcase_add_test(t, test_cold_hint);
+	t = fx_tcase(s, "readahead", 120);
+	tcase_add_loop_test(t, test_readahead, 0, 2);
+	tcase_add_test(t, test_bug_readahead_copy);
+	return s;
+}
+
+int main(void)
+{
+	return fx_main("test_pager_prefetch", pager_prefetch_suite());
+}

@@ -1,0 +1,425 @@
+/*
+ * test_pager_region.c - the paging engine (pager/): regions: many at once, bad arguments, error strings, block_info and peek.
+ *
+ * The fixture and helpers are tests/helpers/pager_fx.c.  The binary exits
+ * 77 when this machine cannot open a pager.
+ */
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kmod-helpers/mem.h"
+#include "pager/pager.h"
+#include "tests/helpers/pager_fx.h"
+
+/* ------------------------------------------------------------------ */
+/* region limits and bad arguments */
+
+static int count_maps(void)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	int n = 0, c;
+
+	ck_assert_ptr_nonnull(f);
+	while ((c = fgetc(f)) != EOF)
+		n += c == '\n';
+	fclose(f);
+	return n;
+}
+
+static int count_fn(struct kvp_region *r, void *arg)
+{
+	(void)r;
+	(*(unsigned *)arg)++;
+	return 0;
+}
+
+static unsigned count_regions(void)
+{
+	unsigned n = 0;
+
+	kvp_pager_foreach_region(P, count_fn, &n);
+	return n;
+}
+
+START_TEST(test_many_regions)
+{
+	enum { N = 1000 };
+	size_t rsize = 64 * KIB;
+	struct kvp_region **rs = calloc(N, sizeof(*rs));
+	struct popts po = { .budget = 16 * MIB };
+	struct kvp_stats s;
+
+	ck_assert_ptr_nonnull(rs);
+	make_store(ST_MEM, N * rsize);
+	open_pager(&po);
+	for (unsigned i = 0; i < N; i++) {
+		struct kvp_region_opts o = { .size = rsize,
+					     .block_bytes =
+						 (i % 2) ? 4 * KIB : 16 * KIB,
+					     .store = S,
+					     .store_offset = i * rsize };
+		int err = kvp_region_create(P, &o, &rs[i]);
+
+		ck_assert_msg(err == 0, "region %u: %s", i, kvp_strerror(err));
+	}
+	ck_assert_uint_eq(count_regions(), N);
+	/* Write each (4x the budget in total), then read all back. */
+	for (unsigned i = 0; i < N; i++)
+		fill_words(kvp_region_addr(rs[i]), rsize, SEED_B + i, 0);
+	for (unsigned i = 0; i < N; i++)
+		ck_assert_msg(check_words(kvp_region_addr(rs[i]), rsize,
+					  SEED_B + i, 0) < 0,
+			      "region %u lost its data", i);
+	for (unsigned i = 0; i < N; i++)
+		ck_assert_int_eq(kvp_region_destroy(rs[i]), 0);
+	ck_assert_uint_eq(count_regions(), 0);
+	s = pstats();
+	ck_assert_uint_eq(s.resident_bytes, 0);
+	ck_assert_uint_gt(s.evictions_dirty_total, 0);
+	for (unsigned i = 0; i < N; i += 97) {
+		char *buf = fx_alloc(rsize);
+
+		ck_assert_int_eq(kvp_store_pread(S, buf, rsize, i * rsize), 0);
+		ck_assert_int_eq(check_words(buf, rsize, SEED_B + i, 0), -1);
+		free(buf);
+	}
+	/* And again: creating after destroying works. */
+	for (unsigned i = 0; i < N; i++) {
+		struct kvp_region_opts o = { .size = rsize,
+					     .block_bytes = 4 * KIB,
+					     .store = S,
+					     .store_offset = i * rsize,
+					     .flags = KVP_REGION_FROM_STORE };
+
+		ck_assert_int_eq(kvp_region_create(P, &o, &rs[i]), 0);
+	}
+	for (unsigned i = 0; i < N; i += 7)
+		ck_assert_int_eq(
+		    check_words(kvp_region_addr(rs[i]), rsize, SEED_B + i, 0),
+		    -1);
+	for (unsigned i = 0; i < N; i++)
+		ck_assert_int_eq(kvp_region_destroy(rs[i]), 0);
+	free(rs);
+}
+END_TEST
+
+START_TEST(test_bad_args)
+{
+	struct popts po = { .budget = 4 * MIB };
+	struct kvp_region *r = NULL, *x = (struct kvp_region *)0x1;
+	struct kvp_store *fs = NULL;
+	struct kvp_stats s0, s1;
+	int maps;
+	struct kvp_region_opts ok = { .name = "kv",
+				      .size = 1 * MIB,
+				      .block_bytes = 64 * KIB };
+
+	make_store(ST_MEM, 4 * MIB);
+	ok.store = S;
+	open_pager(&po);
+	ck_assert_int_eq(kvp_region_create(P, &ok, &r), 0);
+	ck_assert_str_eq(kvp_region_name(r), "kv");
+	ck_assert_ptr_eq(kvp_region_store(r), S);
+	ck_assert_uint_eq(kvp_region_size(r), 1 * MIB);
+	memset(kvp_region_addr(r), 7, 1 * MIB);
+	ck_assert_int_eq(kvp_store_file_temp("/var/tmp", 4 * MIB, &fs), 0);
+	settle(r);
+	s0 = pstats();
+	maps = count_maps();
+
+	struct {
+		const char *what;
+		struct kvp_region_opts o;
+		int want;
+	} bad[] = {
+		{ "block 12 KiB",
+		  { .size = 1 * MIB, .block_bytes = 12 * KIB },
+		  -EINVAL },
+		{ "block 2 KiB",
+		  { .size = 1 * MIB, .block_bytes = 2 * KIB },
+		  -EINVAL },
+		{ "block 0", { .size = 1 * MIB, .block_bytes = 0 }, -EINVAL },
+		{ "block 64 MiB",
+		  { .size = 64 * MIB, .block_bytes = 64 * MIB },
+		  -EINVAL },
+		{ "size 0", { .size = 0, .block_bytes = 64 * KIB }, -EINVAL },
+		{ "size not a multiple",
+		  { .size = 1 * MIB + 8 * KIB, .block_bytes = 64 * KIB },
+		  -EINVAL },
+		{ "store too small",
+		  { .size = 8 * MIB, .block_bytes = 64 * KIB },
+		  -EINVAL },
+		{ "offset past the store",
+		  { .size = 1 * MIB,
+		    .block_bytes = 64 * KIB,
+		    .store_offset = 3584 * KIB },
+		  -EINVAL },
+		{ "bad flag",
+		  { .size = 1 * MIB,
+		    .block_bytes = 64 * KIB,
+		    .flags = 1u << 7 },
+		  -EINVAL },
+		{ "empty name",
+		  { .name = "", .size = 1 * MIB, .block_bytes = 64 * KIB },
+		  -EINVAL },
+		{ "name with a slash",
+		  { .name = "a/b", .size = 1 * MIB, .block_bytes = 64 * KIB },
+		  -EINVAL },
+		{ "duplicate name",
+		  { .name = "kv", .size = 1 * MIB, .block_bytes = 64 * KIB },
+		  -EEXIST },
+		{ "no store",
+		  { .size = 1 * MIB, .block_bytes = 64 * KIB },
+		  -EINVAL },
+	};
+	size_t nbad = sizeof(bad) / sizeof(bad[0]);
+
+	for (size_t i = 0; i < nbad; i++) {
+		struct kvp_region_opts o = bad[i].o;
+
+		if (i != nbad - 1)
+			o.store = S;
+		x = (struct kvp_region *)0x1;
+		int err = kvp_region_create(P, &o, &x);
+
+		ck_assert_msg(err == bad[i].want, "%s: got %d (%s), want %d",
+			      bad[i].what, err, kvp_strerror(err), bad[i].want);
+		ck_assert_msg(x == (struct kvp_region *)0x1,
+			      "%s: *out written on failure", bad[i].what);
+	}
+	/* A file store: an offset off its O_DIRECT alignment. */
+	printf("file store offset_align %u\n", fs->offset_align);
+	struct kvp_region_opts mis = { .size = 1 * MIB,
+				       .block_bytes = 64 * KIB,
+				       .store = fs,
+				       .store_offset = 8 * KIB + 100 };
+
+	ck_assert_int_eq(kvp_region_create(P, &mis, &x), -EINVAL);
+	if (fs->offset_align > 4096) {
+		mis.store_offset = 0;
+		mis.block_bytes = 4 * KIB;
+		ck_assert_int_eq(kvp_region_create(P, &mis, &x), -EINVAL);
+	}
+	ck_assert_int_eq(kvp_region_create(NULL, &ok, &x), -EINVAL);
+	ck_assert_int_eq(kvp_region_create(P, NULL, &x), -EINVAL);
+	/* Nothing changed: one region, no new mapping, same statistics. */
+	ck_assert_uint_eq(count_regions(), 1);
+	ck_assert_int_eq(count_maps(), maps);
+	s1 = pstats();
+	ck_assert_int_eq(memcmp(&s0, &s1, sizeof(s0)), 0);
+	for (size_t i = 0; i < 1 * MIB; i += PG)
+		ck_assert_int_eq(((char *)kvp_region_addr(r))[i], 7);
+	/* The bad config of a pager. */
+	struct kvp_config c;
+	struct kvp_pager *p2 = (struct kvp_pager *)0x1;
+
+	kvp_config_defaults(&c);
+	c.ram_budget_bytes = 4096;
+	ck_assert_int_eq(kvp_pager_open(&c, &p2), -EINVAL);
+	kvp_config_defaults(&c);
+	c.evict_low_watermark_percent = 96;
+	c.evict_high_watermark_percent = 95;
+	ck_assert_int_eq(kvp_pager_open(&c, &p2), -EINVAL);
+	ck_assert_int_eq(kvp_region_destroy(r), 0);
+	kvp_store_destroy(fs);
+	ck_assert_int_eq(kvp_region_destroy(NULL), -EINVAL);
+	ck_assert_int_eq(kvp_region_flush(NULL), -EINVAL);
+}
+END_TEST
+
+START_TEST(test_strerror)
+{
+	static const int codes[] = { 0,		EINVAL,	    EPERM,  EACCES,
+				     ENOMEM,	ENOSPC,	    EEXIST, EIO,
+				     ETIMEDOUT, EOPNOTSUPP, EBUSY,  ENOSYS,
+				     EOVERFLOW, ENOENT,	    EAGAIN };
+
+	for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
+		const char *m = kvp_strerror(-codes[i]);
+
+		ck_assert_ptr_nonnull(m);
+		ck_assert_msg(m[0], "kvp_strerror(%d) is empty", -codes[i]);
+		ck_assert_str_eq(m, kvp_strerror(codes[i]));
+	}
+	ck_assert_ptr_nonnull(strstr(kvp_strerror(-EPERM), "userfaultfd"));
+	ck_assert_ptr_nonnull(kvp_strerror(-123456));
+	ck_assert_str_eq(kvp_block_state_name(KVP_BLOCK_POISONED), "poisoned");
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* block_info and peek */
+
+static bool same_info(const struct kvp_block_info *a,
+		      const struct kvp_block_info *b)
+{
+	return a->state == b->state && a->dirty == b->dirty &&
+	       a->in_store == b->in_store && a->pins == b->pins &&
+	       a->last_use == b->last_use;
+}
+
+START_TEST(test_peek)
+{
+	size_t bs = 64 * KIB, nb = 64;
+	struct popts po = { .budget = 2 * MIB,
+			    .mode = _i ? KVP_INSTALL_COPY : KVP_INSTALL_MOVE };
+	char *a, *buf;
+	struct kvp_stats s0, s1;
+	const uint64_t blks[] = { 1, 2, 3, 4 };
+
+	make_store(ST_MEM, nb * bs);
+	store_fill(S, 0, nb * bs, SEED_A);
+	open_pager(&po);
+	R = make_region(nb * bs, bs, KVP_REGION_FROM_STORE);
+	a = kvp_region_addr(R);
+	buf = fx_alloc(bs);
+	/* 2: written, then evicted; 1: resident dirty; 4: resident clean;
+	 * 3: never loaded. */
+	fill_words(a + 2 * bs, bs, SEED_B, 2 * bs);
+	ck_assert_int_eq(kvp_region_advise(R, 2, 1, KVP_ADVICE_COLD), 0);
+	touch_read(R, 20 * bs, 40 * bs);
+	fill_words(a + 1 * bs, bs, SEED_B, 1 * bs);
+	check_region(R, 4 * bs, bs, SEED_A);
+	ck_assert_int_eq(binfo(R, 2).state, KVP_BLOCK_ABSENT);
+	ck_assert(binfo(R, 2).in_store);
+	ck_assert_int_eq(binfo(R, 1).state, KVP_BLOCK_RESIDENT);
+	ck_assert(binfo(R, 1).dirty);
+	ck_assert_int_eq(binfo(R, 3).state, KVP_BLOCK_ABSENT);
+	ck_assert_int_eq(binfo(R, 4).state, KVP_BLOCK_RESIDENT);
+	ck_assert(!binfo(R, 4).dirty);
+
+	settle(R);
+	s0 = rstats(R);
+	for (size_t i = 0; i < 4; i++) {
+		uint64_t b = blks[i];
+		uint64_t seed = (b == 1 || b == 2) ? SEED_B : SEED_A;
+		struct kvp_block_info before = binfo(R, b), after;
+
+		memset(buf, 0xee, bs);
+		ck_assert_int_eq(kvp_region_peek(R, b, buf), 0);
+		after = binfo(R, b);
+		ck_assert_msg(check_words(buf, bs, seed, b * bs) < 0,
+			      "peek of block %llu (%s) differs",
+			      (unsigned long long)b,
+			      kvp_block_state_name(before.state));
+		ck_assert_msg(same_info(&before, &after),
+			      "peek changed block %llu's info",
+			      (unsigned long long)b);
+	}
+	s1 = rstats(R);
+	ck_assert_uint_eq(s1.demand_faults_total, s0.demand_faults_total);
+	ck_assert_uint_eq(s1.resident_bytes, s0.resident_bytes);
+	ck_assert_uint_eq(s1.evictions_clean_total + s1.evictions_dirty_total,
+			  s0.evictions_clean_total + s0.evictions_dirty_total);
+	/* A region that does not start from the store: zeros. */
+	struct kvp_region_opts o = { .size = 1 * MIB,
+				     .block_bytes = bs,
+				     .store = S,
+				     .store_offset = 0 };
+	struct kvp_region *z = NULL;
+
+	ck_assert_int_eq(kvp_region_create(P, &o, &z), 0);
+	ck_assert_int_eq(kvp_region_peek(z, 3, buf), 0);
+	ck_assert(fx_is_zero(buf, bs));
+	ck_assert_int_eq(kvp_region_peek(z, 16, buf), -EINVAL);
+	ck_assert_int_eq(
+	    kvp_region_block_info(z, 16, &(struct kvp_block_info){ 0 }),
+	    -EINVAL);
+	ck_assert_int_eq(kvp_region_destroy(z), 0);
+	free(buf);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/*
+ * Engine bugs found by these tests, all fixed; each keeps its test in the
+ * "regressions" case:
+ *
+ * 1. A service thread kept its queue on every store it served after the
+ *    last region on it was destroyed; destroying the store then (allowed
+ *    by store.h) left a dangling s->queues[i].store and the thread crashed
+ *    in service_main building its poll set.
+ * 2. install() took a UFFDIO_MOVE error other than EAGAIN/EEXIST/ENOENT
+ *    for success: UFFDIO_MOVE of a frame an O_DIRECT read had just filled
+ *    failed with EBUSY (file store, move mode, 1 MiB blocks), the block
+ *    became RESIDENT with none of its pages and the faulting thread
+ *    livelocked (fault -> RESIDENT -> UFFDIO_WAKE -> fault) at 100% CPU.
+ * 3. The watermarks are budget / 100 * percent (service.c,
+ *    watermark_stage): at 100% a budget that is not a multiple of 100
+ *    counts an exactly full budget as over the high watermark and evicts
+ *    with nothing waiting for a frame.
+ * 4. Readahead never grows in copy mode: readahead() sets ra_next to the
+ *    faulting block + 1, and a read-ahead block installed before the
+ *    program reaches it takes no fault, so the next fault (just past the
+ *    window) is not seen as sequential and resets the window: a scan
+ *    demand-faults every other block.  Move mode stages read-ahead blocks
+ *    until their fault, so its window grows (1 demand fault per scan).
+ * 5. kvp_region_destroy (and kvp_region_flush's write_block) write a dirty
+ *    resident block back straight from the region; when the program has
+ *    munmapped a page of it, that pwrite reads unmapped memory: SIGSEGV
+ *    in mem_pwrite's memcpy (region.c destroy loop) with a memory store,
+ *    EFAULT (the data reported lost) with a file store
+ *    (test_unmap_part_of_block).
+ * 6. install_finish (service.c) wakes the faulting thread (install's
+ *    UFFDIO_WAKE) before it takes the lock and makes the block RESIDENT,
+ *    and kvp_blk_installed clears BLK_DROP.  A KVP_ADVICE_DISCARD made
+ *    right after the access that loaded the block returns (block still
+ *    LOADING) is lost: the block reads its old data, not zeros; and a
+ *    DISCARD of a pinned block in that window returns 0, not -EBUSY.
+ *    block_info shows LOADING there too (tests wait for it to settle).
+ */
+
+START_TEST(test_bug_store_outlives_last_region)
+{
+	struct popts po = { .budget = 4 * MIB };
+	struct kvp_store *ms = NULL;
+	struct kvp_region_opts o = { .size = 1 * MIB, .block_bytes = 64 * KIB };
+	struct kvp_region *r = NULL;
+
+	open_pager(&po);
+	ck_assert_int_eq(kvp_store_memory_create(1 * MIB, &ms), 0);
+	o.store = ms;
+	ck_assert_int_eq(kvp_region_create(P, &o, &r), 0);
+	memset(kvp_region_addr(r), 1, 1 * MIB);
+	ck_assert_int_eq(kvp_region_destroy(r), 0);
+	kvp_store_destroy(ms); /* allowed: no region uses it */
+	/* Any later work wakes the service thread: it crashes (a memory
+	 * store here could reuse the freed one's memory and hide it). */
+	make_store(ST_FILE, 1 * MIB);
+	R = make_region(1 * MIB, 64 * KIB, 0);
+	memset(kvp_region_addr(R), 2, 1 * MIB);
+	ck_assert_int_eq(((char *)kvp_region_addr(R))[4096], 2);
+}
+END_TEST
+
+static Suite *pager_region_suite(void)
+{
+	Suite *s = suite_create("pager_region");
+	TCase *t;
+
+	t = fx_tcase(s, "limits", 120);
+	tcase_add_test(t, test_many_regions);
+	tcase_add_test(t, test_bad_args);
+	tcase_add_test(t, test_strerror);
+	t = fx_tcase(s, "introspection", 120);
+	tcase_add_loop_test(t, test_peek, 0, 2);
+	tcase_add_test(t, test_bug_store_outlives_last_region);
+	return s;
+}
+
+int main(void)
+{
+	return fx_main("test_pager_region", pager_region_suite());
+}
