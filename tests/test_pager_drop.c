@@ -41,7 +41,7 @@ START_TEST(test_remove_whole_block)
 	a = kvp_region_addr(R);
 	/* Block 3 resident (clean), block 4 resident and dirty. */
 	check_region(R, 3 * bs, 2 * bs, SEED_A);
-	fill_words(a + 4 * bs, bs, SEED_B, 4 * bs);
+	kvp_test_fill(a + 4 * bs, bs, SEED_B, 4 * bs);
 	ck_assert_int_eq(binfo(R, 3).state, KVP_BLOCK_RESIDENT);
 	ck_assert(binfo(R, 4).dirty);
 	settle(R);
@@ -49,8 +49,8 @@ START_TEST(test_remove_whole_block)
 	ck_assert_int_eq(madvise(a + 3 * bs, 2 * bs, MADV_DONTNEED), 0);
 	/* Block 7 never loaded: dropped whole too. */
 	ck_assert_int_eq(madvise(a + 7 * bs, bs, MADV_DONTNEED), 0);
-	ck_assert(fx_is_zero(a + 3 * bs, 2 * bs));
-	ck_assert(fx_is_zero(a + 7 * bs, bs));
+	ck_assert(kvp_test_is_zero(a + 3 * bs, 2 * bs));
+	ck_assert(kvp_test_is_zero(a + 7 * bs, bs));
 	s1 = rstats(R);
 	ck_assert_uint_eq(s1.bytes_read_total, s0.bytes_read_total);
 	ck_assert_uint_ge(wait_removed(R, s0.removed_bytes_total + 3 * bs),
@@ -58,8 +58,8 @@ START_TEST(test_remove_whole_block)
 	/* Still zeros after being pushed out and faulted in again. */
 	push_out(R, 4 * MIB);
 	ck_assert_int_ne(binfo(R, 3).state, KVP_BLOCK_RESIDENT);
-	ck_assert(fx_is_zero(a + 3 * bs, 2 * bs));
-	ck_assert(fx_is_zero(a + 7 * bs, bs));
+	ck_assert(kvp_test_is_zero(a + 3 * bs, 2 * bs));
+	ck_assert(kvp_test_is_zero(a + 7 * bs, bs));
 	ck_assert_uint_eq(rstats(R).bytes_read_total, s0.bytes_read_total);
 	/* Neighbours untouched. */
 	check_region(R, 2 * bs, bs, SEED_A);
@@ -68,10 +68,10 @@ START_TEST(test_remove_whole_block)
 	ck_assert_int_eq(kvp_region_destroy(R), 0);
 	R = NULL;
 	/* Nothing of the dropped blocks was written back as data. */
-	char *buf = fx_alloc(bs);
+	char *buf = kvp_test_xalloc(bs);
 
 	ck_assert_int_eq(kvp_store_pread(S, buf, bs, 4 * bs), 0);
-	ck_assert_int_ne(check_words(buf, bs, SEED_B, 4 * bs), -1);
+	ck_assert_int_ne(kvp_test_check(buf, bs, SEED_B, 4 * bs), -1);
 	free(buf);
 }
 END_TEST
@@ -92,20 +92,20 @@ START_TEST(test_remove_part_of_block)
 	check_region(R, 2 * bs, bs, SEED_A);
 	ck_assert_int_eq(madvise(a + 2 * bs + 3 * PG, 2 * PG, MADV_DONTNEED),
 			 0);
-	ck_assert(fx_is_zero(a + 2 * bs + 3 * PG, 2 * PG));
+	ck_assert(kvp_test_is_zero(a + 2 * bs + 3 * PG, 2 * PG));
 	check_region(R, 2 * bs, 3 * PG, SEED_A);
 	check_region(R, 2 * bs + 5 * PG, bs - 5 * PG, SEED_A);
 	/* Never-loaded block 9: drop its first page. */
 	ck_assert_int_eq(madvise(a + 9 * bs, PG, MADV_DONTNEED), 0);
-	ck_assert(fx_is_zero(a + 9 * bs, PG));
+	ck_assert(kvp_test_is_zero(a + 9 * bs, PG));
 	check_region(R, 9 * bs + PG, bs - PG, SEED_A);
 	/* Both survive eviction and a reload. */
 	push_out(R, 4 * MIB);
 	ck_assert_int_ne(binfo(R, 2).state, KVP_BLOCK_RESIDENT);
-	ck_assert(fx_is_zero(a + 2 * bs + 3 * PG, 2 * PG));
+	ck_assert(kvp_test_is_zero(a + 2 * bs + 3 * PG, 2 * PG));
 	check_region(R, 2 * bs, 3 * PG, SEED_A);
 	check_region(R, 2 * bs + 5 * PG, bs - 5 * PG, SEED_A);
-	ck_assert(fx_is_zero(a + 9 * bs, PG));
+	ck_assert(kvp_test_is_zero(a + 9 * bs, PG));
 	check_region(R, 9 * bs + PG, bs - PG, SEED_A);
 }
 END_TEST
@@ -124,7 +124,7 @@ START_TEST(test_unmap)
 	a = kvp_region_addr(R);
 	/* Blocks 4..7 resident and dirty, then unmapped; 20..23 never loaded,
 	 * unmapped; the last two blocks unmapped. */
-	fill_words(a + 4 * bs, 4 * bs, SEED_B, 4 * bs);
+	kvp_test_fill(a + 4 * bs, 4 * bs, SEED_B, 4 * bs);
 	ck_assert_int_eq(munmap(a + 4 * bs, 4 * bs), 0);
 	ck_assert_int_eq(munmap(a + 20 * bs, 4 * bs), 0);
 	ck_assert_int_eq(munmap(a + 62 * bs, 2 * bs), 0);
@@ -137,7 +137,7 @@ START_TEST(test_unmap)
 		check_region(R, 8 * bs, 12 * bs, SEED_A);
 		check_region(R, 24 * bs, 38 * bs, SEED_A);
 	}
-	fill_words(a + 30 * bs, bs, SEED_B, 30 * bs);
+	kvp_test_fill(a + 30 * bs, bs, SEED_B, 30 * bs);
 	ck_assert_int_eq(kvp_region_destroy(R), 0);
 	R = NULL;
 	ck_assert_int_eq(store_check(S, 30 * bs, bs, SEED_B), -1);
@@ -159,7 +159,7 @@ START_TEST(test_unmap_part_of_block)
 	open_pager(&po);
 	R = make_region(size, bs, KVP_REGION_FROM_STORE);
 	a = kvp_region_addr(R);
-	fill_words(a + 3 * bs, bs, SEED_B, 3 * bs);
+	kvp_test_fill(a + 3 * bs, bs, SEED_B, 3 * bs);
 	ck_assert_int_eq(munmap(a + 3 * bs + 4 * PG, PG), 0);
 	wait_removed(R, PG);
 	push_out(R, 2 * MIB);
@@ -181,12 +181,12 @@ START_TEST(test_discard)
 	a = kvp_region_addr(R);
 	/* 4: resident dirty; 6: resident clean; 8: never loaded; 10: written
 	 * and evicted (in the store). */
-	fill_words(a + 10 * bs, bs, SEED_B, 10 * bs);
+	kvp_test_fill(a + 10 * bs, bs, SEED_B, 10 * bs);
 	ck_assert_int_eq(kvp_region_advise(R, 10, 1, KVP_ADVICE_COLD), 0);
 	touch_read(R, 20 * bs, 40 * bs);
 	ck_assert_int_eq(binfo(R, 10).state, KVP_BLOCK_ABSENT);
 	ck_assert(binfo(R, 10).in_store);
-	fill_words(a + 4 * bs, bs, SEED_B, 4 * bs);
+	kvp_test_fill(a + 4 * bs, bs, SEED_B, 4 * bs);
 	check_region(R, 6 * bs, bs, SEED_A);
 	/* Settled first: a DISCARD in the window between the wake-up and
 	 * RESIDENT is lost (engine bug 6). */
@@ -201,10 +201,10 @@ START_TEST(test_discard)
 	ck_assert_int_eq(kvp_region_advise(R, 10, 1, KVP_ADVICE_DISCARD), 0);
 	s1 = rstats(R);
 	ck_assert_uint_eq(s1.bytes_written_total, s0.bytes_written_total);
-	ck_assert(fx_is_zero(a + 4 * bs, bs));
-	ck_assert(fx_is_zero(a + 6 * bs, bs));
-	ck_assert(fx_is_zero(a + 8 * bs, bs));
-	ck_assert(fx_is_zero(a + 10 * bs, bs));
+	ck_assert(kvp_test_is_zero(a + 4 * bs, bs));
+	ck_assert(kvp_test_is_zero(a + 6 * bs, bs));
+	ck_assert(kvp_test_is_zero(a + 8 * bs, bs));
+	ck_assert(kvp_test_is_zero(a + 10 * bs, bs));
 	s1 = rstats(R);
 	ck_assert_uint_eq(s1.bytes_read_total, s0.bytes_read_total);
 	ck_assert_uint_eq(s1.bytes_written_total, s0.bytes_written_total);
@@ -215,8 +215,8 @@ START_TEST(test_discard)
 	/* Still zeros after eviction and reload; a discard of a pinned block
 	 * is refused. */
 	push_out(R, 2 * MIB);
-	ck_assert(fx_is_zero(a + 4 * bs, bs));
-	ck_assert(fx_is_zero(a + 10 * bs, bs));
+	ck_assert(kvp_test_is_zero(a + 4 * bs, bs));
+	ck_assert(kvp_test_is_zero(a + 10 * bs, bs));
 	ck_assert_int_eq(kvp_region_pin(R, 12, 1), 0);
 	touch_read(R, 12 * bs, bs);
 	ck_assert_int_eq(binfo(R, 12).state, KVP_BLOCK_RESIDENT);
@@ -242,7 +242,7 @@ START_TEST(test_bug_discard_after_fault)
 		(void)*(volatile char *)p; /* loads it */
 		ck_assert_int_eq(kvp_region_advise(R, b, 1, KVP_ADVICE_DISCARD),
 				 0);
-		lost += !fx_is_zero(p, bs);
+		lost += !kvp_test_is_zero(p, bs);
 	}
 	ck_assert_msg(!lost, "%u of %zu discards right after a fault lost",
 		      lost, nb);
@@ -267,5 +267,5 @@ static Suite *pager_drop_suite(void)
 
 int main(void)
 {
-	return fx_main("test_pager_drop", pager_drop_suite());
+	return fx_main(pager_drop_suite);
 }

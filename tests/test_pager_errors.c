@@ -50,7 +50,7 @@ static bool touch_bus(volatile char *p, uint64_t *ms)
 {
 	struct sigaction sa = { .sa_handler = on_sigbus }, old, olda;
 	struct sigaction al = { .sa_handler = on_alarm };
-	uint64_t t0 = fx_now_ms();
+	uint64_t t0 = (kvp_test_now_ns() / 1000000);
 	bool bus;
 
 	sigemptyset(&sa.sa_mask);
@@ -65,7 +65,7 @@ static bool touch_bus(volatile char *p, uint64_t *ms)
 	sigaction(SIGBUS, &old, NULL);
 	sigaction(SIGALRM, &olda, NULL);
 	if (ms)
-		*ms = fx_now_ms() - t0;
+		*ms = (kvp_test_now_ns() / 1000000) - t0;
 	return bus;
 }
 
@@ -110,7 +110,7 @@ START_TEST(test_read_error_sigbus)
 	check_region(R, 6 * bs, size - 6 * bs, SEED_A);
 	ck_assert_uint_eq(rstats(R).poisoned_blocks, 1);
 	/* peek says EIO; a prefetch of it fails. */
-	buf = fx_alloc(bs);
+	buf = kvp_test_xalloc(bs);
 	ck_assert_int_eq(kvp_region_peek(R, 5, buf), -EIO);
 	free(buf);
 	struct kvp_prefetch *pf = NULL;
@@ -216,7 +216,7 @@ START_TEST(test_writeback_failure)
 	R = make_region(size, bs, KVP_REGION_FROM_STORE);
 	a = kvp_region_addr(R);
 	/* Half the budget dirty, then the store refuses writes. */
-	fill_words(a, dirty, SEED_B, 0);
+	kvp_test_fill(a, dirty, SEED_B, 0);
 	ck_assert_int_eq(kvp_store_faulty_set(S, &plan), 0);
 	/* Read the rest twice over: evictions try the dirty blocks too. */
 	for (unsigned pass = 0; pass < 2; pass++)
@@ -270,5 +270,5 @@ static Suite *pager_errors_suite(void)
 
 int main(void)
 {
-	return fx_main("test_pager_errors", pager_errors_suite());
+	return fx_main(pager_errors_suite);
 }

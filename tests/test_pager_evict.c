@@ -263,7 +263,7 @@ START_TEST(test_write_during_eviction)
 	/* ... and through the store once destroyed. */
 	ck_assert_int_eq(kvp_region_destroy(R), 0);
 	R = NULL;
-	buf = fx_alloc(size);
+	buf = kvp_test_xalloc(size);
 	ck_assert_int_eq(kvp_store_pread(S, buf, size, 0), 0);
 	for (size_t at = 0; at < size; at += PG)
 		for (unsigned t = 0; t < WTHREADS; t++)
@@ -508,14 +508,14 @@ START_TEST(test_zap_drop_race)
 				      blk, (unsigned long long)x.written[blk],
 				      (unsigned long long)w[0]);
 			ck_assert_int_eq(
-			    check_words(w + 1, PG - 8, SEED_B, off + 8), -1);
+			    kvp_test_check(w + 1, PG - 8, SEED_B, off + 8), -1);
 		} else {
 			check_region(R, off, PG, SEED_B);
 		}
 	}
 	for (size_t off = half; off < x.size; off += PG) {
 		if (x.dropped[(off - half) / PG])
-			ck_assert_msg(fx_is_zero(base + off, PG),
+			ck_assert_msg(kvp_test_is_zero(base + off, PG),
 				      "page at %zu was dropped but reads data",
 				      off);
 		else
@@ -582,5 +582,5 @@ static Suite *pager_evict_suite(void)
 
 int main(void)
 {
-	return fx_main("test_pager_evict", pager_evict_suite());
+	return fx_main(pager_evict_suite);
 }

@@ -42,7 +42,7 @@ START_TEST(test_integrity)
 			    .readahead = 2 * MIB };
 	struct kvp_stats s;
 	const char *only = getenv("KVP_TEST_ONLY");
-	uint64_t t0 = fx_now_ms();
+	uint64_t t0 = (kvp_test_now_ns() / 1000000);
 
 	if (only && atoi(only) != _i)
 		return; /* KVP_TEST_ONLY=<i>: run one combination */
@@ -60,16 +60,16 @@ START_TEST(test_integrity)
 	check_region(R, 0, size, SEED_A);
 	printf("integrity %zu %s %s: read %llu ms\n", bs,
 	       kvp_region_install_mode(R), sk == ST_FILE ? "file" : "memory",
-	       (unsigned long long)(fx_now_ms() - t0));
+	       (unsigned long long)((kvp_test_now_ns() / 1000000) - t0));
 	/* Write a new pattern over everything (evicting as it goes). */
-	fill_words(kvp_region_addr(R), size, SEED_B, 0);
+	kvp_test_fill(kvp_region_addr(R), size, SEED_B, 0);
 	printf("integrity %zu: written %llu ms\n", bs,
-	       (unsigned long long)(fx_now_ms() - t0));
+	       (unsigned long long)((kvp_test_now_ns() / 1000000) - t0));
 	/* Touch it all again (evicts the dirty tail), then check. */
 	touch_read(R, 0, size);
 	check_region(R, 0, size, SEED_B);
 	printf("integrity %zu: checked %llu ms\n", bs,
-	       (unsigned long long)(fx_now_ms() - t0));
+	       (unsigned long long)((kvp_test_now_ns() / 1000000) - t0));
 
 	s = rstats(R);
 	ck_assert_uint_gt(s.evictions_dirty_total, 0);
@@ -122,7 +122,8 @@ static void *same_block_main(void *arg)
 		size_t off = k * bs + (t->id * PG) % bs + 8 * t->id;
 
 		pthread_barrier_wait(t->bar);
-		if (*(volatile uint64_t *)(base + off) != fx_pat(SEED_A, off)) {
+		if (*(volatile uint64_t *)(base + off) !=
+		    kvp_test_pattern(SEED_A, off)) {
 			atomic_fetch_add(t->bad, 1);
 			t->bad_off = off;
 		}
@@ -185,10 +186,10 @@ static void describe_bad(char *out, size_t n, const char *p, size_t bs,
 	for (size_t i = 0; i < bs / 8; i++) {
 		uint64_t v = w[i];
 
-		if (v == fx_pat(seed, base + i * 8))
+		if (v == kvp_test_pattern(seed, base + i * 8))
 			continue;
 		wrong++;
-		as_other += v == fx_pat(other, base + i * 8);
+		as_other += v == kvp_test_pattern(other, base + i * 8);
 		zero += v == 0;
 		if (first == SIZE_MAX)
 			first = i * 8;
@@ -217,7 +218,7 @@ static void *diff_blocks_main(void *arg)
 			uint64_t blk =
 			    ((pass & 1) ? n - 1 - k : k) * NTHREADS + t->id;
 			char *p = base + blk * bs;
-			int64_t x = check_words(p, bs, seed, blk * bs);
+			int64_t x = kvp_test_check(p, bs, seed, blk * bs);
 
 			if (x >= 0) {
 				atomic_fetch_add(t->bad, 1);
@@ -226,7 +227,7 @@ static void *diff_blocks_main(void *arg)
 					     p, bs, seed, blk * bs, pass);
 			}
 			if (pass == 0)
-				fill_words(p, bs, SEED_B, blk * bs);
+				kvp_test_fill(p, bs, SEED_B, blk * bs);
 		}
 	}
 	return NULL;
@@ -293,5 +294,5 @@ static Suite *pager_fault_suite(void)
 
 int main(void)
 {
-	return fx_main("test_pager_fault", pager_fault_suite());
+	return fx_main(pager_fault_suite);
 }

@@ -265,5 +265,5 @@ static Suite *pager_prefetch_suite(void)
 
 int main(void)
 {
-	return fx_main("test_pager_prefetch", pager_prefetch_suite());
+	return fx_main(pager_prefetch_suite);
 }

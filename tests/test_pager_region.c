@@ -77,10 +77,10 @@ START_TEST(test_many_regions)
 	ck_assert_uint_eq(count_regions(), N);
 	/* Write each (4x the budget in total), then read all back. */
 	for (unsigned i = 0; i < N; i++)
-		fill_words(kvp_region_addr(rs[i]), rsize, SEED_B + i, 0);
+		kvp_test_fill(kvp_region_addr(rs[i]), rsize, SEED_B + i, 0);
 	for (unsigned i = 0; i < N; i++)
-		ck_assert_msg(check_words(kvp_region_addr(rs[i]), rsize,
-					  SEED_B + i, 0) < 0,
+		ck_assert_msg(kvp_test_check(kvp_region_addr(rs[i]), rsize,
+					     SEED_B + i, 0) < 0,
 			      "region %u lost its data", i);
 	for (unsigned i = 0; i < N; i++)
 		ck_assert_int_eq(kvp_region_destroy(rs[i]), 0);
@@ -89,10 +89,10 @@ START_TEST(test_many_regions)
 	ck_assert_uint_eq(s.resident_bytes, 0);
 	ck_assert_uint_gt(s.evictions_dirty_total, 0);
 	for (unsigned i = 0; i < N; i += 97) {
-		char *buf = fx_alloc(rsize);
+		char *buf = kvp_test_xalloc(rsize);
 
 		ck_assert_int_eq(kvp_store_pread(S, buf, rsize, i * rsize), 0);
-		ck_assert_int_eq(check_words(buf, rsize, SEED_B + i, 0), -1);
+		ck_assert_int_eq(kvp_test_check(buf, rsize, SEED_B + i, 0), -1);
 		free(buf);
 	}
 	/* And again: creating after destroying works. */
@@ -106,9 +106,9 @@ START_TEST(test_many_regions)
 		ck_assert_int_eq(kvp_region_create(P, &o, &rs[i]), 0);
 	}
 	for (unsigned i = 0; i < N; i += 7)
-		ck_assert_int_eq(
-		    check_words(kvp_region_addr(rs[i]), rsize, SEED_B + i, 0),
-		    -1);
+		ck_assert_int_eq(kvp_test_check(kvp_region_addr(rs[i]), rsize,
+						SEED_B + i, 0),
+				 -1);
 	for (unsigned i = 0; i < N; i++)
 		ck_assert_int_eq(kvp_region_destroy(rs[i]), 0);
 	free(rs);
@@ -284,13 +284,13 @@ START_TEST(test_peek)
 	open_pager(&po);
 	R = make_region(nb * bs, bs, KVP_REGION_FROM_STORE);
 	a = kvp_region_addr(R);
-	buf = fx_alloc(bs);
+	buf = kvp_test_xalloc(bs);
 	/* 2: written, then evicted; 1: resident dirty; 4: resident clean;
 	 * 3: never loaded. */
-	fill_words(a + 2 * bs, bs, SEED_B, 2 * bs);
+	kvp_test_fill(a + 2 * bs, bs, SEED_B, 2 * bs);
 	ck_assert_int_eq(kvp_region_advise(R, 2, 1, KVP_ADVICE_COLD), 0);
 	touch_read(R, 20 * bs, 40 * bs);
-	fill_words(a + 1 * bs, bs, SEED_B, 1 * bs);
+	kvp_test_fill(a + 1 * bs, bs, SEED_B, 1 * bs);
 	check_region(R, 4 * bs, bs, SEED_A);
 	ck_assert_int_eq(binfo(R, 2).state, KVP_BLOCK_ABSENT);
 	ck_assert(binfo(R, 2).in_store);
@@ -310,7 +310,7 @@ START_TEST(test_peek)
 		memset(buf, 0xee, bs);
 		ck_assert_int_eq(kvp_region_peek(R, b, buf), 0);
 		after = binfo(R, b);
-		ck_assert_msg(check_words(buf, bs, seed, b * bs) < 0,
+		ck_assert_msg(kvp_test_check(buf, bs, seed, b * bs) < 0,
 			      "peek of block %llu (%s) differs",
 			      (unsigned long long)b,
 			      kvp_block_state_name(before.state));
@@ -332,7 +332,7 @@ START_TEST(test_peek)
 
 	ck_assert_int_eq(kvp_region_create(P, &o, &z), 0);
 	ck_assert_int_eq(kvp_region_peek(z, 3, buf), 0);
-	ck_assert(fx_is_zero(buf, bs));
+	ck_assert(kvp_test_is_zero(buf, bs));
 	ck_assert_int_eq(kvp_region_peek(z, 16, buf), -EINVAL);
 	ck_assert_int_eq(
 	    kvp_region_block_info(z, 16, &(struct kvp_block_info){ 0 }),
@@ -421,5 +421,5 @@ static Suite *pager_region_suite(void)
 
 int main(void)
 {
-	return fx_main("test_pager_region", pager_region_suite());
+	return fx_main(pager_region_suite);
 }

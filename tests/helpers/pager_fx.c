@@ -4,6 +4,8 @@
  */
 #include "tests/helpers/pager_fx.h"
 
+#include "tests/helpers/helpers.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,58 +39,16 @@ void fx_teardown(void)
 	S = S0 = NULL;
 }
 
-uint64_t fx_pat(uint64_t seed, uint64_t off)
-{
-	return (off * 0x9E3779B97F4A7C15ull) ^ seed;
-}
-
-void fill_words(void *buf, size_t len, uint64_t seed, uint64_t base)
-{
-	uint64_t *w = buf;
-
-	for (size_t i = 0; i < len / 8; i++)
-		w[i] = fx_pat(seed, base + i * 8);
-}
-
-/* Offset of the first word of @buf that differs from the pattern, or -1. */
-int64_t check_words(const void *buf, size_t len, uint64_t seed, uint64_t base)
-{
-	const volatile uint64_t *w = buf;
-
-	for (size_t i = 0; i < len / 8; i++)
-		if (w[i] != fx_pat(seed, base + i * 8))
-			return (int64_t)(i * 8);
-	return -1;
-}
-
-bool fx_is_zero(const void *buf, size_t len)
-{
-	const volatile uint64_t *w = buf;
-
-	for (size_t i = 0; i < len / 8; i++)
-		if (w[i])
-			return false;
-	return true;
-}
-
-void *fx_alloc(size_t len)
-{
-	void *p = NULL;
-
-	ck_assert_int_eq(posix_memalign(&p, 4096, len), 0);
-	return p;
-}
-
 /* Write the pattern over the store range [off, off+len). */
 void store_fill(struct kvp_store *s, uint64_t off, size_t len, uint64_t seed)
 {
 	size_t chunk = 1 * MIB;
-	char *buf = fx_alloc(chunk);
+	char *buf = kvp_test_xalloc(chunk);
 
 	for (size_t at = 0; at < len; at += chunk) {
 		size_t n = len - at < chunk ? len - at : chunk;
 
-		fill_words(buf, n, seed, off + at);
+		kvp_test_fill(buf, n, seed, off + at);
 		ck_assert_int_eq(kvp_store_pwrite(s, buf, n, off + at), 0);
 	}
 	free(buf);
@@ -99,7 +59,7 @@ int64_t store_check(struct kvp_store *s, uint64_t off, size_t len,
 		    uint64_t seed)
 {
 	size_t chunk = 1 * MIB;
-	char *buf = fx_alloc(chunk);
+	char *buf = kvp_test_xalloc(chunk);
 	int64_t bad = -1;
 
 	for (size_t at = 0; at < len && bad < 0; at += chunk) {
@@ -107,7 +67,7 @@ int64_t store_check(struct kvp_store *s, uint64_t off, size_t len,
 		int64_t b;
 
 		ck_assert_int_eq(kvp_store_pread(s, buf, n, off + at), 0);
-		b = check_words(buf, n, seed, off + at);
+		b = kvp_test_check(buf, n, seed, off + at);
 		if (b >= 0)
 			bad = (int64_t)at + b;
 	}
@@ -251,18 +211,10 @@ uint64_t touch_read(struct kvp_region *r, size_t off, size_t len)
 void check_region(struct kvp_region *r, size_t off, size_t len, uint64_t seed)
 {
 	int64_t bad =
-	    check_words((char *)kvp_region_addr(r) + off, len, seed, off);
+	    kvp_test_check((char *)kvp_region_addr(r) + off, len, seed, off);
 
 	ck_assert_msg(bad < 0, "region word at %lld differs (seed %llx)",
 		      (long long)(off + (size_t)bad), (unsigned long long)seed);
-}
-
-uint64_t fx_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 /* Evict everything that can be: COLD on all, then stream a second region
@@ -302,39 +254,30 @@ void prefetch_fixture(size_t nblocks, size_t bs, uint64_t budget,
 
 TCase *fx_tcase(Suite *s, const char *name, int timeout)
 {
-	TCase *t = tcase_create(name);
+	TCase *t = kvp_test_tcase(s, name, timeout);
 
 	tcase_add_checked_fixture(t, fx_setup, fx_teardown);
-	tcase_set_timeout(t, timeout);
-	suite_add_tcase(s, t);
 	return t;
 }
 
-int fx_main(const char *prog, Suite *suite)
+int fx_main(Suite *(*make_suite)(void))
 {
 	struct kvp_config c;
 	struct kvp_pager *p = NULL;
-	SRunner *sr;
-	int err, failed;
+	int err;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	kvp_config_defaults(&c);
 	c.ram_budget_bytes = 4 * MIB;
 	err = kvp_pager_open(&c, &p);
 	if (err == -EPERM || err == -EOPNOTSUPP || err == -ENOSYS) {
-		printf("%s: cannot open a pager here: %s\n", prog,
-		       kvp_strerror(err));
-		srunner_free(srunner_create(suite));
-		return 77;
+		return kvp_test_skip("cannot open a pager here: %s",
+				     kvp_strerror(err));
 	}
 	if (err) {
-		printf("%s: kvp_pager_open: %s\n", prog, kvp_strerror(err));
+		printf("kvp_pager_open: %s\n", kvp_strerror(err));
 		return 1;
 	}
 	kvp_pager_close(p);
-	sr = srunner_create(suite);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return kvp_test_run(make_suite());
 }

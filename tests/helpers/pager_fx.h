@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "pager/pager.h"
+#include "tests/helpers/helpers.h"
 
 #define KIB ((size_t)1024)
 #define MIB (1024 * KIB)
@@ -45,19 +46,6 @@ struct popts {
 /* The checked fixture: handles reset; whatever a test left open closed. */
 void fx_setup(void);
 void fx_teardown(void);
-
-/* The pattern word at byte offset @off, and a buffer of them. */
-uint64_t fx_pat(uint64_t seed, uint64_t off);
-void fill_words(void *buf, size_t len, uint64_t seed, uint64_t base);
-
-/* Offset of the first word of @buf that differs from the pattern, or -1. */
-int64_t check_words(const void *buf, size_t len, uint64_t seed, uint64_t base);
-
-/* Every byte of @buf zero? */
-bool fx_is_zero(const void *buf, size_t len);
-
-/* Page-aligned memory (free it); fails the test when there is none. */
-void *fx_alloc(size_t len);
 
 /* Write the pattern over the store range [off, off+len). */
 void store_fill(struct kvp_store *s, uint64_t off, size_t len, uint64_t seed);
@@ -104,9 +92,6 @@ uint64_t touch_read(struct kvp_region *r, size_t off, size_t len);
 /* Fail the test unless [off, off+len) of @r holds @seed's pattern. */
 void check_region(struct kvp_region *r, size_t off, size_t len, uint64_t seed);
 
-/* CLOCK_MONOTONIC in milliseconds (for messages, never for asserts). */
-uint64_t fx_now_ms(void);
-
 /* Evict everything that can be: COLD on all, then stream a second region
  * of the budget's size over it.  (Used where the test must see blocks go.) */
 void push_out(struct kvp_region *r, uint64_t budget);
@@ -121,11 +106,11 @@ void prefetch_fixture(size_t nblocks, size_t bs, uint64_t budget,
 TCase *fx_tcase(Suite *s, const char *name, int timeout);
 
 /*
- * The main of a pager suite: exits 77 when kvp_pager_open says
+ * The main of a pager suite: skips (77) when kvp_pager_open says
  * userfaultfd is not allowed here (-EPERM) or lacks what the engine needs
- * (-EOPNOTSUPP, -ENOSYS), else runs @suite and exits 0 when every test
- * passed.
+ * (-EOPNOTSUPP, -ENOSYS), else runs the suite @make_suite makes
+ * (kvp_test_run).
  */
-int fx_main(const char *prog, Suite *suite);
+int fx_main(Suite *(*make_suite)(void));
 
 #endif /* KVP_TESTS_PAGER_FX_H */
