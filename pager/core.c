@@ -12,6 +12,7 @@
  *   LOADING --kvp_blk_load_unmapped (nothing of it mapped at install)--> ABSENT
  *   RESIDENT --kvp_blk_written (first write, a WP fault)--> RESIDENT (dirty)
  *   RESIDENT --kvp_blk_write_begin / kvp_blk_write_done (flush)--> RESIDENT
+ *   RESIDENT --kvp_blk_write_retry (the store takes writes again)--> RESIDENT
  *   RESIDENT --kvp_blk_begin_evict--> EVICTING
  *   EVICTING --kvp_blk_evicted (detached; written back if dirty)--> ABSENT
  *   EVICTING --kvp_blk_evict_aborted (pages busy, write-back failed,
@@ -232,6 +233,22 @@ void kvp_blk_contents_gone(struct kvp_block *b)
 	b->flags &= ~(BLK_IN_STORE | BLK_DIRTY);
 }
 
+/* BLK_WB_FAILED on or off, with the bytes it holds counted. */
+static void set_wb_failed(struct kvp_region *r, struct kvp_block *b, bool on)
+{
+	if (on == !!(b->flags & BLK_WB_FAILED))
+		return;
+	if (on) {
+		b->flags |= BLK_WB_FAILED;
+		r->p->wb_failed_bytes += r->block_bytes;
+		KVP_STAT_ADD(r, unwritten_bytes, r->block_bytes);
+	} else {
+		b->flags &= ~BLK_WB_FAILED;
+		r->p->wb_failed_bytes -= r->block_bytes;
+		KVP_STAT_SUB(r, unwritten_bytes, r->block_bytes);
+	}
+}
+
 void kvp_blk_begin_load(struct kvp_region *r, struct kvp_block *b,
 			struct kvp_op *op, enum kvp_load_why why)
 {
@@ -314,8 +331,9 @@ void kvp_blk_evicted(struct kvp_region *r, struct kvp_block *b, bool stored)
 		b->flags |= BLK_IN_STORE;
 	if (b->flags & BLK_DROP)
 		b->flags &= ~BLK_IN_STORE;
+	set_wb_failed(r, b, false);
 	b->flags &= ~(BLK_DIRTY | BLK_REF | BLK_PREFETCHED | BLK_READAHEAD |
-		      BLK_DROP | BLK_HOLES | BLK_WB_FAILED);
+		      BLK_DROP | BLK_HOLES);
 	r->inflight--;
 	KVP_STAT_SUB(r, resident_bytes, r->block_bytes);
 	assert(kvp_blk_sane(r, b));
@@ -334,7 +352,7 @@ void kvp_blk_evict_aborted(struct kvp_region *r, struct kvp_block *b,
 		b->flags |= BLK_REF;
 		break;
 	case ABORT_WRITE_FAILED:
-		b->flags |= BLK_WB_FAILED;
+		set_wb_failed(r, b, true);
 		break;
 	case ABORT_DISCARD:
 		/* Its contents are dropped all the same. */
@@ -355,16 +373,22 @@ void kvp_blk_write_begin(struct kvp_block *b)
 void kvp_blk_write_done(struct kvp_region *r, struct kvp_block *b, int err)
 {
 	assert(b->state == KVP_BLOCK_RESIDENT && b->holds);
+	set_wb_failed(r, b, err != 0);
 	if (err) {
-		b->flags |= BLK_DIRTY | BLK_WB_FAILED;
+		b->flags |= BLK_DIRTY;
 		return;
 	}
 	b->flags |= BLK_IN_STORE;
-	b->flags &= ~BLK_WB_FAILED;
 	/* Without write protection, or across a hole where it cannot be
 	 * set, a later write would go unseen: it stays dirty. */
 	if (!r->p->have_wp || (b->flags & BLK_SPLIT))
 		b->flags |= BLK_DIRTY;
+}
+
+void kvp_blk_write_retry(struct kvp_region *r, struct kvp_block *b)
+{
+	assert(b->state == KVP_BLOCK_RESIDENT);
+	set_wb_failed(r, b, false);
 }
 
 void kvp_blk_forget(struct kvp_region *r, struct kvp_block *b)
@@ -377,6 +401,7 @@ void kvp_blk_forget(struct kvp_region *r, struct kvp_block *b)
 	}
 	if (b->state == KVP_BLOCK_POISONED)
 		KVP_STAT_SUB(r, poisoned_blocks, 1);
+	set_wb_failed(r, b, false);
 	b->state = KVP_BLOCK_ABSENT;
 	b->flags &= BLK_GONE | BLK_SPLIT;
 	assert(kvp_blk_sane(r, b));

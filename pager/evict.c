@@ -22,7 +22,9 @@
  * fails puts the pages back and keeps the block resident and dirty.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "pager/pager_i.h"
 
@@ -30,6 +32,7 @@ struct kvp_block *kvp_clock_victim(struct kvp_pager *p, struct kvp_region **rp,
 				   bool take_prefetched)
 {
 	struct kvp_block *b = p->clock, *start = b;
+	bool retry = kvp_writeback_retry_due(p);
 	unsigned rounds = 0;
 
 	if (!b)
@@ -39,7 +42,8 @@ struct kvp_block *kvp_clock_victim(struct kvp_pager *p, struct kvp_region **rp,
 		 * it only when two rounds found nothing else (the first
 		 * only clears reference bits). */
 		if (b->pins == 0 && b->holds == 0 &&
-		    !(b->flags & BLK_WB_FAILED) && !(b->flags & BLK_REF) &&
+		    (!(b->flags & BLK_WB_FAILED) || retry) &&
+		    !(b->flags & BLK_REF) &&
 		    ((rounds > 1 && take_prefetched) ||
 		     !(b->flags & BLK_PREFETCHED))) {
 			p->clock = b->next == b ? NULL : b->next;
@@ -239,6 +243,48 @@ int kvp_evict_move(struct kvp_service *s, struct kvp_op *op)
 	return 0;
 }
 
+#define BACKOFF_MIN_MS 10
+#define BACKOFF_MAX_MS 1000
+
+bool kvp_writeback_retry_due(const struct kvp_pager *p)
+{
+	return p->wb_failed_bytes && kvp_now_ns() >= p->wb_retry_ns;
+}
+
+void kvp_writeback_result(struct kvp_region *r, int err)
+{
+	struct kvp_pager *p = r->p;
+
+	if (!err) {
+		if (!p->wb_backoff_ms)
+			return;
+		fprintf(stderr, "kvpager: write-back to %s works again\n",
+			r->store->desc);
+		p->wb_backoff_ms = 0;
+		p->wb_retry_ns = 0;
+		/* Every block that failed is an ordinary dirty one again. */
+		for (struct kvp_block *b = p->clock, *first = b; b;) {
+			struct kvp_block *next = b->next;
+
+			if (b->flags & BLK_WB_FAILED)
+				kvp_blk_write_retry(b->owner, b);
+			b = next == first ? NULL : next;
+		}
+		return;
+	}
+	if (!p->wb_backoff_ms)
+		fprintf(stderr,
+			"kvpager: write-back to %s failed: %s; dirty blocks "
+			"stay resident and are retried (write_errors_total, "
+			"unwritten_bytes)\n",
+			r->store->desc, strerror(-err));
+	p->wb_backoff_ms =
+	    p->wb_backoff_ms ? 2 * p->wb_backoff_ms : BACKOFF_MIN_MS;
+	if (p->wb_backoff_ms > BACKOFF_MAX_MS)
+		p->wb_backoff_ms = BACKOFF_MAX_MS;
+	p->wb_retry_ns = kvp_now_ns() + p->wb_backoff_ms * 1000000ull;
+}
+
 void kvp_writeback_done(struct kvp_service *s, struct kvp_op *op)
 {
 	struct kvp_pager *p = s->p;
@@ -250,9 +296,13 @@ void kvp_writeback_done(struct kvp_service *s, struct kvp_op *op)
 	pthread_mutex_lock(&p->lock);
 	p->leaving--;
 	p->leaving_bytes -= len;
+	if (!(b->flags & BLK_DROP))
+		kvp_writeback_result(r, ok		    ? 0
+					: op->io.result < 0 ? (int)op->io.result
+							    : -EIO);
 	if (!ok && !(b->flags & BLK_DROP)) {
-		/* Keep the only copy: put the pages back, dirty, and never
-		 * pick the block again until a flush succeeds. */
+		/* Keep the only copy: put the pages back, dirty, and pick
+		 * the block again only when the back-off says so. */
 		KVP_STAT_ADD(r, write_errors_total, 1);
 		pthread_mutex_unlock(&p->lock);
 		bool back =

@@ -31,7 +31,8 @@
 #include "kmod-helpers/mem.h"
 #include "pager/pager_i.h"
 
-#define ARENA_MIN (64ULL << 30)
+#define ARENA_MIN     (64ULL << 30)
+#define OVERDRAFT_MIN (4ULL << 20)
 
 uint64_t kvp_budget(const struct kvp_pager *p)
 {
@@ -50,7 +51,17 @@ static bool budget_sane(const struct kvp_pager *p, bool grew)
 	const struct kvp_frames *f = &p->frames;
 
 	return f->in_use <= f->charged &&
-	       (!grew || f->charged <= kvp_budget(p));
+	       (!grew || f->charged <= kvp_budget(p) + kvp_overdraft_cap(p));
+}
+
+/* An eighth of the budget, at least 4 MiB: room for the faults of a
+ * program whose store stopped taking writes, while the back-off retries
+ * them (README: "When the store refuses writes"). */
+uint64_t kvp_overdraft_cap(const struct kvp_pager *p)
+{
+	uint64_t cap = kvp_budget(p) / 8;
+
+	return cap > OVERDRAFT_MIN ? cap : OVERDRAFT_MIN;
 }
 
 unsigned kvp_size_class(size_t bytes)
@@ -183,18 +194,19 @@ void *kvp_frame_empty_slot(struct kvp_pager *p, size_t bytes)
 	return f->arena + at;
 }
 
-void *kvp_frame_get(struct kvp_pager *p, size_t bytes)
+/* A frame while the charge stays within @limit. */
+static void *frame_get(struct kvp_pager *p, size_t bytes, uint64_t limit)
 {
 	struct kvp_frames *f = &p->frames;
 	unsigned c = kvp_size_class(bytes);
 	size_t at;
 	void *slot;
 
-	/* Over budget (it was just lowered): free what is free, and hand
-	 * out nothing until evictions bring the charge under it. */
-	if (f->charged > kvp_budget(p)) {
-		kvp_frames_shrink(p, kvp_budget(p));
-		if (f->charged > kvp_budget(p))
+	/* Over the limit (the budget was just lowered): free what is free,
+	 * and hand out nothing until evictions bring the charge under it. */
+	if (f->charged > limit) {
+		kvp_frames_shrink(p, limit);
+		if (f->charged > limit)
 			return NULL;
 	}
 	slot = stack_pop(&f->full[c]);
@@ -211,7 +223,7 @@ void *kvp_frame_get(struct kvp_pager *p, size_t bytes)
 		assert(budget_sane(p, false));
 		return f->arena + at;
 	}
-	while (f->charged + bytes > kvp_budget(p))
+	while (f->charged + bytes > limit)
 		if (!drop_one_full(p, (int)c))
 			return NULL;
 	slot = kvp_frame_empty_slot(p, bytes);
@@ -221,6 +233,16 @@ void *kvp_frame_get(struct kvp_pager *p, size_t bytes)
 	f->charged += bytes;
 	assert(budget_sane(p, true));
 	return slot;
+}
+
+void *kvp_frame_get(struct kvp_pager *p, size_t bytes)
+{
+	return frame_get(p, bytes, kvp_budget(p));
+}
+
+void *kvp_frame_get_overdraft(struct kvp_pager *p, size_t bytes)
+{
+	return frame_get(p, bytes, kvp_budget(p) + kvp_overdraft_cap(p));
 }
 
 /* Free pre-touched memory not carved yet, from its end, in huge pages:

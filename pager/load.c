@@ -17,17 +17,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "pager/pager_i.h"
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void want_frame_push(struct kvp_service *s, struct kvp_op *op)
 {
@@ -177,7 +168,7 @@ static int install(struct kvp_pager *p, struct kvp_region *r, uint64_t blk,
 
 static void latency(struct kvp_region *r, uint64_t submit_ns)
 {
-	uint64_t us = (now_ns() - submit_ns) / 1000;
+	uint64_t us = (kvp_now_ns() - submit_ns) / 1000;
 	unsigned i = 0;
 
 	while (us > 1 && i < KVP_LATENCY_BUCKETS - 1) {
@@ -206,6 +197,58 @@ void kvp_load_abandon(struct kvp_service *s, struct kvp_op *op)
 	/* A fault that waited on it faults again (and reads zeros). */
 	(void)kvp_uffd_wake(&p->uffd, kvp_blk_addr(r, op->blk), r->block_bytes);
 	kvp_op_free(op);
+}
+
+/* Under p->lock, which it releases: a load that holds no frame fails; its
+ * block is POISONED, SIGBUS for every access, now and later: never a
+ * hang. */
+static void poison_load(struct kvp_service *s, struct kvp_op *op)
+{
+	struct kvp_pager *p = s->p;
+	struct kvp_region *r = op->r;
+
+	kvp_blk_load_failed(r, &r->blocks[op->blk]);
+	finish_pfs(p, op, true);
+	pthread_cond_broadcast(&p->idle);
+	pthread_mutex_unlock(&p->lock);
+	if (p->have_poison)
+		kvp_uffd_poison_range(p, kvp_blk_addr(r, op->blk),
+				      r->block_bytes);
+	kvp_op_free(op);
+}
+
+void kvp_load_past_budget(struct kvp_service *s, struct kvp_op *op)
+{
+	struct kvp_pager *p = s->p;
+	struct kvp_region *r = op->r;
+	struct kvp_block *b = &r->blocks[op->blk];
+	void *slot;
+
+	if (b->flags & (BLK_PREFETCHED | BLK_READAHEAD)) {
+		/* Nobody faulted on it: not worth the overdraft. */
+		kvp_want_frame_pop(s);
+		kvp_load_abandon(s, op);
+		return;
+	}
+	slot = kvp_frame_get_overdraft(p, r->block_bytes);
+	if (slot) {
+		KVP_STAT_ADD(r, overdraft_loads_total, 1);
+		kvp_want_frame_pop(s);
+		kvp_load_arm(s, op, slot);
+		pthread_mutex_unlock(&p->lock);
+		return;
+	}
+	if (!op->forced_retry) {
+		/* The overdraft is spent.  Before a SIGBUS, one write-back
+		 * now, whatever the back-off says: the store may be back. */
+		op->forced_retry = true;
+		p->wb_retry_ns = 0;
+		pthread_mutex_unlock(&p->lock);
+		return;
+	}
+	KVP_STAT_ADD(r, unservable_faults_total, 1);
+	kvp_want_frame_pop(s);
+	poison_load(s, op);
 }
 
 /* Under p->lock: take a staged op off the pager's list. */
@@ -327,16 +370,9 @@ void kvp_load_done(struct kvp_service *s, struct kvp_op *op)
 	}
 	if (!ok && !(b->flags & BLK_DROP)) {
 		KVP_STAT_ADD(r, read_errors_total, 1);
-		kvp_blk_load_failed(r, b);
-		finish_pfs(p, op, true);
 		kvp_frame_unuse(p, len);
 		kvp_frame_put(p, op->slot, len, true);
-		pthread_cond_broadcast(&p->idle);
-		pthread_mutex_unlock(&p->lock);
-		/* SIGBUS for every access, now and later: never a hang. */
-		if (p->have_poison)
-			kvp_uffd_poison_range(p, kvp_blk_addr(r, op->blk), len);
-		kvp_op_free(op);
+		poison_load(s, op);
 		return;
 	}
 	if ((b->flags & BLK_READAHEAD) && !(b->flags & BLK_DROP) &&

@@ -109,6 +109,9 @@ struct kvp_op {
 				      installed (read-ahead), on p->staged */
 	bool dirty;		   /* load: install writable and dirty (a
 				      write fault is waiting) */
+	bool forced_retry;	   /* load: past the budget and its
+				      overdraft, a write-back was retried
+				      for it before the back-off said so */
 	uint32_t rm_start, rm_end; /* load: bytes the program dropped
 				      meanwhile, zeroed before install */
 	struct kvp_pf_ref *pfs;	   /* prefetch handles waiting on it */
@@ -212,6 +215,14 @@ struct kvp_pager {
 	struct kvp_op *staged;	  /* read-ahead blocks read, not installed
 				      (newest first) */
 	uint64_t pinned_bytes;	  /* bytes of blocks with pins > 0 */
+	/* Write-back failures (evict.c): blocks with BLK_WB_FAILED stay
+	 * resident and are tried again once wb_retry_ns has passed; each
+	 * failure doubles the wait, a success ends it. */
+	uint64_t wb_failed_bytes; /* bytes of blocks with BLK_WB_FAILED */
+	uint64_t wb_retry_ns;	  /* CLOCK_MONOTONIC: failed ones may be
+				     picked again from then on */
+	uint64_t wb_backoff_ms;	  /* the wait after the last failure, 0
+				     while writes succeed */
 	pthread_cond_t idle;	  /* an op finished (destroy waits) */
 	struct kvp_service *svc;
 	unsigned nsvc;
@@ -275,11 +286,16 @@ void kvp_frame_put(struct kvp_pager *p, void *slot, size_t bytes, bool full);
 void kvp_frame_put_undone(struct kvp_pager *p, void *slot, size_t bytes);
 /* A block gave up its frame's bytes (evicted, dropped, forgotten). */
 void kvp_frame_unuse(struct kvp_pager *p, size_t bytes);
+/* kvp_frame_get past the budget, by at most kvp_overdraft_cap: for a
+ * fault when every resident block is unwritable. */
+void *kvp_frame_get_overdraft(struct kvp_pager *p, size_t bytes);
+uint64_t kvp_overdraft_cap(const struct kvp_pager *p);
 /* Drop free pages down to @target bytes charged (returns bytes freed). */
 uint64_t kvp_frames_shrink(struct kvp_pager *p, uint64_t target);
 uint64_t kvp_budget(const struct kvp_pager *p);
 
 /* stats.c */
+uint64_t kvp_now_ns(void); /* CLOCK_MONOTONIC */
 void kvp_stats_snapshot(const struct kvp_astats *a, struct kvp_stats *out);
 void kvp_stats_add(struct kvp_stats *sum, const struct kvp_stats *s);
 void kvp_astats_fold(struct kvp_astats *into, const struct kvp_astats *a);
@@ -345,6 +361,9 @@ void kvp_blk_evict_aborted(struct kvp_region *r, struct kvp_block *b,
  * write (a write meanwhile dirties it again), then done (@err: -errno). */
 void kvp_blk_write_begin(struct kvp_block *b);
 void kvp_blk_write_done(struct kvp_region *r, struct kvp_block *b, int err);
+/* Its write-back failed before; the store takes writes again: an ordinary
+ * dirty block once more. */
+void kvp_blk_write_retry(struct kvp_region *r, struct kvp_block *b);
 void kvp_blk_forget(struct kvp_region *r, struct kvp_block *b);
 
 /* request.c: work for the service threads.  Under p->lock. */
@@ -422,6 +441,12 @@ bool kvp_put_back(struct kvp_pager *p, char *addr, void *slot, size_t len);
 int kvp_evict_move(struct kvp_service *s, struct kvp_op *op);
 /* A write-back completed (called unlocked). */
 void kvp_writeback_done(struct kvp_service *s, struct kvp_op *op);
+/* Under p->lock: a write-back to @r's store ended with @err (0 or
+ * -errno): starts, lengthens or ends the back-off, and says so on stderr
+ * when writes start or stop failing. */
+void kvp_writeback_result(struct kvp_region *r, int err);
+/* Under p->lock: may blocks whose write-back failed be tried again now? */
+bool kvp_writeback_retry_due(const struct kvp_pager *p);
 /* Under p->lock (dropped and retaken inside): drop a resident, unpinned
  * block's contents, its pages back to the pool. */
 void kvp_discard_resident(struct kvp_region *r, uint64_t blk);
@@ -437,6 +462,13 @@ void kvp_load_arm(struct kvp_service *s, struct kvp_op *op, void *slot);
 /* Give up a load that holds no frame (its region dying, its range
  * dropped): releases p->lock, wakes its waiters, frees @op. */
 void kvp_load_abandon(struct kvp_service *s, struct kvp_op *op);
+/* Under p->lock, which it releases: the load at the head of want_frame,
+ * which no eviction can serve (every resident block unwritable).  A
+ * fault's load takes a frame from the overdraft; with the overdraft spent
+ * too, it stays queued while one write-back is retried at once, and when
+ * it still finds no frame its block is poisoned (SIGBUS).  A prefetch or
+ * read-ahead is given up. */
+void kvp_load_past_budget(struct kvp_service *s, struct kvp_op *op);
 /* Its read is done (called unlocked): install, stage or poison. */
 void kvp_load_done(struct kvp_service *s, struct kvp_op *op);
 /* Install a loaded block and make it RESIDENT (called unlocked). */

@@ -222,6 +222,7 @@ static int write_block(struct kvp_region *r, uint64_t blk)
 	err = store_block(r, blk);
 	pthread_mutex_lock(&p->lock);
 	kvp_blk_write_done(r, b, err);
+	kvp_writeback_result(r, err);
 	pthread_mutex_unlock(&p->lock);
 	return err;
 }

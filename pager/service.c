@@ -228,8 +228,20 @@ static void frame_stage(struct kvp_service *s)
 		bool wait = p->leaving >= s->nwant;
 
 		pthread_mutex_unlock(&p->lock);
-		if (wait || ++tries > 64 || kvp_evict_one(s, true) == -EAGAIN)
+		if (wait || ++tries > 64)
 			return;
+		if (kvp_evict_one(s, true) != -EAGAIN)
+			continue;
+		/* Nothing can leave.  When that is because write-backs
+		 * fail, no wait is bounded (the store may never take a
+		 * write again): the fault is served past the budget, or
+		 * gets SIGBUS, now. */
+		pthread_mutex_lock(&p->lock);
+		if (!p->wb_failed_bytes || p->leaving || s->want_frame != op) {
+			pthread_mutex_unlock(&p->lock);
+			return;
+		}
+		kvp_load_past_budget(s, op);
 	}
 }
 
@@ -466,6 +478,21 @@ static bool take_requests(struct kvp_service *s)
 	return stop;
 }
 
+/* Milliseconds until failed write-backs may be retried, so that the
+ * loop wakes then (the watermark stage or a load's eviction retries
+ * them), or -1: none failed, or the retry is due and waits for a need. */
+static int retry_timeout(struct kvp_pager *p)
+{
+	uint64_t now = kvp_now_ns();
+	int timeout = -1;
+
+	pthread_mutex_lock(&p->lock);
+	if (p->wb_failed_bytes && now < p->wb_retry_ns)
+		timeout = (int)((p->wb_retry_ns - now) / 1000000 + 1);
+	pthread_mutex_unlock(&p->lock);
+	return timeout;
+}
+
 static void *service_main(void *arg)
 {
 	struct kvp_service *s = arg;
@@ -503,6 +530,8 @@ static void *service_main(void *arg)
 			timeout = 0;
 		else if (s->want_frame || s->to_submit || s->ready)
 			timeout = 1; /* waiting on another thread's work */
+		else
+			timeout = retry_timeout(p);
 		if (s->stopping)
 			timeout = 10;
 		int n = poll(pfd, 2 + s->nqueues < npfd ? 2 + s->nqueues : npfd,

@@ -2,7 +2,17 @@
  * stats.c - the statistics' atomics: snapshots, sums, and the totals a
  * destroyed region leaves to its pager.
  */
+#include <time.h>
+
 #include "pager/pager_i.h"
+
+uint64_t kvp_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 void kvp_stats_snapshot(const struct kvp_astats *a, struct kvp_stats *out)
 {

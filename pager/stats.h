@@ -43,12 +43,21 @@ enum kvp_stat_kind { KVP_COUNTER, KVP_GAUGE };
 	X(installs_copy_total, KVP_COUNTER, "blocks installed by UFFDIO_COPY") \
 	X(read_errors_total, KVP_COUNTER, "failed or short store reads")       \
 	X(write_errors_total, KVP_COUNTER, "failed store writes")              \
+	X(overdraft_loads_total, KVP_COUNTER,                                  \
+	  "loads given a frame past the budget (its overdraft) because every " \
+	  "resident block's write-back had failed")                            \
+	X(unservable_faults_total, KVP_COUNTER,                                \
+	  "faults answered with SIGBUS: the budget and its overdraft held "    \
+	  "only blocks whose write-back had failed")                           \
 	X(buffered_io_total, KVP_COUNTER,                                      \
 	  "I/Os done buffered because the store refused O_DIRECT")             \
 	X(removed_bytes_total, KVP_COUNTER,                                    \
 	  "bytes the program dropped (MADV_DONTNEED, munmap)")                 \
 	X(resident_bytes, KVP_GAUGE, "bytes of blocks resident now")           \
-	X(poisoned_blocks, KVP_GAUGE, "blocks whose load failed")
+	X(poisoned_blocks, KVP_GAUGE, "blocks whose load failed")             \
+	X(unwritten_bytes, KVP_GAUGE,                                          \
+	  "dirty bytes kept resident because their write-back failed "        \
+	  "(retried with back-off)")
 
 /* I/O latency histogram: bucket i counts I/Os of [2^i, 2^(i+1)) us. */
 #define KVP_LATENCY_BUCKETS 24

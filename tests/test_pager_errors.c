@@ -38,15 +38,16 @@ static void on_sigbus(int sig)
 
 static void on_alarm(int sig)
 {
-	static const char m[] = "test_pager: no SIGBUS 30 s after touching a "
-				"block whose read failed: the thread hangs\n";
+	static const char m[] = "test_pager: an access neither returned nor "
+				"raised SIGBUS in 30 s: the thread hangs\n";
 	(void)sig;
 	(void)!write(2, m, sizeof(m) - 1);
 	_exit(3);
 }
 
-/* Touch @p; true if that raised SIGBUS.  A hang ends the test (alarm). */
-static bool touch_bus(volatile char *p, uint64_t *ms)
+/* Read @p, or write @v there if @write; true if that raised SIGBUS.  A
+ * hang ends the test (alarm). */
+static bool access_bus(volatile char *p, bool write, char v, uint64_t *ms)
 {
 	struct sigaction sa = { .sa_handler = on_sigbus }, old, olda;
 	struct sigaction al = { .sa_handler = on_alarm };
@@ -58,8 +59,12 @@ static bool touch_bus(volatile char *p, uint64_t *ms)
 	sigaction(SIGALRM, &al, &olda);
 	bus_seen = 0;
 	alarm(30);
-	if (sigsetjmp(bus_jb, 1) == 0)
-		(void)*p;
+	if (sigsetjmp(bus_jb, 1) == 0) {
+		if (write)
+			*p = v;
+		else
+			(void)*p;
+	}
 	alarm(0);
 	bus = bus_seen;
 	sigaction(SIGBUS, &old, NULL);
@@ -67,6 +72,11 @@ static bool touch_bus(volatile char *p, uint64_t *ms)
 	if (ms)
 		*ms = (kvp_test_now_ns() / 1000000) - t0;
 	return bus;
+}
+
+static bool touch_bus(volatile char *p, uint64_t *ms)
+{
+	return access_bus(p, false, 0, ms);
 }
 
 START_TEST(test_read_error_sigbus)
@@ -256,6 +266,142 @@ START_TEST(test_writeback_failure)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ */
+/* a store that refuses writes never hangs a program */
+
+/*
+ * Write the pattern of @seed over [from, to) of R block by block, each
+ * block's first byte written alone first (its fault) and timed: the
+ * longest goes to *max_ns.  Returns the offset of the block whose fault
+ * raised SIGBUS, or @to when none did.
+ */
+static size_t write_blocks(size_t from, size_t to, uint64_t seed,
+			   uint64_t *max_ns)
+{
+	char *a = kvp_region_addr(R);
+	size_t bs = kvp_region_block_bytes(R);
+	char first[8];
+
+	for (size_t off = from; off < to; off += bs) {
+		uint64_t t0 = kvp_test_now_ns(), ns;
+
+		kvp_test_fill(first, sizeof(first), seed, off);
+		if (access_bus(a + off, true, first[0], NULL))
+			return off;
+		ns = kvp_test_now_ns() - t0;
+		if (max_ns && ns > *max_ns)
+			*max_ns = ns;
+		kvp_test_fill(a + off, bs, seed, off);
+	}
+	return to;
+}
+
+/* Wait up to 30 s for the region's unwritten_bytes to reach 0. */
+static uint64_t wait_written(void)
+{
+	uint64_t v = 0;
+
+	for (int k = 0; k < 3000; k++) {
+		v = rstats(R).unwritten_bytes;
+		if (!v)
+			break;
+		usleep(10000);
+	}
+	return v;
+}
+
+/*
+ * Dirty data past the budget while the store refuses every write: the
+ * faults are served from the overdraft (no hang, nothing dropped), the
+ * failures are counted, and when the store recovers the back-off's retry
+ * writes the blocks back by itself.  Without the fix the writer waited
+ * in the kernel for ever once the budget held only unwritable blocks.
+ */
+START_TEST(test_writeback_stall)
+{
+	size_t bs = 64 * KIB;
+	uint64_t budget = 8 * MIB, cap = 4 * MIB; /* the overdraft's floor */
+	size_t size = 32 * MIB, dirty = budget + cap / 2;
+	struct popts po = { .budget = budget,
+			    .mode = _i ? KVP_INSTALL_COPY : KVP_INSTALL_MOVE };
+	struct kvp_fault_plan plan = { .write_errno = EIO };
+	uint64_t max_ns = 0;
+	struct kvp_stats s;
+
+	make_faulty_store(size);
+	ck_assert_int_eq(kvp_store_faulty_set(S, &plan), 0);
+	open_pager(&po);
+	R = make_region(size, bs, 0);
+	ck_assert_uint_eq(write_blocks(0, dirty, SEED_B, &max_ns), dirty);
+	printf("writeback_stall %s: longest fault with writes failing: "
+	       "%.1f ms\n",
+	       kvp_region_install_mode(R), (double)max_ns / 1e6);
+	s = rstats(R);
+	ck_assert_uint_gt(s.write_errors_total, 0);
+	ck_assert_uint_gt(s.overdraft_loads_total, 0);
+	ck_assert_uint_eq(s.unservable_faults_total, 0);
+	ck_assert_uint_gt(s.unwritten_bytes, 0);
+	ck_assert_uint_eq(s.evictions_dirty_total, 0);
+	check_region(R, 0, dirty, SEED_B);
+
+	/* The store recovers: more faults need frames, the retries write
+	 * the old blocks back, and every byte reaches the store. */
+	plan.write_errno = 0;
+	ck_assert_int_eq(kvp_store_faulty_set(S, &plan), 0);
+	ck_assert_uint_eq(write_blocks(dirty, size, SEED_B, NULL), size);
+	ck_assert_uint_eq(wait_written(), 0);
+	s = rstats(R);
+	ck_assert_uint_gt(s.evictions_dirty_total, 0);
+	ck_assert_uint_eq(s.unservable_faults_total, 0);
+	check_region(R, 0, size, SEED_B);
+	ck_assert_int_eq(kvp_region_destroy(R), 0);
+	R = NULL;
+	ck_assert_int_eq(store_check(S0, 0, size, SEED_B), -1);
+}
+END_TEST
+
+/*
+ * Past the budget and its overdraft, with every write refused, a fault
+ * gets SIGBUS (bounded, never a hang) and its block is poisoned; nothing
+ * written before is lost, and after the store recovers the poisoned
+ * block is usable again once dropped.
+ */
+START_TEST(test_writeback_stall_sigbus)
+{
+	size_t bs = 64 * KIB;
+	uint64_t budget = 8 * MIB, cap = 4 * MIB;
+	size_t size = 32 * MIB, bus;
+	struct popts po = { .budget = budget,
+			    .mode = _i ? KVP_INSTALL_COPY : KVP_INSTALL_MOVE };
+	struct kvp_fault_plan plan = { .write_errno = ENOSPC };
+	uint64_t max_ns = 0;
+
+	make_faulty_store(size);
+	ck_assert_int_eq(kvp_store_faulty_set(S, &plan), 0);
+	open_pager(&po);
+	R = make_region(size, bs, 0);
+	bus = write_blocks(0, size, SEED_B, &max_ns);
+	printf("writeback_stall_sigbus %s: SIGBUS at %zu MiB, longest fault "
+	       "before it %.1f ms\n",
+	       kvp_region_install_mode(R), bus / MIB, (double)max_ns / 1e6);
+	ck_assert_uint_ge(bus, budget);
+	ck_assert_uint_le(bus, budget + cap + bs);
+	ck_assert_uint_eq(rstats(R).unservable_faults_total, 1);
+	ck_assert_int_eq(binfo(R, bus / bs).state, KVP_BLOCK_POISONED);
+	check_region(R, 0, bus, SEED_B);
+
+	plan.write_errno = 0;
+	ck_assert_int_eq(kvp_store_faulty_set(S, &plan), 0);
+	ck_assert_int_eq(kvp_region_advise(R, bus / bs, 1, KVP_ADVICE_DISCARD),
+			 0);
+	ck_assert_uint_eq(write_blocks(bus, size, SEED_B, NULL), size);
+	check_region(R, 0, size, SEED_B);
+	ck_assert_int_eq(kvp_region_destroy(R), 0);
+	R = NULL;
+	ck_assert_int_eq(store_check(S0, 0, size, SEED_B), -1);
+}
+END_TEST
+
 static Suite *pager_errors_suite(void)
 {
 	Suite *s = suite_create("pager_errors");
@@ -265,6 +411,9 @@ static Suite *pager_errors_suite(void)
 	tcase_add_loop_test(t, test_read_error_sigbus, 0, 4);
 	tcase_add_test(t, test_read_error_threads);
 	tcase_add_loop_test(t, test_writeback_failure, 0, 4);
+	t = fx_tcase(s, "writeback_stall", 120);
+	tcase_add_loop_test(t, test_writeback_stall, 0, 2);
+	tcase_add_loop_test(t, test_writeback_stall_sigbus, 0, 2);
 	return s;
 }
 
