@@ -15,17 +15,12 @@
 /*
  * Raw syscalls, not libc's mmap/munmap: under the LD_PRELOAD shim those
  * symbols are interposed, and the pager's own reservations must not be
- * turned into regions.
+ * turned into regions.  syscall(2) itself returns -1 and sets errno.
  */
-static void *raw_mmap(void *addr, size_t len, int prot, int flags)
+void *kvp_mem_sys_mmap(void *addr, size_t len, int prot, int flags, int fd,
+		       off_t off)
 {
-	long r = syscall(SYS_mmap, addr, len, prot, flags, -1, 0L);
-
-	if (r < 0 && r > -4096) {
-		errno = (int)-r;
-		return MAP_FAILED;
-	}
-	return (void *)r;
+	return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
 }
 
 static int raw_munmap(void *addr, size_t len)
@@ -50,8 +45,9 @@ int kvp_mem_reserve(size_t len, size_t align, bool huge, void **addr)
 	span = len + align - KVP_PAGE_SIZE;
 	if (span < len)
 		return -EOVERFLOW;
-	p = raw_mmap(NULL, span, PROT_READ | PROT_WRITE,
-		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE);
+	p = kvp_mem_sys_mmap(NULL, span, PROT_READ | PROT_WRITE,
+			     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
+			     0);
 	if (p == MAP_FAILED)
 		return -errno;
 	start = (uintptr_t)p;

@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 #include <sys/uio.h>
 
 #define KVP_PAGE_SIZE 4096UL
@@ -20,6 +21,14 @@
  * On success *addr is the start; on failure nothing stays mapped.
  */
 int kvp_mem_reserve(size_t len, size_t align, bool huge, void **addr);
+
+/*
+ * kvp_mem_sys_mmap - mmap(2) by its system call, never through a symbol
+ * an LD_PRELOAD shim interposes.  As mmap(2): the address, or MAP_FAILED
+ * with errno set (ENOMEM for an address-space limit, not EPERM).
+ */
+void *kvp_mem_sys_mmap(void *addr, size_t len, int prot, int flags, int fd,
+		       off_t off);
 
 /* kvp_mem_release - unmap a range from kvp_mem_reserve. */
 int kvp_mem_release(void *addr, size_t len);

@@ -22,8 +22,9 @@ const char *kvp_strerror(int err)
 		       "/dev/userfaultfd, or set vm.unprivileged_userfaultfd=1";
 	case ENOMEM:
 		return "out of memory or address space (or vm.max_map_count "
-		       "regions reached): free regions, raise "
-		       "vm.max_map_count or the memory limit";
+		       "regions reached; a pager reserves 4.5 times its "
+		       "budget of address space): free regions, raise "
+		       "vm.max_map_count, the memory limit or ulimit -v";
 	case ENOSPC:
 		return "no space: the backing store is full, or more would "
 		       "be pinned than the RAM budget holds";

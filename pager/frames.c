@@ -31,7 +31,6 @@
 #include "kmod-helpers/mem.h"
 #include "pager/pager_i.h"
 
-#define ARENA_MIN     (64ULL << 30)
 #define OVERDRAFT_MIN (4ULL << 20)
 
 uint64_t kvp_budget(const struct kvp_pager *p)
@@ -57,11 +56,14 @@ static bool budget_sane(const struct kvp_pager *p, bool grew)
 /* An eighth of the budget, at least 4 MiB: room for the faults of a
  * program whose store stopped taking writes, while the back-off retries
  * them (README: "When the store refuses writes"). */
+static uint64_t overdraft_for(uint64_t budget)
+{
+	return budget / 8 > OVERDRAFT_MIN ? budget / 8 : OVERDRAFT_MIN;
+}
+
 uint64_t kvp_overdraft_cap(const struct kvp_pager *p)
 {
-	uint64_t cap = kvp_budget(p) / 8;
-
-	return cap > OVERDRAFT_MIN ? cap : OVERDRAFT_MIN;
+	return overdraft_for(kvp_budget(p));
 }
 
 unsigned kvp_size_class(size_t bytes)
@@ -89,10 +91,26 @@ static void *stack_pop(struct kvp_slot_stack *s)
 	return s->n ? s->v[--s->n] : NULL;
 }
 
+/*
+ * Address space (MAP_NORESERVE: no memory) the arena reserves for @budget.
+ * Slots are carved per block size and never returned: slots of one size
+ * that are not empty hold charged bytes, so one block size needs the
+ * budget and its overdraft; twice that serves a second block size at
+ * once, and twice again lets a running pager raise its budget to twice
+ * the first (kvp_pager_reconfigure refuses more).  The pre-touched part
+ * lies within it.
+ */
+uint64_t kvp_arena_bytes(uint64_t budget)
+{
+	uint64_t len = 4 * (budget + overdraft_for(budget));
+
+	return (len + KVP_HUGE_SIZE - 1) & ~(uint64_t)(KVP_HUGE_SIZE - 1);
+}
+
 int kvp_frames_init(struct kvp_pager *p)
 {
 	struct kvp_frames *f = &p->frames;
-	uint64_t len = 4 * p->cfg.ram_budget_bytes + ARENA_MIN, pre;
+	uint64_t len = kvp_arena_bytes(p->cfg.ram_budget_bytes), pre;
 	void *a;
 	int err;
 
@@ -102,7 +120,6 @@ int kvp_frames_init(struct kvp_pager *p)
 	err = kvp_uffd_api(&f->land, UFFD_FEATURE_MOVE, UFFD_FEATURE_MOVE);
 	if (err)
 		goto out_close;
-	len = (len + KVP_HUGE_SIZE - 1) & ~(uint64_t)(KVP_HUGE_SIZE - 1);
 	err = kvp_mem_reserve(len, KVP_HUGE_SIZE, true, &a);
 	if (err)
 		goto out_close;

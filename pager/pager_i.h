@@ -290,6 +290,8 @@ void kvp_frame_unuse(struct kvp_pager *p, size_t bytes);
  * fault when every resident block is unwritable. */
 void *kvp_frame_get_overdraft(struct kvp_pager *p, size_t bytes);
 uint64_t kvp_overdraft_cap(const struct kvp_pager *p);
+/* The frame arena's address space for a budget (frames.c says why). */
+uint64_t kvp_arena_bytes(uint64_t budget);
 /* Drop free pages down to @target bytes charged (returns bytes freed). */
 uint64_t kvp_frames_shrink(struct kvp_pager *p, uint64_t target);
 uint64_t kvp_budget(const struct kvp_pager *p);

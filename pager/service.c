@@ -280,8 +280,8 @@ static void zap_settle(struct kvp_service *s, struct kvp_op *op)
 			(void)kvp_evict_move(s, op);
 			return;
 		}
-		/* No address space left for a slot (the arena is 64 GiB
-		 * past the budget): let the zapper try again. */
+		/* No address space left for a slot (kvp_arena_bytes): let
+		 * the zapper try again. */
 		pthread_mutex_lock(&p->lock);
 		op->kind = OP_ZAP;
 		p->leaving++;

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -155,6 +157,41 @@ START_TEST(test_reserve_errors)
 }
 END_TEST
 
+/*
+ * Under an address-space limit (ulimit -v) a reservation fails with
+ * ENOMEM, its real cause: the raw mmap used to turn every failure into
+ * EPERM ("no permission to use userfaultfd").  The limit is set in a
+ * child, so that this process keeps its own.
+ */
+START_TEST(test_reserve_address_limit)
+{
+	pid_t pid = fork();
+	int status;
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct rlimit rl = { 256u << 20, 256u << 20 };
+		void *a = NULL;
+
+		if (setrlimit(RLIMIT_AS, &rl))
+			_exit(10);
+		if (kvp_mem_reserve(1ul << 30, 4096, false, &a) != -ENOMEM)
+			_exit(11);
+		errno = 0;
+		if (kvp_mem_sys_mmap(NULL, 1ul << 30, PROT_READ,
+				     MAP_PRIVATE | MAP_ANONYMOUS, -1,
+				     0) != MAP_FAILED ||
+		    errno != ENOMEM)
+			_exit(12);
+		_exit(0);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		      "child status %d (11: reserve, 12: sys_mmap not ENOMEM)",
+		      status);
+}
+END_TEST
+
 START_TEST(test_populate)
 {
 	char mode[32], huge_kb[64];
@@ -217,9 +254,8 @@ START_TEST(test_advise_batch)
 	memset(p, 0xab, 8 * PG);
 	iov[0] = (struct iovec){ p + 1 * PG, PG };
 	iov[1] = (struct iovec){ p + 4 * PG, 2 * PG };
-	ck_assert_int_eq(kvp_mem_advise_batch(pidfd, iov, 2, MADV_DONTNEED,
-					      &done),
-			 0);
+	ck_assert_int_eq(
+	    kvp_mem_advise_batch(pidfd, iov, 2, MADV_DONTNEED, &done), 0);
 	ck_assert_uint_eq(done, 3 * PG);
 	ck_assert_uint_eq(kvp_test_resident_pages(p, 8 * PG), 5);
 	ck_assert_int_eq(p[PG], 0);
@@ -230,9 +266,8 @@ START_TEST(test_advise_batch)
 	memset(p, 0xab, 8 * PG);
 	ck_assert_int_eq(kvp_mem_release(p + 4 * PG, 4 * PG), 0);
 	iov[2] = (struct iovec){ p + 2 * PG, PG };
-	ck_assert_int_eq(kvp_mem_advise_batch(pidfd, iov, 3, MADV_DONTNEED,
-					      &done),
-			 -EAGAIN);
+	ck_assert_int_eq(
+	    kvp_mem_advise_batch(pidfd, iov, 3, MADV_DONTNEED, &done), -EAGAIN);
 	ck_assert_uint_eq(done, PG);
 	ck_assert_int_eq(p[PG], 0);
 	ck_assert_int_eq((unsigned char)p[2 * PG], 0xab);
@@ -329,6 +364,7 @@ static Suite *mem_suite(void)
 	tcase_add_test(tc, test_reserve_trims);
 	tcase_add_test(tc, test_reserve_huge_flag);
 	tcase_add_test(tc, test_reserve_errors);
+	tcase_add_test(tc, test_reserve_address_limit);
 	tcase_add_test(tc, test_populate);
 	tcase_add_test(tc, test_advise);
 	tcase_add_test(tc, test_advise_batch);

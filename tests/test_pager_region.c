@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -239,6 +240,60 @@ START_TEST(test_bad_args)
 }
 END_TEST
 
+/* This process's address space in use (VmSize), in bytes. */
+static uint64_t vm_size(void)
+{
+	char line[256];
+	uint64_t kb = 0;
+	FILE *f = fopen("/proc/self/status", "re");
+
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmSize: %lu kB", &kb) == 1)
+			break;
+	fclose(f);
+	ck_assert_uint_gt(kb, 0);
+	return kb << 10;
+}
+
+/* Open a pager of @budget with @free bytes of address space left
+ * (RLIMIT_AS); 0 or -errno. */
+static int open_with_address_space(uint64_t budget, uint64_t free)
+{
+	struct rlimit rl;
+	struct kvp_config c;
+	struct kvp_pager *p = NULL;
+	int err;
+
+	ck_assert_int_eq(getrlimit(RLIMIT_AS, &rl), 0);
+	rl.rlim_cur = vm_size() + free;
+	ck_assert_int_eq(setrlimit(RLIMIT_AS, &rl), 0);
+	kvp_config_defaults(&c);
+	c.ram_budget_bytes = budget;
+	c.pool_prefault_bytes = 0;
+	err = kvp_pager_open(&c, &p);
+	kvp_pager_close(p);
+	rl.rlim_cur = RLIM_INFINITY;
+	ck_assert_int_eq(setrlimit(RLIMIT_AS, &rl), 0);
+	return err;
+}
+
+/*
+ * Under ulimit -v a pager of budget B starts with 5 B of address space
+ * free (the README's figure: the arena reserves 4.5 B), and with too
+ * little says so with ENOMEM, not EPERM ("no permission to use
+ * userfaultfd"), which the raw mmap reported for every failure.  The
+ * arena used to reserve 4 B + 64 GiB.
+ */
+START_TEST(test_address_space_limit)
+{
+	uint64_t budget = 1ull << 30;
+
+	ck_assert_int_eq(open_with_address_space(budget, 2 * budget), -ENOMEM);
+	ck_assert_int_eq(open_with_address_space(budget, 5 * budget), 0);
+}
+END_TEST
+
 START_TEST(test_strerror)
 {
 	static const int codes[] = { 0,		EINVAL,	    EPERM,  EACCES,
@@ -413,6 +468,7 @@ static Suite *pager_region_suite(void)
 	tcase_add_test(t, test_many_regions);
 	tcase_add_test(t, test_bad_args);
 	tcase_add_test(t, test_strerror);
+	tcase_add_test(t, test_address_space_limit);
 	t = fx_tcase(s, "introspection", 120);
 	tcase_add_loop_test(t, test_peek, 0, 2);
 	tcase_add_test(t, test_bug_store_outlives_last_region);

@@ -11,6 +11,8 @@
  */
 #include "lib/preload/preload_i.h"
 
+#include "kmod-helpers/mem.h"
+
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdalign.h>
@@ -70,13 +72,7 @@ size_t kvp_arena_size(const void *p)
 void *kvp_sys_mmap(void *addr, size_t len, int prot, int flags, int fd,
 		   off_t off)
 {
-	long r = syscall(SYS_mmap, addr, len, prot, flags, fd, off);
-
-	if (r < 0 && r > -4096) {
-		errno = (int)-r;
-		return MAP_FAILED;
-	}
-	return (void *)r;
+	return kvp_mem_sys_mmap(addr, len, prot, flags, fd, off);
 }
 
 int kvp_sys_munmap(void *addr, size_t len)
