@@ -159,10 +159,28 @@ void kvp_blk_unref(struct kvp_block *b)
 	b->flags &= ~BLK_REF;
 }
 
+/* A read-ahead block used: read-ahead may grow back. */
+static void readahead_used(struct kvp_region *r, struct kvp_block *b)
+{
+	if ((b->flags & BLK_READAHEAD) && r->ra_shrink)
+		r->ra_shrink--;
+}
+
+/* A read-ahead block leaves unused: counted, and read-ahead shrinks. */
+static void readahead_wasted(struct kvp_region *r, struct kvp_block *b)
+{
+	if (!(b->flags & BLK_READAHEAD))
+		return;
+	KVP_STAT_ADD(r, readahead_wasted_total, 1);
+	if (r->ra_shrink < 63)
+		r->ra_shrink++;
+}
+
 void kvp_blk_used(struct kvp_region *r, struct kvp_block *b)
 {
 	if (b->flags & BLK_PREFETCHED)
 		KVP_STAT_ADD(r, prefetch_hit_total, 1);
+	readahead_used(r, b);
 	b->flags &= ~(BLK_PREFETCHED | BLK_READAHEAD);
 }
 
@@ -174,6 +192,7 @@ bool kvp_blk_joined(struct kvp_region *r, struct kvp_block *b)
 	KVP_STAT_ADD(r, coalesced_faults_total, 1);
 	if (b->flags & BLK_PREFETCHED)
 		KVP_STAT_ADD(r, prefetch_late_total, 1);
+	readahead_used(r, b);
 	b->flags &= ~(BLK_PREFETCHED | BLK_READAHEAD);
 	return readahead;
 }
@@ -298,6 +317,7 @@ void kvp_blk_load_failed(struct kvp_region *r, struct kvp_block *b)
 void kvp_blk_load_dropped(struct kvp_region *r, struct kvp_block *b)
 {
 	assert(b->state == KVP_BLOCK_LOADING);
+	readahead_wasted(r, b);
 	b->state = KVP_BLOCK_ABSENT;
 	b->op = NULL;
 	b->flags &= ~(BLK_PREFETCHED | BLK_READAHEAD | BLK_DROP | BLK_DIRTY);
@@ -329,6 +349,7 @@ void kvp_blk_evicted(struct kvp_region *r, struct kvp_block *b, bool stored)
 	b->op = NULL;
 	if (stored)
 		b->flags |= BLK_IN_STORE;
+	readahead_wasted(r, b);
 	if (b->flags & BLK_DROP)
 		b->flags &= ~BLK_IN_STORE;
 	set_wb_failed(r, b, false);

@@ -25,6 +25,7 @@ static void readahead(struct kvp_service *s, struct kvp_region *r, uint64_t blk,
 
 	if (max > cap)
 		max = cap;
+	max = r->ra_shrink < 63 ? max >> r->ra_shrink : 0;
 	/* Sequential: the fault is past the last one and no further than
 	 * the block after the window read ahead (a read-ahead block that
 	 * was installed before it was touched takes no fault). */
@@ -36,6 +37,12 @@ static void readahead(struct kvp_service *s, struct kvp_region *r, uint64_t blk,
 	}
 	r->ra_last = blk;
 	r->ra_next = blk + 1;
+	if (max == 0 && r->ra_shrink) {
+		/* Shrunk to none by waste, and the faults run on: try a
+		 * little again. */
+		r->ra_shrink--;
+		return;
+	}
 	if (max == 0)
 		return;
 	r->ra_window = r->ra_window ? r->ra_window * 2 : 2;

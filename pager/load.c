@@ -276,14 +276,33 @@ void kvp_stage_drop(struct kvp_pager *p, struct kvp_op *op)
 	struct kvp_region *r = op->r;
 
 	unstage(p, op);
-	if (r->blocks[op->blk].flags & BLK_READAHEAD)
-		KVP_STAT_ADD(r, readahead_wasted_total, 1);
 	kvp_blk_load_dropped(r, &r->blocks[op->blk]);
 	finish_pfs(p, op, false);
 	kvp_frame_unuse(p, r->block_bytes);
 	kvp_frame_put(p, op->slot, r->block_bytes, true);
 	pthread_cond_broadcast(&p->idle);
 	kvp_op_free(op);
+}
+
+bool kvp_stage_drop_oldest(struct kvp_pager *p)
+{
+	struct kvp_op *old = p->staged;
+
+	if (!old)
+		return false;
+	while (old->next)
+		old = old->next;
+	kvp_stage_drop(p, old);
+	return true;
+}
+
+void kvp_stage_drop_passed(struct kvp_pager *p)
+{
+	for (struct kvp_op *op = p->staged, *next; op; op = next) {
+		next = op->next;
+		if (op->blk < op->r->ra_last)
+			kvp_stage_drop(p, op);
+	}
 }
 
 void kvp_load_install(struct kvp_service *s, struct kvp_op *op)
@@ -343,9 +362,10 @@ void kvp_load_install(struct kvp_service *s, struct kvp_op *op)
  * A read (or zero fill) is done.  A read-ahead block nobody has asked for
  * yet is staged, not installed: it is installed when the program faults on
  * it (a fault with no I/O to wait for), so that the faulting thread is held
- * while the block becomes visible and write-protected.  Installing it while
+ * while the block becomes visible and write-protected (installing it while
  * the program runs would let a write slip in between UFFDIO_MOVE and
- * UFFDIO_WRITEPROTECT unseen.
+ * UFFDIO_WRITEPROTECT unseen), and so that read-ahead nobody uses is seen:
+ * it is dropped from the stage, counted wasted, and read-ahead shrinks.
  */
 void kvp_load_done(struct kvp_service *s, struct kvp_op *op)
 {
@@ -375,8 +395,7 @@ void kvp_load_done(struct kvp_service *s, struct kvp_op *op)
 		poison_load(s, op);
 		return;
 	}
-	if ((b->flags & BLK_READAHEAD) && !(b->flags & BLK_DROP) &&
-	    r->install == KVP_INSTALL_MOVE && p->have_wp) {
+	if ((b->flags & BLK_READAHEAD) && !(b->flags & BLK_DROP)) {
 		op->staged = true;
 		op->next = p->staged;
 		p->staged = op;

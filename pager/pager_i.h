@@ -82,6 +82,10 @@ struct kvp_region {
 	uint64_t ra_next;   /* readahead: block after the window */
 	uint64_t ra_last;   /* readahead: block of the last fault */
 	unsigned ra_window; /* readahead: blocks ahead */
+	unsigned ra_shrink; /* readahead: its most is readahead_bytes >>
+			       ra_shrink; one more per read-ahead block
+			       wasted, one less per one used or per
+			       sequential run seen while shrunk to none */
 	struct kvp_astats st;
 	struct kvp_region *next; /* pager's list, creation order */
 };
@@ -478,6 +482,11 @@ void kvp_load_install(struct kvp_service *s, struct kvp_op *op);
 /* A staged read-ahead block is wanted now (to s->ready) / dropped. */
 void kvp_stage_release(struct kvp_service *s, struct kvp_op *op);
 void kvp_stage_drop(struct kvp_pager *p, struct kvp_op *op);
+/* Drop the oldest staged block (false: none is staged). */
+bool kvp_stage_drop_oldest(struct kvp_pager *p);
+/* Drop the staged blocks the faults of their region have run past (below
+ * its last fault): skipped, so wasted. */
+void kvp_stage_drop_passed(struct kvp_pager *p);
 
 /* events.c: userfaultfd messages, read on a service thread. */
 #define KVP_EVENT_BATCH 32 /* messages per read */

@@ -213,13 +213,8 @@ static void frame_stage(struct kvp_service *s)
 			pthread_mutex_unlock(&p->lock);
 			continue;
 		}
-		if (p->staged) {
+		if (kvp_stage_drop_oldest(p)) {
 			/* Read ahead and never asked for: make room. */
-			struct kvp_op *old = p->staged;
-
-			while (old->next)
-				old = old->next;
-			kvp_stage_drop(p, old);
 			pthread_mutex_unlock(&p->lock);
 			continue;
 		}
@@ -345,10 +340,17 @@ static void watermark_stage(struct kvp_service *s)
 	uint64_t low = budget * p->cfg.evict_low_watermark_percent / 100;
 	unsigned n = 0;
 
-	/* Blocks whose write-back is queued are as good as gone. */
+	/* Blocks whose write-back is queued are as good as gone.  Staged
+	 * read-ahead that the faults have run past goes first; when that
+	 * alone brings the charge under the high mark, every resident block
+	 * stays: a working set that fits the budget is not evicted to make
+	 * room for read-ahead nobody asked for. */
 	pthread_mutex_lock(&p->lock);
 	bool over = p->frames.in_use - p->leaving_bytes > high;
 
+	if (over)
+		kvp_stage_drop_passed(p);
+	over = p->frames.in_use - p->leaving_bytes > high;
 	pthread_mutex_unlock(&p->lock);
 	if (!over)
 		return;
