@@ -32,6 +32,10 @@
 #include "pager/pager_i.h"
 
 #define OVERDRAFT_MIN (4ULL << 20)
+/* Budgets below this reserve as if they were this large: a small pager
+ * can still be raised at run time to twice this (a few GiB of address
+ * space, no memory). */
+#define ARENA_BUDGET_FLOOR (1ULL << 30)
 
 uint64_t kvp_budget(const struct kvp_pager *p)
 {
@@ -97,12 +101,14 @@ static void *stack_pop(struct kvp_slot_stack *s)
  * that are not empty hold charged bytes, so one block size needs the
  * budget and its overdraft; twice that serves a second block size at
  * once, and twice again lets a running pager raise its budget to twice
- * the first (kvp_pager_reconfigure refuses more).  The pre-touched part
- * lies within it.
+ * the first, or to 2 GiB for a budget under ARENA_BUDGET_FLOOR
+ * (kvp_pager_reconfigure refuses more).  The pre-touched part lies
+ * within it.
  */
 uint64_t kvp_arena_bytes(uint64_t budget)
 {
-	uint64_t len = 4 * (budget + overdraft_for(budget));
+	uint64_t b = budget > ARENA_BUDGET_FLOOR ? budget : ARENA_BUDGET_FLOOR;
+	uint64_t len = 4 * (b + overdraft_for(b));
 
 	return (len + KVP_HUGE_SIZE - 1) & ~(uint64_t)(KVP_HUGE_SIZE - 1);
 }
