@@ -37,7 +37,6 @@
 #include <unistd.h>
 
 #include "lib/view/fuse_view.h"
-#include "lib/synth/kv_synth.h"
 #include "lib/kv/kvcache.h"
 
 #define KV_DEFAULT(name, type, min, max, def, runtime, choices, doc)           \
@@ -120,9 +119,8 @@ struct kvp_kvcache {
 	uint32_t *step_seqs; /* the sequences the current plans are for */
 	uint32_t nstep_seqs;
 	bool plans_valid;
-	void (*srcq)(void *, uint32_t, uint32_t, uint64_t, float *);
-	void *srcarg;  /* the step's source (queries of plans) */
-	uint32_t *sel; /* predictor output scratch */
+	struct kvp_kv_source src; /* the step's (plan queries) */
+	uint32_t *sel;		  /* predictor output scratch */
 	size_t sel_cap;
 	const void **ptrs;
 	uint32_t *ntok;
@@ -158,24 +156,9 @@ static double now_s(void)
 	return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int synth_fill(void *arg, uint32_t seq, uint32_t layer, uint64_t token,
-		      uint32_t ntokens, void *kvblock)
+static bool source_ok(const struct kvp_kv_source *src)
 {
-	return kvp_kv_synth_fill(arg, seq, layer, token, ntokens, kvblock);
-}
-
-static void synth_query(void *arg, uint32_t seq, uint32_t layer, uint64_t pos,
-			float *q)
-{
-	kvp_kv_synth_query(arg, seq, layer, pos, q);
-}
-
-void kvp_kv_source_synth(struct kvp_kv_source *src,
-			 const struct kvp_kv_synth *s)
-{
-	src->fill = synth_fill;
-	src->query = synth_query;
-	src->arg = (void *)s;
+	return src && src->ops && src->ops->fill && src->ops->query;
 }
 
 const char *kvp_kvcache_backend_name(enum kvp_kvcache_backend b)
@@ -697,6 +680,16 @@ void kvp_kvcache_drain(struct kvp_kvcache *c)
 	c->plans_valid = false;
 }
 
+/* The query a plan selects with (kv_source.h: plan_query, else query). */
+static int plan_query(struct kvp_kvcache *c, uint32_t seq, uint32_t layer,
+		      uint64_t pos, float *q)
+{
+	const struct kvp_kv_source_ops *ops = c->src.ops;
+
+	return ops->plan_query ? ops->plan_query(c->src.arg, seq, layer, pos, q)
+			       : ops->query(c->src.arg, seq, layer, pos, q);
+}
+
 static int cmp_u64(const void *a, const void *b)
 {
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -755,11 +748,14 @@ static int plan_make(struct kvp_kvcache *c, uint64_t gl)
 		if (kvp_predictor_needs_query(c->pred))
 			q = c->qbuf;
 		t0 = now_s();
-		if (q)
-			c->srcq(c->srcarg, c->step_seqs[i], layer,
-				kvp_block_table_tokens(s->bt) + ahead, c->qbuf);
-		err = kvp_predictor_select(c->pred, c->step_seqs[i], layer,
-					   s->bt, q, c->sel, c->sel_cap, &n);
+		err = q ? plan_query(c, c->step_seqs[i], layer,
+				     kvp_block_table_tokens(s->bt) + ahead,
+				     c->qbuf)
+			: 0;
+		if (!err)
+			err = kvp_predictor_select(c->pred, c->step_seqs[i],
+						   layer, s->bt, q, c->sel,
+						   c->sel_cap, &n);
 		c->cur.t_predict_s += now_s() - t0;
 		if (err)
 			return err;
@@ -1325,9 +1321,9 @@ static void *layer_worker(void *arg)
 	double t0;
 
 	for (b = 0; b < j->nb && !j->err; b++)
-		j->err = j->src->fill(j->src->arg, j->seq, j->layer,
-				      (uint64_t)(j->first + b) * G, G,
-				      j->dst + (size_t)b * c->stride);
+		j->err = j->src->ops->fill(j->src->arg, j->seq, j->layer,
+					   (uint64_t)(j->first + b) * G, G,
+					   j->dst + (size_t)b * c->stride);
 	if (j->err || !kvp_predictor_needs_keys(c->pred))
 		return NULL;
 	t0 = now_s();
@@ -1395,7 +1391,7 @@ static int rb_append(struct kvp_kvcache *c, uint32_t id, uint32_t layer,
 	int err;
 
 	rb_repin(c, s, layer);
-	err = src->fill(src->arg, id, layer, tok, n, rbl);
+	err = src->ops->fill(src->arg, id, layer, tok, n, rbl);
 	c->cur.t_fill_s += now_s() - t0;
 	if (err)
 		return err;
@@ -1429,17 +1425,105 @@ static int rb_flush(struct kvp_kvcache *c, uint32_t id, uint32_t layer)
 	return err;
 }
 
+/*
+ * Prefill of layers [layer, layer + n) of id, tokens [t0tok, t0tok +
+ * ntokens): the head that completes each layer's rolling block, the full
+ * blocks [first, last) (one thread per layer), the tail that starts the
+ * next rolling block.  A layer's tokens go to the source in order.
+ */
+static int prefill_layers(struct kvp_kvcache *c, uint32_t id,
+			  const struct kvp_kv_source *src, uint32_t layer,
+			  uint32_t n, uint64_t t0tok, uint64_t ntokens)
+{
+	struct kvc_seq *s = &c->seqs[id];
+	const uint32_t *map = kvp_block_table_map(s->bt);
+	uint32_t G = c->g.block_tokens, first, last, nb, i, k;
+	uint64_t head = t0tok % G ? G - t0tok % G : 0;
+	struct layer_job jobs[8];
+	pthread_t th[8];
+	bool started[8] = { false };
+	int err;
+
+	if (head > ntokens)
+		head = ntokens;
+	for (k = 0; head && k < n; k++) {
+		err = rb_append(c, id, layer + k, src, (uint32_t)head);
+		if (!err)
+			err = rb_flush(c, id, layer + k);
+		if (err)
+			return err;
+	}
+	first = (uint32_t)((t0tok + head) / G);
+	last = (uint32_t)((t0tok + ntokens) / G);
+	nb = last > first ? last - first : 0;
+	for (k = 0; nb && k < n; k++) {
+		jobs[k] =
+		    (struct layer_job){ c,
+					src,
+					id,
+					layer + k,
+					first,
+					nb,
+					c->stage + (size_t)k * nb * c->stride,
+					0,
+					0 };
+		if (k && !pthread_create(&th[k], NULL, layer_worker, &jobs[k]))
+			started[k] = true;
+	}
+	if (nb)
+		layer_worker(&jobs[0]);
+	for (k = 1; nb && k < n; k++) {
+		if (started[k])
+			pthread_join(th[k], NULL);
+		else
+			layer_worker(&jobs[k]);
+	}
+	for (k = 0; nb && k < n; k++) {
+		if (jobs[k].err)
+			return jobs[k].err;
+		c->cur.t_predict_s += jobs[k].t_pred;
+	}
+	for (k = 0; nb && k < n; k++) {
+		/* runs of consecutive physical blocks */
+		for (i = 0; i < nb;) {
+			uint32_t j = i + 1;
+
+			while (j < nb &&
+			       map[first + j] == map[first + j - 1] + 1)
+				j++;
+			err = write_blocks(c, layer + k, map[first + i], j - i,
+					   jobs[k].dst + (size_t)i * c->stride,
+					   false);
+			if (err)
+				return err;
+			i = j;
+		}
+		s->fill[layer + k] = (uint64_t)last * G;
+	}
+	/* the last partial block stays in the rolling buffer */
+	if (!((t0tok + ntokens) % G) || (uint64_t)last * G < t0tok + head)
+		return 0;
+	for (k = 0; k < n; k++) {
+		s->fill[layer + k] = (uint64_t)last * G;
+		err = rb_append(c, id, layer + k, src,
+				(uint32_t)((t0tok + ntokens) % G));
+		if (err)
+			return err;
+	}
+	return 0;
+}
+
 int kvp_kvcache_prefill(struct kvp_kvcache *c, uint32_t id, uint64_t ntokens,
 			const struct kvp_kv_source *src,
 			kvp_kvcache_progress_fn progress, void *parg)
 {
 	struct kvc_seq *s;
-	uint32_t G, layer, first, last, nb, i, nt;
-	uint64_t t0tok, head, total_bytes, done_bytes = 0;
+	uint32_t G, layer, n, nt;
+	uint64_t t0tok, total_bytes, done_bytes = 0, nfull;
 	double t0 = now_s();
 	int err;
 
-	if (!seq_ok(c, id) || !src || !src->fill)
+	if (!seq_ok(c, id) || !source_ok(src))
 		return -EINVAL;
 	if (!ntokens)
 		return 0;
@@ -1448,106 +1532,40 @@ int kvp_kvcache_prefill(struct kvp_kvcache *c, uint32_t id, uint64_t ntokens,
 	G = c->g.block_tokens;
 	t0tok = kvp_block_table_tokens(s->bt);
 	memset(&c->cur, 0, sizeof(c->cur));
+	if (src->ops->prefill_begin) {
+		err = src->ops->prefill_begin(src->arg, id, t0tok, ntokens);
+		if (err)
+			return err;
+	}
 	pthread_mutex_lock(&c->tlock);
 	err = kvp_block_table_append(s->bt, (uint32_t)ntokens, NULL, NULL);
 	pthread_mutex_unlock(&c->tlock);
 	if (err)
-		return err;
+		goto out;
 	total_bytes = ntokens * kvp_kv_token_bytes(&c->g);
-	/* complete the rolling block */
-	head = t0tok % G ? G - t0tok % G : 0;
-	if (head > ntokens)
-		head = ntokens;
-	for (layer = 0; head && layer < c->g.layers; layer++) {
-		err = rb_append(c, id, layer, src, (uint32_t)head);
-		if (!err)
-			err = rb_flush(c, id, layer);
-		if (err)
-			return err;
-	}
-	first = (uint32_t)((t0tok + head) / G);
-	last = (uint32_t)((t0tok + ntokens) / G);
-	nb = last > first ? last - first : 0;
+	/* full blocks: (t0tok + ntokens) / G - ceil(t0tok / G), or none */
+	nfull = (t0tok + ntokens) / G;
+	nfull = nfull > (t0tok + G - 1) / G ? nfull - (t0tok + G - 1) / G : 0;
 	nt = kvp_attn_pool_threads(c->pool);
 	if (nt > 8)
 		nt = 8;
-	if (nt < 1)
+	if (nt < 1 || src->flags & KVP_KV_SOURCE_LAYER_ORDER)
 		nt = 1;
-	if (nb) {
-		err = stage_reserve(c, (size_t)nt * nb * c->stride);
+	if (nfull) {
+		err = stage_reserve(c, (size_t)nt * nfull * c->stride);
 		if (err)
-			return err;
+			goto out;
 	}
 	/* nt layers at a time, one thread each: fill, fit, observe */
-	for (layer = 0; nb && layer < c->g.layers; layer += nt) {
-		const uint32_t *map = kvp_block_table_map(s->bt);
-		uint32_t n =
-		    c->g.layers - layer < nt ? c->g.layers - layer : nt;
-		struct layer_job jobs[8];
-		pthread_t th[8];
-		bool started[8] = { false };
-		uint32_t k;
-
-		for (k = 0; k < n; k++) {
-			jobs[k] = (struct layer_job){
-				c,
-				src,
-				id,
-				layer + k,
-				first,
-				nb,
-				c->stage + (size_t)k * nb * c->stride,
-				0,
-				0
-			};
-			if (k && !pthread_create(&th[k], NULL, layer_worker,
-						 &jobs[k]))
-				started[k] = true;
-		}
-		layer_worker(&jobs[0]);
-		for (k = 1; k < n; k++) {
-			if (started[k])
-				pthread_join(th[k], NULL);
-			else
-				layer_worker(&jobs[k]);
-		}
-		for (k = 0; k < n; k++) {
-			if (jobs[k].err)
-				return jobs[k].err;
-			c->cur.t_predict_s += jobs[k].t_pred;
-		}
-		for (k = 0; k < n; k++) {
-			/* runs of consecutive physical blocks */
-			for (i = 0; i < nb;) {
-				uint32_t j = i + 1;
-
-				while (j < nb &&
-				       map[first + j] == map[first + j - 1] + 1)
-					j++;
-				err = write_blocks(
-				    c, layer + k, map[first + i], j - i,
-				    jobs[k].dst + (size_t)i * c->stride, false);
-				if (err)
-					return err;
-				i = j;
-			}
-			s->fill[layer + k] = (uint64_t)last * G;
-		}
+	for (layer = 0; layer < c->g.layers; layer += n) {
+		n = c->g.layers - layer < nt ? c->g.layers - layer : nt;
+		err = prefill_layers(c, id, src, layer, n, t0tok, ntokens);
+		if (err)
+			goto out;
 		done_bytes +=
-		    (uint64_t)n * nb * G * kvp_kv_token_layer_bytes(&c->g);
-		if (progress)
+		    (uint64_t)n * ntokens * kvp_kv_token_layer_bytes(&c->g);
+		if (progress && done_bytes < total_bytes)
 			progress(parg, done_bytes, total_bytes);
-	}
-	/* the last partial block stays in the rolling buffer */
-	if ((t0tok + ntokens) % G && last >= first &&
-	    (uint64_t)last * G >= t0tok + head) {
-		for (layer = 0; layer < c->g.layers; layer++) {
-			s->fill[layer] = (uint64_t)last * G;
-			err = rb_append(c, id, layer, src,
-					(uint32_t)((t0tok + ntokens) % G));
-			if (err)
-				return err;
-		}
 	}
 	if (progress)
 		progress(parg, total_bytes, total_bytes);
@@ -1556,7 +1574,10 @@ int kvp_kvcache_prefill(struct kvp_kvcache *c, uint32_t id, uint64_t ntokens,
 	c->st.t_prefill_s += now_s() - t0;
 	if (c->o.backend == KVP_KVCACHE_MMAP)
 		mm_settle(c);
-	return 0;
+out:
+	if (src->ops->prefill_end)
+		src->ops->prefill_end(src->arg, id);
+	return err;
 }
 
 /* ---- the decode step ---------------------------------------------------- */
@@ -1680,10 +1701,16 @@ static int compute_layer(struct kvp_kvcache *c, struct kvc_plan *pl,
 		b.ptrs = c->ptrs;
 		b.ntokens = c->ntok;
 		b.n = n + 1;
-		src->query(src->arg, id, layer, s->fill[layer], c->qbuf);
+		err = src->ops->query(src->arg, id, layer, s->fill[layer],
+				      c->qbuf);
+		if (err)
+			return err;
 		t0 = now_s();
 		err = kvp_attn_decode(&c->g, &b, c->qbuf, o, c->pool);
 		c->cur.t_compute_s += now_s() - t0;
+		if (!err && src->ops->attended)
+			err = src->ops->attended(src->arg, id, layer,
+						 s->fill[layer], o);
 		if (err)
 			return err;
 		if (sample)
@@ -1704,8 +1731,7 @@ int kvp_kvcache_step(struct kvp_kvcache *c, const uint32_t *seqs, uint32_t n,
 	double t0 = now_s();
 	int err = 0;
 
-	if (!c || !seqs || !n || n > c->o.max_seqs || !src || !src->fill ||
-	    !src->query)
+	if (!c || !seqs || !n || n > c->o.max_seqs || !source_ok(src))
 		return -EINVAL;
 	for (i = 0; i < n; i++)
 		if (!seq_ok(c, seqs[i]))
@@ -1718,8 +1744,7 @@ int kvp_kvcache_step(struct kvp_kvcache *c, const uint32_t *seqs, uint32_t n,
 	memcpy(c->step_seqs, seqs, sizeof(uint32_t) * n);
 	c->nstep_seqs = n;
 	c->plans_valid = true;
-	c->srcq = src->query;
-	c->srcarg = src->arg;
+	c->src = *src;
 	memset(&c->cur, 0, sizeof(c->cur));
 	region_stats(c, &s0);
 	if (c->o.backend == KVP_KVCACHE_MMAP) {

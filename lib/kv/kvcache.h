@@ -39,8 +39,9 @@
  * free and fill whole pager blocks are DISCARDed (kvp_region_advise), so
  * they are not written back.
  *
- * THE KV IS WHATEVER THE SOURCE GIVES: kvpager's tools use kv_synth.h
- * (synthetic, planted structure).
+ * THE KV IS WHATEVER THE SOURCE GIVES (kv_source.h, which says when each
+ * of its ops is called): kvpager's tools use the synthetic one
+ * (lib/synth/kv_synth.h, kvp_kv_source_synth).
  *
  * Locking: none.  One thread drives a cache (every call below); the
  * cache's own threads are the attention pool, the prefill helpers and,
@@ -59,6 +60,7 @@
 #include "lib/kv/attention.h"
 #include "lib/kv/block_table.h"
 #include "lib/kv/kv_geometry.h"
+#include "lib/kv/kv_source.h"
 #include "lib/predict/predictor.h"
 #include "pager/pager.h"
 
@@ -69,26 +71,6 @@ enum kvp_kvcache_backend {
 	KVP_KVCACHE_RAM = 1,   /* anonymous memory, everything resident */
 	KVP_KVCACHE_MMAP = 2,  /* the kernel's mmap of a file */
 };
-
-/*
- * Where K and V come from.  fill writes K and V of tokens [token, token +
- * ntokens) of (seq, layer) into the KV block kvblock at slots token % G ...
- * (the signature of kvp_kv_synth_fill); it must be thread-safe (prefill
- * calls it from several threads).  query writes the query of (seq, layer)
- * for the step that attends to tokens 0 .. pos-1 (kvp_kv_synth_query).
- */
-struct kvp_kv_source {
-	int (*fill)(void *arg, uint32_t seq, uint32_t layer, uint64_t token,
-		    uint32_t ntokens, void *kvblock);
-	void (*query)(void *arg, uint32_t seq, uint32_t layer, uint64_t pos,
-		      float *q);
-	void *arg;
-};
-
-/* A source over a kv_synth generator (the tools' and tests' source). */
-struct kvp_kv_synth;
-void kvp_kv_source_synth(struct kvp_kv_source *src,
-			 const struct kvp_kv_synth *s);
 
 struct kvp_kvcache_opts {
 	struct kvp_kv_geometry geo;
@@ -214,9 +196,12 @@ typedef void (*kvp_kvcache_progress_fn)(void *arg, uint64_t done,
  * BUFFER), the last partial one stays in the rolling buffer.  The lowrank
  * predictor is fitted per layer from the first prefill of at least 64
  * tokens (its largest keys and an even sample), then observes every token.
- * progress (may be NULL) is called between layers.  Returns 0, -ENOSPC
- * (no physical room), -EINVAL, the source's or store's error.  On failure
- * the sequence may hold part of the tokens: free it.
+ * progress (may be NULL) is called between layers.  src's ops are called
+ * as kv_source.h says (THE CALLS OF A PREFILL).  Returns 0, -ENOSPC (no
+ * physical room), -EINVAL (no such sequence; src without fill or query),
+ * the source's or store's error.  When prefill_begin fails nothing is
+ * appended; on any later failure the sequence may hold part of the
+ * tokens: free it.
  */
 int kvp_kvcache_prefill(struct kvp_kvcache *c, uint32_t seq, uint64_t ntokens,
 			const struct kvp_kv_source *src,
@@ -225,11 +210,13 @@ int kvp_kvcache_prefill(struct kvp_kvcache *c, uint32_t seq, uint64_t ntokens,
 /*
  * kvp_kvcache_step - one decode step of sequences seqs[0..n): append one
  * token to each (every layer, from src), and compute every layer's
- * attention over the predictor's blocks plus the rolling block.  out (may
+ * attention over the predictor's blocks plus the rolling block; src's ops
+ * are called as kv_source.h says (THE CALLS OF ONE DECODE STEP).  out (may
  * be NULL) gets n * layers * q_heads * head_dim floats: [seq i][layer][h]
  * [d].  *st (may be NULL) gets the step's figures.  Returns 0, -EINVAL,
- * -ENOSPC, -EIO (a prefetch failed), or another error from below; after a
- * failure the cache is consistent but the step is half done.
+ * -ENOSPC, -EIO (a prefetch failed), the source's or another error from
+ * below; after a failure the cache is consistent but the step is half
+ * done.
  */
 int kvp_kvcache_step(struct kvp_kvcache *c, const uint32_t *seqs, uint32_t n,
 		     const struct kvp_kv_source *src, float *out,

@@ -37,6 +37,7 @@
 #include <stdint.h>
 
 #include "lib/kv/kv_geometry.h"
+#include "lib/kv/kv_source.h"
 
 struct kvp_kv_synth;
 
@@ -94,5 +95,13 @@ uint32_t kvp_kv_synth_topic(const struct kvp_kv_synth *s, uint32_t seq,
 /* The topic the query at (seq, layer, pos) aligns with. */
 uint32_t kvp_kv_synth_query_topic(const struct kvp_kv_synth *s, uint32_t seq,
 				  uint32_t layer, uint64_t pos);
+
+/*
+ * kvp_kv_source_synth - a KV source (lib/kv/kv_source.h) over s: fill and
+ * query are kvp_kv_synth_fill and kvp_kv_synth_query; no flags, no
+ * optional ops.  s must outlive every use of src (synth_source.c).
+ */
+void kvp_kv_source_synth(struct kvp_kv_source *src,
+			 const struct kvp_kv_synth *s);
 
 #endif /* KVP_KV_SYNTH_H */
