@@ -25,153 +25,36 @@
  * ABSENT check before a store write cannot race with a load of ours.
  */
 #include <errno.h>
-#include <fcntl.h>
-#include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "lib/view/fuse_view.h"
-#include "lib/kv/kvcache.h"
+#include "lib/kv/kvcache_i.h"
 
 #define KV_DEFAULT(name, type, min, max, def, runtime, choices, doc)           \
 	static const uint64_t kvdef_##name __attribute__((unused)) = (def);
 KVP_KV_TUNABLES(KV_DEFAULT)
 #undef KV_DEFAULT
 
-#define WRITE_CHUNK (16u << 20) /* largest single store write */
-#define READ_CHUNK  (8u << 20)	/* largest single store read (quality) */
-
-struct kvc_seq {
-	bool live;
-	struct kvp_block_table *bt;
-	uint64_t *fill;	 /* per layer: tokens written */
-	char *rb;	 /* layers x stride: the rolling block of each layer */
-	uint64_t *rbpin; /* per layer: pager block pinned for it, or ~0 */
-};
-
-struct kvc_plan {
-	bool used;
-	uint64_t gl; /* global layer index: step * layers + layer */
-	uint32_t layer;
-	uint32_t nseq;
-	uint32_t *lb; /* chosen region blocks, per sequence */
-	size_t *off;  /* nseq + 1 offsets into lb */
-	size_t lb_cap, off_cap;
-	uint64_t *pb; /* distinct pager blocks, ascending */
-	bool *res;    /* pb[i] was resident at plan time */
-	size_t npb, pb_cap;
-	uint64_t chosen, reused;
-	struct kvp_prefetch *pf;
-	double t_submit, t_done;
-	bool queued, done, pinned;
-	int err;
-};
-
-struct kvc_sample {
-	uint32_t seq, layer;
-	uint64_t npos;	/* tokens attended */
-	float *q, *out; /* q_heads * head_dim each */
-	uint32_t *lb;	/* blocks attended, logical */
-	size_t n;
-};
-
-struct kvp_kvcache {
-	struct kvp_kvcache_opts o;
-	struct kvp_kv_geometry g;
-	struct kvp_kv_layout l;
-	size_t stride, bb; /* KV block stride and bytes */
-	size_t qfloats;	   /* q_heads * head_dim */
-	uint64_t npb;	   /* pager blocks in the region */
-	uint64_t budget;
-	char *base; /* region / memory / mapping */
-	/* pager */
-	struct kvp_pager *pager;
-	bool own_pager;
-	struct kvp_store *store;
-	bool own_store;
-	struct kvp_region *region;
-	/* mmap */
-	int fd;
-	uint32_t *lru_prev, *lru_next; /* over pager blocks; UINT32_MAX: none */
-	uint8_t *lru_in;
-	uint32_t lru_head, lru_tail;
-	uint64_t lru_bytes;
-	unsigned char *mvec;
-	/* KV */
-	struct kvp_block_alloc *alloc;
-	struct kvp_predictor *pred;
-	enum kvp_predictor_kind pred_kind0; /* created with (what it keeps) */
-	struct kvp_attn_pool *pool;
-	struct kvc_seq *seqs;
-	bool *fitted;
-	bool cold;
-	/* step state */
-	uint64_t gstep;		/* steps done */
-	struct kvc_plan *plans; /* ring of depth + 1 */
-	uint32_t nplans;
-	uint32_t plans_cap; /* plans and wq allocated: the deepest ring */
-	uint32_t *step_seqs; /* the sequences the current plans are for */
-	uint32_t nstep_seqs;
-	bool plans_valid;
-	struct kvp_kv_source src; /* the step's (plan queries) */
-	uint32_t *sel;		  /* predictor output scratch */
-	size_t sel_cap;
-	const void **ptrs;
-	uint32_t *ntok;
-	size_t ptr_cap;
-	float *qbuf, *obuf;
-	char *stage; /* prefill staging */
-	size_t stage_cap;
-	char *pbbuf; /* one pager block (peek) */
-	/* waiter thread (pager + prefetch) */
-	pthread_t waiter;
-	bool waiter_on, waiter_stop;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	struct kvc_plan **wq; /* queue of plans to wait for */
-	uint32_t wq_head, wq_len;
-	double busy_end, busy_s;
-	/* samples */
-	struct kvc_sample *samples;
-	uint32_t nsamples;
-	/* debug view */
-	pthread_mutex_t tlock; /* block tables against the view's reads */
-	struct kvp_fuse_view *view;
-	/* stats */
-	struct kvp_kvcache_stats st;
-	struct kvp_kvcache_step_stats cur; /* the step being run */
-};
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static bool source_ok(const struct kvp_kv_source *src)
+static bool kvc_source_ok(const struct kvp_kv_source *src)
 {
 	return src && src->ops && src->ops->fill && src->ops->query;
 }
 
+/* Each backend's ops, by enum kvp_kvcache_backend. */
+static const struct kvc_backend_ops *const backends[] = {
+	[KVP_KVCACHE_PAGER] = &kvc_backend_pager,
+	[KVP_KVCACHE_RAM] = &kvc_backend_ram,
+	[KVP_KVCACHE_MMAP] = &kvc_backend_mmap,
+};
+
 const char *kvp_kvcache_backend_name(enum kvp_kvcache_backend b)
 {
-	switch (b) {
-	case KVP_KVCACHE_PAGER:
-		return "kvpager";
-	case KVP_KVCACHE_RAM:
-		return "ram";
-	case KVP_KVCACHE_MMAP:
-		return "mmap";
-	}
-	return "?";
+	return (unsigned)b < sizeof(backends) / sizeof(backends[0])
+		   ? backends[b]->name
+		   : "?";
 }
 
 void kvp_kvcache_opts_default(struct kvp_kvcache_opts *o,
@@ -193,7 +76,7 @@ void kvp_kvcache_opts_default(struct kvp_kvcache_opts *o,
 
 /* ---- growable scratch ---------------------------------------------- */
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
+int kvc_grow(void **p, size_t *cap, size_t need, size_t elem)
 {
 	void *np;
 	size_t nc;
@@ -211,7 +94,7 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem)
 	return 0;
 }
 
-static void *big_alloc(size_t bytes)
+void *kvc_big_alloc(size_t bytes)
 {
 	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
 		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -229,7 +112,7 @@ static int stage_reserve(struct kvp_kvcache *c, size_t bytes)
 		munmap(c->stage, c->stage_cap);
 	c->stage = NULL;
 	c->stage_cap = 0;
-	p = big_alloc(bytes);
+	p = kvc_big_alloc(bytes);
 	if (!p)
 		return -ENOMEM;
 	c->stage = p;
@@ -237,327 +120,14 @@ static int stage_reserve(struct kvp_kvcache *c, size_t bytes)
 	return 0;
 }
 
-/* ---- the mmap backend's budget: an LRU over pager blocks ------------ */
-
-static void mm_drop(struct kvp_kvcache *c, uint64_t pb)
-{
-	size_t pbb = c->l.pager_block_bytes;
-
-	madvise(c->base + pb * pbb, pbb, MADV_DONTNEED);
-	posix_fadvise(c->fd, (off_t)(pb * pbb), (off_t)pbb,
-		      POSIX_FADV_DONTNEED);
-	c->st.mmap_dropped_bytes += pbb;
-}
-
-static void lru_unlink(struct kvp_kvcache *c, uint32_t pb)
-{
-	uint32_t p = c->lru_prev[pb], n = c->lru_next[pb];
-
-	if (p != UINT32_MAX)
-		c->lru_next[p] = n;
-	else
-		c->lru_head = n;
-	if (n != UINT32_MAX)
-		c->lru_prev[n] = p;
-	else
-		c->lru_tail = p;
-	c->lru_in[pb] = 0;
-	c->lru_bytes -= c->l.pager_block_bytes;
-}
-
-static void lru_touch(struct kvp_kvcache *c, uint32_t pb)
-{
-	if (c->lru_in[pb])
-		lru_unlink(c, pb);
-	c->lru_prev[pb] = UINT32_MAX;
-	c->lru_next[pb] = c->lru_head;
-	if (c->lru_head != UINT32_MAX)
-		c->lru_prev[c->lru_head] = pb;
-	c->lru_head = pb;
-	if (c->lru_tail == UINT32_MAX)
-		c->lru_tail = pb;
-	c->lru_in[pb] = 1;
-	c->lru_bytes += c->l.pager_block_bytes;
-}
-
-static void lru_enforce(struct kvp_kvcache *c)
-{
-	while (c->lru_bytes > c->budget && c->lru_tail != UINT32_MAX) {
-		uint32_t pb = c->lru_tail;
-
-		lru_unlink(c, pb);
-		mm_drop(c, pb);
-	}
-}
-
-/*
- * End of step: pages the kernel read around what we touched (readahead)
- * and pages of rolling flushes are not in the LRU; drop them, so that the
- * page cache holds no more of the file than the budget across steps.
- */
-static void mm_sweep(struct kvp_kvcache *c)
-{
-	size_t pbb = c->l.pager_block_bytes, per = pbb / 4096, i;
-	uint64_t pb;
-
-	if (mincore(c->base, c->l.region_bytes, c->mvec))
-		return;
-	for (pb = 0; pb < c->npb; pb++) {
-		if (c->lru_in[pb])
-			continue;
-		for (i = 0; i < per; i++) {
-			if (c->mvec[pb * per + i] & 1) {
-				mm_drop(c, pb);
-				break;
-			}
-		}
-	}
-}
-
-static int mm_open(struct kvp_kvcache *c)
-{
-	const char *dir = c->o.dir ? c->o.dir : getenv("TMPDIR");
-	char path[4096];
-	int fd, err;
-
-	if (!dir || !*dir)
-		dir = "/tmp";
-	fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-	if (fd < 0) {
-		snprintf(path, sizeof(path), "%s/kvcache-XXXXXX", dir);
-		fd = mkostemp(path, O_CLOEXEC);
-		if (fd < 0)
-			return -errno;
-		unlink(path);
-	}
-	err = posix_fallocate(fd, 0, (off_t)c->l.region_bytes);
-	if (err) {
-		close(fd);
-		return -err;
-	}
-	c->base = mmap(NULL, c->l.region_bytes, PROT_READ | PROT_WRITE,
-		       MAP_SHARED, fd, 0);
-	if (c->base == MAP_FAILED) {
-		err = -errno;
-		c->base = NULL;
-		close(fd);
-		return err;
-	}
-	c->fd = fd;
-	c->lru_prev = malloc(sizeof(uint32_t) * c->npb);
-	c->lru_next = malloc(sizeof(uint32_t) * c->npb);
-	c->lru_in = calloc(c->npb, 1);
-	c->mvec = malloc(c->l.region_bytes / 4096);
-	if (!c->lru_prev || !c->lru_next || !c->lru_in || !c->mvec)
-		return -ENOMEM;
-	c->lru_head = c->lru_tail = UINT32_MAX;
-	return 0;
-}
-
-/* Make the file cold: everything written reaches the disk and leaves the
- * page cache (the cold start that a user's mmap would have). */
-static void mm_settle(struct kvp_kvcache *c)
-{
-	fdatasync(c->fd);
-	posix_fadvise(c->fd, 0, 0, POSIX_FADV_DONTNEED);
-	madvise(c->base, c->l.region_bytes, MADV_DONTNEED);
-	while (c->lru_tail != UINT32_MAX)
-		lru_unlink(c, c->lru_tail);
-}
-
-/* ---- writing KV blocks to the backing ------------------------------ */
-
-static bool pb_store_writable(struct kvp_kvcache *c, uint64_t pb)
-{
-	struct kvp_block_info bi;
-
-	if (kvp_region_block_info(c->region, pb, &bi))
-		return false;
-	return bi.state == KVP_BLOCK_ABSENT && bi.in_store && !bi.dirty;
-}
-
-/*
- * Write bytes [off, off + len) of the region from data: the pieces whose
- * pager block is absent and in the store by store writes (coalesced),
- * the others through the region (see THE ROLLING BUFFER in kvcache.h).
- */
-static int write_range(struct kvp_kvcache *c, uint64_t off, const char *data,
-		       size_t len, bool flush)
-{
-	size_t pbb = c->l.pager_block_bytes;
-	uint32_t align = 1;
-	uint64_t pend_off = 0, end = off + len;
-	const char *pend = NULL;
-	size_t pend_len = 0;
-	int err = 0;
-
-	switch (c->o.backend) {
-	case KVP_KVCACHE_RAM:
-		memcpy(c->base + off, data, len);
-		return 0;
-	case KVP_KVCACHE_MMAP: {
-		ssize_t w;
-		size_t done = 0;
-
-		while (done < len) {
-			w = pwrite(c->fd, data + done, len - done,
-				   (off_t)(off + done));
-			if (w < 0)
-				return -errno;
-			done += (size_t)w;
-		}
-		if (flush)
-			c->cur.flush_store++;
-		c->cur.bytes_written += len;
-		return 0;
-	}
-	case KVP_KVCACHE_PAGER:
-		break;
-	}
-	align = c->store->offset_align ? c->store->offset_align : 1;
-	while (off < end) {
-		uint64_t pb = off / pbb;
-		uint64_t pend_b = (pb + 1) * pbb < end ? (pb + 1) * pbb : end;
-		size_t n = (size_t)(pend_b - off);
-		bool direct = off % align == 0 && n % align == 0 &&
-			      pb_store_writable(c, pb);
-
-		if (direct && pend && pend_off + pend_len == off &&
-		    pend_len + n <= WRITE_CHUNK) {
-			pend_len += n;
-		} else {
-			if (pend) {
-				err = kvp_store_pwrite(c->store, pend, pend_len,
-						       c->o.store_offset +
-							   pend_off);
-				if (err)
-					return err;
-				c->cur.bytes_written += pend_len;
-				pend = NULL;
-			}
-			if (direct) {
-				pend = data;
-				pend_off = off;
-				pend_len = n;
-			} else {
-				memcpy(c->base + off, data, n);
-				if (flush)
-					c->cur.flush_region++;
-			}
-		}
-		if (direct && flush)
-			c->cur.flush_store++;
-		data += n;
-		off += n;
-	}
-	if (pend) {
-		err = kvp_store_pwrite(c->store, pend, pend_len,
-				       c->o.store_offset + pend_off);
-		if (!err)
-			c->cur.bytes_written += pend_len;
-	}
-	return err;
-}
+/* ---- reading and writing KV blocks ------------------------------------- */
 
 /* Physical blocks [p, p + n) of layer from data (n * stride bytes). */
 static int write_blocks(struct kvp_kvcache *c, uint32_t layer, uint32_t p,
 			uint32_t n, const char *data, bool flush)
 {
-	return write_range(c, kvp_kv_layout_offset(&c->l, layer, p), data,
-			   (size_t)n * c->stride, flush);
-}
-
-/* ---- reading KV blocks without faulting (quality, fork, debug) ------ */
-
-static int store_readable(struct kvp_kvcache *c, uint64_t pb)
-{
-	struct kvp_block_info bi;
-	int err = kvp_region_block_info(c->region, pb, &bi);
-
-	if (err)
-		return err;
-	return bi.state == KVP_BLOCK_ABSENT && bi.in_store && !bi.dirty;
-}
-
-/*
- * Physical blocks phys[0..n) of layer into dst (n * stride), leaving the
- * pager's state alone: runs of absent blocks are read from the store,
- * others copied from their frames by kvp_region_peek.
- */
-static int read_blocks(struct kvp_kvcache *c, uint32_t layer,
-		       const uint32_t *phys, size_t n, char *dst)
-{
-	size_t pbb = c->l.pager_block_bytes, i = 0;
-	uint64_t cached = UINT64_MAX;
-	uint32_t align;
-	int err;
-
-	if (c->o.backend == KVP_KVCACHE_RAM) {
-		for (i = 0; i < n; i++)
-			memcpy(dst + i * c->stride,
-			       c->base +
-				   kvp_kv_layout_offset(&c->l, layer, phys[i]),
-			       c->stride);
-		return 0;
-	}
-	if (c->o.backend == KVP_KVCACHE_MMAP) {
-		for (i = 0; i < n; i++) {
-			ssize_t r = pread(
-			    c->fd, dst + i * c->stride, c->stride,
-			    (off_t)kvp_kv_layout_offset(&c->l, layer, phys[i]));
-			if (r != (ssize_t)c->stride)
-				return r < 0 ? -errno : -EIO;
-		}
-		return 0;
-	}
-	align = c->store->offset_align ? c->store->offset_align : 1;
-	while (i < n) {
-		uint64_t off = kvp_kv_layout_offset(&c->l, layer, phys[i]);
-		uint64_t pb = off / pbb;
-		size_t j = i + 1;
-
-		if (pb != cached && off % align == 0 &&
-		    c->stride % align == 0) {
-			err = store_readable(c, pb);
-			if (err < 0)
-				return err;
-			if (err) {
-				uint64_t lastpb = pb;
-
-				/* extend over consecutive, store-readable */
-				while (j < n && phys[j] == phys[j - 1] + 1 &&
-				       (j - i) * c->stride < READ_CHUNK) {
-					uint64_t q = kvp_kv_layout_pager_block(
-					    &c->l, layer, phys[j]);
-
-					if (q != lastpb) {
-						if (store_readable(c, q) != 1)
-							break;
-						lastpb = q;
-					}
-					j++;
-				}
-				err = kvp_store_pread(c->store,
-						      dst + i * c->stride,
-						      (j - i) * c->stride,
-						      c->o.store_offset + off);
-				if (err)
-					return err;
-				i = j;
-				continue;
-			}
-		}
-		if (pb != cached) {
-			err = kvp_region_peek(c->region, pb, c->pbbuf);
-			if (err)
-				return err;
-			cached = pb;
-		}
-		memcpy(dst + i * c->stride, c->pbbuf + (off - pb * pbb),
-		       c->stride);
-		i++;
-	}
-	return 0;
+	return c->be->write(c, kvp_kv_layout_offset(&c->l, layer, p), data,
+			    (size_t)n * c->stride, flush);
 }
 
 /* Logical block lb of seq in layer as it is now (rolling or backing). */
@@ -574,7 +144,7 @@ static int read_logical(struct kvp_kvcache *c, struct kvc_seq *s,
 	p = kvp_block_table_physical(s->bt, lb);
 	if (p == KVP_BLOCK_NONE)
 		return -EINVAL;
-	return read_blocks(c, layer, &p, 1, dst);
+	return c->be->read(c, layer, &p, 1, dst);
 }
 
 /* ---- the waiter thread ----------------------------------------------- */
@@ -595,7 +165,7 @@ static void *waiter_main(void *arg)
 		pthread_mutex_unlock(&c->mu);
 		err = kvp_prefetch_wait(pl->pf, -1);
 		pthread_mutex_lock(&c->mu);
-		pl->t_done = now_s();
+		pl->t_done = kvc_now_s();
 		pl->err = err;
 		pl->done = true;
 		/* the union of [submit, done] intervals, in submit order */
@@ -633,8 +203,11 @@ static int plan_pin(struct kvp_kvcache *c, struct kvc_plan *pl, bool pin)
 		for (j = i + 1; j < pl->npb && pl->pb[j] == pl->pb[j - 1] + 1;
 		     j++)
 			;
-		err = pin ? kvp_region_pin(c->region, pl->pb[i], j - i)
-			  : kvp_region_unpin(c->region, pl->pb[i], j - i);
+		err = 0;
+		if (pin)
+			err = c->be->pin(c, pl->pb[i], j - i);
+		else
+			c->be->unpin(c, pl->pb[i], j - i);
 		if (err && pin) {
 			/* undo the runs pinned so far */
 			size_t k = 0, m;
@@ -644,14 +217,13 @@ static int plan_pin(struct kvp_kvcache *c, struct kvc_plan *pl, bool pin)
 				     m < i && pl->pb[m] == pl->pb[m - 1] + 1;
 				     m++)
 					;
-				kvp_region_unpin(c->region, pl->pb[k], m - k);
+				c->be->unpin(c, pl->pb[k], m - k);
 				k = m;
 			}
 			return err;
 		}
-		if (!pin && c->cold)
-			kvp_region_advise(c->region, pl->pb[i], j - i,
-					  KVP_ADVICE_COLD);
+		if (!pin && c->cold && c->be->advise_cold)
+			c->be->advise_cold(c, pl->pb[i], j - i);
 		i = j;
 	}
 	return 0;
@@ -730,7 +302,8 @@ static int plan_make(struct kvp_kvcache *c, uint64_t gl)
 	pl->layer = layer;
 	pl->nseq = c->nstep_seqs;
 	pl->chosen = pl->reused = 0;
-	if (grow((void **)&pl->off, &pl->off_cap, pl->nseq + 1, sizeof(size_t)))
+	if (kvc_grow((void **)&pl->off, &pl->off_cap, pl->nseq + 1,
+		     sizeof(size_t)))
 		return -ENOMEM;
 	for (i = 0; i < pl->nseq; i++) {
 		struct kvc_seq *s = &c->seqs[c->step_seqs[i]];
@@ -740,14 +313,14 @@ static int plan_make(struct kvp_kvcache *c, uint64_t gl)
 		const float *q = NULL;
 
 		pl->off[i] = total;
-		if (grow((void **)&c->sel, &c->sel_cap, cap + 1,
-			 sizeof(uint32_t)) ||
-		    grow((void **)&pl->lb, &pl->lb_cap, total + cap + 1,
-			 sizeof(uint32_t)))
+		if (kvc_grow((void **)&c->sel, &c->sel_cap, cap + 1,
+			     sizeof(uint32_t)) ||
+		    kvc_grow((void **)&pl->lb, &pl->lb_cap, total + cap + 1,
+			     sizeof(uint32_t)))
 			return -ENOMEM;
 		if (kvp_predictor_needs_query(c->pred))
 			q = c->qbuf;
-		t0 = now_s();
+		t0 = kvc_now_s();
 		err = q ? plan_query(c, c->step_seqs[i], layer,
 				     kvp_block_table_tokens(s->bt) + ahead,
 				     c->qbuf)
@@ -756,7 +329,7 @@ static int plan_make(struct kvp_kvcache *c, uint64_t gl)
 			err = kvp_predictor_select(c->pred, c->step_seqs[i],
 						   layer, s->bt, q, c->sel,
 						   c->sel_cap, &n);
-		c->cur.t_predict_s += now_s() - t0;
+		c->cur.t_predict_s += kvc_now_s() - t0;
 		if (err)
 			return err;
 		for (k = 0; k < n; k++)
@@ -764,7 +337,8 @@ static int plan_make(struct kvp_kvcache *c, uint64_t gl)
 				pl->lb[total++] = c->sel[k];
 	}
 	pl->off[pl->nseq] = total;
-	if (grow((void **)&pl->pb, &pl->pb_cap, total + 1, sizeof(uint64_t)))
+	if (kvc_grow((void **)&pl->pb, &pl->pb_cap, total + 1,
+		     sizeof(uint64_t)))
 		return -ENOMEM;
 	{
 		size_t oc = pl->pb_cap;
@@ -791,19 +365,8 @@ static int plan_make(struct kvp_kvcache *c, uint64_t gl)
 			pl->pb[w++] = pl->pb[i];
 	pl->npb = w;
 	/* reuse: chosen blocks already resident, before anything is read */
-	for (i = 0; i < pl->npb; i++) {
-		struct kvp_block_info bi;
-
-		pl->res[i] = false;
-		if (c->o.backend == KVP_KVCACHE_PAGER) {
-			if (!kvp_region_block_info(c->region, pl->pb[i], &bi))
-				pl->res[i] = bi.state == KVP_BLOCK_RESIDENT;
-		} else if (c->o.backend == KVP_KVCACHE_RAM) {
-			pl->res[i] = true;
-		} else {
-			pl->res[i] = c->lru_in[pl->pb[i]];
-		}
-	}
+	for (i = 0; i < pl->npb; i++)
+		pl->res[i] = c->be->resident(c, pl->pb[i]);
 	for (i = 0; i < pl->nseq; i++) {
 		struct kvc_seq *s = &c->seqs[c->step_seqs[i]];
 		const uint32_t *map = kvp_block_table_map(s->bt);
@@ -819,30 +382,11 @@ static int plan_make(struct kvp_kvcache *c, uint64_t gl)
 	pl->queued = pl->done = pl->pinned = false;
 	pl->pf = NULL;
 	pl->err = 0;
-	if (!c->o.prefetch || !pl->npb)
+	if (!c->o.prefetch || !pl->npb || !c->be->prefetch)
 		return 0;
-	if (c->o.backend == KVP_KVCACHE_MMAP) {
-		size_t pbb = c->l.pager_block_bytes, j;
-
-		for (i = 0; i < pl->npb; i = j) {
-			for (j = i + 1;
-			     j < pl->npb && pl->pb[j] == pl->pb[j - 1] + 1; j++)
-				;
-			if (!pl->res[i] || j - i > 1)
-				madvise(c->base + pl->pb[i] * pbb,
-					(j - i) * pbb, MADV_WILLNEED);
-		}
-		return 0;
-	}
-	if (c->o.backend != KVP_KVCACHE_PAGER)
-		return 0;
-	pl->t_submit = now_s();
-	err = kvp_prefetch_submit(c->region, pl->pb, pl->npb, &pl->pf);
-	if (err) {
-		pl->pf = NULL;
+	err = c->be->prefetch(c, pl);
+	if (err || !pl->pf)
 		return err;
-	}
-	c->cur.prefetch_issued += pl->npb;
 	pthread_mutex_lock(&c->mu);
 	c->wq[(c->wq_head + c->wq_len) % c->nplans] = pl;
 	c->wq_len++;
@@ -894,7 +438,7 @@ int kvp_kvcache_create(const struct kvp_kvcache_opts *o,
 		return -ENOMEM;
 	c->o = *o;
 	c->g = o->geo;
-	c->fd = -1;
+	c->be = backends[o->backend];
 	if (!c->o.prefetch)
 		c->o.prefetch_depth = 1;
 	if (c->o.prefetch_depth < 1)
@@ -950,73 +494,14 @@ int kvp_kvcache_create(const struct kvp_kvcache_opts *o,
 	if (err)
 		goto fail;
 
-	switch (o->backend) {
-	case KVP_KVCACHE_RAM:
-		c->base = big_alloc(c->l.region_bytes);
-		if (!c->base) {
-			err = -ENOMEM;
-			goto fail;
-		}
-		break;
-	case KVP_KVCACHE_MMAP:
-		err = mm_open(c);
+	err = c->be->open(c);
+	if (err)
+		goto fail;
+	if (c->o.prefetch && c->be->async_prefetch) {
+		err = -pthread_create(&c->waiter, NULL, waiter_main, c);
 		if (err)
 			goto fail;
-		break;
-	case KVP_KVCACHE_PAGER: {
-		struct kvp_region_opts ro;
-
-		if (o->pager) {
-			c->pager = o->pager;
-		} else {
-			struct kvp_config cfg;
-
-			if (o->cfg)
-				cfg = *o->cfg;
-			else
-				kvp_config_defaults(&cfg);
-			cfg.ram_budget_bytes = c->budget;
-			if (cfg.ram_budget_bytes < (2u << 20))
-				cfg.ram_budget_bytes = 2u << 20;
-			err = kvp_pager_open(&cfg, &c->pager);
-			if (err)
-				goto fail;
-			c->own_pager = true;
-		}
-		{
-			struct kvp_config cur;
-
-			kvp_pager_config(c->pager, &cur);
-			c->budget = cur.ram_budget_bytes;
-		}
-		if (o->store) {
-			c->store = o->store;
-		} else {
-			err = kvp_store_file_temp(o->dir, c->l.region_bytes,
-						  &c->store);
-			if (err)
-				goto fail;
-			c->own_store = true;
-		}
-		memset(&ro, 0, sizeof(ro));
-		ro.name = o->region_name ? o->region_name : "kv";
-		ro.size = c->l.region_bytes;
-		ro.block_bytes = pbb;
-		ro.store = c->store;
-		ro.store_offset = o->store_offset;
-		ro.flags = KVP_REGION_FROM_STORE;
-		err = kvp_region_create(c->pager, &ro, &c->region);
-		if (err)
-			goto fail;
-		c->base = kvp_region_addr(c->region);
-		if (c->o.prefetch) {
-			err = -pthread_create(&c->waiter, NULL, waiter_main, c);
-			if (err)
-				goto fail;
-			c->waiter_on = true;
-		}
-		break;
-	}
+		c->waiter_on = true;
 	}
 	*out = c;
 	return 0;
@@ -1047,18 +532,7 @@ void kvp_kvcache_destroy(struct kvp_kvcache *c)
 	for (i = 0; c->seqs && i < c->o.max_seqs; i++)
 		if (c->seqs[i].live)
 			seq_drop(c, i, false);
-	if (c->region)
-		kvp_region_destroy(c->region);
-	if (c->own_pager)
-		kvp_pager_close(c->pager);
-	if (c->own_store)
-		kvp_store_destroy(c->store);
-	if (c->o.backend == KVP_KVCACHE_RAM && c->base)
-		munmap(c->base, c->l.region_bytes);
-	if (c->o.backend == KVP_KVCACHE_MMAP && c->base)
-		munmap(c->base, c->l.region_bytes);
-	if (c->fd >= 0)
-		close(c->fd);
+	c->be->close(c);
 	for (i = 0; c->plans && i < c->plans_cap; i++) {
 		free(c->plans[i].lb);
 		free(c->plans[i].off);
@@ -1076,10 +550,6 @@ void kvp_kvcache_destroy(struct kvp_kvcache *c)
 	kvp_block_alloc_destroy(c->alloc);
 	if (c->stage)
 		munmap(c->stage, c->stage_cap);
-	free(c->lru_prev);
-	free(c->lru_next);
-	free(c->lru_in);
-	free(c->mvec);
 	free(c->plans);
 	free(c->wq);
 	free(c->step_seqs);
@@ -1231,8 +701,8 @@ static void seq_drop(struct kvp_kvcache *c, uint32_t id, bool discard)
 
 	for (layer = 0; s->rbpin && layer < c->g.layers; layer++)
 		if (s->rbpin[layer] != UINT64_MAX)
-			kvp_region_unpin(c->region, s->rbpin[layer], 1);
-	if (discard && nb) {
+			c->be->unpin(c, s->rbpin[layer], 1);
+	if (discard && nb && c->be->discard) {
 		freed = malloc(sizeof(uint32_t) * nb);
 		spans = malloc(sizeof(uint32_t) * nb);
 	}
@@ -1240,7 +710,7 @@ static void seq_drop(struct kvp_kvcache *c, uint32_t id, bool discard)
 	s->live = false;
 	kvp_block_table_destroy(s->bt, freed && spans ? freed : NULL, &nfreed);
 	pthread_mutex_unlock(&c->tlock);
-	if (freed && spans && c->o.backend == KVP_KVCACHE_PAGER) {
+	if (freed && spans) {
 		nspans = kvp_block_alloc_free_spans(c->alloc,
 						    c->l.blocks_per_pager_block,
 						    freed, nfreed, spans);
@@ -1249,8 +719,7 @@ static void seq_drop(struct kvp_kvcache *c, uint32_t id, bool discard)
 				uint64_t pb = kvp_kv_layout_pager_block(
 				    &c->l, layer, spans[i]);
 
-				if (!kvp_region_advise(c->region, pb, 1,
-						       KVP_ADVICE_DISCARD))
+				if (!c->be->discard(c, pb))
 					c->st.discarded_pager_blocks++;
 			}
 		}
@@ -1326,7 +795,7 @@ static void *layer_worker(void *arg)
 					   j->dst + (size_t)b * c->stride);
 	if (j->err || !kvp_predictor_needs_keys(c->pred))
 		return NULL;
-	t0 = now_s();
+	t0 = kvc_now_s();
 	if (!c->fitted[j->layer] && (uint64_t)j->nb * G >= 64) {
 		const void **ptrs = malloc(sizeof(void *) * j->nb);
 		struct kvp_attn_blocks sb = { ptrs, NULL, j->nb };
@@ -1349,7 +818,7 @@ static void *layer_worker(void *arg)
 		j->err = kvp_predictor_observe(c->pred, j->seq, j->layer,
 					       (uint64_t)(j->first + b) * G, G,
 					       j->dst + (size_t)b * c->stride);
-	j->t_pred = now_s() - t0;
+	j->t_pred = kvc_now_s() - t0;
 	return NULL;
 }
 
@@ -1365,8 +834,7 @@ static void rb_repin(struct kvp_kvcache *c, struct kvc_seq *s, uint32_t layer)
 	uint32_t G = c->g.block_tokens, lb = (uint32_t)(s->fill[layer] / G), p;
 	uint64_t want = UINT64_MAX;
 
-	if (c->o.backend != KVP_KVCACHE_PAGER ||
-	    c->l.blocks_per_pager_block != 1)
+	if (!c->be->pin || c->l.blocks_per_pager_block != 1)
 		return;
 	p = kvp_block_table_physical(s->bt, lb);
 	if (p != KVP_BLOCK_NONE)
@@ -1374,9 +842,9 @@ static void rb_repin(struct kvp_kvcache *c, struct kvc_seq *s, uint32_t layer)
 	if (want == s->rbpin[layer])
 		return;
 	if (s->rbpin[layer] != UINT64_MAX)
-		kvp_region_unpin(c->region, s->rbpin[layer], 1);
+		c->be->unpin(c, s->rbpin[layer], 1);
 	s->rbpin[layer] = UINT64_MAX;
-	if (want != UINT64_MAX && !kvp_region_pin(c->region, want, 1))
+	if (want != UINT64_MAX && !c->be->pin(c, want, 1))
 		s->rbpin[layer] = want;
 }
 
@@ -1387,18 +855,18 @@ static int rb_append(struct kvp_kvcache *c, uint32_t id, uint32_t layer,
 	struct kvc_seq *s = &c->seqs[id];
 	char *rbl = s->rb + (size_t)layer * c->stride;
 	uint64_t tok = s->fill[layer];
-	double t0 = now_s();
+	double t0 = kvc_now_s();
 	int err;
 
 	rb_repin(c, s, layer);
 	err = src->ops->fill(src->arg, id, layer, tok, n, rbl);
-	c->cur.t_fill_s += now_s() - t0;
+	c->cur.t_fill_s += kvc_now_s() - t0;
 	if (err)
 		return err;
 	if (kvp_predictor_needs_keys(c->pred)) {
-		t0 = now_s();
+		t0 = kvc_now_s();
 		err = kvp_predictor_observe(c->pred, id, layer, tok, n, rbl);
-		c->cur.t_predict_s += now_s() - t0;
+		c->cur.t_predict_s += kvc_now_s() - t0;
 		if (err)
 			return err;
 	}
@@ -1520,10 +988,10 @@ int kvp_kvcache_prefill(struct kvp_kvcache *c, uint32_t id, uint64_t ntokens,
 	struct kvc_seq *s;
 	uint32_t G, layer, n, nt;
 	uint64_t t0tok, total_bytes, done_bytes = 0, nfull;
-	double t0 = now_s();
+	double t0 = kvc_now_s();
 	int err;
 
-	if (!seq_ok(c, id) || !source_ok(src))
+	if (!seq_ok(c, id) || !kvc_source_ok(src))
 		return -EINVAL;
 	if (!ntokens)
 		return 0;
@@ -1571,9 +1039,9 @@ int kvp_kvcache_prefill(struct kvp_kvcache *c, uint32_t id, uint64_t ntokens,
 		progress(parg, total_bytes, total_bytes);
 	c->st.prefill_tokens += ntokens;
 	c->st.prefill_bytes += total_bytes;
-	c->st.t_prefill_s += now_s() - t0;
-	if (c->o.backend == KVP_KVCACHE_MMAP)
-		mm_settle(c);
+	c->st.t_prefill_s += kvc_now_s() - t0;
+	if (c->be->prefilled)
+		c->be->prefilled(c);
 out:
 	if (src->ops->prefill_end)
 		src->ops->prefill_end(src->arg, id);
@@ -1581,36 +1049,6 @@ out:
 }
 
 /* ---- the decode step ---------------------------------------------------- */
-
-static void region_stats(struct kvp_kvcache *c, struct kvp_stats *s)
-{
-	memset(s, 0, sizeof(*s));
-	if (c->o.backend == KVP_KVCACHE_PAGER)
-		kvp_region_stats(c->region, s);
-}
-
-static uint64_t proc_read_bytes(void)
-{
-	FILE *f = fopen("/proc/self/io", "r");
-	char line[128];
-	unsigned long long v = 0;
-
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "read_bytes: %llu", &v) == 1)
-			break;
-	fclose(f);
-	return v;
-}
-
-static uint64_t majflt(void)
-{
-	struct rusage ru;
-
-	getrusage(RUSAGE_SELF, &ru);
-	return (uint64_t)ru.ru_majflt;
-}
 
 static void record_sample(struct kvp_kvcache *c, uint32_t id, uint32_t layer,
 			  uint64_t npos, const float *q, const float *o,
@@ -1680,7 +1118,8 @@ static int compute_layer(struct kvp_kvcache *c, struct kvc_plan *pl,
 			: c->obuf;
 		double t0;
 
-		if (grow((void **)&c->ptrs, &c->ptr_cap, n + 1, sizeof(void *)))
+		if (kvc_grow((void **)&c->ptrs, &c->ptr_cap, n + 1,
+			     sizeof(void *)))
 			return -ENOMEM;
 		{
 			size_t cap = c->ptr_cap;
@@ -1705,9 +1144,9 @@ static int compute_layer(struct kvp_kvcache *c, struct kvc_plan *pl,
 				      c->qbuf);
 		if (err)
 			return err;
-		t0 = now_s();
+		t0 = kvc_now_s();
 		err = kvp_attn_decode(&c->g, &b, c->qbuf, o, c->pool);
-		c->cur.t_compute_s += now_s() - t0;
+		c->cur.t_compute_s += kvc_now_s() - t0;
 		if (!err && src->ops->attended)
 			err = src->ops->attended(src->arg, id, layer,
 						 s->fill[layer], o);
@@ -1725,13 +1164,12 @@ int kvp_kvcache_step(struct kvp_kvcache *c, const uint32_t *seqs, uint32_t n,
 		     const struct kvp_kv_source *src, float *out,
 		     struct kvp_kvcache_step_stats *st)
 {
-	struct kvp_stats s0, s1;
-	uint64_t rb0 = 0, mf0 = 0, gl0, gl;
+	uint64_t gl0, gl;
 	uint32_t L = c ? c->g.layers : 0, d, i, layer;
-	double t0 = now_s();
+	double t0 = kvc_now_s();
 	int err = 0;
 
-	if (!c || !seqs || !n || n > c->o.max_seqs || !source_ok(src))
+	if (!c || !seqs || !n || n > c->o.max_seqs || !kvc_source_ok(src))
 		return -EINVAL;
 	for (i = 0; i < n; i++)
 		if (!seq_ok(c, seqs[i]))
@@ -1746,11 +1184,8 @@ int kvp_kvcache_step(struct kvp_kvcache *c, const uint32_t *seqs, uint32_t n,
 	c->plans_valid = true;
 	c->src = *src;
 	memset(&c->cur, 0, sizeof(c->cur));
-	region_stats(c, &s0);
-	if (c->o.backend == KVP_KVCACHE_MMAP) {
-		rb0 = proc_read_bytes();
-		mf0 = majflt();
-	}
+	if (c->be->step_begin)
+		c->be->step_begin(c);
 	for (i = 0; i < n; i++) {
 		err =
 		    kvp_block_table_append(c->seqs[seqs[i]].bt, 1, NULL, NULL);
@@ -1788,15 +1223,14 @@ int kvp_kvcache_step(struct kvp_kvcache *c, const uint32_t *seqs, uint32_t n,
 			if (err)
 				goto out;
 		}
-		tw = now_s();
+		tw = kvc_now_s();
 		plan_wait(c, pl);
-		c->cur.t_wait_s += now_s() - tw;
+		c->cur.t_wait_s += kvc_now_s() - tw;
 		if (pl->err) {
 			err = pl->err;
 			goto out;
 		}
-		if (c->o.backend == KVP_KVCACHE_PAGER && c->o.prefetch &&
-		    pl->npb) {
+		if (c->o.prefetch && pl->npb && c->be->pin) {
 			if (plan_pin(c, pl, true))
 				c->st.pin_failures++;
 			else
@@ -1807,22 +1241,16 @@ int kvp_kvcache_step(struct kvp_kvcache *c, const uint32_t *seqs, uint32_t n,
 			goto out;
 		c->cur.chosen_blocks += pl->chosen;
 		c->cur.reused_blocks += pl->reused;
-		if (c->o.backend == KVP_KVCACHE_MMAP) {
-			size_t k;
-
-			for (k = 0; k < pl->npb; k++)
-				lru_touch(c, (uint32_t)pl->pb[k]);
-			lru_enforce(c);
-		}
+		if (c->be->layer_done)
+			c->be->layer_done(c, pl);
 		if (pl->pinned) {
 			plan_pin(c, pl, false);
 			pl->pinned = false;
-		} else if (c->cold && c->o.backend == KVP_KVCACHE_PAGER) {
+		} else if (c->cold && c->be->advise_cold) {
 			size_t k;
 
 			for (k = 0; k < pl->npb; k++)
-				kvp_region_advise(c->region, pl->pb[k], 1,
-						  KVP_ADVICE_COLD);
+				c->be->advise_cold(c, pl->pb[k], 1);
 		}
 		for (i = 0; i < n; i++) {
 			err = rb_flush(c, seqs[i], layer);
@@ -1833,30 +1261,13 @@ int kvp_kvcache_step(struct kvp_kvcache *c, const uint32_t *seqs, uint32_t n,
 	}
 	if (!c->o.cross_step)
 		kvp_kvcache_drain(c);
-	if (c->o.backend == KVP_KVCACHE_MMAP)
-		mm_sweep(c);
 out:
 	c->gstep++;
-	region_stats(c, &s1);
+	if (c->be->step_end)
+		c->be->step_end(c, &c->cur, !err);
 	c->cur.steps = 1;
 	c->cur.tokens = n;
-	c->cur.t_step_s = now_s() - t0;
-	if (c->o.backend == KVP_KVCACHE_PAGER) {
-		c->cur.bytes_read = s1.bytes_read_total - s0.bytes_read_total;
-		c->cur.bytes_written +=
-		    s1.bytes_written_total - s0.bytes_written_total;
-		c->cur.demand_faults =
-		    s1.demand_faults_total - s0.demand_faults_total;
-		c->cur.prefetch_hit =
-		    s1.prefetch_hit_total - s0.prefetch_hit_total;
-		c->cur.prefetch_late =
-		    s1.prefetch_late_total - s0.prefetch_late_total;
-		c->cur.prefetch_wasted =
-		    s1.prefetch_wasted_total - s0.prefetch_wasted_total;
-	} else if (c->o.backend == KVP_KVCACHE_MMAP) {
-		c->cur.bytes_read = proc_read_bytes() - rb0;
-		c->cur.demand_faults = majflt() - mf0;
-	}
+	c->cur.t_step_s = kvc_now_s() - t0;
 	{
 		struct kvp_kvcache_step_stats *a = &c->st.sum, *b = &c->cur;
 
@@ -1925,7 +1336,7 @@ int kvp_kvcache_quality(struct kvp_kvcache *c, double *recall,
 			if (buf)
 				munmap(buf, bufcap);
 			bufcap = (size_t)nb * c->stride;
-			buf = big_alloc(bufcap);
+			buf = kvc_big_alloc(bufcap);
 			free(ptrs);
 			free(ntok);
 			free(phys);
@@ -1947,7 +1358,7 @@ int kvp_kvcache_quality(struct kvp_kvcache *c, double *recall,
 			nfull = nb;
 		for (i = 0; i < nfull; i++)
 			phys[i] = kvp_block_table_physical(s->bt, i);
-		err = read_blocks(c, sm->layer, phys, nfull, buf);
+		err = c->be->read(c, sm->layer, phys, nfull, buf);
 		if (err)
 			goto out;
 		for (i = nfull; i < nb; i++) {
@@ -2030,18 +1441,14 @@ int kvp_kvcache_format_block_table(struct kvp_kvcache *c, uint32_t id,
 		buf[0] = 0;
 	for (lb = 0; lb < nb; lb++) {
 		uint32_t p = kvp_block_table_physical(s->bt, lb);
-		const char *where =
-		    c->o.backend == KVP_KVCACHE_RAM ? "ram" : "file";
-		struct kvp_block_info bi;
+		const char *where;
 
 		/* a partial last block is rolling in every layer */
 		if (s->fill[0] % G && lb == s->fill[0] / G)
 			where = "rolling";
-		else if (c->o.backend == KVP_KVCACHE_PAGER &&
-			 !kvp_region_block_info(
-			     c->region, kvp_kv_layout_pager_block(&c->l, 0, p),
-			     &bi))
-			where = kvp_block_state_name(bi.state);
+		else
+			where = c->be->where(
+			    c, kvp_kv_layout_pager_block(&c->l, 0, p));
 		w = snprintf(used < len ? buf + used : NULL,
 			     used < len ? len - used : 0, "%u %u %u %u %s\n",
 			     lb, p, kvp_block_table_valid(s->bt, lb),
@@ -2170,7 +1577,7 @@ int kvp_kvcache_retune(struct kvp_kvcache *c, const struct kvp_kv_config *kv,
 
 	if (err)
 		return err;
-	if (depth && c->o.backend == KVP_KVCACHE_PAGER && !c->waiter_on) {
+	if (depth && c->be->async_prefetch && !c->waiter_on) {
 		err = -pthread_create(&c->waiter, NULL, waiter_main, c);
 		if (err) {
 			if (bad)

@@ -12,10 +12,12 @@
  * exact predictor, advised COLD: a full scan will not come back to them
  * before everything else).
  *
- * Backends (enum kvp_kvcache_backend): the pager region (the product), all
- * in RAM (the compute bound, and the bit-for-bit reference), and the
- * kernel's mmap of a file with an emulated RAM budget (the baselines of
- * kvpbench decode, without or with MADV_WILLNEED from the same predictor).
+ * Backends (enum kvp_kvcache_backend; one file each behind the ops of
+ * kv_backend_i.h): the pager region (backend_pager.c, the product), all in
+ * RAM (backend_ram.c: the compute bound, and the bit-for-bit reference),
+ * and the kernel's mmap of a file with an emulated RAM budget
+ * (backend_mmap.c: the baselines of kvpbench decode, without or with
+ * MADV_WILLNEED from the same predictor).
  *
  * THE ROLLING BUFFER.  The newest, partly filled KV block of each sequence
  * and layer lives in RAM outside the region (rb).  Attention reads it from

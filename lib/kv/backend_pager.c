@@ -1,0 +1,328 @@
+/*
+ * backend_pager.c - the KV cache on a pager region (kv_backend_i.h): the
+ * product.
+ *
+ * The region (KVP_REGION_FROM_STORE) faults KV blocks in from the store
+ * under the pager's RAM budget; plans prefetch their pager blocks
+ * asynchronously (the waiter thread of plan.c waits) and pin them while
+ * the layer computes.  Writes bypass the region where they can: a pager
+ * block ABSENT and clean in the store is written to the store directly,
+ * so it is never faulted in only to be overwritten (THE ROLLING BUFFER in
+ * kvcache.h); reads for quality and forks peek frames or read the store,
+ * so they change no residency.
+ *
+ * The pager, store and region are the cache's own unless the options
+ * bring a pager or a store.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/kv/kvcache_i.h"
+
+#define WRITE_CHUNK (16u << 20) /* largest single store write */
+#define READ_CHUNK  (8u << 20)	/* largest single store read (quality) */
+
+struct pg_state {
+	struct kvp_store *store; /* the region's */
+	bool own_store;		 /* made here: destroy it */
+	bool own_pager;		 /* made here: close it */
+	struct kvp_stats s0;	 /* the region's counters at step_begin */
+};
+
+static int pg_open(struct kvp_kvcache *c)
+{
+	const struct kvp_kvcache_opts *o = &c->o;
+	struct pg_state *ps = calloc(1, sizeof(*ps));
+	struct kvp_region_opts ro;
+	struct kvp_config cur;
+	int err;
+
+	if (!ps)
+		return -ENOMEM;
+	c->bs = ps;
+	if (o->pager) {
+		c->pager = o->pager;
+	} else {
+		struct kvp_config cfg;
+
+		if (o->cfg)
+			cfg = *o->cfg;
+		else
+			kvp_config_defaults(&cfg);
+		cfg.ram_budget_bytes = c->budget;
+		if (cfg.ram_budget_bytes < (2u << 20))
+			cfg.ram_budget_bytes = 2u << 20;
+		err = kvp_pager_open(&cfg, &c->pager);
+		if (err)
+			return err;
+		ps->own_pager = true;
+	}
+	kvp_pager_config(c->pager, &cur);
+	c->budget = cur.ram_budget_bytes;
+	if (o->store) {
+		ps->store = o->store;
+	} else {
+		err =
+		    kvp_store_file_temp(o->dir, c->l.region_bytes, &ps->store);
+		if (err)
+			return err;
+		ps->own_store = true;
+	}
+	memset(&ro, 0, sizeof(ro));
+	ro.name = o->region_name ? o->region_name : "kv";
+	ro.size = c->l.region_bytes;
+	ro.block_bytes = c->l.pager_block_bytes;
+	ro.store = ps->store;
+	ro.store_offset = o->store_offset;
+	ro.flags = KVP_REGION_FROM_STORE;
+	err = kvp_region_create(c->pager, &ro, &c->region);
+	if (err)
+		return err;
+	c->base = kvp_region_addr(c->region);
+	return 0;
+}
+
+static void pg_close(struct kvp_kvcache *c)
+{
+	struct pg_state *ps = c->bs;
+
+	if (c->region)
+		kvp_region_destroy(c->region);
+	c->region = NULL;
+	if (!ps)
+		return;
+	if (ps->own_pager)
+		kvp_pager_close(c->pager);
+	if (ps->own_store)
+		kvp_store_destroy(ps->store);
+	free(ps);
+	c->bs = NULL;
+}
+
+/* Absent, clean and in the store: the store's copy is the block. */
+static int pb_in_store(struct kvp_kvcache *c, uint64_t pb)
+{
+	struct kvp_block_info bi;
+	int err = kvp_region_block_info(c->region, pb, &bi);
+
+	if (err)
+		return err;
+	return bi.state == KVP_BLOCK_ABSENT && bi.in_store && !bi.dirty;
+}
+
+/*
+ * Write bytes [off, off + len) of the region from data: the pieces whose
+ * pager block is absent and in the store by store writes (coalesced),
+ * the others through the region (see THE ROLLING BUFFER in kvcache.h).
+ */
+static int pg_write(struct kvp_kvcache *c, uint64_t off, const char *data,
+		    size_t len, bool flush)
+{
+	struct pg_state *ps = c->bs;
+	size_t pbb = c->l.pager_block_bytes;
+	uint32_t align = ps->store->offset_align ? ps->store->offset_align : 1;
+	uint64_t pend_off = 0, end = off + len;
+	const char *pend = NULL;
+	size_t pend_len = 0;
+	int err = 0;
+
+	while (off < end) {
+		uint64_t pb = off / pbb;
+		uint64_t pend_b = (pb + 1) * pbb < end ? (pb + 1) * pbb : end;
+		size_t n = (size_t)(pend_b - off);
+		bool direct = off % align == 0 && n % align == 0 &&
+			      pb_in_store(c, pb) == 1;
+
+		if (direct && pend && pend_off + pend_len == off &&
+		    pend_len + n <= WRITE_CHUNK) {
+			pend_len += n;
+		} else {
+			if (pend) {
+				err = kvp_store_pwrite(
+				    ps->store, pend, pend_len,
+				    c->o.store_offset + pend_off);
+				if (err)
+					return err;
+				c->cur.bytes_written += pend_len;
+				pend = NULL;
+			}
+			if (direct) {
+				pend = data;
+				pend_off = off;
+				pend_len = n;
+			} else {
+				memcpy(c->base + off, data, n);
+				if (flush)
+					c->cur.flush_region++;
+			}
+		}
+		if (direct && flush)
+			c->cur.flush_store++;
+		data += n;
+		off += n;
+	}
+	if (pend) {
+		err = kvp_store_pwrite(ps->store, pend, pend_len,
+				       c->o.store_offset + pend_off);
+		if (!err)
+			c->cur.bytes_written += pend_len;
+	}
+	return err;
+}
+
+/*
+ * Physical blocks phys[0..n) of layer into dst (n * stride), leaving the
+ * pager's state alone: runs of absent blocks are read from the store,
+ * others copied from their frames by kvp_region_peek.
+ */
+static int pg_read(struct kvp_kvcache *c, uint32_t layer, const uint32_t *phys,
+		   size_t n, char *dst)
+{
+	struct pg_state *ps = c->bs;
+	size_t pbb = c->l.pager_block_bytes, i = 0;
+	uint64_t cached = UINT64_MAX;
+	uint32_t align = ps->store->offset_align ? ps->store->offset_align : 1;
+	int err;
+
+	while (i < n) {
+		uint64_t off = kvp_kv_layout_offset(&c->l, layer, phys[i]);
+		uint64_t pb = off / pbb;
+		size_t j = i + 1;
+
+		if (pb != cached && off % align == 0 &&
+		    c->stride % align == 0) {
+			err = pb_in_store(c, pb);
+			if (err < 0)
+				return err;
+			if (err) {
+				uint64_t lastpb = pb;
+
+				/* extend over consecutive, store-readable */
+				while (j < n && phys[j] == phys[j - 1] + 1 &&
+				       (j - i) * c->stride < READ_CHUNK) {
+					uint64_t q = kvp_kv_layout_pager_block(
+					    &c->l, layer, phys[j]);
+
+					if (q != lastpb) {
+						if (pb_in_store(c, q) != 1)
+							break;
+						lastpb = q;
+					}
+					j++;
+				}
+				err = kvp_store_pread(ps->store,
+						      dst + i * c->stride,
+						      (j - i) * c->stride,
+						      c->o.store_offset + off);
+				if (err)
+					return err;
+				i = j;
+				continue;
+			}
+		}
+		if (pb != cached) {
+			err = kvp_region_peek(c->region, pb, c->pbbuf);
+			if (err)
+				return err;
+			cached = pb;
+		}
+		memcpy(dst + i * c->stride, c->pbbuf + (off - pb * pbb),
+		       c->stride);
+		i++;
+	}
+	return 0;
+}
+
+static bool pg_resident(struct kvp_kvcache *c, uint64_t pb)
+{
+	struct kvp_block_info bi;
+
+	return !kvp_region_block_info(c->region, pb, &bi) &&
+	       bi.state == KVP_BLOCK_RESIDENT;
+}
+
+static int pg_prefetch(struct kvp_kvcache *c, struct kvc_plan *pl)
+{
+	int err;
+
+	pl->t_submit = kvc_now_s();
+	err = kvp_prefetch_submit(c->region, pl->pb, pl->npb, &pl->pf);
+	if (err) {
+		pl->pf = NULL;
+		return err;
+	}
+	c->cur.prefetch_issued += pl->npb;
+	return 0;
+}
+
+static int pg_pin(struct kvp_kvcache *c, uint64_t pb, uint64_t n)
+{
+	return kvp_region_pin(c->region, pb, n);
+}
+
+static void pg_unpin(struct kvp_kvcache *c, uint64_t pb, uint64_t n)
+{
+	kvp_region_unpin(c->region, pb, n);
+}
+
+static void pg_advise_cold(struct kvp_kvcache *c, uint64_t pb, uint64_t n)
+{
+	kvp_region_advise(c->region, pb, n, KVP_ADVICE_COLD);
+}
+
+static int pg_discard(struct kvp_kvcache *c, uint64_t pb)
+{
+	return kvp_region_advise(c->region, pb, 1, KVP_ADVICE_DISCARD);
+}
+
+static void pg_step_begin(struct kvp_kvcache *c)
+{
+	struct pg_state *ps = c->bs;
+
+	kvp_region_stats(c->region, &ps->s0);
+}
+
+static void pg_step_end(struct kvp_kvcache *c,
+			struct kvp_kvcache_step_stats *st, bool completed)
+{
+	struct pg_state *ps = c->bs;
+	const struct kvp_stats *s0 = &ps->s0;
+	struct kvp_stats s1;
+
+	kvp_region_stats(c->region, &s1);
+	st->bytes_read = s1.bytes_read_total - s0->bytes_read_total;
+	st->bytes_written += s1.bytes_written_total - s0->bytes_written_total;
+	st->demand_faults = s1.demand_faults_total - s0->demand_faults_total;
+	st->prefetch_hit = s1.prefetch_hit_total - s0->prefetch_hit_total;
+	st->prefetch_late = s1.prefetch_late_total - s0->prefetch_late_total;
+	st->prefetch_wasted =
+	    s1.prefetch_wasted_total - s0->prefetch_wasted_total;
+}
+
+static const char *pg_where(struct kvp_kvcache *c, uint64_t pb)
+{
+	struct kvp_block_info bi;
+
+	if (kvp_region_block_info(c->region, pb, &bi))
+		return "file";
+	return kvp_block_state_name(bi.state);
+}
+
+const struct kvc_backend_ops kvc_backend_pager = {
+	.name = "kvpager",
+	.open = pg_open,
+	.close = pg_close,
+	.write = pg_write,
+	.read = pg_read,
+	.resident = pg_resident,
+	.prefetch = pg_prefetch,
+	.async_prefetch = true,
+	.pin = pg_pin,
+	.unpin = pg_unpin,
+	.advise_cold = pg_advise_cold,
+	.discard = pg_discard,
+	.step_begin = pg_step_begin,
+	.step_end = pg_step_end,
+	.where = pg_where,
+};

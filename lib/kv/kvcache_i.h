@@ -1,0 +1,148 @@
+/*
+ * kvcache_i.h - private: the KV cache's state and the calls between its
+ * files.
+ *
+ *   kvcache.c        the cache: plans, sequences, prefill, the decode
+ *                    step, quality
+ *   kv_backend_i.h   the backend ops; backend_pager.c, backend_ram.c,
+ *                    backend_mmap.c
+ *
+ * Locks (see kvcache.h for the callers' side): one thread drives a cache
+ * and owns everything here but
+ *   mu     the waiter's queue (wq, wq_head, wq_len), each queued plan's
+ *          done / t_done / err, and busy_end / busy_s;
+ *   tlock  the block tables and seqs[].live against the view's reads
+ *          (the view's callbacks in kvcache.c): taken around every change of either.
+ * Neither lock is held across a call into the pager or the source.
+ */
+#ifndef KVP_KVCACHE_I_H
+#define KVP_KVCACHE_I_H
+
+#include <pthread.h>
+#include <time.h>
+
+#include "lib/kv/kv_backend_i.h"
+#include "lib/kv/kvcache.h"
+
+struct kvc_seq {
+	bool live;		    /* in use (changed under tlock) */
+	struct kvp_block_table *bt; /* logical -> physical KV blocks */
+	uint64_t *fill;		    /* per layer: tokens written */
+	char *rb;	 /* layers x stride: the rolling block of each layer */
+	uint64_t *rbpin; /* per layer: pager block pinned for it, or ~0 */
+};
+
+/* What one layer of one step reads: chosen, mapped, maybe prefetched. */
+struct kvc_plan {
+	bool used;		 /* holds a plan (else free) */
+	uint64_t gl;		 /* global layer index: step * layers + layer */
+	uint32_t layer;		 /* gl % layers */
+	uint32_t nseq;		 /* sequences, as c->step_seqs */
+	uint32_t *lb;		 /* chosen region blocks, per sequence */
+	size_t *off;		 /* nseq + 1 offsets into lb */
+	size_t lb_cap;		 /* entries allocated in lb */
+	size_t off_cap;		 /* entries allocated in off */
+	uint64_t *pb;		 /* distinct pager blocks, ascending */
+	bool *res;		 /* pb[i] was resident at plan time */
+	size_t npb;		 /* entries of pb and res */
+	size_t pb_cap;		 /* entries allocated in pb */
+	uint64_t chosen;	 /* KV blocks chosen (lb entries) */
+	uint64_t reused;	 /* of those, resident at plan time */
+	struct kvp_prefetch *pf; /* the backend's async prefetch, or NULL */
+	double t_submit;	 /* when pf was submitted */
+	double t_done;		 /* when the waiter saw pf complete (mu) */
+	bool queued;		 /* handed to the waiter */
+	bool done;		 /* the waiter is done with it (mu) */
+	bool pinned;		 /* pb pinned for the compute */
+	int err;		 /* pf's result (mu) */
+};
+
+/* One recorded (sequence, layer) of a sampled step, for quality. */
+struct kvc_sample {
+	uint32_t seq, layer; /* which */
+	uint64_t npos;	     /* tokens attended */
+	float *q, *out;	     /* q_heads * head_dim each */
+	uint32_t *lb;	     /* blocks attended, logical */
+	size_t n;	     /* entries of lb */
+};
+
+struct kvp_kvcache {
+	struct kvp_kvcache_opts o;	  /* copy, depth adjusted */
+	struct kvp_kv_geometry g;	  /* o.geo */
+	struct kvp_kv_layout l;		  /* where each KV block is */
+	const struct kvc_backend_ops *be; /* o.backend's ops */
+	void *bs;			  /* the backend's own state */
+	size_t stride;			  /* KV block stride in the region */
+	size_t bb;			  /* KV block bytes */
+	size_t qfloats;			  /* q_heads * head_dim */
+	uint64_t npb;			  /* pager blocks in the region */
+	uint64_t budget;		  /* RAM budget in force */
+	char *base;			  /* region / memory / mapping */
+	struct kvp_pager *pager;	  /* kvpager backend: its pager */
+	struct kvp_region *region;	  /* kvpager backend: the region */
+	/* KV */
+	struct kvp_block_alloc *alloc;	    /* physical KV blocks */
+	struct kvp_predictor *pred;	    /* chooses each step's blocks */
+	enum kvp_predictor_kind pred_kind0; /* created with (what it keeps) */
+	struct kvp_attn_pool *pool;	    /* attention threads */
+	struct kvc_seq *seqs;		    /* max_seqs slots */
+	bool *fitted;			    /* per layer: lowrank fitted */
+	bool cold;			    /* advise COLD after compute */
+	/* step state */
+	uint64_t gstep;		  /* steps done */
+	struct kvc_plan *plans;	  /* ring of depth + 1 */
+	uint32_t nplans;	  /* depth + 1 */
+	uint32_t plans_cap;	  /* plans and wq allocated: the deepest ring */
+	uint32_t *step_seqs;	  /* the sequences the plans are for */
+	uint32_t nstep_seqs;	  /* entries of step_seqs */
+	bool plans_valid;	  /* plans ahead are for step_seqs */
+	struct kvp_kv_source src; /* the step's (plan queries) */
+	uint32_t *sel;		  /* predictor output scratch */
+	size_t sel_cap;		  /* entries allocated in sel */
+	const void **ptrs;	  /* attention's block pointers */
+	uint32_t *ntok;		  /* attention's tokens per block */
+	size_t ptr_cap;		  /* entries allocated in ptrs, ntok */
+	float *qbuf;		  /* a query */
+	float *obuf;		  /* an output nobody asked for */
+	char *stage;		  /* prefill staging (mmap) */
+	size_t stage_cap;	  /* bytes of stage */
+	char *pbbuf;		  /* one pager block (reads, fork) */
+	/* waiter thread (asynchronous prefetch) */
+	pthread_t waiter;     /* its thread */
+	bool waiter_on;	      /* started */
+	bool waiter_stop;     /* asked to end (mu) */
+	pthread_mutex_t mu;   /* see Locks above */
+	pthread_cond_t cv;    /* signals wq and plan done changes */
+	struct kvc_plan **wq; /* queue of plans to wait for (mu) */
+	uint32_t wq_head;     /* first queued (mu) */
+	uint32_t wq_len;      /* queued (mu) */
+	double busy_end;      /* end of the union of loads so far (mu) */
+	double busy_s;	      /* that union's length (mu) */
+	/* samples */
+	struct kvc_sample *samples; /* recorded */
+	uint32_t nsamples;	    /* entries of samples */
+	/* the view */
+	pthread_mutex_t tlock;	    /* block tables against the view's reads */
+	struct kvp_fuse_view *view; /* attached, or NULL */
+	/* stats */
+	struct kvp_kvcache_stats st;	   /* totals */
+	struct kvp_kvcache_step_stats cur; /* the step being run */
+};
+
+/* CLOCK_MONOTONIC in seconds: the one clock of the KV layer. */
+static inline double kvc_now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* kvcache.c: scratch */
+/* Grow *p to at least need elements of elem bytes (doubling): 0, -ENOMEM
+ * (*p and *cap unchanged). */
+int kvc_grow(void **p, size_t *cap, size_t need, size_t elem);
+/* Anonymous, private memory for large buffers (munmap it); NULL: none. */
+void *kvc_big_alloc(size_t bytes);
+
+#endif /* KVP_KVCACHE_I_H */
