@@ -17,6 +17,7 @@
 
 #include "lib/kv/kvcache.h"
 #include "lib/synth/kv_synth.h"
+#include "tests/helpers/helpers.h"
 
 static const struct {
 	enum kvp_kvcache_backend be;
@@ -154,26 +155,18 @@ int main(void)
 	struct kvp_config cfg;
 	struct kvp_pager *p;
 	Suite *s = suite_create("kv_backend");
-	TCase *tc = tcase_create("core");
-	SRunner *sr;
-	int nf, err;
+	TCase *tc = kvp_test_tcase(s, "core", 120);
+	int err;
 
 	kvp_config_defaults(&cfg);
 	cfg.ram_budget_bytes = 2u << 20;
 	err = kvp_pager_open(&cfg, &p);
-	if (err) {
-		printf("skipped: cannot open a pager: %s\n", kvp_strerror(err));
-		return 77;
-	}
+	if (err)
+		return kvp_test_skip("cannot open a pager: %s",
+				     kvp_strerror(err));
 	kvp_pager_close(p);
-	tcase_set_timeout(tc, 120);
 	tcase_add_loop_test(tc, create_fails_cleanly, 0, NBACKENDS);
 	tcase_add_loop_test(tc, name_and_where, 0, NBACKENDS);
 	tcase_add_test(tc, same_output);
-	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nf ? 1 : 0;
+	return kvp_test_run(s);
 }

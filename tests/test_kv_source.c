@@ -13,6 +13,7 @@
 
 #include "lib/kv/kvcache.h"
 #include "lib/synth/kv_synth.h"
+#include "tests/helpers/helpers.h"
 
 enum ev_kind {
 	EV_FILL,
@@ -342,18 +343,10 @@ END_TEST
 int main(void)
 {
 	Suite *s = suite_create("kv_source");
-	TCase *tc = tcase_create("core");
-	SRunner *sr;
-	int nf;
+	TCase *tc = kvp_test_tcase(s, "core", 120);
 
-	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, step_call_order);
 	tcase_add_test(tc, prefill_call_order);
 	tcase_add_test(tc, source_errors);
-	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nf ? 1 : 0;
+	return kvp_test_run(s);
 }

@@ -17,6 +17,7 @@
 #include "lib/synth/kv_synth.h"
 #include "lib/kv/kvcache.h"
 #include "lib/tunables/tunables.h"
+#include "tests/helpers/helpers.h"
 
 /* ---- a store that counts the bytes written to each 4 KiB unit -------- */
 
@@ -709,19 +710,16 @@ int main(void)
 	struct kvp_config cfg;
 	struct kvp_pager *p;
 	Suite *s = suite_create("kvcache");
-	TCase *tc = tcase_create("core");
-	SRunner *sr;
-	int nf, err;
+	TCase *tc = kvp_test_tcase(s, "core", 120);
+	int err;
 
 	kvp_config_defaults(&cfg);
 	cfg.ram_budget_bytes = 2u << 20;
 	err = kvp_pager_open(&cfg, &p);
-	if (err) {
-		printf("skipped: cannot open a pager: %s\n", kvp_strerror(err));
-		return 77;
-	}
+	if (err)
+		return kvp_test_skip("cannot open a pager: %s",
+				     kvp_strerror(err));
 	kvp_pager_close(p);
-	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, bad_arguments);
 	tcase_add_test(tc, rolling_writes_once_prefetch);
 	tcase_add_test(tc, rolling_writes_once_demand);
@@ -731,10 +729,5 @@ int main(void)
 	tcase_add_test(tc, exact_bit_for_bit_32k);
 	tcase_add_test(tc, lowrank_heavy_hitters);
 	tcase_add_test(tc, retune_between_steps);
-	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nf ? 1 : 0;
+	return kvp_test_run(s);
 }
