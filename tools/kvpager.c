@@ -840,6 +840,12 @@ static void print_prefetch(const struct pf_counts *p)
 		printf("\n");
 }
 
+/* The view's seqs/<id>/block_table, served by the cache (kvcache.h). */
+static const struct kvp_view_seq_ops kv_seq_ops = {
+	kvp_kvcache_view_list,
+	kvp_kvcache_view_block_table,
+};
+
 /* ---- the model as the KV source (--model) ---------------------------- */
 
 struct model_run {
@@ -1216,7 +1222,7 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 	lv.c = c;
 	view = kvp_instance_view(inst);
 	if (view) {
-		kvp_kvcache_attach_view(c, view);
+		kvp_view_set_seqs(kvp_fuse_view_tree(view), &kv_seq_ops, c);
 		kvp_view_set_kv(kvp_fuse_view_tree(view), &kv, live_apply, &lv);
 	}
 	ids = calloc(o.batch, sizeof(*ids));
@@ -1494,7 +1500,7 @@ out:
 	if (view) {
 		/* no view callback runs past this point */
 		kvp_view_set_kv(kvp_fuse_view_tree(view), NULL, NULL, NULL);
-		kvp_kvcache_attach_view(c, NULL);
+		kvp_view_set_seqs(kvp_fuse_view_tree(view), NULL, NULL);
 	}
 	kvp_kvcache_destroy(c);
 	kvp_instance_close(inst);

@@ -50,7 +50,8 @@
  * for the pager backend with prefetch, one waiter thread that records when
  * each layer's prefetch completes.  kvp_kvcache_format_block_table may be
  * called from another thread only while the driver is not inside a call;
- * an attached FUSE view (kvp_kvcache_attach_view) is synchronised.
+ * the view's hook (kvp_kvcache_view_*) is synchronised.  The files and
+ * their lock rules are in kvcache_i.h.
  */
 #ifndef KVP_KVCACHE_H
 #define KVP_KVCACHE_H
@@ -289,13 +290,20 @@ int kvp_kvcache_format_block_table(struct kvp_kvcache *c, uint32_t seq,
 				   char *buf, size_t len);
 
 /*
- * kvp_kvcache_attach_view - serve seqs/<id>/block_table of a FUSE debug
- * view (lib/view/fuse_view.h) from this cache, or detach with NULL.  The view
- * reads the tables under a lock the cache takes around every table change,
- * so it may read while the cache decodes.  Destroying the cache detaches.
+ * The debug view's hook: seqs/<id>/block_table of the view
+ * (lib/view/view_tree.h) is served by these two, which have the shape of
+ * its struct kvp_view_seq_ops and take the cache as @cache; the caller
+ * registers them (kvp_view_set_seqs(tree, &ops, cache)) and unregisters
+ * before destroying the cache.  Both take the lock the cache holds around
+ * every block table change, so the view's thread may call them while the
+ * driving thread decodes.
+ *   list: kvp_kvcache_seq_list.
+ *   block_table: kvp_kvcache_format_block_table, or -ENOENT for a
+ *   sequence that is not live.
  */
-struct kvp_fuse_view;
-void kvp_kvcache_attach_view(struct kvp_kvcache *c, struct kvp_fuse_view *v);
+uint32_t kvp_kvcache_view_list(void *cache, uint32_t *ids, uint32_t max);
+int kvp_kvcache_view_block_table(void *cache, uint32_t id, char *buf,
+				 size_t len);
 
 /* Live sequence ids, in order, into ids[0..max); returns how many live. */
 uint32_t kvp_kvcache_seq_list(const struct kvp_kvcache *c, uint32_t *ids,

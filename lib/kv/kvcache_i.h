@@ -2,17 +2,28 @@
  * kvcache_i.h - private: the KV cache's state and the calls between its
  * files.
  *
- *   kvcache.c        the cache: plans, sequences, prefill, the decode
- *                    step, quality
+ *   kvcache.c        create, destroy, totals, the block table text and
+ *                    the view's hook, accessors
  *   kv_backend_i.h   the backend ops; backend_pager.c, backend_ram.c,
  *                    backend_mmap.c
+ *   plan.c           the prefetch plans (a ring of depth + 1) and the
+ *                    waiter thread that records their completion
+ *   seq.c            sequences, the rolling buffer, prefill
+ *   step.c           the decode step
+ *   quality.c        quality samples and their scoring
+ *
+ * A decode step, from the top: step.c's kvp_kvcache_step plans layers
+ * ahead (plan.c: the predictor's choice, the backend's prefetch), appends
+ * the new token (seq.c: the rolling buffer, from the source), waits for
+ * and pins its plan, computes attention, unpins, flushes full rolling
+ * blocks (seq.c, the backend's write).
  *
  * Locks (see kvcache.h for the callers' side): one thread drives a cache
  * and owns everything here but
  *   mu     the waiter's queue (wq, wq_head, wq_len), each queued plan's
  *          done / t_done / err, and busy_end / busy_s;
  *   tlock  the block tables and seqs[].live against the view's reads
- *          (the view's callbacks in kvcache.c): taken around every change of either.
+ *          (kvp_kvcache_view_*): taken around every change of either.
  * Neither lock is held across a call into the pager or the source.
  */
 #ifndef KVP_KVCACHE_I_H
@@ -122,8 +133,7 @@ struct kvp_kvcache {
 	struct kvc_sample *samples; /* recorded */
 	uint32_t nsamples;	    /* entries of samples */
 	/* the view */
-	pthread_mutex_t tlock;	    /* block tables against the view's reads */
-	struct kvp_fuse_view *view; /* attached, or NULL */
+	pthread_mutex_t tlock; /* block tables against the view's reads */
 	/* stats */
 	struct kvp_kvcache_stats st;	   /* totals */
 	struct kvp_kvcache_step_stats cur; /* the step being run */
@@ -144,5 +154,51 @@ static inline double kvc_now_s(void)
 int kvc_grow(void **p, size_t *cap, size_t need, size_t elem);
 /* Anonymous, private memory for large buffers (munmap it); NULL: none. */
 void *kvc_big_alloc(size_t bytes);
+
+/* plan.c */
+/* The ring and the queue; the waiter thread if the backend prefetches
+ * asynchronously.  0 or -ENOMEM / pthread_create's error. */
+int kvc_plans_init(struct kvp_kvcache *c);
+/* Drain, stop the waiter, free the ring.  Safe on a partial init. */
+void kvc_plans_fini(struct kvp_kvcache *c);
+/* Start the waiter thread if it is not running: 0 or -errno. */
+int kvc_waiter_start(struct kvp_kvcache *c);
+/* Plan global layer gl (releasing what its ring slot held): 0 or the
+ * predictor's, the source's or the backend's error. */
+int kvc_plan_make(struct kvp_kvcache *c, uint64_t gl);
+/* The plan of gl, made now if it was not made ahead; NULL and *err. */
+struct kvc_plan *kvc_plan_get(struct kvp_kvcache *c, uint64_t gl, int *err);
+/* Until the waiter has seen pl's prefetch complete (pl->err then). */
+void kvc_plan_wait(struct kvp_kvcache *c, struct kvc_plan *pl);
+/* Pin (all or none: -ENOSPC) or unpin (and advise cold) pl's blocks. */
+int kvc_plan_pin(struct kvp_kvcache *c, struct kvc_plan *pl, bool pin);
+/* Wait, unpin and free pl's prefetch; the slot is free again. */
+void kvc_plan_release(struct kvp_kvcache *c, struct kvc_plan *pl);
+
+/* seq.c */
+/* A source with fill and query. */
+bool kvc_source_ok(const struct kvp_kv_source *src);
+/* id is a live sequence of c (c may be NULL). */
+bool kvc_seq_ok(const struct kvp_kvcache *c, uint32_t id);
+/* Free sequence id; discard: DISCARD its wholly freed pager blocks. */
+void kvc_seq_drop(struct kvp_kvcache *c, uint32_t id, bool discard);
+/* n tokens from src into the rolling block of (id, layer), observed. */
+int kvc_rb_append(struct kvp_kvcache *c, uint32_t id, uint32_t layer,
+		  const struct kvp_kv_source *src, uint32_t n);
+/* Write the rolling block of (id, layer) to the backend if it is full. */
+int kvc_rb_flush(struct kvp_kvcache *c, uint32_t id, uint32_t layer);
+/* Logical block lb of s in layer as it is now (rolling or backing). */
+int kvc_read_logical(struct kvp_kvcache *c, struct kvc_seq *s, uint32_t layer,
+		     uint32_t lb, char *dst);
+
+/* quality.c */
+/* Does this step record layer (opts sample_every, sample_layers)? */
+bool kvc_layer_sampled(struct kvp_kvcache *c, uint32_t layer);
+/* Record sequence i of plan pl at layer: its query q, output o, the
+ * blocks it read and the rolling block rblb (no room: not recorded). */
+void kvc_sample_record(struct kvp_kvcache *c, uint32_t id, uint32_t layer,
+		       uint64_t npos, const float *q, const float *o,
+		       const struct kvc_plan *pl, size_t i, uint32_t rblb);
+void kvc_samples_free(struct kvp_kvcache *c);
 
 #endif /* KVP_KVCACHE_I_H */
