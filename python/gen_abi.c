@@ -150,10 +150,19 @@ int main(void)
 	F(kvp_predictor_opts, seed);
 	struct_end();
 
+	struct_begin("kvp_kv_source_ops", sizeof(struct kvp_kv_source_ops));
+	F(kvp_kv_source_ops, fill);
+	F(kvp_kv_source_ops, query);
+	F(kvp_kv_source_ops, plan_query);
+	F(kvp_kv_source_ops, attended);
+	F(kvp_kv_source_ops, prefill_begin);
+	F(kvp_kv_source_ops, prefill_end);
+	struct_end();
+
 	struct_begin("kvp_kv_source", sizeof(struct kvp_kv_source));
-	F(kvp_kv_source, fill);
-	F(kvp_kv_source, query);
+	F(kvp_kv_source, ops);
 	F(kvp_kv_source, arg);
+	F(kvp_kv_source, flags);
 	struct_end();
 
 	struct_begin("kvp_kvcache_opts", sizeof(struct kvp_kvcache_opts));

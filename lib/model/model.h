@@ -17,7 +17,7 @@
  * 32K tokens is hours of CPU, and its K and V are still the network's
  * projections; decode attends to everything, as with a checkpoint.
  *
- * THE MODEL IS A KV SOURCE (kvcache.h's struct kvp_kv_source).  A
+ * THE MODEL IS A KV SOURCE (lib/kv/kv_source.h's struct kvp_kv_source).  A
  * kvp_model_seq runs one sequence: kvp_model_prefill computes the prompt's
  * forward pass in RAM (its own causal attention) and hands each layer's K
  * and V to kvp_kvcache_prefill; kvp_model_step runs one decode step

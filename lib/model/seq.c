@@ -45,7 +45,7 @@ struct kvp_model_seq {
 	uint32_t seq;		   /* the cache's sequence id */
 	struct kvp_kv_geometry g;  /* the cache's geometry */
 	struct kvp_mpool *pool;	   /* matrix-product workers */
-	struct kvp_kv_source src;  /* fill / query on this */
+	struct kvp_kv_source src;  /* model_source_ops on this */
 	uint32_t qd, kvd;	   /* q_heads * head_dim, kv_heads * head_dim */
 	uint64_t pos;		   /* tokens in the sequence */
 	enum seq_mode mode;
@@ -192,8 +192,8 @@ static int src_fill(void *arg, uint32_t seq, uint32_t layer, uint64_t token,
 	return 0;
 }
 
-static void src_query(void *arg, uint32_t seq, uint32_t layer, uint64_t pos,
-		      float *q)
+static int src_query(void *arg, uint32_t seq, uint32_t layer, uint64_t pos,
+		     float *q)
 {
 	struct kvp_model_seq *s = arg;
 	const struct kvp_model_config *c = s->cfg;
@@ -202,7 +202,7 @@ static void src_query(void *arg, uint32_t seq, uint32_t layer, uint64_t pos,
 	if (s->mode == MODE_STEP && pos == s->pos + 1 &&
 	    layer < s->next_layer) {
 		memcpy(q, s->q + (size_t)layer * s->qd, sizeof(float) * s->qd);
-		return;
+		return 0;
 	}
 	/* ahead of its layer: the latest residual through layer's wq */
 	(void)seq;
@@ -211,7 +211,19 @@ static void src_query(void *arg, uint32_t seq, uint32_t layer, uint64_t pos,
 			 s->m->w.wq + layer * (size_t)s->qd * D, 1, s->qd,
 			 c->dim);
 	kvp_model_rope(q, c->q_heads, c->head_dim, pos ? pos - 1 : 0);
+	return 0;
 }
+
+/*
+ * The model as a kv_source.h source.  query serves plans too (no
+ * plan_query): ahead of its layer it is the speculative query above.
+ * Prefill fills only read the history, so fills of several layers may
+ * run at once (no KVP_KV_SOURCE_LAYER_ORDER).
+ */
+static const struct kvp_kv_source_ops model_source_ops = {
+	.fill = src_fill,
+	.query = src_query,
+};
 
 /* ---- lifecycle ---------------------------------------------------------- */
 
@@ -239,8 +251,7 @@ int kvp_model_seq_create(struct kvp_model *m, struct kvp_kvcache *c,
 	s->g = l->geo;
 	s->qd = cfg->q_heads * cfg->head_dim;
 	s->kvd = cfg->kv_heads * cfg->head_dim;
-	s->src.fill = src_fill;
-	s->src.query = src_query;
+	s->src.ops = &model_source_ops;
 	s->src.arg = s;
 	s->x = calloc(cfg->dim, sizeof(float));
 	s->xb = calloc(cfg->dim, sizeof(float));

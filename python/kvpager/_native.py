@@ -260,13 +260,23 @@ class PredictorOpts(Structure):
 
 FILL_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_uint32, c_uint32, c_uint64,
                            c_uint32, c_void_p)
-QUERY_FN = ctypes.CFUNCTYPE(None, c_void_p, c_uint32, c_uint32, c_uint64,
+QUERY_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_uint32, c_uint32, c_uint64,
                             floatp)
+
+
+class KvSourceOps(Structure):
+    """struct kvp_kv_source_ops (lib/kv/kv_source.h): the binding sets
+    fill and query; the optional ops stay NULL."""
+    _c_name_ = "kvp_kv_source_ops"
+    _fields_ = [("fill", FILL_FN), ("query", QUERY_FN),
+                ("plan_query", c_void_p), ("attended", c_void_p),
+                ("prefill_begin", c_void_p), ("prefill_end", c_void_p)]
 
 
 class KvSource(Structure):
     _c_name_ = "kvp_kv_source"
-    _fields_ = [("fill", FILL_FN), ("query", QUERY_FN), ("arg", c_void_p)]
+    _fields_ = [("ops", POINTER(KvSourceOps)), ("arg", c_void_p),
+                ("flags", c_uint)]
 
 
 class KvcacheOpts(Structure):
@@ -318,7 +328,7 @@ class SynthOpts(Structure):
 
 STRUCTS = (Config, KvConfig, Stats, RegionOpts, BlockInfo, FaultPlan,
            Tunable, TunableTarget, Geometry, Layout, AttnBlocks,
-           PredictorOpts, KvSource, KvcacheOpts, StepStats, KvcacheStats,
+           PredictorOpts, KvSourceOps, KvSource, KvcacheOpts, StepStats, KvcacheStats,
            SynthOpts)
 
 

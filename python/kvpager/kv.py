@@ -28,9 +28,9 @@ import numpy as np
 from . import _abi
 from ._native import (FILL_FN, QUERY_FN, AttnBlocks, Config, Geometry,
                       Handle, KvConfig, KvcacheOpts, KvcacheStats,
-                      KvpagerError, KvSource, StepStats, SynthOpts,
-                      TunableTarget, Viewed, address, as_dict, check, floatp,
-                      invalid, lib, view)
+                      KvpagerError, KvSource, KvSourceOps, StepStats,
+                      SynthOpts, TunableTarget, Viewed, address, as_dict,
+                      check, floatp, invalid, lib, view)
 from .pager import KV, PAGER, Pager, Store, apply_tunables
 
 DTYPES = ("fp16", "bf16", "fp32")  # enum kvp_kv_dtype
@@ -140,7 +140,9 @@ class _Callbacks:
         self._blk_shape = (2, g.kv_heads, g.block_tokens, g.head_dim)
         self._blk_bytes = g.block_bytes
         self._q_shape = (g.q_heads * g.head_dim,)
-        self.c = KvSource(FILL_FN(self._fill), QUERY_FN(self._query), None)
+        # the ops table lives as long as self: the C source points at it
+        self.ops = KvSourceOps(FILL_FN(self._fill), QUERY_FN(self._query))
+        self.c = KvSource(ctypes.pointer(self.ops), None, 0)
 
     def _fill(self, arg, seq, layer, token, ntokens, kvblock):
         try:
@@ -173,9 +175,10 @@ class _Callbacks:
                               f"{src.size} floats; expected "
                               f"{self._q_shape[0]}")
             ctypes.memmove(q, src.ctypes.data, src.nbytes)
+            return 0
         except BaseException as e:  # noqa: B902 - carried to the caller
             self.error = self.error or e
-            ctypes.memset(q, 0, self._q_shape[0] * 4)
+            return -errno.ECANCELED
 
     def raise_pending(self) -> None:
         if self.error is not None:
