@@ -45,6 +45,7 @@
  */
 #include <assert.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "pager/pager_i.h"
 
@@ -90,6 +91,29 @@ struct kvp_op *kvp_op_new(enum kvp_op_kind kind, struct kvp_region *r,
 	op->blk = blk;
 	op->io.cookie = op;
 	return op;
+}
+
+void kvp_op_note_drop(struct kvp_op *op, uint32_t lo, uint32_t hi)
+{
+	if (op->rm_end == 0) {
+		op->rm_start = lo;
+		op->rm_end = hi;
+		return;
+	}
+	/* A second partial drop: zero the span of both (rare). */
+	if (lo < op->rm_start)
+		op->rm_start = lo;
+	if (hi > op->rm_end)
+		op->rm_end = hi;
+}
+
+bool kvp_op_zero_dropped(struct kvp_op *op)
+{
+	if (op->rm_end <= op->rm_start)
+		return false;
+	memset((char *)op->slot + op->rm_start, 0, op->rm_end - op->rm_start);
+	op->rm_start = op->rm_end = 0;
+	return true;
 }
 
 void kvp_op_free(struct kvp_op *op)

@@ -202,16 +202,8 @@ static void handle_drop(struct kvp_service *s, uint64_t start, uint64_t end,
 					kvp_blk_contents_gone(b);
 				} else if (whole) {
 					kvp_blk_drop_pending(b);
-				} else if (b->op->rm_end == 0) {
-					b->op->rm_start = lo;
-					b->op->rm_end = hi;
 				} else {
-					/* A second partial drop: zero the
-					 * span of both (rare). */
-					if (lo < b->op->rm_start)
-						b->op->rm_start = lo;
-					if (hi > b->op->rm_end)
-						b->op->rm_end = hi;
+					kvp_op_note_drop(b->op, lo, hi);
 				}
 				if (!whole)
 					b->op->dirty = true;
@@ -224,10 +216,14 @@ static void handle_drop(struct kvp_service *s, uint64_t start, uint64_t end,
 						kvp_zap_unpark(p, b->op);
 					continue;
 				}
+				/* Its pages are on their way to the store
+				 * (in the slot, or about to be): the
+				 * dropped part is zeroed there, and the
+				 * block written (again) with it. */
 				if (whole)
 					kvp_blk_drop_pending(b);
 				else
-					kvp_blk_redirty(b);
+					kvp_op_note_drop(b->op, lo, hi);
 				break;
 			case KVP_BLOCK_ABSENT:
 			case KVP_BLOCK_POISONED:

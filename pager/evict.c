@@ -215,6 +215,10 @@ int kvp_evict_move(struct kvp_service *s, struct kvp_op *op)
 	}
 	if (b->flags & BLK_PREFETCHED)
 		KVP_STAT_ADD(r, prefetch_wasted_total, 1);
+	/* The program dropped part of it while it moved (handle_drop): the
+	 * slot may hold the old bytes there, and the store certainly does. */
+	if (kvp_op_zero_dropped(op))
+		dirty = true;
 	if (dirty && !(b->flags & BLK_DROP)) {
 		/* The frame stays with the block until the write is done. */
 		op->io.op = KVP_IO_WRITE;
@@ -294,6 +298,13 @@ void kvp_writeback_done(struct kvp_service *s, struct kvp_op *op)
 	bool ok = op->io.result == (int64_t)len, waiters;
 
 	pthread_mutex_lock(&p->lock);
+	if (!(b->flags & BLK_DROP) && kvp_op_zero_dropped(op) && ok) {
+		/* The program dropped part of it while it was written: the
+		 * store has the old bytes there.  Write it again, zeroed. */
+		kvp_io_queue(s, op);
+		pthread_mutex_unlock(&p->lock);
+		return;
+	}
 	p->leaving--;
 	p->leaving_bytes -= len;
 	if (!(b->flags & BLK_DROP))

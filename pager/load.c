@@ -323,9 +323,8 @@ void kvp_load_install(struct kvp_service *s, struct kvp_op *op)
 
 	if (op->zero || drop)
 		memset(op->slot, 0, len);
-	else if (op->rm_end > op->rm_start)
-		memset((char *)op->slot + op->rm_start, 0,
-		       op->rm_end - op->rm_start);
+	else
+		(void)kvp_op_zero_dropped(op);
 	err = install(p, r, op->blk, op->slot, !dirty, &full, &split);
 
 	if (err && err != -ENOENT) {

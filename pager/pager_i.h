@@ -116,8 +116,9 @@ struct kvp_op {
 	bool forced_retry;	   /* load: past the budget and its
 				      overdraft, a write-back was retried
 				      for it before the back-off said so */
-	uint32_t rm_start, rm_end; /* load: bytes the program dropped
-				      meanwhile, zeroed before install */
+	uint32_t rm_start, rm_end; /* load, write-back: bytes the program
+				      dropped meanwhile, zeroed in the slot
+				      before install or before the write */
 	struct kvp_pf_ref *pfs;	   /* prefetch handles waiting on it */
 	uint8_t *cover;		   /* zap: REMOVE events seen, per page */
 	uint32_t uncovered;	   /* zap: pages no event has covered yet */
@@ -319,6 +320,13 @@ bool kvp_blk_sane(const struct kvp_region *r, const struct kvp_block *b);
 struct kvp_op *kvp_op_new(enum kvp_op_kind kind, struct kvp_region *r,
 			  uint64_t blk);
 void kvp_op_free(struct kvp_op *op);
+/* The program dropped bytes [lo, hi) of @op's block while @op moves it
+ * (under p->lock): remember them for kvp_op_zero_dropped. */
+void kvp_op_note_drop(struct kvp_op *op, uint32_t lo, uint32_t hi);
+/* Zero in @op's slot the bytes noted dropped and forget them; true if there
+ * were any.  The slot must hold the block's pages (p->lock held, or the
+ * caller owns the op). */
+bool kvp_op_zero_dropped(struct kvp_op *op);
 /* The clock list of RESIDENT blocks: add behind the hand, remove, and
  * put before the hand (a COLD hint: the next victim). */
 void kvp_clock_add(struct kvp_pager *p, struct kvp_block *b);
