@@ -244,6 +244,10 @@ int kvp_evict_move(struct kvp_service *s, struct kvp_op *op)
 	}
 	if (b->flags & BLK_PREFETCHED)
 		KVP_STAT_ADD(r, prefetch_wasted_total, 1);
+	/* The program dropped part of it while it moved (handle_drop): the
+	 * slot may hold the old bytes there, and the store certainly does. */
+	if (kvp_op_zero_dropped(op))
+		dirty = true;
 	if (dirty && !(b->flags & BLK_DROP)) {
 		/* The frame stays with the block until the write is done. */
 		op->io.op = KVP_IO_WRITE;

@@ -109,8 +109,9 @@ struct kvp_op {
 				      installed (read-ahead), on p->staged */
 	bool dirty;		   /* load: install writable and dirty (a
 				      write fault is waiting) */
-	uint32_t rm_start, rm_end; /* load: bytes the program dropped
-				      meanwhile, zeroed before install */
+	uint32_t rm_start, rm_end; /* load, write-back: bytes the program
+				      dropped meanwhile, zeroed in the slot
+				      before install or before the write */
 	struct kvp_pf_ref *pfs;	   /* prefetch handles waiting on it */
 	uint8_t *cover;		   /* zap: REMOVE events seen, per page */
 	uint32_t uncovered;	   /* zap: pages no event has covered yet */
@@ -331,6 +332,13 @@ void kvp_uffd_poison_range(struct kvp_pager *p, void *addr, size_t len);
 void kvp_service_poke(struct kvp_service *s);
 struct kvp_op *kvp_op_new(enum kvp_op_kind kind, struct kvp_region *r,
 			  uint64_t blk);
+/* The program dropped bytes [lo, hi) of @op's block while @op moves it
+ * (under p->lock): remember them for kvp_op_zero_dropped. */
+void kvp_op_note_drop(struct kvp_op *op, uint32_t lo, uint32_t hi);
+/* Zero in @op's slot the bytes noted dropped and forget them; true if there
+ * were any.  The slot must hold the block's pages (p->lock held, or the
+ * caller owns the op). */
+bool kvp_op_zero_dropped(struct kvp_op *op);
 /* Why a load starts. */
 enum kvp_load_why { LOAD_FAULT, LOAD_PREFETCH, LOAD_READAHEAD };
 /* Start loading ABSENT block @blk (under p->lock); 0 or -ENOMEM. */

@@ -57,6 +57,29 @@ struct kvp_op *kvp_op_new(enum kvp_op_kind kind, struct kvp_region *r,
 	return op;
 }
 
+void kvp_op_note_drop(struct kvp_op *op, uint32_t lo, uint32_t hi)
+{
+	if (op->rm_end == 0) {
+		op->rm_start = lo;
+		op->rm_end = hi;
+		return;
+	}
+	/* A second partial drop: zero the span of both (rare). */
+	if (lo < op->rm_start)
+		op->rm_start = lo;
+	if (hi > op->rm_end)
+		op->rm_end = hi;
+}
+
+bool kvp_op_zero_dropped(struct kvp_op *op)
+{
+	if (op->rm_end <= op->rm_start)
+		return false;
+	memset((char *)op->slot + op->rm_start, 0, op->rm_end - op->rm_start);
+	op->rm_start = op->rm_end = 0;
+	return true;
+}
+
 void kvp_op_free(struct kvp_op *op)
 {
 	if (!op)
@@ -367,16 +390,8 @@ static void handle_drop(struct kvp_service *s, uint64_t start, uint64_t end,
 					b->flags &= ~BLK_IN_STORE;
 				} else if (whole) {
 					b->flags |= BLK_DROP;
-				} else if (b->op->rm_end == 0) {
-					b->op->rm_start = lo;
-					b->op->rm_end = hi;
 				} else {
-					/* A second partial drop: zero the
-					 * span of both (rare). */
-					if (lo < b->op->rm_start)
-						b->op->rm_start = lo;
-					if (hi > b->op->rm_end)
-						b->op->rm_end = hi;
+					kvp_op_note_drop(b->op, lo, hi);
 				}
 				if (!whole)
 					b->op->dirty = true;
@@ -389,10 +404,14 @@ static void handle_drop(struct kvp_service *s, uint64_t start, uint64_t end,
 						kvp_zap_unpark(p, b->op);
 					continue;
 				}
+				/* Its pages are on their way to the store
+				 * (in the slot, or about to be): the
+				 * dropped part is zeroed there, and the
+				 * block written (again) with it. */
 				if (whole)
 					b->flags |= BLK_DROP;
 				else
-					b->flags |= BLK_DIRTY;
+					kvp_op_note_drop(b->op, lo, hi);
 				break;
 			case KVP_BLOCK_ABSENT:
 			case KVP_BLOCK_POISONED:
@@ -698,9 +717,8 @@ static void install_finish(struct kvp_service *s, struct kvp_op *op)
 
 	if (op->zero || drop)
 		memset(op->slot, 0, len);
-	else if (op->rm_end > op->rm_start)
-		memset((char *)op->slot + op->rm_start, 0,
-		       op->rm_end - op->rm_start);
+	else
+		(void)kvp_op_zero_dropped(op);
 	err = install(p, r, op->blk, op->slot, !dirty, &full, &split);
 
 	if (err && err != -ENOENT) {
@@ -829,6 +847,14 @@ static void complete_writeback(struct kvp_service *s, struct kvp_op *op)
 	bool ok = op->io.result == (int64_t)len, waiters;
 
 	pthread_mutex_lock(&p->lock);
+	if (!(b->flags & BLK_DROP) && kvp_op_zero_dropped(op) && ok) {
+		/* The program dropped part of it while it was written: the
+		 * store has the old bytes there.  Write it again, zeroed. */
+		op->next = s->to_submit;
+		s->to_submit = op;
+		pthread_mutex_unlock(&p->lock);
+		return;
+	}
 	p->leaving--;
 	p->leaving_bytes -= len;
 	if (!ok && !(b->flags & BLK_DROP)) {
