@@ -110,6 +110,64 @@ START_TEST(test_remove_part_of_block)
 }
 END_TEST
 
+/* Reads one block of the global region (the one at arg): needs a frame. */
+static void *touch_block_main(void *arg)
+{
+	size_t off = (size_t)(uintptr_t)arg;
+
+	touch_read(R, off, kvp_region_block_bytes(R));
+	return NULL;
+}
+
+/*
+ * Pages dropped while their dirty block is being written back: the
+ * write-back already took the old bytes; they must not come back from the
+ * store.  The write is held 300 ms so that the drop lands during it.
+ */
+START_TEST(test_remove_during_writeback)
+{
+	size_t bs = 64 * KIB, nb = 64;
+	struct popts po = { .budget = 2 * MIB,
+			    .mode = _i ? KVP_INSTALL_COPY : KVP_INSTALL_MOVE,
+			    .exact_budget = true };
+	struct kvp_fault_plan plan = { .delay_us = 300000 };
+	struct kvp_block_info bi;
+	pthread_t t;
+	char *a;
+	int k;
+
+	make_faulty_store(nb * bs);
+	open_pager(&po);
+	R = make_region(nb * bs, bs, 0);
+	a = kvp_region_addr(R);
+	/* Block 2 dirty, then the budget full (32 blocks, zero fills). */
+	kvp_test_fill(a + 2 * bs, bs, SEED_B, 2 * bs);
+	touch_read(R, 3 * bs, 31 * bs);
+	ck_assert_int_eq(kvp_store_faulty_set(S, &plan), 0);
+	ck_assert_int_eq(kvp_region_advise(R, 2, 1, KVP_ADVICE_COLD), 0);
+	/* One more block: block 2 leaves, its write held by the store. */
+	ck_assert_int_eq(pthread_create(&t, NULL, touch_block_main,
+					(void *)(uintptr_t)(40 * bs)),
+			 0);
+	for (k = 0; k < 10000; k++) {
+		ck_assert_int_eq(kvp_region_block_info(R, 2, &bi), 0);
+		if (bi.state == KVP_BLOCK_EVICTING)
+			break;
+		usleep(1000);
+	}
+	ck_assert_int_eq(bi.state, KVP_BLOCK_EVICTING);
+	ck_assert_int_eq(madvise(a + 2 * bs + 5 * PG, 3 * PG, MADV_DONTNEED),
+			 0);
+	pthread_join(t, NULL);
+	ck_assert_int_eq(binfo(R, 2).state, KVP_BLOCK_ABSENT);
+	/* Loaded from the store again: the dropped pages zero, the rest
+	 * kept. */
+	ck_assert(kvp_test_is_zero(a + 2 * bs + 5 * PG, 3 * PG));
+	check_region(R, 2 * bs, 5 * PG, SEED_B);
+	check_region(R, 2 * bs + 8 * PG, bs - 8 * PG, SEED_B);
+}
+END_TEST
+
 START_TEST(test_unmap)
 {
 	size_t bs = 64 * KIB, size = 64 * bs;
@@ -257,6 +315,7 @@ static Suite *pager_drop_suite(void)
 	t = fx_tcase(s, "remove_unmap", 120);
 	tcase_add_loop_test(t, test_remove_whole_block, 0, 2);
 	tcase_add_loop_test(t, test_remove_part_of_block, 0, 2);
+	tcase_add_loop_test(t, test_remove_during_writeback, 0, 2);
 	tcase_add_loop_test(t, test_unmap, 0, 2);
 	tcase_add_test(t, test_unmap_part_of_block);
 	t = fx_tcase(s, "discard", 120);
