@@ -10,6 +10,7 @@
  * mode, io_uring reads, and a usable backing path), 1 otherwise, saying why.
  */
 #include <errno.h>
+#include <getopt.h>
 #include <fcntl.h>
 #include <liburing.h>
 #include <stdbool.h>
@@ -27,6 +28,7 @@
 #include "kmod-helpers/mem.h"
 #include "kmod-helpers/uffd.h"
 #include "kmod-helpers/uring.h"
+#include "lib/cli/cli.h"
 
 static bool json;
 
@@ -496,30 +498,67 @@ static void probe_misc(void)
 	       "none here; the CPU path is used");
 }
 
+/* The options: --help, the man page and the completion. */
+static const struct kvp_cli_opt opts[] = {
+	{ "json", 'j', 0, NULL, "one JSON object per check, on stdout" },
+	{ "path", 'p', 0, "PATH",
+	  "the directory whose O_DIRECT support is tested\n"
+	  "(where the backing file would go; $TMPDIR or /tmp)" },
+	{ "help", 'h', 0, NULL, "this text" },
+	{ 0 },
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: kvp-probe [--json] [--path PATH]\n"
+		   "Checks what the pager needs of this machine and says "
+		   "whether it can run.\n");
+	kvp_cli_usage(f, opts);
+}
+
 int main(int argc, char **argv)
 {
+	struct option lo[sizeof(opts) / sizeof(opts[0])];
+	char shorts[3 * sizeof(opts) / sizeof(opts[0]) + 1];
+	int c;
 	const char *dir = getenv("TMPDIR");
 	bool uffd_ok, uring_ok, path_ok;
 	char why[512] = "", path_why[4200] = "";
 
+	if (kvp_cli_table_asked(argc, argv)) {
+		kvp_cli_table_print(stdout, NULL, opts);
+		return 0;
+	}
 	if (!dir || !*dir)
 		dir = "/tmp";
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--json")) {
+	kvp_cli_getopt(opts, "", lo, shorts);
+	while ((c = getopt_long(argc, argv, shorts, lo, NULL)) != -1) {
+		switch (c) {
+		case 'j':
 			json = true;
-		} else if (!strcmp(argv[i], "--path") && i + 1 < argc) {
-			dir = argv[++i];
+			break;
+		case 'p':
+			dir = optarg;
 			if (!*dir) {
 				fprintf(stderr, "kvp-probe: --path: empty "
 						"value; accepted: a directory "
 						"to test\n");
 				return 2;
 			}
-		} else {
-			fprintf(stderr,
-				"usage: kvp-probe [--json] [--path PATH]\n");
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
 			return 2;
 		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "kvp-probe: unexpected argument '%s'\n",
+			argv[optind]);
+		usage(stderr);
+		return 2;
 	}
 	uffd_ok = probe_uffd();
 	uring_ok = probe_uring();

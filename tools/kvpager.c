@@ -42,6 +42,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lib/cli/cli.h"
 #include "lib/instance/instance.h"
 #include "lib/kv/kvcache.h"
 #include "lib/model/model.h"
@@ -321,23 +322,42 @@ static void prefill_progress(void *arg, uint64_t done, uint64_t total)
 
 /* ---- options ---------------------------------------------------------- */
 
+/*
+ * The options as the shared table (lib/cli/cli.h) that --help, the man
+ * page and the completion read: one entry per opts[] entry, in order.
+ */
+static const struct kvp_cli_opt *cli_table(void)
+{
+	static struct kvp_cli_opt t[O_COUNT + 1];
+	static char preset_help[256];
+	const char *const *p = kvp_kv_geometry_presets();
+	int i, n;
+
+	if (t[0].name)
+		return t;
+	n = snprintf(preset_help, sizeof(preset_help), "model shape:");
+	for (; *p && n < (int)sizeof(preset_help); p++)
+		n += snprintf(preset_help + n, sizeof(preset_help) - n, " %s",
+			      *p);
+	if (n < (int)sizeof(preset_help))
+		snprintf(preset_help + n, sizeof(preset_help) - n,
+			 " (llama3-8b)");
+	for (i = 0; i < O_COUNT; i++)
+		t[i] = (struct kvp_cli_opt){ opts[i].name, 256 + i, 0,
+					     opts[i].arg, opts[i].help };
+	t[O_PRESET].help = preset_help;
+	return t;
+}
+
+static const struct kvp_cli_cmd commands[] = {
+	{ "run", "prefill, then decode through the pager, and report" },
+	{ NULL, NULL },
+};
+
 static void usage(FILE *f)
 {
-	const char *const *p = kvp_kv_geometry_presets();
-	char left[40];
-	int i;
-
-	fprintf(f, "usage: kvpager run [options]\n"
-		   "  --preset P           model shape:");
-	for (; *p; p++)
-		fprintf(f, " %s", *p);
-	fprintf(f, " (llama3-8b)\n");
-	for (i = O_PRESET + 1; i < O_COUNT; i++) {
-		snprintf(left, sizeof(left), "--%s%s%s", opts[i].name,
-			 opts[i].arg ? " " : "",
-			 opts[i].arg ? opts[i].arg : "");
-		fprintf(f, "  %-20s %s\n", left, opts[i].help);
-	}
+	fprintf(f, "usage: kvpager run [options]\n");
+	kvp_cli_usage(f, cli_table());
 	fprintf(f,
 		"Every KV and engine tunable is also read from its KVP_<NAME> "
 		"variable\n(kvpctl list shows them); an option wins over its "
@@ -396,16 +416,12 @@ static void set_tunable(struct run_opts *o, enum opt_id id, uint64_t v)
 static int parse_args(int argc, char **argv, struct run_opts *o)
 {
 	struct option lo[O_COUNT + 1];
+	char shorts[3 * O_COUNT + 1];
 	uint64_t v;
-	int c, i;
+	int c;
 
-	for (i = 0; i < O_COUNT; i++)
-		lo[i] = (struct option){ opts[i].name,
-					 opts[i].arg ? required_argument
-						     : no_argument,
-					 NULL, 256 + i };
-	memset(&lo[O_COUNT], 0, sizeof(lo[O_COUNT]));
-	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+	kvp_cli_getopt(cli_table(), "", lo, shorts);
+	while ((c = getopt_long(argc, argv, shorts, lo, NULL)) != -1) {
 		enum opt_id id = (enum opt_id)(c - 256);
 		const char *a = optarg;
 
@@ -1523,6 +1539,11 @@ static int run(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+	if (kvp_cli_table_asked(argc, argv)) {
+		kvp_cli_cmds_print(stdout, NULL, commands);
+		kvp_cli_table_print(stdout, "run", cli_table());
+		return 0;
+	}
 	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
 		usage(argc < 2 ? stderr : stdout);
 		return argc < 2 ? 2 : 0;

@@ -30,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lib/cli/cli.h"
 #include "lib/instance/instance.h"
 #include "lib/tunables/tunables.h"
 #include "pager/stats.h"
@@ -44,24 +45,42 @@ static const char *const stat_names[] = {
 static char mount_path[PATH_MAX]; /* of the chosen pager */
 static bool value_only;		  /* -n */
 
+/* The options and commands: --help, the man page and the completion. */
+static const struct kvp_cli_opt opts[] = {
+	{ NULL, 'a', 'a', NULL, "every tunable and statistic" },
+	{ NULL, 'p', 'p', "PID", "the pager of process PID" },
+	{ NULL, 'm', 'm', "MOUNT", "the pager whose view is at MOUNT" },
+	{ NULL, 'n', 'n', NULL, "get: print values only" },
+	{ "help", 'h', 'h', NULL, "this text" },
+	{ 0 },
+};
+
+static const struct kvp_cli_cmd commands[] = {
+	{ "get", "NAME...: values (a tunable, a statistic, or a path in the "
+		 "view)" },
+	{ "set", "NAME=VALUE...: change tunables" },
+	{ "list", "tunables with values, ranges and docs" },
+	{ "stats", "[--watch SECONDS] [--count N]: statistics, or live rates" },
+	{ "load", "FILE: apply name = value lines, all or nothing (- is "
+		  "stdin)" },
+	{ NULL, NULL },
+};
+
 static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: kvpctl [-p PID | -m MOUNT] [-n] [COMMAND]\n"
-		"  (no command)            list the running pagers\n"
-		"  -a                      every tunable and statistic\n"
-		"  get NAME...             values (a tunable, a statistic, or "
+		"  (no command)        list the running pagers\n"
+		"  get NAME...         values (a tunable, a statistic, or "
 		"a path in the view)\n"
-		"  set NAME=VALUE...       change tunables\n"
-		"  list                    tunables with values, ranges and "
+		"  set NAME=VALUE...   change tunables\n"
+		"  list                tunables with values, ranges and "
 		"docs\n"
 		"  stats [--watch SECONDS] [--count N]\n"
-		"                          statistics, or live rates\n"
-		"  load FILE               apply name = value lines, all or "
-		"nothing (- is stdin)\n"
-		"  -p PID                  the pager of process PID\n"
-		"  -m MOUNT                the pager whose view is at MOUNT\n"
-		"  -n                      get: print values only\n");
+		"                      statistics, or live rates\n"
+		"  load FILE           apply name = value lines, all or "
+		"nothing (- is stdin)\n");
+	kvp_cli_usage(f, opts);
 }
 
 static void die(const char *fmt, ...)
@@ -702,17 +721,20 @@ static int cmd_load(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
-	static const struct option longopts[] = {
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
+	struct option longopts[sizeof(opts) / sizeof(opts[0])];
+	char shorts[3 * sizeof(opts) / sizeof(opts[0]) + 2];
 	const char *mount = NULL, *cmd;
 	bool all = false;
 	pid_t pid = 0;
 	int c;
 
-	while ((c = getopt_long(argc, argv, "+ap:m:nh", longopts, NULL)) !=
-	       -1) {
+	if (kvp_cli_table_asked(argc, argv)) {
+		kvp_cli_cmds_print(stdout, NULL, commands);
+		kvp_cli_table_print(stdout, NULL, opts);
+		return 0;
+	}
+	kvp_cli_getopt(opts, "+", longopts, shorts);
+	while ((c = getopt_long(argc, argv, shorts, longopts, NULL)) != -1) {
 		switch (c) {
 		case 'a':
 			all = true;

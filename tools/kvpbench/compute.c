@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/cli/cli.h"
 #include "lib/kv/attention.h"
 #include "lib/synth/kv_synth.h"
 #include "tools/kvpbench/kvpbench.h"
@@ -97,29 +98,29 @@ static void measure(const struct cjob *j, bool attention, unsigned repeat,
 	r->max = rate[repeat - 1];
 }
 
+static const struct kvp_cli_opt copts_table[] = {
+	{ "repeat", 'k', 0, "N", "timed runs per figure, the median shown (3)" },
+	{ "json", 'j', 0, NULL, "one JSON object per line" },
+	{ "help", 'h', 0, NULL, "this text" },
+	{ 0 },
+};
+#define NCOPTS (sizeof(copts_table) / sizeof(copts_table[0]))
+
 static void cusage(FILE *f)
 {
-	fprintf(
-	    f,
-	    "usage: kvpbench compute [options]\n"
-	    "  --repeat N   timed runs per figure, the median shown (1..%u; "
-	    "3)\n"
-	    "  --json       one JSON object per line\n"
-	    "  --help\n"
-	    "Rates of the CPU-bound parts, Llama-3.1-8B shape, fp16: the "
-	    "synthetic KV's\nfill (one thread) and decode attention (one "
-	    "thread, two, scalar).\n",
-	    KVPB_MAX_REPEAT);
+	fprintf(f, "usage: kvpbench compute [options]\n");
+	kvp_cli_usage(f, copts_table);
+	fprintf(f,
+		"--repeat takes 1 to %u.  Rates of the CPU-bound parts, "
+		"Llama-3.1-8B shape,\nfp16: the synthetic KV's fill (one "
+		"thread) and decode attention (one\nthread, two, scalar).\n",
+		KVPB_MAX_REPEAT);
 }
 
 int kvpbench_compute(int argc, char **argv)
 {
-	static const struct option lo[] = {
-		{ "repeat", required_argument, NULL, 'k' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
+	struct option lo[NCOPTS];
+	char shorts[3 * NCOPTS + 1];
 	struct kvp_kv_geometry g;
 	struct kvp_kv_synth_opts so;
 	struct kvp_kv_synth *sy = NULL;
@@ -136,8 +137,13 @@ int kvpbench_compute(int argc, char **argv)
 	size_t bb, qn;
 	int c, err;
 
+	if (kvp_cli_table_asked(argc, argv)) {
+		kvp_cli_table_print(stdout, "compute", copts_table);
+		return 0;
+	}
+	kvp_cli_getopt(copts_table, "", lo, shorts);
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, shorts, lo, NULL)) != -1) {
 		switch (c) {
 		case 'k':
 			if (kvpb_parse_opt("repeat", optarg, false, 1,

@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "lib/synth/kv_synth.h"
+#include "lib/cli/cli.h"
 #include "lib/kv/kvcache.h"
 #include "lib/model/model.h"
 #include "lib/tunables/tunables.h"
@@ -125,35 +126,6 @@ static int model_decode(const struct dopts *o, const struct dmode *m,
 		kvp_kvcache_stats(c, s1);
 	kvp_model_seq_destroy(s);
 	return err;
-}
-
-static void dusage(FILE *f)
-{
-	fprintf(
-	    f, "usage: kvpbench decode [options]\n"
-	       "  --preset P        llama3-8b | qwen3-8b | tiny (llama3-8b)\n"
-	       "  --context N       tokens per sequence (32768)\n"
-	       "  --batch B         sequences (1)\n"
-	       "  --predictor K     exact | window | lowrank (lowrank)\n"
-	       "  --budget-tokens M sparse predictors' tokens per layer (400)\n"
-	       "  --steps N         decode steps per mode (12)\n"
-	       "  --warmup N        steps left out (2)\n"
-	       "  --budget BYTES    RAM budget (a quarter of the KV)\n"
-	       "  --block BYTES     pager block (exact: 2M, sparse: one KV "
-	       "block)\n"
-	       "  --depth D         prefetch depth in layers (2)\n"
-	       "  --install M       auto | move | copy (copy: see the report)\n"
-	       "  --modes LIST      comma list of ram,mmap,mmap-willneed,"
-	       "kvpager-demand,kvpager\n"
-	       "  --path DIR        backing files' directory\n"
-	       "  --short           context 8192, 8 steps\n"
-	       "  --json            one JSON object per mode\n"
-	       "  --quiet           no progress on stderr\n"
-	       "  --model M         a llama2.c checkpoint or random:PRESET "
-	       "makes the KV\n"
-	       "                    (--context tokens of its own text, or "
-	       "random ones)\n"
-	       "Without --model the KV is synthetic (lib/synth/kv_synth.h).\n");
 }
 
 static int run_mode(const struct dopts *o, const struct dmode *m,
@@ -319,29 +291,44 @@ static const struct kvpb_num_opt num_opts[] = {
 };
 #undef FIELD
 
+static const struct kvp_cli_opt dopts_table[] = {
+	{ "preset", D_PRESET, 0, "P", "llama3-8b | qwen3-8b | tiny (llama3-8b)" },
+	{ "context", D_CONTEXT, 0, "N", "tokens per sequence (32768)" },
+	{ "batch", D_BATCH, 0, "B", "sequences (1)" },
+	{ "predictor", D_PRED, 0, "K", "exact | window | lowrank (lowrank)" },
+	{ "budget-tokens", D_M, 0, "M", "sparse predictors' tokens per layer (400)" },
+	{ "steps", D_STEPS, 0, "N", "decode steps per mode (12)" },
+	{ "warmup", D_WARMUP, 0, "N", "steps left out (2)" },
+	{ "budget", D_BUDGET, 0, "BYTES", "RAM budget (a quarter of the KV)" },
+	{ "block", D_BLOCK, 0, "BYTES", "pager block (exact: 2M, sparse: one KV block)" },
+	{ "depth", D_DEPTH, 0, "D", "prefetch depth in layers (2)" },
+	{ "install", D_INSTALL, 0, "M", "auto | move | copy (copy: see the report)" },
+	{ "modes", D_MODES, 0, "LIST",
+	  "comma list of ram,mmap,mmap-willneed,kvpager-demand,kvpager" },
+	{ "path", D_PATH, 0, "DIR", "backing files' directory" },
+	{ "short", D_SHORT, 0, NULL, "context 8192, 8 steps" },
+	{ "json", D_JSON, 0, NULL, "one JSON object per mode" },
+	{ "quiet", D_QUIET, 0, NULL, "no progress on stderr" },
+	{ "help", D_HELP, 0, NULL, "this text" },
+	{ "model", D_MODEL, 0, "M",
+	  "a llama2.c checkpoint or random:PRESET makes the KV\n"
+	  "(--context tokens of its own text, or random ones)" },
+	{ 0 },
+};
+#define NDOPTS (sizeof(dopts_table) / sizeof(dopts_table[0]))
+
+static void dusage(FILE *f)
+{
+	fprintf(f, "usage: kvpbench decode [options]\n");
+	kvp_cli_usage(f, dopts_table);
+	fprintf(f, "Without --model the KV is synthetic "
+		   "(lib/synth/kv_synth.h).\n");
+}
+
 int kvpbench_decode(int argc, char **argv)
 {
-	static const struct option lo[] = {
-		{ "preset", required_argument, NULL, D_PRESET },
-		{ "context", required_argument, NULL, D_CONTEXT },
-		{ "batch", required_argument, NULL, D_BATCH },
-		{ "predictor", required_argument, NULL, D_PRED },
-		{ "budget-tokens", required_argument, NULL, D_M },
-		{ "steps", required_argument, NULL, D_STEPS },
-		{ "warmup", required_argument, NULL, D_WARMUP },
-		{ "budget", required_argument, NULL, D_BUDGET },
-		{ "block", required_argument, NULL, D_BLOCK },
-		{ "depth", required_argument, NULL, D_DEPTH },
-		{ "install", required_argument, NULL, D_INSTALL },
-		{ "modes", required_argument, NULL, D_MODES },
-		{ "path", required_argument, NULL, D_PATH },
-		{ "short", no_argument, NULL, D_SHORT },
-		{ "json", no_argument, NULL, D_JSON },
-		{ "quiet", no_argument, NULL, D_QUIET },
-		{ "help", no_argument, NULL, D_HELP },
-		{ "model", required_argument, NULL, D_MODEL },
-		{ NULL, 0, NULL, 0 },
-	};
+	struct option lo[NDOPTS];
+	char shorts[3 * NDOPTS + 1];
 	struct dopts o = {
 		.preset = "llama3-8b",
 		.context = 32768,
@@ -367,9 +354,14 @@ int kvpbench_decode(int argc, char **argv)
 	const uint32_t *ref = NULL; /* --model: the exact run's tokens */
 	char why[512];
 
+	if (kvp_cli_table_asked(argc, argv)) {
+		kvp_cli_table_print(stdout, "decode", dopts_table);
+		return 0;
+	}
 	memset(res, 0, sizeof(res));
+	kvp_cli_getopt(dopts_table, "", lo, shorts);
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, shorts, lo, NULL)) != -1) {
 		switch (c) {
 		case D_PRESET:
 			o.preset = optarg;

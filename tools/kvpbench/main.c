@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "kmod-helpers/dio.h"
+#include "lib/cli/cli.h"
 #include "kmod-helpers/mem.h"
 
 #define FILL_CHUNK   (8u << 20)
@@ -470,6 +471,52 @@ static void report(struct kvpb_ctx *c, unsigned first)
 
 /* ---- options ---------------------------------------------------------- */
 
+/* The options: --help, getopt, the man page and the completion. */
+static const struct kvp_cli_opt opts[] = {
+	{ "dir", 'd', 0, "DIR", "backing file directory ($TMPDIR or /tmp)" },
+	{ "budget", 'b', 0, "BYTES", "RAM budget (256M; --short 64M)" },
+	{ "file-size", 'F', 0, "BYTES", "backing file size (4 x budget)" },
+	{ "block", 'B', 0, "BYTES", "stream block (2M)" },
+	{ "random-block", 'R', 0, "BYTES", "random block (64K)" },
+	{ "depth", 'D', 0, "N",
+	  "stream: reads in flight, raw's depth and\n"
+	  "kvpager's readahead window (16)" },
+	{ "ref-depth", 'r', 0, "N",
+	  "random: depth of the raw anchor line (32;\n0: none)" },
+	{ "reads", 'n', 0, "N", "random: reads per thread (file blocks / 4)" },
+	{ "threads", 't', 0, "LIST", "random: thread counts (1,4)" },
+	{ "modes", 'm', 0, "LIST", "raw,mmap,kvpager-move,kvpager-copy (all)" },
+	{ "pager-threads", 'P', 0, "N", "the pager's service_threads (its default)" },
+	{ "prefetch", 'N', 0, NULL,
+	  "kvpager stream: also prefetch the window\n"
+	  "ahead (kvp_prefetch_submit); default:\n"
+	  "demand faults and the pager's readahead" },
+	{ "json", 'j', 'j', NULL, "one JSON object per line, no table" },
+	{ "short", 's', 's', NULL, "smaller sizes (make bench)" },
+	{ "repeat", 'k', 0, "N",
+	  "runs per mode, interleaved; the median is\n"
+	  "shown, with min and max in JSON (3)" },
+	{ "timeout", 'T', 0, "S",
+	  "a run with no progress for S seconds ends\n"
+	  "the program (exit 3), saying where (60)" },
+	{ "no-thp", 'H', 0, NULL,
+	  "prctl(PR_SET_THP_DISABLE) for the whole\n"
+	  "process (raw, mmap and the pager alike)" },
+	{ "quiet", 'q', 'q', NULL, "no progress on stderr" },
+	{ "help", 'h', 'h', NULL, "this text" },
+	{ 0 },
+};
+
+static const struct kvp_cli_cmd scenarios[] = {
+	{ "stream", "sequential reads (a default scenario)" },
+	{ "random", "random reads (a default scenario)" },
+	{ "install", "the pager's install modes, move and copy" },
+	{ "all", "stream, random and install" },
+	{ "decode", "decode through each backend, with its own options" },
+	{ "compute", "the CPU-bound parts' rates, with its own options" },
+	{ NULL, NULL },
+};
+
 static void usage(FILE *out)
 {
 	fprintf(
@@ -481,36 +528,11 @@ static void usage(FILE *out)
 	    "Runs raw io_uring O_DIRECT, the kernel's mmap (cold) and kvpager\n"
 	    "(install by move and by copy) side by side on one backing file\n"
 	    "and prints GB/s and ratios.  Default scenarios: stream random.\n"
-	    "\n"
-	    "  --dir DIR            backing file directory ($TMPDIR or /tmp)\n"
-	    "  --budget BYTES       RAM budget (256M; --short 64M)\n"
-	    "  --file-size BYTES    backing file size (4 x budget)\n"
-	    "  --block BYTES        stream block (2M)\n"
-	    "  --random-block BYTES random block (64K)\n"
-	    "  --depth N            stream: reads in flight, raw's depth and\n"
-	    "                       kvpager's readahead window (16)\n"
-	    "  --ref-depth N        random: depth of the raw anchor line (32;\n"
-	    "                       0: none)\n"
-	    "  --reads N            random: reads per thread (file blocks / "
-	    "4)\n"
-	    "  --threads LIST       random: thread counts (1,4)\n"
-	    "  --modes LIST         raw,mmap,kvpager-move,kvpager-copy (all)\n"
-	    "  --pager-threads N    the pager's service_threads (its default)\n"
-	    "  --prefetch           kvpager stream: also prefetch the window\n"
-	    "                       ahead (kvp_prefetch_submit); default:\n"
-	    "                       demand faults and the pager's readahead\n"
-	    "  KVP_<TUNABLE>=value  environment: any pager tunable (kvpctl\n"
-	    "                       list); budget and install_mode are forced\n"
-	    "  --json               one JSON object per line, no table\n"
-	    "  --short              smaller sizes (make bench)\n"
-	    "  --repeat N           runs per mode, interleaved; the median is\n"
-	    "                       shown, with min and max in JSON (3)\n"
-	    "  --timeout S          a run with no progress for S seconds ends\n"
-	    "                       the program (exit 3), saying where (60)\n"
-	    "  --no-thp             prctl(PR_SET_THP_DISABLE) for the whole\n"
-	    "                       process (raw, mmap and the pager alike)\n"
-	    "  --quiet              no progress on stderr\n"
-	    "  --help\n");
+	    "\n");
+	kvp_cli_usage(out, opts);
+	fprintf(out,
+		"Environment: KVP_<TUNABLE>=value sets any pager tunable "
+		"(kvpctl list);\nbudget and install_mode are forced.\n");
 }
 
 /* The numeric options (kvpb_num_opt_set): the field each sets. */
@@ -615,28 +637,8 @@ static int run_alone(const struct alone *a, int argc, char **argv)
 
 int main(int argc, char **argv)
 {
-	static const struct option lopts[] = {
-		{ "dir", required_argument, NULL, 'd' },
-		{ "budget", required_argument, NULL, 'b' },
-		{ "file-size", required_argument, NULL, 'F' },
-		{ "block", required_argument, NULL, 'B' },
-		{ "random-block", required_argument, NULL, 'R' },
-		{ "depth", required_argument, NULL, 'D' },
-		{ "ref-depth", required_argument, NULL, 'r' },
-		{ "reads", required_argument, NULL, 'n' },
-		{ "threads", required_argument, NULL, 't' },
-		{ "modes", required_argument, NULL, 'm' },
-		{ "pager-threads", required_argument, NULL, 'P' },
-		{ "prefetch", no_argument, NULL, 'N' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "short", no_argument, NULL, 's' },
-		{ "quiet", no_argument, NULL, 'q' },
-		{ "repeat", required_argument, NULL, 'k' },
-		{ "timeout", required_argument, NULL, 'T' },
-		{ "no-thp", no_argument, NULL, 'H' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
+	struct option lopts[sizeof(opts) / sizeof(opts[0])];
+	char shorts[3 * sizeof(opts) / sizeof(opts[0]) + 1];
 	static struct kvpb_ctx ctx;
 	struct kvpb_ctx *c = &ctx;
 	struct kvpb_opts *o = &c->opts;
@@ -645,6 +647,15 @@ int main(int argc, char **argv)
 	const char *tmp;
 	int opt, i, err;
 
+	if (kvp_cli_table_asked(argc, argv)) {
+		kvp_cli_cmds_print(stdout, NULL, scenarios);
+		kvp_cli_table_print(stdout, NULL, opts);
+		if (kvpbench_decode)
+			kvpbench_decode(argc, argv);
+		if (kvpbench_compute)
+			kvpbench_compute(argc, argv);
+		return 0;
+	}
 	if (argc > 1 && alone_scenario(argv[1]))
 		return run_alone(alone_scenario(argv[1]), argc - 1, argv + 1);
 
@@ -662,7 +673,8 @@ int main(int argc, char **argv)
 	o->nthreads = 2;
 	o->modes = KVPB_RAW | KVPB_MMAP | KVPB_KVP_MOVE | KVPB_KVP_COPY;
 
-	while ((opt = getopt_long(argc, argv, "hjqs", lopts, NULL)) != -1) {
+	kvp_cli_getopt(opts, "", lopts, shorts);
+	while ((opt = getopt_long(argc, argv, shorts, lopts, NULL)) != -1) {
 		err = kvpb_num_opt_set(num_opts, opt, optarg, o);
 		if (err == -EINVAL)
 			return 2;

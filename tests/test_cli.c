@@ -1,0 +1,143 @@
+/*
+ * test_cli.c - lib/cli/cli.c: one option table makes the --help text,
+ * getopt_long's tables and the lines the man pages and the completion
+ * are made from.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/cli/cli.h"
+#include "tests/helpers/helpers.h"
+
+static const struct kvp_cli_opt table[] = {
+	{ "dir", 'd', 0, "DIR", "where files go" },
+	{ "mode", 'M', 0, "K", "fast | slow | safe (fast)" },
+	{ "out", 'o', 'o', "FILE", "write here\nsecond line" },
+	{ "a-rather-long-option-name", 'L', 0, "BYTES", "wraps" },
+	{ "quiet", 'q', 'q', NULL, "no progress" },
+	{ "secret", 'S', 0, NULL, NULL },
+	{ NULL, 'x', 'x', NULL, "short only" },
+	{ 0 },
+};
+
+/* What @fn printed into a memstream, malloc'd. */
+static char *capture(void (*fn)(FILE *))
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+
+	ck_assert_ptr_nonnull(f);
+	fn(f);
+	ck_assert_int_eq(fclose(f), 0);
+	return buf;
+}
+
+static void usage_of_table(FILE *f)
+{
+	kvp_cli_usage(f, table);
+}
+
+static void lines_of_table(FILE *f)
+{
+	static const struct kvp_cli_cmd cmds[] = {
+		{ "run", "run it" },
+		{ NULL, NULL },
+	};
+
+	kvp_cli_cmds_print(f, NULL, cmds);
+	kvp_cli_table_print(f, "run", table);
+}
+
+START_TEST(count_stops_at_the_end)
+{
+	ck_assert_uint_eq(kvp_cli_count(table), 7);
+}
+END_TEST
+
+START_TEST(usage_lists_each_visible_option)
+{
+	char *u = capture(usage_of_table);
+
+	ck_assert_ptr_nonnull(strstr(u, "  --dir DIR           where files go\n"));
+	ck_assert_ptr_nonnull(strstr(u, "  -o, --out FILE      write here\n"
+					"                      second line\n"));
+	ck_assert_ptr_nonnull(strstr(u, "  --a-rather-long-option-name BYTES\n"
+					"                      wraps\n"));
+	ck_assert_ptr_nonnull(strstr(u, "  -q, --quiet         no progress\n"));
+	ck_assert_ptr_nonnull(strstr(u, "  -x                  short only\n"));
+	/* a hidden entry is left out */
+	ck_assert_ptr_null(strstr(u, "secret"));
+	free(u);
+}
+END_TEST
+
+START_TEST(getopt_tables_match)
+{
+	struct option lo[8];
+	char shorts[32];
+
+	kvp_cli_getopt(table, "+", lo, shorts);
+	ck_assert_str_eq(shorts, "+o:qx");
+	ck_assert_str_eq(lo[0].name, "dir");
+	ck_assert_int_eq(lo[0].has_arg, required_argument);
+	ck_assert_int_eq(lo[0].val, 'd');
+	ck_assert_str_eq(lo[4].name, "quiet");
+	ck_assert_int_eq(lo[4].has_arg, no_argument);
+	/* the hidden option still parses; the short-only one has no name */
+	ck_assert_str_eq(lo[5].name, "secret");
+	ck_assert_ptr_null(lo[6].name);
+	ck_assert_int_eq(lo[6].val, 0);
+}
+END_TEST
+
+START_TEST(table_lines_for_the_build)
+{
+	char *t = capture(lines_of_table);
+
+	ck_assert_ptr_nonnull(strstr(t, "cmd\t-\trun\trun it\n"));
+	ck_assert_ptr_nonnull(
+	    strstr(t, "opt\trun\t-\t--dir\tDIR\tdir\twhere files go\n"));
+	ck_assert_ptr_nonnull(strstr(t, "opt\trun\t-\t--mode\tK\t"
+					"words:fast,slow,safe\t"));
+	ck_assert_ptr_nonnull(strstr(t, "opt\trun\t-o\t--out\tFILE\tfile\t"
+					"write here\\nsecond line\n"));
+	ck_assert_ptr_nonnull(
+	    strstr(t, "opt\trun\t-q\t--quiet\t-\t-\tno progress\n"));
+	ck_assert_ptr_nonnull(strstr(t, "opt\trun\t-x\t-\t-\t-\tshort only\n"));
+	ck_assert_ptr_null(strstr(t, "secret"));
+	free(t);
+}
+END_TEST
+
+START_TEST(table_asked_only_alone)
+{
+	char *a1[] = { "tool", "--cli-table", NULL };
+	char *a2[] = { "tool", "--cli-table", "x", NULL };
+	char *a3[] = { "tool", NULL };
+
+	ck_assert(kvp_cli_table_asked(2, a1));
+	ck_assert(!kvp_cli_table_asked(3, a2));
+	ck_assert(!kvp_cli_table_asked(1, a3));
+}
+END_TEST
+
+static Suite *cli_suite(void)
+{
+	Suite *s = suite_create("cli");
+	TCase *tc = kvp_test_tcase(s, "tables", 30);
+
+	tcase_add_test(tc, count_stops_at_the_end);
+	tcase_add_test(tc, usage_lists_each_visible_option);
+	tcase_add_test(tc, getopt_tables_match);
+	tcase_add_test(tc, table_lines_for_the_build);
+	tcase_add_test(tc, table_asked_only_alone);
+	return s;
+}
+
+int main(void)
+{
+	return kvp_test_run(cli_suite());
+}
