@@ -8,7 +8,9 @@
 # accounting is there and consistent (cpu_s, cpu_us_per_block,
 # machine_busy; cpu_pager_s of the pager's threads, part of cpu_s), the
 # table has its columns, bad options are refused with a message and
-# exit 2, and a run killed with SIGKILL leaves no backing file behind.  `kvpbench compute` prints a rate for each CPU-bound part (the
+# exit 2, and a run killed with SIGKILL leaves no backing file behind;
+# `kvpbench touch` gives every mode's line, verified, with its bytes read
+# and written (or says why a mode was skipped).  `kvpbench compute` prints a rate for each CPU-bound part (the
 # rates are not judged: speed belongs to benchmarks, not tests).
 #
 # Needs $BUILD/bin/kvpbench (run by tests/run-tests.sh with BUILD set).
@@ -114,6 +116,65 @@ for w in sorted(want - got):
     print("  no compute line for", w)
 sys.exit(1 if want - got else 0)
 PY
+
+# touch: 4 KiB touches over 8 x the budget, the four modes side by side.
+# Correctness only: every line that ran read the right words, counted its
+# bytes, and the pager read at least what was touched, each sequential
+# block about once, and wrote nothing on ro lines.
+"$B" touch --budget 8M --touches 128 --threads 1 --quiet --json \
+	--dir "$tmp" >"$tmp/touch" 2>"$tmp/touch.err"
+rc=$?
+cat "$tmp/touch" "$tmp/touch.err"
+[ $rc = 0 ] || fail "kvpbench touch exit $rc"
+python3 - "$tmp/touch" <<'PY' || fail "touch lines do not keep their promises"
+import json, sys
+
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+bad = []
+def need(ok, what):
+    if not ok:
+        bad.append(what)
+
+for pat in ("random", "sequential"):
+    for acc in ("ro", "rw"):
+        for mode in ("raw", "mmap", "kvpager", "preload"):
+            got = [r for r in rows if (r["pattern"], r["access"],
+                                       r["mode"]) == (pat, acc, mode)]
+            need(len(got) == 1, f"{pat} {acc} {mode}: {len(got)} lines")
+for r in rows:
+    tag = f'{r["pattern"]} {r["access"]} {r["mode"]}'
+    if "skipped" in r:
+        # Only the lines that need the host: a cgroup, the shim.
+        need(r["mode"] in ("mmap", "preload") and r["skipped"],
+             f"{tag}: skipped ({r['skipped']})")
+        continue
+    need(r.get("verified") is True, f"{tag}: data not verified")
+    need(r["touches"] > 0 and r["bytes"] == r["touches"] * 4096,
+         f"{tag}: bytes {r['bytes']} is not touches x 4 KiB")
+    need(r["gb_per_s"] > 0 and r["cpu_us_per_touch"] >= 0,
+         f"{tag}: no rate or CPU")
+    need(abs(r["amplification"] * r["bytes"] - r["read_bytes"]) <=
+         0.001 * r["read_bytes"] + 1, f"{tag}: amplification is not "
+         "read_bytes over bytes")
+    if r["mode"] == "raw":
+        need(r["read_bytes"] == r["bytes"], f"{tag}: raw read "
+             f"{r['read_bytes']}, not the {r['bytes']} touched")
+    if r["mode"] == "kvpager":
+        need(r["read_bytes"] >= r["bytes"], f"{tag}: read less than "
+             "it touched")
+        need(r["block_bytes"] >= 4096, f"{tag}: no block_bytes")
+        if r["pattern"] == "sequential":
+            need(r["amplification"] <= 2, f"{tag}: amplification "
+                 f"{r['amplification']}: blocks read more than twice")
+        need((r["written_bytes"] == 0) == (r["access"] == "ro"),
+             f"{tag}: wrote {r['written_bytes']} bytes")
+for b in bad:
+    print("  " + b)
+sys.exit(1 if bad else 0)
+PY
+"$B" touch --touch-block 3K >"$tmp/bad" 2>&1
+rc=$?
+[ $rc = 2 ] || fail "--touch-block 3K: exit $rc, want 2"
 
 "$B" --modes bogus >"$tmp/bad" 2>&1
 rc=$?

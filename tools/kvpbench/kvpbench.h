@@ -8,6 +8,8 @@
  *   main.c         options, the backing file, scenario dispatch, output
  *   io.c           the scenarios stream and random; modes raw and mmap
  *   pager_modes.c  modes kvpager-move/-copy and the install scenario
+ *   touch.c        the touch scenario: 4 KiB touches, the preload shim
+ *                  and the kernel's mmap under a memory cgroup
  *   decode.c       the decode scenario (kvpbench decode ...)
  *   compute.c      the CPU-bound rates (kvpbench compute ...)
  *   helpers.c      what they share: clock, results, pattern, threads
@@ -62,6 +64,12 @@ struct kvpb_opts {
 	bool quiet;		/* no progress on stderr */
 	unsigned timeout_s;	/* a run without progress this long ends it */
 	unsigned repeat;	/* runs per mode, interleaved; median kept */
+	uint64_t touches;	/* touch: random touches per line (0: derived) */
+	uint64_t touch_block;	/* touch: the pager's block (0: 2 MiB for the
+				   region, the shim's default for preload) */
+	const char *touch_prog;	 /* touch: tests/progs/touch_pages (NULL:
+				    found next to this program) */
+	const char *preload_lib; /* touch: libkvpager-preload.so (likewise) */
 };
 
 /* The backing file, created and filled by main.c; it has no name in
@@ -94,6 +102,11 @@ struct kvpb_job {
 				  t reads order[t * reads + i]; NULL: in
 				  sequence from block 0 (one thread) */
 	unsigned group;	       /* results compared with each other */
+	uint64_t region_block; /* kvpager: the region's block size when it
+				  is not @block (touch: 4 KiB touches of
+				  larger blocks); 0: @block */
+	bool writes;	       /* kvpager, touch: write each touched page's
+				  first word back (dirties it, same data) */
 };
 
 struct kvpb_result {
@@ -267,6 +280,9 @@ void kvpb_cpu_account(const struct kvpb_cpu *a, const struct kvpb_cpu *b,
 /* Scenarios (io.c).  0, or -errno when the scenario could not run. */
 int kvpb_stream(struct kvpb_ctx *c);
 int kvpb_random(struct kvpb_ctx *c);
+
+/* touch.c: the touch scenario, its own table or JSON lines, printed. */
+int kvpb_touch(struct kvpb_ctx *c);
 
 /* Modes of io.c, also used by the pager modes' reporting. */
 int kvpb_raw_run(struct kvpb_ctx *c, const struct kvpb_job *j,

@@ -2,7 +2,7 @@
  * kvpbench - kvpager against raw io_uring and the kernel's mmap, side by
  * side in one run on one file.
  *
- *   kvpbench [options] [stream] [random] [install] [all]
+ *   kvpbench [options] [stream] [random] [install] [touch] [all]
  *   kvpbench decode [options]
  *   kvpbench compute [options]
  *
@@ -12,6 +12,8 @@
  *            line at depth 32 (the anchor)
  *   install  install cost of MOVE against COPY per block size, through the
  *            pager, from a memory store (no disk)
+ *   touch    4 KiB touches over a buffer 8 x the budget: raw, the kernel's
+ *            mmap in a memory cgroup, a kvpager region, the preload shim
  *   decode   the KV decode scenario, with its own options
  *   compute  the synthetic KV's fill rate and CPU attention, no disk
  *
@@ -502,6 +504,16 @@ static const struct kvp_cli_opt opts[] = {
 	{ "no-thp", 'H', 0, NULL,
 	  "prctl(PR_SET_THP_DISABLE) for the whole\n"
 	  "process (raw, mmap and the pager alike)" },
+	{ "touches", 'u', 0, "N",
+	  "touch: random touches per line, threads\n"
+	  "together (8192; --short 2048)" },
+	{ "touch-block", 'K', 0, "BYTES",
+	  "touch: the kvpager region's block (2M)\n"
+	  "and the shim's (its default if unset)" },
+	{ "touch-prog", 'p', 0, "PATH",
+	  "touch: tests/progs/touch_pages (found\nbeside bin/)" },
+	{ "preload-lib", 'L', 0, "PATH",
+	  "touch: libkvpager-preload.so (likewise)" },
 	{ "quiet", 'q', 'q', NULL, "no progress on stderr" },
 	{ "help", 'h', 'h', NULL, "this text" },
 	{ 0 },
@@ -511,7 +523,8 @@ static const struct kvp_cli_cmd scenarios[] = {
 	{ "stream", "sequential reads (a default scenario)" },
 	{ "random", "random reads (a default scenario)" },
 	{ "install", "the pager's install modes, move and copy" },
-	{ "all", "stream, random and install" },
+	{ "touch", "4 KiB touches: raw, mmap in a cgroup, kvpager, preload" },
+	{ "all", "stream, random, install and touch" },
 	{ "decode", "decode through each backend, with its own options" },
 	{ "compute", "the CPU-bound parts' rates, with its own options" },
 	{ NULL, NULL },
@@ -521,7 +534,8 @@ static void usage(FILE *out)
 {
 	fprintf(
 	    out,
-	    "usage: kvpbench [options] [stream] [random] [install] [all]\n"
+	    "usage: kvpbench [options] [stream] [random] [install] [touch] "
+	    "[all]\n"
 	    "       kvpbench decode [options]\n"
 	    "       kvpbench compute [options]\n"
 	    "\n"
@@ -548,6 +562,8 @@ static const struct kvpb_num_opt num_opts[] = {
 	{ 'P', "pager-threads", false, 1, 64, FIELD(pager_threads) },
 	{ 'T', "timeout", false, 1, 86400, FIELD(timeout_s) },
 	{ 'k', "repeat", false, 1, KVPB_MAX_REPEAT, FIELD(repeat) },
+	{ 'u', "touches", false, 1, 1u << 30, FIELD(touches) },
+	{ 'K', "touch-block", true, KVPB_PAGE, 2u << 20, FIELD(touch_block) },
 	{ 0, NULL, false, 0, 0, 0, 0 },
 };
 #undef FIELD
@@ -602,7 +618,7 @@ static int parse_modes(const char *s, unsigned *out)
 	return *out ? 0 : -EINVAL;
 }
 
-enum { SC_STREAM = 1, SC_RANDOM = 2, SC_INSTALL = 4 };
+enum { SC_STREAM = 1, SC_RANDOM = 2, SC_INSTALL = 4, SC_TOUCH = 8 };
 
 /* The scenarios that run alone, with options of their own. */
 struct alone {
@@ -701,6 +717,12 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case 'p':
+			o->touch_prog = optarg;
+			break;
+		case 'L':
+			o->preload_lib = optarg;
+			break;
 		case 'N':
 			o->prefetch = true;
 			break;
@@ -731,8 +753,10 @@ int main(int argc, char **argv)
 			scen |= SC_RANDOM;
 		else if (!strcmp(argv[i], "install"))
 			scen |= SC_INSTALL;
+		else if (!strcmp(argv[i], "touch"))
+			scen |= SC_TOUCH;
 		else if (!strcmp(argv[i], "all"))
-			scen |= SC_STREAM | SC_RANDOM | SC_INSTALL;
+			scen |= SC_STREAM | SC_RANDOM | SC_INSTALL | SC_TOUCH;
 		else if (alone_scenario(argv[i])) {
 			fprintf(stderr,
 				"kvpbench: %s runs alone, with its own "
@@ -754,14 +778,18 @@ int main(int argc, char **argv)
 			strerror(errno));
 		return 1;
 	}
-	if ((o->block & (o->block - 1)) || (o->rblock & (o->rblock - 1))) {
-		fprintf(stderr, "kvpbench: --block and --random-block take a "
-				"power of two\n");
+	if ((o->block & (o->block - 1)) || (o->rblock & (o->rblock - 1)) ||
+	    (o->touch_block & (o->touch_block - 1))) {
+		fprintf(stderr, "kvpbench: --block, --random-block and "
+				"--touch-block take a power of two\n");
 		return 2;
 	}
 	if (o->short_run && !budget_set)
 		o->budget = 64ull << 20;
-	c->file.size = o->file_bytes ? o->file_bytes : 4 * o->budget;
+	/* touch's buffer is 8 x the budget; the others use 4 x. */
+	c->file.size = o->file_bytes		 ? o->file_bytes
+		       : (scen & SC_TOUCH) ? 8 * o->budget
+					   : 4 * o->budget;
 	c->file.fd = c->file.dfd = -1;
 
 	if ((scen & SC_INSTALL) && !kvpb_install) {
@@ -770,7 +798,7 @@ int main(int argc, char **argv)
 		scen &= ~SC_INSTALL;
 		c->failures++;
 	}
-	if (scen & (SC_STREAM | SC_RANDOM)) {
+	if (scen & (SC_STREAM | SC_RANDOM | SC_TOUCH)) {
 		err = file_create(c);
 		if (err)
 			return 1;
@@ -783,7 +811,7 @@ int main(int argc, char **argv)
 			       o->short_run ? ", short run" : "",
 			       o->no_thp ? ", THP disabled" : "");
 	}
-	if (!o->json)
+	if (!o->json && (scen & ~SC_TOUCH))
 		print_header();
 	if (scen & SC_STREAM) {
 		first = c->nresults;
@@ -797,6 +825,8 @@ int main(int argc, char **argv)
 			c->failures++;
 		report(c, first);
 	}
+	if ((scen & SC_TOUCH) && kvpb_touch(c))
+		c->failures++;
 	file_close(&c->file);
 	if (scen & SC_INSTALL) {
 		first = c->nresults;

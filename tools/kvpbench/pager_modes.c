@@ -103,6 +103,13 @@ static void *pager_worker(void *arg)
 		}
 		kvpb_worker_at(w, off);
 		w->bad += kvpb_consume(w->base + (off - j->off), off, j->block);
+		if (j->writes) {
+			/* The word it holds: dirty, with the same data. */
+			volatile uint64_t *word =
+			    (volatile uint64_t *)(w->base + (off - j->off));
+
+			*word = kvpb_pattern(off);
+		}
 		kvpb_worker_done(w, j->block);
 	}
 	return NULL;
@@ -127,10 +134,13 @@ int kvpb_pager_run(struct kvpb_ctx *c, const struct kvpb_job *j,
 	bool use_pf = c->opts.prefetch && !j->order && j->threads == 1;
 	int err, derr;
 
-	/* Stream: the window is --depth blocks, raw's depth.  Random: the
-   * pager's own (its readahead should not fire on random faults). */
+	/* Stream: the window is --depth blocks, raw's depth.  Random and
+	 * touch: the pager's own (its readahead should not fire on random
+	 * faults, and touch measures what the pager does by itself). */
 	err = pager_open(c, c->opts.budget, install_mode,
-			 j->order ? RA_DEFAULT : (uint64_t)j->depth * j->block,
+			 j->order || j->region_block
+			     ? RA_DEFAULT
+			     : (uint64_t)j->depth * j->block,
 			 &p);
 	if (err)
 		return err;
@@ -144,7 +154,7 @@ int kvpb_pager_run(struct kvpb_ctx *c, const struct kvpb_job *j,
 	ro = (struct kvp_region_opts){
 		.name = "kvpbench",
 		.size = j->len,
-		.block_bytes = j->block,
+		.block_bytes = j->region_block ? j->region_block : j->block,
 		.store = s,
 		.store_offset = j->off,
 		.flags = KVP_REGION_FROM_STORE,
