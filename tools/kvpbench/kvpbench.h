@@ -42,6 +42,7 @@ enum kvpb_mode {
 	KVPB_MMAP = 1u << 1,
 	KVPB_KVP_MOVE = 1u << 2,
 	KVPB_KVP_COPY = 1u << 3,
+	KVPB_PRELOAD = 1u << 4, /* touch only: the preload shim's line */
 };
 
 struct kvpb_opts {

@@ -487,7 +487,9 @@ static const struct kvp_cli_opt opts[] = {
 	  "random: depth of the raw anchor line (32;\n0: none)" },
 	{ "reads", 'n', 0, "N", "random: reads per thread (file blocks / 4)" },
 	{ "threads", 't', 0, "LIST", "random: thread counts (1,4)" },
-	{ "modes", 'm', 0, "LIST", "raw,mmap,kvpager-move,kvpager-copy (all)" },
+	{ "modes", 'm', 0, "LIST",
+	  "raw,mmap,kvpager-move,kvpager-copy (all);\n"
+	  "touch: raw,mmap,kvpager,preload" },
 	{ "pager-threads", 'P', 0, "N", "the pager's service_threads (its default)" },
 	{ "prefetch", 'N', 0, NULL,
 	  "kvpager stream: also prefetch the window\n"
@@ -612,6 +614,8 @@ static int parse_modes(const char *s, unsigned *out)
 			*out |= KVPB_KVP_COPY;
 		else if (!strcmp(tok, "kvpager"))
 			*out |= KVPB_KVP_MOVE | KVPB_KVP_COPY;
+		else if (!strcmp(tok, "preload"))
+			*out |= KVPB_PRELOAD;
 		else
 			return -EINVAL;
 	}
@@ -687,7 +691,8 @@ int main(int argc, char **argv)
 	o->threads[0] = 1;
 	o->threads[1] = 4;
 	o->nthreads = 2;
-	o->modes = KVPB_RAW | KVPB_MMAP | KVPB_KVP_MOVE | KVPB_KVP_COPY;
+	o->modes = KVPB_RAW | KVPB_MMAP | KVPB_KVP_MOVE | KVPB_KVP_COPY |
+		   KVPB_PRELOAD;
 
 	kvp_cli_getopt(opts, "", lopts, shorts);
 	while ((opt = getopt_long(argc, argv, shorts, lopts, NULL)) != -1) {
@@ -712,7 +717,7 @@ int main(int argc, char **argv)
 					"kvpbench: bad value for --modes: "
 					"'%s' (a comma-separated list of raw, "
 					"mmap, kvpager-move, kvpager-copy, "
-					"kvpager)\n",
+					"kvpager, preload)\n",
 					optarg);
 				return 2;
 			}

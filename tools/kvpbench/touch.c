@@ -55,6 +55,10 @@
 enum { M_RAW, M_MMAP, M_KVP, M_PRELOAD };
 static const char *const mode_names[TOUCH_MODES] = { "raw", "mmap", "kvpager",
 						     "preload" };
+/* The --modes bits that select each (kvpager: either install mode). */
+static const unsigned mode_bits[TOUCH_MODES] = {
+	KVPB_RAW, KVPB_MMAP, KVPB_KVP_MOVE | KVPB_KVP_COPY, KVPB_PRELOAD
+};
 
 struct touch_result {
 	const char *pattern; /* "random", "sequential" */
@@ -548,9 +552,12 @@ static void run_line(struct touch_set *s)
 	struct touch_result *raw = NULL, *mm = NULL;
 
 	for (m = 0; m < TOUCH_MODES && nres < MAX_TOUCH_RESULTS; m++) {
-		struct touch_result *r = &res[nres++];
+		struct touch_result *r;
 		int err = 0;
 
+		if (!(s->c->opts.modes & mode_bits[m]))
+			continue;
+		r = &res[nres++];
 		*r = (struct touch_result){
 			.pattern = s->pattern,
 			.access = s->access,
