@@ -43,14 +43,14 @@ Q := @
 msg = @printf '  %-6s %s\n' $(1) $(2)
 endif
 
-DEPS_PKGS := fuse3 liburing check
-DEBIAN_PKGS := libfuse3-dev fuse3 liburing-dev check pkg-config \
+DEPS_PKGS := fuse3 liburing check libsodium
+DEBIAN_PKGS := libfuse3-dev fuse3 liburing-dev check pkg-config libsodium-dev \
 	python3-numpy python3-pytest
 # The Python binding's interpreter: Debian's, which sees Debian's numpy.
 PYTHON ?= /usr/bin/python3
 # Expanded when a recipe runs, after the deps stamp has installed them.
 PKG_CFLAGS = $(shell pkg-config --cflags $(DEPS_PKGS) 2>/dev/null)
-PKG_LIBS = $(shell pkg-config --libs fuse3 liburing 2>/dev/null)
+PKG_LIBS = $(shell pkg-config --libs fuse3 liburing libsodium 2>/dev/null)
 CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null)
 
 override CFLAGS += -std=c11 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -fPIC \

@@ -1,0 +1,252 @@
+/* test_cache_record.c - block keys and records: chains, salts, seal and
+ * open, and every way a record can be wrong. */
+#include <check.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/cache/block_record.h"
+#include "tests/helpers/helpers.h"
+
+static void ctx_init(struct kvp_rec_keyctx *c, const char *model,
+		     const char *salt)
+{
+	memset(c, 0, sizeof(*c));
+	ck_assert_int_eq(kvp_rec_hash(model, strlen(model), c->model), 0);
+	if (salt)
+		ck_assert_int_eq(kvp_rec_hash(salt, strlen(salt), c->salt), 0);
+	c->geo[0] = 5;
+	c->geo[1] = 8;
+	c->geo[2] = 4;
+	c->geo[3] = 8;
+	c->geo[5] = 16;
+}
+
+START_TEST(keys_chain)
+{
+	struct kvp_rec_keyctx c, other;
+	struct kvp_rec_key k1, k2, k2b, kx;
+	uint32_t t[32];
+	char hex[65];
+	int i;
+
+	for (i = 0; i < 32; i++)
+		t[i] = (uint32_t)i * 7;
+	ctx_init(&c, "stories260K", NULL);
+	kvp_rec_block_key(&c, NULL, t, 16, &k1);
+	kvp_rec_block_key(&c, &k1, t + 16, 16, &k2);
+	kvp_rec_block_key(&c, &k1, t + 16, 16, &k2b);
+	ck_assert_mem_eq(k2.b, k2b.b, 32); /* deterministic */
+	ck_assert(memcmp(k1.b, k2.b, 32));
+	/* the same tokens under another parent: another key */
+	kvp_rec_block_key(&c, NULL, t + 16, 16, &kx);
+	ck_assert(memcmp(kx.b, k2.b, 32));
+	/* one token changed */
+	t[3]++;
+	kvp_rec_block_key(&c, NULL, t, 16, &kx);
+	ck_assert(memcmp(kx.b, k1.b, 32));
+	t[3]--;
+	/* another salt, model or geometry */
+	ctx_init(&other, "stories260K", "tenant-a");
+	kvp_rec_block_key(&other, NULL, t, 16, &kx);
+	ck_assert(memcmp(kx.b, k1.b, 32));
+	ctx_init(&other, "stories15M", NULL);
+	kvp_rec_block_key(&other, NULL, t, 16, &kx);
+	ck_assert(memcmp(kx.b, k1.b, 32));
+	ctx_init(&other, "stories260K", NULL);
+	other.geo[4] = 1;
+	kvp_rec_block_key(&other, NULL, t, 16, &kx);
+	ck_assert(memcmp(kx.b, k1.b, 32));
+	/* hex round trip */
+	kvp_rec_key_hex(&k2, hex);
+	ck_assert_uint_eq(strlen(hex), 64);
+	ck_assert_int_eq(kvp_rec_key_parse(hex, &kx), 0);
+	ck_assert_mem_eq(kx.b, k2.b, 32);
+	hex[10] = 'g';
+	ck_assert_int_eq(kvp_rec_key_parse(hex, &kx), -EINVAL);
+	ck_assert_int_eq(kvp_rec_key_parse("abcd", &kx), -EINVAL);
+}
+END_TEST
+
+static void key_of(struct kvp_rec_key *k, uint8_t v)
+{
+	memset(k->b, v, sizeof(k->b));
+}
+
+/* A record of len pattern bytes under key 0x11, sealed with cipher. */
+static uint8_t *make_rec(size_t len, const struct kvp_rec_cipher *cipher,
+			 uint8_t **payload)
+{
+	struct kvp_rec_key k;
+	uint8_t *rec = calloc(1, kvp_rec_size(len) + 64);
+
+	*payload = malloc(len + 8);
+	kvp_test_fill(*payload, (len + 7) & ~(size_t)7, 42, 0);
+	key_of(&k, 0x11);
+	ck_assert_int_eq(kvp_rec_seal(&k, *payload, len, cipher, rec), 0);
+	return rec;
+}
+
+static void check_open(const uint8_t *rec, size_t n, const uint8_t *want,
+		       size_t len, const struct kvp_rec_key *expect,
+		       const struct kvp_rec_cipher *cipher, int result)
+{
+	uint8_t *copy = malloc(n);
+	const void *p;
+	uint64_t got;
+
+	memcpy(copy, rec, n);
+	ck_assert_int_eq(kvp_rec_open(copy, n, expect, cipher, &p, &got),
+			 result);
+	if (!result) {
+		ck_assert_uint_eq(got, len);
+		ck_assert_mem_eq(p, want, len);
+	} else {
+		/* a refused record is left as it was */
+		ck_assert_mem_eq(copy, rec, n);
+	}
+	free(copy);
+}
+
+START_TEST(plain_round_trip)
+{
+	struct kvp_rec_key k, other;
+	uint8_t *payload, *rec = make_rec(1000, NULL, &payload);
+	size_t n = kvp_rec_size(1000);
+
+	key_of(&k, 0x11);
+	key_of(&other, 0x22);
+	check_open(rec, n, payload, 1000, &k, NULL, 0);
+	check_open(rec, n, payload, 1000, NULL, NULL, 0);
+	check_open(rec, n + 64, payload, 1000, &k, NULL, 0); /* padding */
+	check_open(rec, n, payload, 1000, &other, NULL, -EKEYREJECTED);
+	ck_assert_str_eq(kvp_rec_strerror(-EKEYREJECTED), "other key");
+	free(rec);
+	free(payload);
+}
+END_TEST
+
+START_TEST(plain_damage)
+{
+	struct kvp_rec_key k;
+	uint8_t *payload, *rec = make_rec(4096, NULL, &payload);
+	size_t n = kvp_rec_size(4096), i;
+	uint8_t *bad = malloc(n);
+
+	key_of(&k, 0x11);
+	/* truncated anywhere: torn */
+	check_open(rec, n - 1, payload, 4096, &k, NULL, -EINVAL);
+	check_open(rec, 100, payload, 4096, &k, NULL, -EINVAL);
+	check_open(rec, 0, payload, 4096, &k, NULL, -EINVAL);
+	/* one flipped bit anywhere (0x10 of byte 48 makes the length
+	 * 4112, past the buffer; of byte 49, 0: its check fails) */
+	for (i = 0; i < n; i += 3) {
+		int want = -EBADMSG;
+
+		if (i < 8 || (i >= 12 && i < 16) || (i >= 50 && i < 80) ||
+		    (i >= 112 && i < 128) || i == 48)
+			want = -EINVAL;
+		else if (i < 12)
+			want = -EPROTONOSUPPORT;
+		memcpy(bad, rec, n);
+		bad[i] ^= 0x10;
+		check_open(bad, n, payload, 4096, NULL, NULL, want);
+	}
+	/* the key field changed: other key for a reader that asked */
+	memcpy(bad, rec, n);
+	bad[20] ^= 1;
+	check_open(bad, n, payload, 4096, &k, NULL, -EKEYREJECTED);
+	check_open(bad, n, payload, 4096, NULL, NULL, -EBADMSG);
+	/* another version */
+	memcpy(bad, rec, n);
+	bad[8] = 2;
+	check_open(bad, n, payload, 4096, &k, NULL, -EPROTONOSUPPORT);
+	/* zeros where a record was never written */
+	memset(bad, 0, n);
+	check_open(bad, n, payload, 4096, &k, NULL, -EINVAL);
+	free(bad);
+	free(rec);
+	free(payload);
+}
+END_TEST
+
+START_TEST(sealed)
+{
+	struct kvp_rec_cipher c1, c2;
+	struct kvp_rec_key k;
+	uint8_t *payload, *rec, *plain, *ppay, *bad;
+	size_t n = kvp_rec_size(3000), i;
+
+	memset(c1.key, 0xa5, 32);
+	memset(c2.key, 0x5a, 32);
+	key_of(&k, 0x11);
+	rec = make_rec(3000, &c1, &payload);
+	/* at rest it is not the payload */
+	ck_assert(memcmp(rec + 128, payload, 3000));
+	check_open(rec, n, payload, 3000, &k, &c1, 0);
+	check_open(rec, n, payload, 3000, &k, &c2, -EBADMSG);
+	check_open(rec, n, payload, 3000, &k, NULL, -ENOKEY);
+	/* a plain record where sealed ones are expected */
+	plain = make_rec(3000, NULL, &ppay);
+	check_open(plain, n, ppay, 3000, &k, &c1, -EACCES);
+	/* tampered anywhere in the authenticated part */
+	bad = malloc(n);
+	for (i = 16; i < n; i += 61) {
+		if (i >= 48 && i < 56)
+			continue; /* length: torn or tag */
+		if (i >= 96 && i < 128)
+			continue; /* zeros past the tag: torn */
+		memcpy(bad, rec, n);
+		bad[i] ^= 4;
+		check_open(bad, n, payload, 3000, NULL, &c1, -EBADMSG);
+	}
+	/* two seals of one payload differ (random nonce) */
+	{
+		uint8_t *p2, *rec2 = make_rec(3000, &c1, &p2);
+
+		ck_assert(memcmp(rec2 + 56, rec + 56, 24));
+		free(rec2);
+		free(p2);
+	}
+	free(bad);
+	free(plain);
+	free(ppay);
+	free(rec);
+	free(payload);
+}
+END_TEST
+
+START_TEST(limits)
+{
+	struct kvp_rec_key k, got;
+	uint8_t rec[KVP_REC_HEADER_BYTES];
+	uint64_t len;
+	uint32_t flags;
+
+	key_of(&k, 3);
+	ck_assert_int_eq(kvp_rec_seal(&k, "", KVP_REC_MAX_PAYLOAD + 1, NULL,
+				      rec),
+			 -EINVAL);
+	/* an empty payload is a record */
+	ck_assert_int_eq(kvp_rec_seal(&k, "", 0, NULL, rec), 0);
+	ck_assert_int_eq(kvp_rec_peek(rec, sizeof(rec), &got, &len, &flags),
+			 0);
+	ck_assert_mem_eq(got.b, k.b, 32);
+	ck_assert_uint_eq(len, 0);
+	ck_assert_uint_eq(flags, 0);
+	ck_assert_int_eq(kvp_rec_peek(rec, 127, &got, &len, &flags), -EINVAL);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("cache_record");
+	TCase *tc = kvp_test_tcase(s, "record", 60);
+
+	tcase_add_test(tc, keys_chain);
+	tcase_add_test(tc, plain_round_trip);
+	tcase_add_test(tc, plain_damage);
+	tcase_add_test(tc, sealed);
+	tcase_add_test(tc, limits);
+	return kvp_test_run(s);
+}
