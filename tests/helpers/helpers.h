@@ -95,4 +95,8 @@ bool kvp_test_mount(char *dir, size_t len, const char *parent, const char *tag,
 /* Unmount (lazily) and remove @dir from kvp_test_mount; "" does nothing. */
 void kvp_test_unmount(char *dir);
 
+/* Remove @path and all below it (rm -rf, never following a link);
+ * quietly does what it can. */
+void kvp_test_rm_tree(const char *path);
+
 #endif /* KVP_TEST_HELPERS_H */

@@ -1,5 +1,8 @@
-/* mount.c - scratch ramfs and tmpfs mounts for the suites that need one. */
+/* mount.c - scratch ramfs and tmpfs mounts and scratch directories for
+ * the suites that need one. */
+#define _XOPEN_SOURCE 700
 #include <errno.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mount.h>
@@ -37,4 +40,15 @@ void kvp_test_unmount(char *dir)
 	umount2(dir, MNT_DETACH);
 	rmdir(dir);
 	*dir = 0;
+}
+
+static int rm_one(const char *p, const struct stat *sb, int flag,
+		  struct FTW *f)
+{
+	return remove(p);
+}
+
+void kvp_test_rm_tree(const char *path)
+{
+	nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }

@@ -1,0 +1,848 @@
+/*
+ * cache_dir.c - the prefix cache directory (see cache_dir.h for the
+ * files, the order of a put and the states of a block).
+ *
+ * Invariants, under c->lock:
+ *   1. an entry of the index names a file <key>.kvb that was whole and
+ *      synced when it was named (a put's steps 1-4, or found at open);
+ *   2. c->bytes is the sum of the entries' file bytes, and stays within
+ *      the capacity after every put;
+ *   3. a tmp file exists only inside a put (or after a crash, until open).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "lib/cache/cache_dir.h"
+
+#define MANIFEST      "kvpcache"
+#define MANIFEST_TEXT "kvpager-cache 1\n"
+#define MANIFEST_TMP  "tmp.kvpcache"
+#define ALIGN	      4096u
+#define SUFFIX	      ".kvb"
+
+struct entry {
+	struct kvp_rec_key key;
+	uint64_t file_bytes; /* the record padded to ALIGN */
+	uint64_t last_use;   /* recency: a tick, larger is newer */
+	bool live;	     /* false: a free slot */
+};
+
+struct kvp_cache {
+	pthread_mutex_t lock;
+	int dirfd;		   /* the directory, O_DIRECTORY */
+	int lockfd;		   /* the manifest, flock'ed */
+	struct kvp_cache_opts o;   /* copy of the options */
+	struct kvp_rec_cipher cipher; /* o.cipher points here */
+	const struct kvp_cache_io_ops *io;
+	struct entry *ents;	   /* the index: open addressing */
+	size_t cap;		   /* slots, a power of two */
+	size_t used;		   /* live entries */
+	uint64_t bytes;		   /* their file bytes */
+	uint64_t tick;		   /* last recency handed out */
+	uint64_t seq;		   /* tmp names of this process */
+	struct kvp_cache_stats st; /* counters (blocks, bytes filled in) */
+};
+
+/* ---- the system's file operations -------------------------------------- */
+
+static int sys_open(void *arg, int dirfd, const char *name, int flags,
+		    mode_t mode)
+{
+	int fd = openat(dirfd, name, flags | O_DIRECT | O_CLOEXEC, mode);
+
+	if (fd >= 0)
+		return fd;
+	if (errno != EINVAL)
+		return -errno;
+	/* tmpfs and others refuse O_DIRECT: buffered, synced all the same */
+	fd = openat(dirfd, name, flags | O_CLOEXEC, mode);
+	if (fd < 0 && errno == EEXIST && (flags & O_CREAT))
+		fd = openat(dirfd, name, (flags & ~O_EXCL) | O_CLOEXEC, mode);
+	return fd < 0 ? -errno : fd;
+}
+
+static ssize_t sys_pwrite(void *arg, int fd, const void *buf, size_t len,
+			  off_t off)
+{
+	ssize_t n = pwrite(fd, buf, len, off);
+
+	return n < 0 ? -errno : n;
+}
+
+static int sys_fsync(void *arg, int fd)
+{
+	return fsync(fd) ? -errno : 0;
+}
+
+static int sys_close(void *arg, int fd)
+{
+	return close(fd) ? -errno : 0;
+}
+
+static int sys_rename(void *arg, int dirfd, const char *from, const char *to)
+{
+	return renameat(dirfd, from, dirfd, to) ? -errno : 0;
+}
+
+static int sys_unlink(void *arg, int dirfd, const char *name)
+{
+	return unlinkat(dirfd, name, 0) ? -errno : 0;
+}
+
+static const struct kvp_cache_io_ops sys_io = {
+	.open = sys_open,
+	.pwrite = sys_pwrite,
+	.fsync = sys_fsync,
+	.close = sys_close,
+	.rename = sys_rename,
+	.unlink = sys_unlink,
+};
+
+/* ---- the index ---------------------------------------------------------- */
+
+static size_t key_hash(const struct kvp_rec_key *k)
+{
+	uint64_t h;
+
+	memcpy(&h, k->b, sizeof(h)); /* a key is already a hash */
+	return (size_t)h;
+}
+
+/* The slot of key, or of the first free slot where it would go. */
+static struct entry *slot_of(struct entry *ents, size_t cap,
+			     const struct kvp_rec_key *k)
+{
+	size_t i = key_hash(k) & (cap - 1);
+
+	while (ents[i].live && memcmp(ents[i].key.b, k->b, sizeof(k->b)))
+		i = (i + 1) & (cap - 1);
+	return &ents[i];
+}
+
+static struct entry *find(struct kvp_cache *c, const struct kvp_rec_key *k)
+{
+	struct entry *e = slot_of(c->ents, c->cap, k);
+
+	return e->live ? e : NULL;
+}
+
+static int grow(struct kvp_cache *c)
+{
+	size_t ncap = c->cap ? c->cap * 2 : 256, i;
+	struct entry *n = calloc(ncap, sizeof(*n));
+
+	if (!n)
+		return -ENOMEM;
+	for (i = 0; i < c->cap; i++)
+		if (c->ents[i].live)
+			*slot_of(n, ncap, &c->ents[i].key) = c->ents[i];
+	free(c->ents);
+	c->ents = n;
+	c->cap = ncap;
+	return 0;
+}
+
+static int insert(struct kvp_cache *c, const struct kvp_rec_key *k,
+		  uint64_t file_bytes, uint64_t last_use)
+{
+	struct entry *e;
+	int err;
+
+	if ((c->used + 1) * 2 > c->cap) {
+		err = grow(c);
+		if (err)
+			return err;
+	}
+	e = slot_of(c->ents, c->cap, k);
+	e->key = *k;
+	e->file_bytes = file_bytes;
+	e->last_use = last_use;
+	e->live = true;
+	c->used++;
+	c->bytes += file_bytes;
+	return 0;
+}
+
+/* Remove e, moving the entries of its run back (no tombstones). */
+static void erase(struct kvp_cache *c, struct entry *e)
+{
+	size_t i = (size_t)(e - c->ents), j = i, home;
+
+	c->used--;
+	c->bytes -= e->file_bytes;
+	e->live = false;
+	for (;;) {
+		j = (j + 1) & (c->cap - 1);
+		if (!c->ents[j].live)
+			return;
+		home = key_hash(&c->ents[j].key) & (c->cap - 1);
+		/* j's entry may fill the hole at i unless its home lies
+		 * cyclically in (i, j] */
+		if ((j > i && (home <= i || home > j)) ||
+		    (j < i && (home <= i && home > j))) {
+			c->ents[i] = c->ents[j];
+			c->ents[j].live = false;
+			i = j;
+		}
+	}
+}
+
+static void file_name(const struct kvp_rec_key *k, char out[72])
+{
+	char hex[65];
+
+	kvp_rec_key_hex(k, hex);
+	snprintf(out, 72, "%s" SUFFIX, hex);
+}
+
+/* Drop e: from the index, and its file when remove_file. */
+static void drop(struct kvp_cache *c, struct entry *e, bool remove_file)
+{
+	char name[72];
+
+	if (remove_file && !c->st.read_only) {
+		file_name(&e->key, name);
+		c->io->unlink(c->o.io_arg, c->dirfd, name);
+	}
+	erase(c, e);
+}
+
+/* Remove least recently used blocks until need more bytes fit. */
+static void evict_lru(struct kvp_cache *c, uint64_t need)
+{
+	while (c->o.capacity_bytes && c->used &&
+	       c->bytes + need > c->o.capacity_bytes) {
+		struct entry *old = NULL;
+		size_t i;
+
+		for (i = 0; i < c->cap; i++)
+			if (c->ents[i].live &&
+			    (!old || c->ents[i].last_use < old->last_use))
+				old = &c->ents[i];
+		c->st.evictions++;
+		c->st.evicted_bytes += old->file_bytes;
+		drop(c, old, true);
+	}
+}
+
+/* ---- reading a block file ----------------------------------------------- */
+
+static uint64_t round_up(uint64_t n)
+{
+	return (n + ALIGN - 1) / ALIGN * ALIGN;
+}
+
+/* Read len bytes (a multiple of ALIGN, or the file's end) of name into an
+ * aligned buffer; *got gets what was read.  0 or -errno. */
+static int read_file(struct kvp_cache *c, const char *name, uint64_t len,
+		     void **out, uint64_t *got)
+{
+	void *buf = NULL;
+	uint64_t done = 0;
+	int fd, err = 0;
+
+	fd = c->io->open(c->o.io_arg, c->dirfd, name, O_RDONLY, 0);
+	if (fd < 0)
+		return fd;
+	if (posix_memalign(&buf, ALIGN, round_up(len ? len : 1))) {
+		c->io->close(c->o.io_arg, fd);
+		return -ENOMEM;
+	}
+	while (done < len) {
+		ssize_t n = pread(fd, (char *)buf + done, round_up(len) - done,
+				  (off_t)done);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			err = -errno;
+			break;
+		}
+		done += (uint64_t)n;
+		if ((uint64_t)n < round_up(len) - (done - (uint64_t)n))
+			break; /* the file's end (O_DIRECT: no read past it) */
+	}
+	c->io->close(c->o.io_arg, fd);
+	if (err) {
+		free(buf);
+		return err;
+	}
+	c->st.bytes_read += done;
+	*out = buf;
+	*got = done;
+	return 0;
+}
+
+/* What a failed kvp_rec_open counts as. */
+static void count_drop(struct kvp_cache *c, int err)
+{
+	if (err == -EKEYREJECTED || err == -EPROTONOSUPPORT)
+		c->st.dropped_foreign++;
+	else if (err == -ENOKEY || err == -EACCES ||
+		 (err == -EBADMSG && c->o.cipher))
+		c->st.dropped_unauth++;
+	else
+		c->st.dropped_torn++;
+}
+
+/* A torn or corrupt file is removed; a record that fails for want of the
+ * right cipher key, or of another version, may be someone's: kept. */
+static bool removable(const struct kvp_cache *c, int err)
+{
+	return err == -EINVAL || (err == -EBADMSG && !c->o.cipher);
+}
+
+/* ---- open --------------------------------------------------------------- */
+
+static bool is_tmp(const char *name)
+{
+	return !strncmp(name, "tmp.", 4);
+}
+
+/* The key of a block file's name, or -EINVAL for another name. */
+static int name_key(const char *name, struct kvp_rec_key *k)
+{
+	char hex[65];
+
+	if (strlen(name) != 64 + strlen(SUFFIX) || strcmp(name + 64, SUFFIX))
+		return -EINVAL;
+	memcpy(hex, name, 64);
+	hex[64] = 0;
+	return kvp_rec_key_parse(hex, k);
+}
+
+/* Index the block file name (or remove it when it is not one). */
+static int scan_one(struct kvp_cache *c, const char *name)
+{
+	struct kvp_rec_key k, hk;
+	struct stat sb;
+	uint64_t plen, got, last;
+	void *buf = NULL;
+	int err;
+
+	if (name_key(name, &k))
+		return 0; /* not ours: left alone */
+	if (fstatat(c->dirfd, name, &sb, AT_SYMLINK_NOFOLLOW) ||
+	    !S_ISREG(sb.st_mode))
+		return 0;
+	err = read_file(c, name,
+			c->o.verify_at_open ? round_up((uint64_t)sb.st_size)
+					    : ALIGN,
+			&buf, &got);
+	if (err == -ENOMEM)
+		return err;
+	if (err)
+		goto bad;
+	err = kvp_rec_peek(buf, got, &hk, &plen, NULL);
+	if (!err && memcmp(hk.b, k.b, sizeof(k.b)))
+		err = -EKEYREJECTED; /* renamed by hand, or garbage */
+	if (!err && kvp_rec_size(plen) > (uint64_t)sb.st_size)
+		err = -EINVAL; /* shorter than its header says: torn */
+	if (!err && c->o.verify_at_open) {
+		const void *p;
+
+		err = kvp_rec_open(buf, got, &k, c->o.cipher, &p, &plen);
+	}
+	free(buf);
+	buf = NULL;
+	if (err)
+		goto bad;
+	last = (uint64_t)sb.st_mtim.tv_sec * 1000000000ull +
+	       (uint64_t)sb.st_mtim.tv_nsec;
+	return insert(c, &k, round_up((uint64_t)sb.st_size), last);
+bad:
+	free(buf);
+	count_drop(c, err);
+	if (removable(c, err) && !c->st.read_only)
+		c->io->unlink(c->o.io_arg, c->dirfd, name);
+	return 0;
+}
+
+/* Recency ticks continue after the newest mtime found. */
+static void ticks_from_scan(struct kvp_cache *c)
+{
+	size_t i;
+
+	for (i = 0; i < c->cap; i++)
+		if (c->ents[i].live && c->ents[i].last_use > c->tick)
+			c->tick = c->ents[i].last_use;
+}
+
+/* A stream of the directory dirfd's entries (its own descriptor, so
+ * that closedir leaves dirfd open).  0 or -errno. */
+static int list_dir(int dirfd, DIR **out)
+{
+	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	*out = fdopendir(fd);
+	if (!*out) {
+		int err = -errno;
+
+		close(fd);
+		return err;
+	}
+	return 0;
+}
+
+static int scan(struct kvp_cache *c)
+{
+	struct dirent *de;
+	DIR *d;
+	int err = list_dir(c->dirfd, &d);
+
+	if (err)
+		return err;
+	while (!err && (de = readdir(d))) {
+		if (is_tmp(de->d_name)) {
+			if (!c->st.read_only &&
+			    !c->io->unlink(c->o.io_arg, c->dirfd, de->d_name))
+				c->st.tmp_removed++;
+			continue;
+		}
+		err = scan_one(c, de->d_name);
+	}
+	closedir(d);
+	ticks_from_scan(c);
+	return err;
+}
+
+/* True when the directory holds nothing but "." and "..". */
+static int dir_empty(int dirfd)
+{
+	struct dirent *de;
+	DIR *d;
+	int empty = 1, err = list_dir(dirfd, &d);
+
+	if (err)
+		return err;
+	/* a manifest's tmp file is a crash's while creating the cache */
+	while ((de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") &&
+		    strcmp(de->d_name, MANIFEST_TMP))
+			empty = 0;
+	closedir(d);
+	return empty;
+}
+
+/* Write the manifest of a new cache, in a put's order. */
+static int write_manifest(struct kvp_cache *c)
+{
+	static const char tmp[] = MANIFEST_TMP;
+	int fd = openat(c->dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+			0600);
+	size_t n = strlen(MANIFEST_TEXT);
+	int err = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (write(fd, MANIFEST_TEXT, n) != (ssize_t)n || fsync(fd))
+		err = errno ? -errno : -EIO;
+	close(fd);
+	if (!err && renameat(c->dirfd, tmp, c->dirfd, MANIFEST))
+		err = -errno;
+	if (!err && fsync(c->dirfd))
+		err = -errno;
+	if (err)
+		unlinkat(c->dirfd, tmp, 0);
+	return err;
+}
+
+/* Check the manifest's version; lock it.  0 or -errno with err set. */
+static int take_manifest(struct kvp_cache *c, const char *path, char *err,
+			 size_t errlen)
+{
+	char text[64] = "";
+	unsigned ver = 0;
+	ssize_t n;
+
+	c->lockfd = openat(c->dirfd, MANIFEST, O_RDONLY | O_CLOEXEC);
+	if (c->lockfd < 0) {
+		snprintf(err, errlen, "cache dir '%s': cannot open %s: %s",
+			 path, MANIFEST, strerror(errno));
+		return -errno;
+	}
+	n = pread(c->lockfd, text, sizeof(text) - 1, 0);
+	if (n < 0 || sscanf(text, "kvpager-cache %u", &ver) != 1) {
+		snprintf(err, errlen,
+			 "cache dir '%s': %s is not a kvpager cache manifest; "
+			 "use another directory",
+			 path, MANIFEST);
+		return -EINVAL;
+	}
+	if (ver != KVP_CACHE_FORMAT) {
+		snprintf(err, errlen,
+			 "cache dir '%s' has format %u, this kvpager reads %u: "
+			 "use another --cache-dir (or remove this one)",
+			 path, ver, KVP_CACHE_FORMAT);
+		return -EPROTONOSUPPORT;
+	}
+	if (flock(c->lockfd, LOCK_EX | LOCK_NB)) {
+		int e = errno;
+
+		snprintf(err, errlen,
+			 "cache dir '%s' is in use by another process: "
+			 "give each its own --cache-dir",
+			 path);
+		return e == EWOULDBLOCK ? -EBUSY : -e;
+	}
+	return 0;
+}
+
+int kvp_cache_open(const char *path, const struct kvp_cache_opts *opts,
+		   struct kvp_cache **out, char *err, size_t errlen,
+		   char *warn, size_t warnlen)
+{
+	static const struct kvp_cache_opts none;
+	char dummy[8];
+	struct kvp_cache *c;
+	int e, empty;
+
+	if (!err) {
+		err = dummy;
+		errlen = sizeof(dummy);
+	}
+	*err = 0;
+	if (warn && warnlen)
+		*warn = 0;
+	if (!opts)
+		opts = &none;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	pthread_mutex_init(&c->lock, NULL);
+	c->dirfd = c->lockfd = -1;
+	c->o = *opts;
+	if (opts->cipher) {
+		c->cipher = *opts->cipher;
+		c->o.cipher = &c->cipher;
+	}
+	c->io = opts->io ? opts->io : &sys_io;
+	c->st.read_only = opts->read_only;
+	c->st.capacity_bytes = opts->capacity_bytes;
+	if (mkdir(path, 0700) && errno != EEXIST) {
+		e = -errno;
+		snprintf(err, errlen, "cache dir '%s': cannot create it: %s",
+			 path, strerror(errno));
+		goto fail;
+	}
+	c->dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (c->dirfd < 0) {
+		e = -errno;
+		snprintf(err, errlen, "cache dir '%s': %s", path,
+			 strerror(errno));
+		goto fail;
+	}
+	if (!c->st.read_only && faccessat(c->dirfd, ".", W_OK, AT_EACCESS)) {
+		c->st.read_only = true;
+		if (warn)
+			snprintf(warn, warnlen,
+				 "cache dir '%s' is not writable (%s): read "
+				 "only, nothing new is stored",
+				 path, strerror(errno));
+	}
+	if (faccessat(c->dirfd, MANIFEST, F_OK, AT_SYMLINK_NOFOLLOW)) {
+		empty = dir_empty(c->dirfd);
+		e = empty < 0 ? empty : -ENOTEMPTY;
+		if (empty != 1) {
+			snprintf(err, errlen,
+				 "cache dir '%s' has files but no %s: not a "
+				 "kvpager cache; give a new or empty directory",
+				 path, MANIFEST);
+			goto fail;
+		}
+		e = c->st.read_only ? -EROFS : write_manifest(c);
+		if (e) {
+			snprintf(err, errlen,
+				 "cache dir '%s': cannot create the cache: %s",
+				 path, strerror(-e));
+			goto fail;
+		}
+	}
+	e = take_manifest(c, path, err, errlen);
+	if (e)
+		goto fail;
+	e = grow(c);
+	if (!e)
+		e = scan(c);
+	if (e) {
+		snprintf(err, errlen, "cache dir '%s': cannot index it: %s",
+			 path, strerror(-e));
+		goto fail;
+	}
+	if (!c->st.read_only)
+		evict_lru(c, 0);
+	*out = c;
+	return 0;
+fail:
+	kvp_cache_close(c);
+	return e;
+}
+
+void kvp_cache_close(struct kvp_cache *c)
+{
+	if (!c)
+		return;
+	if (c->lockfd >= 0)
+		close(c->lockfd); /* drops the flock */
+	if (c->dirfd >= 0)
+		close(c->dirfd);
+	free(c->ents);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+}
+
+/* ---- put, get, remove ----------------------------------------------------- */
+
+bool kvp_cache_contains(struct kvp_cache *c, const struct kvp_rec_key *key)
+{
+	bool yes;
+
+	pthread_mutex_lock(&c->lock);
+	yes = find(c, key) != NULL;
+	pthread_mutex_unlock(&c->lock);
+	return yes;
+}
+
+/* Steps 1-4 of a put (cache_dir.h) for the sealed record in buf. */
+static int write_block(struct kvp_cache *c, const struct kvp_rec_key *key,
+		       const void *buf, uint64_t file_bytes)
+{
+	char name[72], tmp[96], hex[65];
+	uint64_t done = 0;
+	int fd, err = 0;
+
+	kvp_rec_key_hex(key, hex);
+	snprintf(tmp, sizeof(tmp), "tmp.%.16s.%ld.%llu", hex, (long)getpid(),
+		 (unsigned long long)++c->seq);
+	file_name(key, name);
+	fd = c->io->open(c->o.io_arg, c->dirfd, tmp,
+			 O_WRONLY | O_CREAT | O_EXCL, 0600);
+	if (fd < 0)
+		return fd;
+	while (!err && done < file_bytes) {
+		ssize_t n = c->io->pwrite(c->o.io_arg, fd,
+					  (const char *)buf + done,
+					  file_bytes - done, (off_t)done);
+
+		if (n == -EINTR)
+			continue;
+		if (n < 0)
+			err = (int)n;
+		else if (n == 0)
+			err = -EIO;
+		else
+			done += (uint64_t)n;
+	}
+	if (!err)
+		err = c->io->fsync(c->o.io_arg, fd); /* data first */
+	c->io->close(c->o.io_arg, fd);
+	if (!err)
+		err = c->io->rename(c->o.io_arg, c->dirfd, tmp, name);
+	if (err) {
+		c->io->unlink(c->o.io_arg, c->dirfd, tmp);
+		return err;
+	}
+	c->st.bytes_written += done;
+	/* the name: once synced, committed; if this fails the name may or
+	 * may not survive a crash, and a whole record is there either way */
+	err = c->io->fsync(c->o.io_arg, c->dirfd);
+	if (err)
+		c->io->unlink(c->o.io_arg, c->dirfd, name);
+	return err;
+}
+
+int kvp_cache_put(struct kvp_cache *c, const struct kvp_rec_key *key,
+		  const void *payload, uint64_t len)
+{
+	uint64_t rec_bytes = kvp_rec_size(len), file_bytes = round_up(rec_bytes);
+	void *buf = NULL;
+	int err;
+
+	if (len > KVP_REC_MAX_PAYLOAD)
+		return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	err = 0;
+	if (find(c, key)) {
+		c->st.puts_present++;
+		goto out;
+	}
+	err = -EROFS;
+	if (c->st.read_only)
+		goto fail;
+	err = -EFBIG;
+	if (c->o.capacity_bytes && file_bytes > c->o.capacity_bytes)
+		goto fail;
+	err = -ENOMEM;
+	if (posix_memalign(&buf, ALIGN, file_bytes))
+		goto fail;
+	memset((char *)buf + rec_bytes, 0, file_bytes - rec_bytes);
+	err = kvp_rec_seal(key, payload, len, c->o.cipher, buf);
+	if (err)
+		goto fail;
+	evict_lru(c, file_bytes);
+	err = write_block(c, key, buf, file_bytes);
+	if (err)
+		goto fail;
+	err = insert(c, key, file_bytes, ++c->tick);
+	if (err)
+		goto fail; /* committed on disk; found again at the next open */
+	c->st.puts++;
+	c->st.payload_written += len;
+	goto out;
+fail:
+	c->st.put_errors++;
+out:
+	pthread_mutex_unlock(&c->lock);
+	free(buf);
+	return err;
+}
+
+int kvp_cache_get(struct kvp_cache *c, const struct kvp_rec_key *key,
+		  void *buf, size_t cap, uint64_t *len)
+{
+	struct entry *e;
+	char name[72];
+	void *rec = NULL;
+	const void *p;
+	uint64_t got, n;
+	int err;
+
+	pthread_mutex_lock(&c->lock);
+	e = find(c, key);
+	err = -ENOENT;
+	if (!e)
+		goto miss;
+	file_name(key, name);
+	err = read_file(c, name, e->file_bytes, &rec, &got);
+	if (err)
+		goto miss;
+	err = kvp_rec_open(rec, got, key, c->o.cipher, &p, &n);
+	if (err) {
+		count_drop(c, err);
+		drop(c, e, removable(c, err));
+		err = -EBADMSG;
+		goto miss;
+	}
+	*len = n;
+	err = -EMSGSIZE;
+	if (n > cap)
+		goto out;
+	memcpy(buf, p, n);
+	e->last_use = ++c->tick;
+	c->st.hits++;
+	err = 0;
+	goto out;
+miss:
+	c->st.misses++;
+out:
+	pthread_mutex_unlock(&c->lock);
+	free(rec);
+	return err;
+}
+
+int kvp_cache_remove(struct kvp_cache *c, const struct kvp_rec_key *key)
+{
+	struct entry *e;
+	int err = 0;
+
+	pthread_mutex_lock(&c->lock);
+	e = find(c, key);
+	if (!e)
+		err = -ENOENT;
+	else if (c->st.read_only)
+		err = -EROFS;
+	else
+		drop(c, e, true);
+	pthread_mutex_unlock(&c->lock);
+	return err;
+}
+
+void kvp_cache_stats(struct kvp_cache *c, struct kvp_cache_stats *out)
+{
+	pthread_mutex_lock(&c->lock);
+	*out = c->st;
+	out->blocks = c->used;
+	out->bytes = c->bytes;
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* ---- cipher keys --------------------------------------------------------- */
+
+int kvp_cache_cipher_parse(const void *text, size_t len,
+			   struct kvp_rec_cipher *out, char *err,
+			   size_t errlen)
+{
+	const unsigned char *t = text;
+	char hex[65];
+	struct kvp_rec_key k;
+
+	if (len == 32) { /* raw bytes: no white space stripped */
+		memcpy(out->key, t, 32);
+		return 0;
+	}
+	while (len && (t[len - 1] == '\n' || t[len - 1] == '\r' ||
+		       t[len - 1] == ' ' || t[len - 1] == '\t'))
+		len--;
+	if (len != 64)
+		goto bad;
+	memcpy(hex, t, 64);
+	hex[64] = 0;
+	if (kvp_rec_key_parse(hex, &k))
+		goto bad;
+	memcpy(out->key, k.b, 32);
+	return 0;
+bad:
+	if (err)
+		snprintf(err, errlen,
+			 "cache key: expected 64 hex digits or 32 raw bytes "
+			 "(make one: head -c 32 /dev/urandom >KEYFILE)");
+	return -EINVAL;
+}
+
+int kvp_cache_cipher_load(const char *path, struct kvp_rec_cipher *out,
+			  char *err, size_t errlen)
+{
+	unsigned char buf[160];
+	struct stat sb;
+	ssize_t n;
+	int fd = open(path, O_RDONLY | O_CLOEXEC), e;
+
+	if (fd < 0) {
+		e = -errno;
+		if (err)
+			snprintf(err, errlen, "cache key file '%s': %s", path,
+				 strerror(errno));
+		return e;
+	}
+	if (fstat(fd, &sb) == 0 && (sb.st_mode & 077)) {
+		close(fd);
+		if (err)
+			snprintf(err, errlen,
+				 "cache key file '%s' may be read by others: "
+				 "chmod 600 it",
+				 path);
+		return -EACCES;
+	}
+	n = read(fd, buf, sizeof(buf));
+	e = errno;
+	close(fd);
+	if (n < 0) {
+		if (err)
+			snprintf(err, errlen, "cache key file '%s': %s", path,
+				 strerror(e));
+		return -e;
+	}
+	e = kvp_cache_cipher_parse(buf, (size_t)n, out, err, errlen);
+	memset(buf, 0, sizeof(buf));
+	return e;
+}

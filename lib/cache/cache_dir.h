@@ -1,0 +1,187 @@
+/*
+ * cache_dir.h - a prefix cache directory: block records (block_record.h)
+ * on a local disk, found again at open, crash safe, within a capacity.
+ *
+ * THE DIRECTORY (0700; files 0600):
+ *
+ *   kvpcache            "kvpager-cache 1\n": the format version; locked
+ *                       (flock) by the one process that has it open
+ *   <64 hex>.kvb        one block: its record (block_record.h), padded
+ *                       with zeros to 4 KiB, written with O_DIRECT where
+ *                       the filesystem takes it
+ *   tmp.<...>           a block being written (removed at open: a crash's)
+ *
+ * THE INDEX IS THE DIRECTORY.  Open scans it (a readdir and one header
+ * read per block) instead of keeping a journal: a block file is written
+ * under a temporary name, made durable, then renamed to its key's name,
+ * so a name exists only for a whole, synced record, and there is no
+ * second structure that a crash could leave out of step with the data.
+ * The cost is the scan at open (about 4 KiB read per block).
+ *
+ * THE ORDER OF A PUT (what makes it crash safe; SQLite's rule, data before
+ * the entry that names it):
+ *
+ *   1. write the record to tmp.<key>.<pid> (O_CREAT | O_EXCL, 0600)
+ *   2. fsync the file             the data is on the disk
+ *   3. rename it to <key>.kvb     the entry that names it
+ *   4. fsync the directory        the name is on the disk: COMMITTED
+ *
+ * A crash before 4 leaves at most a tmp file (removed at open) or a name
+ * whose data is whole (2 came first).  If the disk lost writes anyway (a
+ * device that lies about flushes), the record's checksum catches it: a
+ * torn or partial block fails kvp_rec_open and is dropped, counted, and
+ * never served.  Every get verifies the whole record; open verifies
+ * headers (and whole records with opts.verify_at_open).
+ *
+ * STATES OF A BLOCK (in the index of an open cache):
+ *
+ *   absent --put [kvp_cache_put: steps 1-4]--> committed
+ *   committed --get verifies [kvp_cache_get]--> committed (used)
+ *   committed --get fails to verify [kvp_cache_get]--> dropped (torn:
+ *             file removed; unauthenticated or other key: left, unindexed)
+ *   committed --capacity, least recently used [evict_lru]--> absent
+ *
+ * CAPACITY AND EVICTION: the files' bytes stay within capacity_bytes; a
+ * put that would pass it first removes the least recently used blocks
+ * (a lookup walks a prefix from its first block, so a parent is always
+ * used no later than its children, and children go first).  Recency
+ * starts at open from the files' modification times.
+ *
+ * Locking: one mutex per cache; every call may come from any thread.
+ */
+#ifndef KVP_CACHE_DIR_H
+#define KVP_CACHE_DIR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "lib/cache/block_record.h"
+
+#define KVP_CACHE_FORMAT 1u
+
+/*
+ * The file operations of a cache, so that a test can stand between the
+ * cache and the disk (a store that forgets what was not synced).  Each
+ * returns as its system call does, but -errno instead of -1 and errno.
+ * NULL in the options: the system's.
+ */
+struct kvp_cache_io_ops {
+	/* openat(dirfd, name, flags | O_DIRECT where accepted, mode) */
+	int (*open)(void *arg, int dirfd, const char *name, int flags,
+		    mode_t mode);
+	ssize_t (*pwrite)(void *arg, int fd, const void *buf, size_t len,
+			  off_t off);
+	int (*fsync)(void *arg, int fd); /* a file or the directory */
+	int (*close)(void *arg, int fd);
+	int (*rename)(void *arg, int dirfd, const char *from, const char *to);
+	int (*unlink)(void *arg, int dirfd, const char *name);
+};
+
+struct kvp_cache_opts {
+	uint64_t capacity_bytes;	     /* 0: no limit */
+	const struct kvp_rec_cipher *cipher; /* NULL: plain records */
+	bool read_only;			     /* never write (a put: -EROFS) */
+	bool verify_at_open;		     /* read and verify every block */
+	const struct kvp_cache_io_ops *io;   /* NULL: the system's */
+	void *io_arg;
+};
+
+/* Counters since open (kvp_cache_stats). */
+struct kvp_cache_stats {
+	uint64_t blocks;	   /* in the index now */
+	uint64_t bytes;		   /* their files' bytes */
+	uint64_t capacity_bytes;   /* 0: no limit */
+	uint64_t hits;		   /* gets served */
+	uint64_t misses;	   /* gets not served (absent or dropped) */
+	uint64_t bytes_read;	   /* file bytes read by gets and scans */
+	uint64_t bytes_written;	   /* file bytes written (padding too) */
+	uint64_t payload_written;  /* payload bytes of those writes */
+	uint64_t puts;		   /* blocks written and committed */
+	uint64_t puts_present;	   /* puts of a block already there: no
+				      write (stored once) */
+	uint64_t put_errors;	   /* puts that failed (full disk, EIO,
+				      read only): nothing committed */
+	uint64_t dropped_torn;	   /* torn, partial or corrupt records */
+	uint64_t dropped_unauth;   /* failed authentication, sealed without
+				      a key, or plain where sealed expected */
+	uint64_t dropped_foreign;  /* another format version or key */
+	uint64_t tmp_removed;	   /* unfinished writes removed at open */
+	uint64_t evictions;	   /* blocks removed for capacity */
+	uint64_t evicted_bytes;
+	bool read_only;		   /* puts refused */
+};
+
+struct kvp_cache;
+
+/*
+ * kvp_cache_open - open (creating it if absent, or empty) the cache
+ * directory path, lock it, remove unfinished writes, and index its blocks.
+ * A directory that is not writable (a read-only mount) is opened read
+ * only with a warning in warn.  Returns 0 and *out, or:
+ *   -EPROTONOSUPPORT  the directory has another format version
+ *   -ENOTEMPTY        a directory with files but no kvpcache file: not a
+ *                     cache (nothing in it is touched)
+ *   -EBUSY            another process has it open
+ *   -ENOTDIR, -EACCES, -EROFS (a new cache on a read-only mount),
+ *   -ENOMEM, or another open/read error.
+ * err (may be NULL) gets a one-line message with the remedy on failure;
+ * warn (may be NULL) a one-line warning on success, or "".  Nothing is
+ * left behind on failure but a directory it created.
+ */
+int kvp_cache_open(const char *path, const struct kvp_cache_opts *opts,
+		   struct kvp_cache **out, char *err, size_t errlen,
+		   char *warn, size_t warnlen);
+
+/* Unlock and free.  Committed blocks stay.  NULL is a no-op. */
+void kvp_cache_close(struct kvp_cache *c);
+
+/* True when key is in the index (no I/O: a get may still fail). */
+bool kvp_cache_contains(struct kvp_cache *c, const struct kvp_rec_key *key);
+
+/*
+ * kvp_cache_put - store payload (len bytes) under key, in the order above;
+ * on 0 the block is committed (survives a crash).  A key already present
+ * is not written again (puts_present).  Returns 0, or with nothing
+ * committed and the index unchanged (but for blocks evicted to make
+ * room): -EROFS (read only), -EFBIG (a record larger than the capacity),
+ * -ENOSPC (disk full), -EIO, -ENOMEM, -EINVAL (len over the limit).
+ */
+int kvp_cache_put(struct kvp_cache *c, const struct kvp_rec_key *key,
+		  const void *payload, uint64_t len);
+
+/*
+ * kvp_cache_get - read and verify the block of key into buf (cap bytes),
+ * its length in *len.  Returns 0; -ENOENT (a miss); -EMSGSIZE (cap too
+ * small: *len says how much is needed; no miss counted); -EBADMSG (the
+ * record failed verification: it is dropped as its state says, counted,
+ * and a miss); a read error (a miss).  buf is unspecified after a failure.
+ */
+int kvp_cache_get(struct kvp_cache *c, const struct kvp_rec_key *key,
+		  void *buf, size_t cap, uint64_t *len);
+
+/* Remove the block of key (its file and entry).  0 or -ENOENT, -EROFS. */
+int kvp_cache_remove(struct kvp_cache *c, const struct kvp_rec_key *key);
+
+void kvp_cache_stats(struct kvp_cache *c, struct kvp_cache_stats *out);
+
+/*
+ * kvp_cache_cipher_parse - a cipher key from text: 64 hex digits, or from
+ * 32 raw bytes (a key file), with trailing white space ignored.  Returns
+ * 0 or -EINVAL (err says what was wrong, never the key).
+ */
+int kvp_cache_cipher_parse(const void *text, size_t len,
+			   struct kvp_rec_cipher *out, char *err,
+			   size_t errlen);
+
+/*
+ * kvp_cache_cipher_load - the key from file path (kvp_cache_cipher_parse
+ * of its bytes).  A key file that its group or others may read is
+ * refused (-EACCES: chmod 600 it), as ssh refuses such keys.  Returns 0,
+ * -errno (open, read), -EACCES, -EINVAL.
+ */
+int kvp_cache_cipher_load(const char *path, struct kvp_rec_cipher *out,
+			  char *err, size_t errlen);
+
+#endif /* KVP_CACHE_DIR_H */

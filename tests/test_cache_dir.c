@@ -1,0 +1,574 @@
+/* test_cache_dir.c - the prefix cache directory: put, get, reopen,
+ * eviction, encryption at rest, namespaces, and the bad inputs (another
+ * format version or model, a corrupt block, a read-only directory, a full
+ * disk, a directory that is not a cache). */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "lib/cache/cache_dir.h"
+#include "tests/helpers/helpers.h"
+
+static char root[200] = "/var/tmp/kvp-test-cache-XXXXXX";
+static char base[256]; /* this test's; dir may lie inside a mount in it */
+static char dir[300];
+
+/* A fresh directory path (not made) per test. */
+static void setup(void)
+{
+	static int n;
+
+	snprintf(base, sizeof(base), "%s/c%d.%d", root, (int)getpid(), n++);
+	snprintf(dir, sizeof(dir), "%s", base);
+}
+
+static void teardown(void)
+{
+	char m[300];
+
+	/* a failed mount test leaves its mount: lazily gone */
+	snprintf(m, sizeof(m), "%s/ro", base);
+	umount2(m, MNT_DETACH);
+	snprintf(m, sizeof(m), "%s/full", base);
+	umount2(m, MNT_DETACH);
+	kvp_test_rm_tree(base);
+}
+
+static void key_n(struct kvp_rec_key *k, uint32_t n)
+{
+	struct kvp_rec_keyctx ctx;
+
+	memset(&ctx, 0, sizeof(ctx));
+	ck_assert_int_eq(kvp_rec_block_key(&ctx, NULL, &n, 1, k), 0);
+}
+
+/* The payload of block n: len bytes of the pattern of seed n. */
+static void *payload_n(uint32_t n, size_t len)
+{
+	void *p = malloc(len + 8);
+
+	kvp_test_fill(p, (len + 7) & ~(size_t)7, 1000 + n, 0);
+	return p;
+}
+
+static struct kvp_cache *open_ok(const struct kvp_cache_opts *o)
+{
+	struct kvp_cache *c = NULL;
+	char err[300];
+
+	ck_assert_msg(kvp_cache_open(dir, o, &c, err, sizeof(err), NULL, 0) ==
+			      0,
+		      "open: %s", err);
+	return c;
+}
+
+static void put_n(struct kvp_cache *c, uint32_t n, size_t len, int want)
+{
+	struct kvp_rec_key k;
+	void *p = payload_n(n, len);
+
+	key_n(&k, n);
+	ck_assert_int_eq(kvp_cache_put(c, &k, p, len), want);
+	free(p);
+}
+
+/* Block n reads back whole (want 0), or get returns want. */
+static void get_n(struct kvp_cache *c, uint32_t n, size_t len, int want)
+{
+	struct kvp_rec_key k;
+	void *p = payload_n(n, len), *buf = malloc(len + 1);
+	uint64_t got = 0;
+
+	key_n(&k, n);
+	ck_assert_int_eq(kvp_cache_get(c, &k, buf, len + 1, &got), want);
+	if (!want) {
+		ck_assert_uint_eq(got, len);
+		ck_assert_mem_eq(buf, p, len);
+	}
+	free(p);
+	free(buf);
+}
+
+static void block_path(uint32_t n, char *out, size_t len)
+{
+	struct kvp_rec_key k;
+	char hex[65];
+
+	key_n(&k, n);
+	kvp_rec_key_hex(&k, hex);
+	snprintf(out, len, "%s/%s.kvb", dir, hex);
+}
+
+START_TEST(put_get_reopen)
+{
+	struct kvp_cache *c = open_ok(NULL);
+	struct kvp_cache_stats st;
+	struct stat sb;
+	char path[512];
+	uint32_t i;
+
+	for (i = 0; i < 5; i++)
+		put_n(c, i, 10000 + i, 0);
+	for (i = 0; i < 5; i++)
+		get_n(c, i, 10000 + i, 0);
+	get_n(c, 9, 100, -ENOENT);
+	kvp_cache_stats(c, &st);
+	ck_assert_uint_eq(st.blocks, 5);
+	ck_assert_uint_eq(st.puts, 5);
+	ck_assert_uint_eq(st.hits, 5);
+	ck_assert_uint_eq(st.misses, 1);
+	ck_assert_uint_eq(st.bytes, 5 * 12288);
+	ck_assert_uint_eq(st.bytes_written, 5 * 12288);
+	ck_assert_uint_eq(st.payload_written, 5 * 10000 + 10);
+	/* a block stored once: not written again */
+	put_n(c, 2, 10002, 0);
+	kvp_cache_stats(c, &st);
+	ck_assert_uint_eq(st.puts_present, 1);
+	ck_assert_uint_eq(st.bytes_written, 5 * 12288);
+	/* 0700 and 0600 */
+	ck_assert_int_eq(stat(dir, &sb), 0);
+	ck_assert_uint_eq(sb.st_mode & 0777, 0700);
+	block_path(3, path, sizeof(path));
+	ck_assert_int_eq(stat(path, &sb), 0);
+	ck_assert_uint_eq(sb.st_mode & 0777, 0600);
+	/* one process at a time */
+	{
+		struct kvp_cache *c2 = NULL;
+		char err[300];
+
+		ck_assert_int_eq(kvp_cache_open(dir, NULL, &c2, err,
+						sizeof(err), NULL, 0),
+				 -EBUSY);
+		ck_assert_ptr_nonnull(strstr(err, "in use by another"));
+	}
+	kvp_cache_close(c);
+	/* found again at open */
+	c = open_ok(NULL);
+	kvp_cache_stats(c, &st);
+	ck_assert_uint_eq(st.blocks, 5);
+	for (i = 0; i < 5; i++) {
+		struct kvp_rec_key k;
+
+		key_n(&k, i);
+		ck_assert(kvp_cache_contains(c, &k));
+		get_n(c, i, 10000 + i, 0);
+	}
+	/* a buffer too small: the size needed, no miss */
+	{
+		struct kvp_rec_key k;
+		char small[16];
+		uint64_t len;
+
+		key_n(&k, 1);
+		ck_assert_int_eq(kvp_cache_get(c, &k, small, 16, &len),
+				 -EMSGSIZE);
+		ck_assert_uint_eq(len, 10001);
+	}
+	ck_assert_int_eq(kvp_cache_remove(c, &(struct kvp_rec_key){ 0 }),
+			 -ENOENT);
+	kvp_cache_close(c);
+}
+END_TEST
+
+static void write_file(const char *path, const void *data, size_t len)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, data, len), (ssize_t)len);
+	close(fd);
+}
+
+START_TEST(not_a_cache)
+{
+	struct kvp_cache *c = NULL;
+	char err[300], path[512];
+	struct stat sb;
+
+	/* a directory with someone's files: refused, untouched */
+	ck_assert_int_eq(mkdir(dir, 0700), 0);
+	snprintf(path, sizeof(path), "%s/tmp.notes", dir);
+	write_file(path, "mine", 4);
+	ck_assert_int_eq(kvp_cache_open(dir, NULL, &c, err, sizeof(err), NULL,
+					0),
+			 -ENOTEMPTY);
+	ck_assert_ptr_nonnull(strstr(err, "not a kvpager cache"));
+	ck_assert_int_eq(stat(path, &sb), 0);
+	/* a file where the directory should be */
+	kvp_test_rm_tree(dir);
+	write_file(dir, "x", 1);
+	ck_assert_int_eq(kvp_cache_open(dir, NULL, &c, err, sizeof(err), NULL,
+					0),
+			 -ENOTDIR);
+}
+END_TEST
+
+START_TEST(other_version)
+{
+	struct kvp_cache *c = open_ok(NULL);
+	char err[300], path[512];
+
+	put_n(c, 1, 5000, 0);
+	kvp_cache_close(c);
+	snprintf(path, sizeof(path), "%s/kvpcache", dir);
+	write_file(path, "kvpager-cache 2\n", 16);
+	ck_assert_int_eq(kvp_cache_open(dir, NULL, &c, err, sizeof(err), NULL,
+					0),
+			 -EPROTONOSUPPORT);
+	ck_assert_ptr_nonnull(strstr(err, "has format 2, this kvpager reads 1"));
+	/* nothing was removed: the blocks are the other version's */
+	block_path(1, path, sizeof(path));
+	ck_assert_int_eq(access(path, F_OK), 0);
+	snprintf(path, sizeof(path), "%s/kvpcache", dir);
+	write_file(path, "garbage", 7);
+	ck_assert_int_eq(kvp_cache_open(dir, NULL, &c, err, sizeof(err), NULL,
+					0),
+			 -EINVAL);
+}
+END_TEST
+
+/* Flip one byte at off of block n's file. */
+static void flip(uint32_t n, off_t off)
+{
+	char path[512];
+	unsigned char b;
+	int fd;
+
+	block_path(n, path, sizeof(path));
+	fd = open(path, O_RDWR);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pread(fd, &b, 1, off), 1);
+	b ^= 0x40;
+	ck_assert_int_eq(pwrite(fd, &b, 1, off), 1);
+	close(fd);
+}
+
+START_TEST(corrupt_blocks)
+{
+	struct kvp_cache *c = open_ok(NULL);
+	struct kvp_cache_stats st;
+	char path[512], path2[512];
+	uint32_t i;
+
+	for (i = 0; i < 8; i++)
+		put_n(c, i, 6000, 0);
+	kvp_cache_close(c);
+	flip(1, 128 + 3000); /* payload: found at get */
+	block_path(2, path, sizeof(path));
+	ck_assert_int_eq(truncate(path, 100), 0); /* torn: found at open */
+	block_path(3, path, sizeof(path));
+	write_file(path, "garbage", 7);
+	/* block 5's record under block 4's name: another key */
+	block_path(4, path, sizeof(path));
+	block_path(5, path2, sizeof(path2));
+	ck_assert_int_eq(rename(path2, path), 0);
+	/* a crash's unfinished write */
+	snprintf(path, sizeof(path), "%s/tmp.0123.99.1", dir);
+	write_file(path, "half", 4);
+	c = open_ok(NULL);
+	kvp_cache_stats(c, &st);
+	ck_assert_uint_eq(st.blocks, 4); /* 0 1 6 7, and none of 2 3 4 5 */
+	ck_assert_uint_eq(st.dropped_torn, 2);
+	ck_assert_uint_eq(st.dropped_foreign, 1);
+	ck_assert_uint_eq(st.tmp_removed, 1);
+	ck_assert_int_eq(access(path, F_OK), -1);
+	get_n(c, 1, 6000, -EBADMSG);
+	get_n(c, 1, 6000, -ENOENT);
+	for (i = 2; i < 6; i++)
+		get_n(c, i, 6000, -ENOENT);
+	get_n(c, 0, 6000, 0);
+	get_n(c, 6, 6000, 0);
+	get_n(c, 7, 6000, 0);
+	kvp_cache_stats(c, &st);
+	ck_assert_uint_eq(st.dropped_torn, 3);
+	ck_assert_uint_eq(st.hits, 3);
+	ck_assert_uint_eq(st.misses, 6);
+	/* the torn block's file is gone: it can be stored again */
+	put_n(c, 1, 6000, 0);
+	get_n(c, 1, 6000, 0);
+	kvp_cache_close(c);
+	/* verify_at_open reads every record */
+	flip(6, 128 + 10);
+	{
+		struct kvp_cache_opts o = { .verify_at_open = true };
+
+		c = open_ok(&o);
+		kvp_cache_stats(c, &st);
+		ck_assert_uint_eq(st.blocks, 3);
+		ck_assert_uint_eq(st.dropped_torn, 1);
+		kvp_cache_close(c);
+	}
+}
+END_TEST
+
+START_TEST(other_model_misses)
+{
+	struct kvp_rec_keyctx a, b;
+	struct kvp_rec_key ka, kb;
+	struct kvp_cache *c = open_ok(NULL);
+	struct kvp_cache_stats st;
+	uint32_t tokens[16] = { 1, 2, 3 };
+	char buf[64];
+	uint64_t len;
+
+	memset(&a, 0, sizeof(a));
+	memset(&b, 0, sizeof(b));
+	kvp_rec_hash("model-a", 7, a.model);
+	kvp_rec_hash("model-b", 7, b.model);
+	kvp_rec_block_key(&a, NULL, tokens, 16, &ka);
+	kvp_rec_block_key(&b, NULL, tokens, 16, &kb);
+	ck_assert_int_eq(kvp_cache_put(c, &ka, "model a's KV", 12), 0);
+	ck_assert_int_eq(kvp_cache_get(c, &kb, buf, sizeof(buf), &len),
+			 -ENOENT);
+	/* and a namespace (salt) of the same model */
+	kvp_rec_hash("tenant-2", 8, a.salt);
+	kvp_rec_block_key(&a, NULL, tokens, 16, &kb);
+	ck_assert_int_eq(kvp_cache_get(c, &kb, buf, sizeof(buf), &len),
+			 -ENOENT);
+	kvp_cache_stats(c, &st);
+	ck_assert_uint_eq(st.misses, 2);
+	ck_assert_uint_eq(st.hits, 0);
+	kvp_cache_close(c);
+}
+END_TEST
+
+START_TEST(eviction)
+{
+	struct kvp_cache_opts o = { .capacity_bytes = 3 * 8192 };
+	struct kvp_cache *c = open_ok(&o);
+	struct kvp_cache_stats st;
+
+	put_n(c, 0, 5000, 0);
+	put_n(c, 1, 5000, 0);
+	put_n(c, 2, 5000, 0);
+	get_n(c, 0, 5000, 0); /* 0 is used: 1 is the least recent */
+	put_n(c, 3, 5000, 0);
+	get_n(c, 1, 5000, -ENOENT);
+	get_n(c, 0, 5000, 0);
+	put_n(c, 4, 5000, 0); /* 2 goes */
+	get_n(c, 2, 5000, -ENOENT);
+	get_n(c, 3, 5000, 0);
+	get_n(c, 4, 5000, 0);
+	kvp_cache_stats(c, &st);
+	ck_assert_uint_eq(st.evictions, 2);
+	ck_assert_uint_eq(st.evicted_bytes, 2 * 8192);
+	ck_assert_uint_le(st.bytes, o.capacity_bytes);
+	/* larger than the whole capacity: refused, nothing evicted */
+	put_n(c, 5, 30000, -EFBIG);
+	kvp_cache_stats(c, &st);
+	ck_assert_uint_eq(st.blocks, 3);
+	ck_assert_uint_eq(st.put_errors, 1);
+	kvp_cache_close(c);
+	/* a smaller capacity at open evicts down to it, oldest first */
+	o.capacity_bytes = 8192;
+	c = open_ok(&o);
+	kvp_cache_stats(c, &st);
+	ck_assert_uint_eq(st.blocks, 1);
+	kvp_cache_close(c);
+}
+END_TEST
+
+START_TEST(sealed_at_rest)
+{
+	struct kvp_rec_cipher k1, k2;
+	struct kvp_cache_opts o = { .cipher = &k1 };
+	struct kvp_cache *c;
+	struct kvp_cache_stats st;
+	char path[512];
+	unsigned char *file, *plain;
+	int fd;
+
+	memset(k1.key, 7, 32);
+	memset(k2.key, 8, 32);
+	c = open_ok(&o);
+	put_n(c, 1, 8000, 0);
+	put_n(c, 2, 8000, 0);
+	get_n(c, 1, 8000, 0);
+	kvp_cache_close(c);
+	/* the file does not hold the payload in the clear */
+	block_path(1, path, sizeof(path));
+	file = malloc(8192);
+	fd = open(path, O_RDONLY);
+	ck_assert_int_eq(read(fd, file, 8192), 8192);
+	close(fd);
+	plain = payload_n(1, 8000);
+	ck_assert(memcmp(file + 128, plain, 64));
+	ck_assert_ptr_null(memmem(file, 8192, plain, 16));
+	free(file);
+	free(plain);
+	/* no key, or another key: a counted miss, the file kept */
+	c = open_ok(NULL);
+	get_n(c, 1, 8000, -EBADMSG);
+	kvp_cache_stats(c, &st);
+	ck_assert_uint_eq(st.dropped_unauth, 1);
+	kvp_cache_close(c);
+	o.cipher = &k2;
+	c = open_ok(&o);
+	get_n(c, 1, 8000, -EBADMSG);
+	kvp_cache_stats(c, &st);
+	ck_assert_uint_eq(st.dropped_unauth, 1);
+	kvp_cache_close(c);
+	ck_assert_int_eq(access(path, F_OK), 0);
+	/* tampered: fails authentication */
+	flip(2, 128 + 77);
+	o.cipher = &k1;
+	c = open_ok(&o);
+	get_n(c, 1, 8000, 0);
+	get_n(c, 2, 8000, -EBADMSG);
+	/* a plain block planted where sealed ones are kept */
+	kvp_cache_stats(c, &st);
+	ck_assert_uint_eq(st.dropped_unauth, 1);
+	kvp_cache_close(c);
+	c = open_ok(NULL);
+	put_n(c, 3, 100, 0);
+	kvp_cache_close(c);
+	c = open_ok(&o);
+	get_n(c, 3, 100, -EBADMSG);
+	kvp_cache_close(c);
+}
+END_TEST
+
+START_TEST(cipher_keys)
+{
+	struct kvp_rec_cipher k;
+	char err[200], path[512];
+	unsigned char raw[32];
+	const char *hex = "000102030405060708090a0b0c0d0e0f"
+			  "101112131415161718191a1b1c1d1e1f\n";
+	int i;
+
+	for (i = 0; i < 32; i++)
+		raw[i] = (unsigned char)i;
+	ck_assert_int_eq(kvp_cache_cipher_parse(hex, strlen(hex), &k, err,
+						sizeof(err)),
+			 0);
+	ck_assert_mem_eq(k.key, raw, 32);
+	ck_assert_int_eq(kvp_cache_cipher_parse(raw, 32, &k, err, sizeof(err)),
+			 0);
+	ck_assert_mem_eq(k.key, raw, 32);
+	ck_assert_int_eq(kvp_cache_cipher_parse("abc", 3, &k, err,
+						sizeof(err)),
+			 -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "64 hex digits"));
+	ck_assert_int_eq(mkdir(dir, 0700), 0);
+	snprintf(path, sizeof(path), "%s/key", dir);
+	write_file(path, raw, 32);
+	ck_assert_int_eq(kvp_cache_cipher_load(path, &k, err, sizeof(err)), 0);
+	ck_assert_mem_eq(k.key, raw, 32);
+	chmod(path, 0644);
+	ck_assert_int_eq(kvp_cache_cipher_load(path, &k, err, sizeof(err)),
+			 -EACCES);
+	ck_assert_ptr_nonnull(strstr(err, "chmod 600"));
+	ck_assert_ptr_null(strstr(err, "0001")); /* never the key */
+}
+END_TEST
+
+/* ---- a read-only mount and a full disk (tmpfs; root only) ---- */
+
+START_TEST(read_only_dir)
+{
+	char mnt[256], warn[300];
+	struct kvp_cache *c = NULL;
+	struct kvp_cache_stats st;
+
+	ck_assert_int_eq(mkdir(dir, 0700), 0);
+	if (!kvp_test_mount(mnt, sizeof(mnt), dir, "ro", "tmpfs", "size=1m"))
+		return; /* said why */
+	snprintf(dir + strlen(dir), sizeof(dir) - strlen(dir), "/ro/c");
+	c = open_ok(NULL);
+	put_n(c, 1, 3000, 0);
+	kvp_cache_close(c);
+	ck_assert_int_eq(mount(NULL, mnt, NULL, MS_REMOUNT | MS_RDONLY, NULL),
+			 0);
+	ck_assert_int_eq(kvp_cache_open(dir, NULL, &c, NULL, 0, warn,
+					sizeof(warn)),
+			 0);
+	ck_assert_ptr_nonnull(strstr(warn, "not writable"));
+	get_n(c, 1, 3000, 0);
+	put_n(c, 2, 3000, -EROFS);
+	kvp_cache_stats(c, &st);
+	ck_assert(st.read_only);
+	ck_assert_uint_eq(st.put_errors, 1);
+	ck_assert_uint_eq(st.blocks, 1);
+	kvp_cache_close(c);
+	/* a new cache cannot be made there */
+	snprintf(dir, sizeof(dir), "%s/new", mnt);
+	ck_assert_int_eq(kvp_cache_open(dir, NULL, &c, NULL, 0, NULL, 0),
+			 -EROFS);
+	kvp_test_unmount(mnt);
+}
+END_TEST
+
+START_TEST(full_disk)
+{
+	char mnt[256];
+	struct kvp_cache *c = NULL;
+	struct kvp_cache_stats st;
+	uint32_t i, stored = 0;
+	int err = 0;
+
+	ck_assert_int_eq(mkdir(dir, 0700), 0);
+	if (!kvp_test_mount(mnt, sizeof(mnt), dir, "full", "tmpfs",
+			    "size=256k"))
+		return;
+	snprintf(dir + strlen(dir), sizeof(dir) - strlen(dir), "/full/c");
+	c = open_ok(NULL);
+	for (i = 0; i < 40 && !err; i++) {
+		struct kvp_rec_key k;
+		void *p = payload_n(i, 20000);
+
+		key_n(&k, i);
+		err = kvp_cache_put(c, &k, p, 20000);
+		free(p);
+		if (!err)
+			stored++;
+	}
+	ck_assert_int_eq(err, -ENOSPC);
+	ck_assert_uint_ge(stored, 5);
+	kvp_cache_stats(c, &st);
+	ck_assert_uint_eq(st.put_errors, 1);
+	ck_assert_uint_eq(st.blocks, stored);
+	kvp_cache_close(c);
+	/* nothing committed lost, no half block left */
+	c = open_ok(NULL);
+	kvp_cache_stats(c, &st);
+	ck_assert_uint_eq(st.blocks, stored);
+	ck_assert_uint_eq(st.tmp_removed, 0);
+	ck_assert_uint_eq(st.dropped_torn, 0);
+	for (i = 0; i < stored; i++)
+		get_n(c, i, 20000, 0);
+	kvp_cache_close(c);
+	kvp_test_unmount(mnt);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("cache_dir");
+	TCase *tc = kvp_test_tcase(s, "dir", 120);
+	int failed;
+
+	if (!mkdtemp(root))
+		return kvp_test_skip("cannot make a directory in /var/tmp: %s",
+				     strerror(errno));
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, put_get_reopen);
+	tcase_add_test(tc, not_a_cache);
+	tcase_add_test(tc, other_version);
+	tcase_add_test(tc, corrupt_blocks);
+	tcase_add_test(tc, other_model_misses);
+	tcase_add_test(tc, eviction);
+	tcase_add_test(tc, sealed_at_rest);
+	tcase_add_test(tc, cipher_keys);
+	tcase_add_test(tc, read_only_dir);
+	tcase_add_test(tc, full_disk);
+	failed = kvp_test_run(s);
+	kvp_test_rm_tree(root);
+	return failed;
+}
