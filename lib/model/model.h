@@ -167,6 +167,46 @@ int kvp_model_prefill(struct kvp_model_seq *s, const uint32_t *tokens,
 		      uint32_t n);
 
 /*
+ * A prefix store for kvp_model_prefill (kvp_model_seq_set_prefix): the
+ * prompt's K and V in chunks of chunk_tokens tokens (a power of two, 1 ..
+ * 256), chunk i holding tokens [i * chunk_tokens, (i + 1) * chunk_tokens).
+ * A chunk's payload (kvp_model_prefix_bytes) is, for each layer and each
+ * of its tokens, that token's K then V (kv_heads * head_dim elements
+ * each) in the cache's dtype.  The store names chunks by the prompt's
+ * tokens (lib/cache/prefix.h does, with chained keys); the model only
+ * numbers them.
+ *   get: chunk i's payload into buf (len bytes): 0, or any error (a miss:
+ *        the prefill computes from there on);
+ *   put: chunk i, computed, may be stored (payload valid for the call).
+ * hit_tokens is set by each prefill: the tokens read from the store.
+ */
+struct kvp_model_prefix {
+	uint32_t chunk_tokens;
+	int (*get)(void *arg, uint32_t chunk, void *buf, size_t len);
+	void (*put)(void *arg, uint32_t chunk, const void *payload, size_t len);
+	void *arg;
+	uint64_t hit_tokens;
+};
+
+/* Bytes of one chunk's payload of chunk_tokens tokens for s's model. */
+size_t kvp_model_prefix_bytes(const struct kvp_model_seq *s,
+			      uint32_t chunk_tokens);
+
+/*
+ * kvp_model_seq_set_prefix - the next prefills of s read the prompt's
+ * leading chunks from px (as long as every one is there, and never the
+ * chunk of the prompt's last token, whose logits must be computed)
+ * instead of computing them, and offer px every full chunk they compute.
+ * The tokens read give the same K and V, and the same logits bit for
+ * bit, when the KV is fp32 or the prompt attends to itself alone
+ * (prefill_window 1): the store holds what the computation made.  px
+ * (NULL: none) must live while s prefills.  -EINVAL: chunk_tokens not a
+ * power of two in 1 .. 256, or no get.
+ */
+int kvp_model_seq_set_prefix(struct kvp_model_seq *s,
+			     struct kvp_model_prefix *px);
+
+/*
  * kvp_model_step - append token (the sequence's next) with one decode step
  * through the cache, and leave its logits.  st (may be NULL) gets the
  * step's figures (kvp_kvcache_step; t_fill_s is the model's own compute

@@ -61,6 +61,7 @@ struct kvp_model_seq {
 	float *hk, *hv;		   /* layers x hcap x kvd */
 	uint64_t hcap;
 	double compute_s;	   /* the model's own math */
+	struct kvp_model_prefix *px; /* the prefix store, or NULL */
 };
 
 static double now_s(void)
@@ -319,6 +320,96 @@ static bool past_context(const struct kvp_model_seq *s, uint64_t n)
 	return s->cfg->seq_len && n > s->cfg->seq_len;
 }
 
+/* ---- the prefix store ------------------------------------------------------ */
+
+size_t kvp_model_prefix_bytes(const struct kvp_model_seq *s,
+			      uint32_t chunk_tokens)
+{
+	return (size_t)s->cfg->layers * chunk_tokens * 2 * s->kvd *
+	       kvp_kv_dtype_size(s->g.dtype);
+}
+
+int kvp_model_seq_set_prefix(struct kvp_model_seq *s,
+			     struct kvp_model_prefix *px)
+{
+	if (px && (!px->get || !px->chunk_tokens || px->chunk_tokens > 256 ||
+		   (px->chunk_tokens & (px->chunk_tokens - 1))))
+		return -EINVAL;
+	s->px = px;
+	return 0;
+}
+
+/* Tokens [first, first + n) of every layer between the history and a
+ * chunk's payload p (see struct kvp_model_prefix): in when to_hist. */
+static void prefix_copy(struct kvp_model_seq *s, uint64_t first, uint32_t n,
+			void *p, bool to_hist)
+{
+	size_t step = s->kvd * kvp_kv_dtype_size(s->g.dtype);
+	char *b = p;
+	uint32_t l, t;
+
+	for (l = 0; l < s->cfg->layers; l++)
+		for (t = 0; t < n; t++) {
+			float *k = hist_k(s, l, first + t);
+			float *v = hist_v(s, l, first + t);
+
+			if (to_hist) {
+				kvp_kv_to_f32(s->g.dtype, b, k, s->kvd);
+				kvp_kv_to_f32(s->g.dtype, b + step, v, s->kvd);
+			} else {
+				kvp_kv_from_f32(s->g.dtype, k, b, s->kvd);
+				kvp_kv_from_f32(s->g.dtype, v, b + step,
+						s->kvd);
+			}
+			b += 2 * step;
+		}
+}
+
+/*
+ * Read the prompt's leading chunks from the store while it has them,
+ * never the chunk of the last token (its logits are computed), each into
+ * the history and through kvp_kvcache_prefill as if computed.  *hit gets
+ * the tokens read.  buf: one chunk's payload.  0 or the cache's error.
+ */
+static int prefix_restore(struct kvp_model_seq *s, uint32_t n, void *buf,
+			  uint32_t *hit)
+{
+	struct kvp_model_prefix *px = s->px;
+	uint32_t C = px->chunk_tokens, i, max = (n - 1) / C;
+	size_t len = kvp_model_prefix_bytes(s, C);
+	int err = 0;
+
+	for (i = 0; i < max; i++) {
+		if (px->get(px->arg, i, buf, len))
+			break;
+		prefix_copy(s, (uint64_t)i * C, C, buf, true);
+		s->mode = MODE_PREFILL;
+		err = kvp_kvcache_prefill(s->c, s->seq, C, &s->src, NULL,
+					  NULL);
+		s->mode = MODE_IDLE;
+		if (err)
+			break;
+		s->pos += C;
+	}
+	*hit = i * C;
+	px->hit_tokens = *hit;
+	return err;
+}
+
+/* Offer the store the full chunks of the computed tokens [a, a + nt). */
+static void prefix_offer(struct kvp_model_seq *s, uint32_t a, uint32_t nt,
+			 void *buf)
+{
+	struct kvp_model_prefix *px = s->px;
+	uint32_t C = px->chunk_tokens, i;
+
+	for (i = (a + C - 1) / C; (uint64_t)(i + 1) * C <= (uint64_t)a + nt;
+	     i++) {
+		prefix_copy(s, (uint64_t)i * C, C, buf, false);
+		px->put(px->arg, i, buf, kvp_model_prefix_bytes(s, C));
+	}
+}
+
 /* ---- prefill ------------------------------------------------------------ */
 
 struct prompt_attn {
@@ -402,6 +493,8 @@ int kvp_model_prefill(struct kvp_model_seq *s, const uint32_t *tokens,
 	uint32_t T = n < PREFILL_CHUNK ? n : PREFILL_CHUNK, l, t, a;
 	float *X = NULL, *XB = NULL, *XB2 = NULL, *H1 = NULL, *H3 = NULL;
 	float *Q = NULL, *K = NULL, *V = NULL, *ATT = NULL, *SC = NULL;
+	void *PX = NULL; /* one chunk of the prefix store */
+	uint32_t hit = 0;
 	double t0 = now_s();
 	int err = -EINVAL;
 
@@ -429,10 +522,20 @@ int kvp_model_prefill(struct kvp_model_seq *s, const uint32_t *tokens,
 	V = malloc(sizeof(float) * T * s->kvd);
 	ATT = malloc(sizeof(float) * T * s->qd);
 	SC = malloc(sizeof(float) * (size_t)T * c->q_heads * s->hcap);
+	if (s->px)
+		PX = malloc(kvp_model_prefix_bytes(s, s->px->chunk_tokens));
 	if (!s->hk || !s->hv || !X || !XB || !XB2 || !H1 || !H3 || !Q || !K ||
-	    !V || !ATT || !SC)
+	    !V || !ATT || !SC || (s->px && !PX))
 		goto out;
-	for (a = 0; a < n; a += T) {
+	if (s->px) {
+		err = prefix_restore(s, n, PX, &hit);
+		t0 = now_s(); /* reading is not the model's math */
+		if (err)
+			goto out;
+	}
+	/* pieces start at hit, a multiple of the chunk, which divides T
+	 * (or T is all that is left): a store's chunk is never split */
+	for (a = hit; a < n; a += T) {
 		uint32_t nt = n - a < T ? n - a : T;
 		struct prompt_attn pa = { s, 0, a, Q, ATT, SC, nt };
 
@@ -481,6 +584,8 @@ int kvp_model_prefill(struct kvp_model_seq *s, const uint32_t *tokens,
 		}
 		if (a + nt == n)
 			final_logits(s, X + (size_t)(nt - 1) * D);
+		if (s->px && s->px->put)
+			prefix_offer(s, a, nt, PX);
 		s->compute_s += now_s() - t0;
 		s->mode = MODE_PREFILL;
 		err = kvp_kvcache_prefill(s->c, s->seq, nt, &s->src, NULL,
@@ -507,6 +612,7 @@ out:
 	free(V);
 	free(ATT);
 	free(SC);
+	free(PX);
 	return err;
 }
 
