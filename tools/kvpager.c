@@ -46,6 +46,7 @@
 #include "lib/instance/instance.h"
 #include "lib/kv/kvcache.h"
 #include "lib/model/model.h"
+#include "lib/model/model_cache.h"
 #include "lib/synth/kv_synth.h"
 #include "lib/tunables/tunables.h"
 
@@ -85,6 +86,10 @@ enum opt_id {
 	O_TEMP,
 	O_TOKENIZER,
 	O_LOGITS,
+	O_CACHE_DIR,
+	O_CACHE_SALT,
+	O_CACHE_KEY_FILE,
+	O_CACHE_CAPACITY,
 	O_JSON,
 	O_QUIET,
 	O_HELP,
@@ -157,6 +162,18 @@ static const struct opt_spec opts[O_COUNT] = {
 	[O_LOGITS] = { "logits-out", "FILE", NULL, 0, 0, 0,
 		       "model: write each generated token's logits "
 		       "(float32)" },
+	[O_CACHE_DIR] = { "cache-dir", "DIR", NULL, 0, 0, 0,
+			  "model: prefix cache directory; a prompt's stored "
+			  "prefix is read, not computed (KVP_CACHE_DIR)" },
+	[O_CACHE_SALT] = { "cache-salt", "S", NULL, 0, 0, 0,
+			   "model: the cache's namespace (KVP_CACHE_SALT)" },
+	[O_CACHE_KEY_FILE] = { "cache-key-file", "FILE", NULL, 0, 0, 0,
+			       "model: encrypt the cache at rest with this "
+			       "key (KVP_CACHE_KEY_FILE, KVP_CACHE_KEY)" },
+	[O_CACHE_CAPACITY] = { "cache-capacity", "BYTES", NULL, KVP_T_BYTES,
+			       1ULL << 20, 1ULL << 60,
+			       "model: the cache's size limit "
+			       "(KVP_CACHE_CAPACITY; none)" },
 	[O_JSON] = { "json", NULL, NULL, 0, 0, 0, "one JSON object on stdout" },
 	[O_QUIET] = { "quiet", NULL, NULL, 0, 0, 0, "no progress on stderr" },
 	[O_HELP] = { "help", NULL, NULL, 0, 0, 0, "this text" },
@@ -190,6 +207,7 @@ struct run_opts {
 	const char *tokenizer;	/* llama2.c tokenizer.bin, or NULL */
 	const char *logits_out; /* float32 logits of each generated token */
 	double temperature;	/* 0: greedy */
+	struct kvp_model_cache_opts cache; /* --cache-*; dir NULL: none */
 };
 
 static double now_s(void)
@@ -454,6 +472,15 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
 		case O_LOGITS:
 			o->logits_out = a;
 			continue;
+		case O_CACHE_DIR:
+			o->cache.dir = a;
+			continue;
+		case O_CACHE_SALT:
+			o->cache.salt = a;
+			continue;
+		case O_CACHE_KEY_FILE:
+			o->cache.key_file = a;
+			continue;
 		case O_TEMP: {
 			char *end;
 
@@ -509,6 +536,9 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
 			break;
 		case O_SEED:
 			o->seed = v;
+			break;
+		case O_CACHE_CAPACITY:
+			o->cache.capacity_bytes = v;
 			break;
 		default:
 			break;
@@ -875,10 +905,13 @@ struct model_run {
 	uint64_t rng;		  /* sampling state (--seed) */
 	double t_model_s;	  /* measured steps: the model's own math */
 	double t_wall_s;	  /* measured steps: whole kvp_model_step */
+	struct kvp_model_cache *mc; /* --cache-dir, or NULL */
+	double ttft_s;		  /* prefill start to the first token */
 };
 
 static void model_run_free(struct model_run *mr)
 {
+	kvp_model_cache_close(mr->mc); /* waits for its writes */
 	kvp_model_seq_destroy(mr->seq);
 	kvp_model_close(mr->m);
 	kvp_tokenizer_free(mr->tok);
@@ -1026,6 +1059,89 @@ static int model_open(struct run_opts *o, struct model_run *mr,
 	return mr->out ? 0 : -ENOMEM;
 }
 
+/* The prefix cache of --cache-dir or KVP_CACHE_DIR (model runs only),
+ * for the final geometry g.  Messages on stderr. */
+static int model_cache_open(struct run_opts *o, struct model_run *mr,
+			    const struct kvp_kv_geometry *g)
+{
+	char why[512], warn[512];
+	int err = kvp_model_cache_opts_env(&o->cache, why, sizeof(why));
+
+	if (err || !o->cache.dir) {
+		if (err)
+			fprintf(stderr, "kvpager: %s\n", why);
+		return err;
+	}
+	if (!mr->m) {
+		fprintf(stderr, "kvpager: --cache-dir (KVP_CACHE_DIR) stores a "
+				"model's KV: add --model\n");
+		return -EINVAL;
+	}
+	err = kvp_model_cache_open(&o->cache, mr->m, g, &mr->mc, why,
+				   sizeof(why), warn, sizeof(warn));
+	if (err)
+		fprintf(stderr, "kvpager: %s\n", why);
+	else if (*warn)
+		fprintf(stderr, "kvpager: warning: %s\n", warn);
+	return err;
+}
+
+/* The cache's lines of the report (text, or JSON fields with a comma
+ * after each).  tokens: generated tokens. */
+static void cache_report(const struct run_opts *o, const struct model_run *mr,
+			 uint32_t tokens)
+{
+	struct kvp_cache_stats cs;
+	struct kvp_prefix_stats ps;
+	double wa, per_tok;
+
+	if (!mr->mc)
+		return;
+	kvp_model_cache_stats(mr->mc, &cs, &ps);
+	wa = cs.payload_written ? (double)cs.bytes_written / cs.payload_written
+				: 0;
+	per_tok = tokens ? (double)cs.bytes_written / tokens : 0;
+	if (o->json) {
+		printf("\"prefix_hit_tokens\":%" PRIu64 ",\"ttft_s\":%.6f,"
+		       "\"cache_hits\":%" PRIu64 ",\"cache_misses\":%" PRIu64
+		       ",\"cache_bytes_read\":%" PRIu64
+		       ",\"cache_bytes_written\":%" PRIu64
+		       ",\"cache_payload_written\":%" PRIu64
+		       ",\"cache_write_amplification\":%.4f"
+		       ",\"cache_bytes_written_per_token\":%.1f"
+		       ",\"cache_puts_present\":%" PRIu64
+		       ",\"cache_put_errors\":%" PRIu64
+		       ",\"cache_dropped_torn\":%" PRIu64
+		       ",\"cache_dropped_unauth\":%" PRIu64
+		       ",\"cache_dropped_foreign\":%" PRIu64
+		       ",\"cache_evictions\":%" PRIu64
+		       ",\"cache_blocks\":%" PRIu64 ",\"cache_bytes\":%" PRIu64
+		       ",",
+		       kvp_model_cache_hit_tokens(mr->mc), mr->ttft_s, cs.hits,
+		       cs.misses, cs.bytes_read, cs.bytes_written,
+		       cs.payload_written, wa, per_tok, cs.puts_present,
+		       cs.put_errors, cs.dropped_torn, cs.dropped_unauth,
+		       cs.dropped_foreign, cs.evictions, cs.blocks, cs.bytes);
+		return;
+	}
+	printf("prefix cache: %" PRIu64 " of %u prompt tokens read from the "
+	       "cache, time to first token %.3f s\n",
+	       kvp_model_cache_hit_tokens(mr->mc), mr->nprompt, mr->ttft_s);
+	printf("  cache: %" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64
+	       " bytes read, %" PRIu64 " written (%" PRIu64
+	       " of KV: write amplification %.3f, %.0f bytes per generated "
+	       "token), %" PRIu64 " already stored, %" PRIu64
+	       " put errors\n",
+	       cs.hits, cs.misses, cs.bytes_read, cs.bytes_written,
+	       cs.payload_written, wa, per_tok, cs.puts_present,
+	       cs.put_errors);
+	printf("  cache: %" PRIu64 " blocks (%" PRIu64 " bytes), dropped %"
+	       PRIu64 " torn, %" PRIu64 " unauthenticated, %" PRIu64
+	       " foreign; %" PRIu64 " evictions\n",
+	       cs.blocks, cs.bytes, cs.dropped_torn, cs.dropped_unauth,
+	       cs.dropped_foreign, cs.evictions);
+}
+
 /* One generated token: chosen from the logits, kept, then appended. */
 static int model_next(struct run_opts *o, struct model_run *mr, uint32_t i,
 		      bool measured)
@@ -1165,6 +1281,8 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 	}
 	if (check_geometry(&o, &g, &kv))
 		return 2;
+	if (model_cache_open(&o, mr, &g))
+		return 2;
 	kv_start = kv;
 	if (!o.block)
 		o.block = kv.predictor == KVP_PREDICTOR_EXACT ? 2u << 20 : 0;
@@ -1255,9 +1373,14 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 		if (!err && mr->m) {
 			err = kvp_model_seq_create(mr->m, c, ids[i],
 						   co.attn_threads, &mr->seq);
+			if (!err && mr->mc)
+				err = kvp_model_cache_attach(
+				    mr->mc, mr->seq, mr->prompt, mr->nprompt);
 			if (!err)
 				err = kvp_model_prefill(mr->seq, mr->prompt,
 							mr->nprompt);
+			/* its logits give the first token */
+			mr->ttft_s = now_s() - t0;
 		} else if (!err)
 			err = kvp_kvcache_prefill(
 			    c, ids[i], o.context, &src,
@@ -1307,6 +1430,8 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 	kvp_kvcache_stats(c, &s_end);
 	pf_snapshot(c, &s_end, &pf_end);
 	t_decode = now_s() - t0;
+	if (mr->mc) /* the figures count every chunk written */
+		kvp_model_cache_drain(mr->mc);
 	if (stopped()) {
 		if (bar.tty && bar.on)
 			fputc('\n', stderr);
@@ -1361,6 +1486,7 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 			putchar('{');
 			if (mr->m)
 				model_report(&o, mr);
+			cache_report(&o, mr, done_steps);
 			printf(
 			    "\"preset\":\"%s\",\"context\":%" PRIu64
 			    ",\"batch\":%u,\"predictor\":\"%s\","
@@ -1509,6 +1635,7 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 			       s_end.sum.flush_store, s_end.sum.flush_region);
 			if (mr->m)
 				model_report(&o, mr);
+			cache_report(&o, mr, done_steps);
 		}
 	}
 	status = 0;

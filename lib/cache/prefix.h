@@ -1,0 +1,80 @@
+/*
+ * prefix.h - a prompt's prefix in a cache directory: the chain of chunk
+ * keys of one prompt, lookups, and a writer thread that stores computed
+ * chunks behind the caller.
+ *
+ * A prefix object serves one prompt at a time (kvp_prefix_set_prompt):
+ * chunk i (tokens [i * C, (i + 1) * C)) has the key of block_record.h
+ * with key i - 1 as its parent, so chunk i is found only under the same
+ * model, geometry, salt and every token before it.  kvp_prefix_get and
+ * kvp_prefix_put have the shape of struct kvp_model_prefix's get and put
+ * (lib/model/model.h), which is how `kvpager run --model --cache-dir`
+ * uses them; any caller with chunks of bytes may.
+ *
+ * PUBLISHING DOES NOT WAIT FOR THE DISK: kvp_prefix_put copies the chunk
+ * into a queue and returns; the writer thread stores it (kvp_cache_put,
+ * with its syncs).  Only when the queue holds queue_bytes does put wait
+ * for room (counted in queue_waits).  kvp_prefix_drain waits until all
+ * queued chunks are stored or failed.
+ *
+ * Locking: the prompt (set_prompt) and get come from one thread; put may
+ * come from any; the queue has its own lock, and the cache its own.
+ */
+#ifndef KVP_PREFIX_H
+#define KVP_PREFIX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lib/cache/block_record.h"
+#include "lib/cache/cache_dir.h"
+
+struct kvp_prefix_opts {
+	struct kvp_cache *cache;   /* used, not owned */
+	struct kvp_rec_keyctx ctx; /* model, geometry words, salt */
+	uint64_t queue_bytes;	   /* 0: 256 MiB */
+};
+
+struct kvp_prefix_stats {
+	uint64_t lookups;      /* gets */
+	uint64_t hit_chunks;   /* gets served */
+	uint64_t queued;       /* chunks put */
+	uint64_t stored;       /* of those, committed (or already there) */
+	uint64_t failed;       /* of those, not stored (the cache said why) */
+	uint64_t queue_waits;  /* puts that waited for room */
+};
+
+struct kvp_prefix;
+
+/* A prefix over o->cache with its writer thread.  0, -ENOMEM, -EAGAIN. */
+int kvp_prefix_create(const struct kvp_prefix_opts *o, struct kvp_prefix **out);
+
+/* Drain, stop the writer, free.  NULL is a no-op. */
+void kvp_prefix_destroy(struct kvp_prefix *p);
+
+/*
+ * kvp_prefix_set_prompt - the prompt whose chunks of chunk_tokens tokens
+ * the next gets and puts name: the keys of its n / chunk_tokens full
+ * chunks.  Chunks already queued keep their keys.  0, -EINVAL
+ * (chunk_tokens 0), -ENOMEM.
+ */
+int kvp_prefix_set_prompt(struct kvp_prefix *p, const uint32_t *tokens,
+			  uint32_t n, uint32_t chunk_tokens);
+
+/* Chunk i's payload into buf, exactly len bytes: 0; -ENOENT (no such
+ * chunk, or a miss), -EBADMSG (dropped by the cache: see its stats),
+ * -EMSGSIZE (another length: a miss).  arg: the prefix. */
+int kvp_prefix_get(void *arg, uint32_t chunk, void *buf, size_t len);
+
+/* Queue chunk i's payload (copied) to be stored; waits only for room in
+ * the queue.  A chunk past the prompt's or a failed copy is counted as
+ * failed.  arg: the prefix. */
+void kvp_prefix_put(void *arg, uint32_t chunk, const void *payload,
+		    size_t len);
+
+/* Wait until every queued chunk is stored or failed. */
+void kvp_prefix_drain(struct kvp_prefix *p);
+
+void kvp_prefix_stats(struct kvp_prefix *p, struct kvp_prefix_stats *out);
+
+#endif /* KVP_PREFIX_H */

@@ -1,0 +1,168 @@
+/*
+ * model_cache.c - a model's prompts through the prefix cache
+ * (model_cache.h).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/model/model_cache.h"
+#include "lib/model/model_i.h"
+#include "lib/tunables/tunables.h"
+
+struct kvp_model_cache {
+	struct kvp_cache *cache;
+	struct kvp_prefix *prefix;
+	struct kvp_model_prefix mp; /* what the sequence calls */
+	uint32_t chunk_tokens;
+};
+
+static const char *env_or(const char *v, const char *name)
+{
+	const char *e;
+
+	if (v)
+		return v;
+	e = getenv(name);
+	return e && *e ? e : NULL;
+}
+
+int kvp_model_cache_opts_env(struct kvp_model_cache_opts *o, char *err,
+			     size_t errlen)
+{
+	const char *cap = getenv("KVP_CACHE_CAPACITY");
+
+	o->dir = env_or(o->dir, "KVP_CACHE_DIR");
+	o->salt = env_or(o->salt, "KVP_CACHE_SALT");
+	o->key_file = env_or(o->key_file, "KVP_CACHE_KEY_FILE");
+	o->key_hex = env_or(o->key_hex, "KVP_CACHE_KEY");
+	if (!o->capacity_bytes && cap && *cap &&
+	    kvp_parse_bytes(cap, &o->capacity_bytes)) {
+		snprintf(err, errlen,
+			 "KVP_CACHE_CAPACITY: '%s' is not a size (e.g. 64G)",
+			 cap);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* The model's identity: BLAKE2b-256 of its weights as it has them (the
+ * checkpoint file mapped, or the random draw), or of model_id. */
+static int model_hash(const struct kvp_model *m, const char *model_id,
+		      uint8_t out[32])
+{
+	if (model_id)
+		return kvp_rec_hash(model_id, strlen(model_id), out);
+	if (m->map)
+		return kvp_rec_hash(m->map, m->map_len, out);
+	return kvp_rec_hash(m->alloc, m->bytes, out);
+}
+
+int kvp_model_cache_open(const struct kvp_model_cache_opts *o,
+			 const struct kvp_model *m,
+			 const struct kvp_kv_geometry *g,
+			 struct kvp_model_cache **out, char *err,
+			 size_t errlen, char *warn, size_t warnlen)
+{
+	struct kvp_cache_opts co = { .capacity_bytes = o->capacity_bytes };
+	struct kvp_prefix_opts po = { 0 };
+	struct kvp_rec_cipher cipher;
+	struct kvp_model_cache *mc;
+	uint32_t C = o->chunk_tokens ? o->chunk_tokens : KVP_MODEL_CACHE_CHUNK;
+	int e;
+
+	if (!o->dir || C > 256 || (C & (C - 1))) {
+		snprintf(err, errlen, "cache: %s",
+			 o->dir ? "chunk tokens must be a power of two up to 256"
+				: "no cache directory given");
+		return -EINVAL;
+	}
+	if (o->key_file) {
+		e = kvp_cache_cipher_load(o->key_file, &cipher, err, errlen);
+		if (e)
+			return e;
+		co.cipher = &cipher;
+	} else if (o->key_hex) {
+		e = kvp_cache_cipher_parse(o->key_hex, strlen(o->key_hex),
+					   &cipher, err, errlen);
+		if (e)
+			return e;
+		co.cipher = &cipher;
+	}
+	mc = calloc(1, sizeof(*mc));
+	if (!mc)
+		return -ENOMEM;
+	mc->chunk_tokens = C;
+	e = kvp_cache_open(o->dir, &co, &mc->cache, err, errlen, warn,
+			   warnlen);
+	memset(&cipher, 0, sizeof(cipher));
+	if (e)
+		goto fail;
+	po.cache = mc->cache;
+	e = model_hash(m, o->model_id, po.ctx.model);
+	if (!e && o->salt)
+		e = kvp_rec_hash(o->salt, strlen(o->salt), po.ctx.salt);
+	po.ctx.geo[0] = g->layers;
+	po.ctx.geo[1] = g->q_heads;
+	po.ctx.geo[2] = g->kv_heads;
+	po.ctx.geo[3] = g->head_dim;
+	po.ctx.geo[4] = (uint32_t)g->dtype;
+	po.ctx.geo[5] = g->block_tokens;
+	po.ctx.geo[6] = C;
+	po.ctx.geo[7] = m->cfg.prefill_window;
+	if (!e)
+		e = kvp_prefix_create(&po, &mc->prefix);
+	if (e) {
+		snprintf(err, errlen, "cache: cannot start: %s", strerror(-e));
+		goto fail;
+	}
+	mc->mp.chunk_tokens = C;
+	mc->mp.get = kvp_prefix_get;
+	mc->mp.put = kvp_prefix_put;
+	mc->mp.arg = mc->prefix;
+	*out = mc;
+	return 0;
+fail:
+	kvp_model_cache_close(mc);
+	return e;
+}
+
+int kvp_model_cache_attach(struct kvp_model_cache *mc,
+			   struct kvp_model_seq *s, const uint32_t *prompt,
+			   uint32_t n)
+{
+	int err = kvp_prefix_set_prompt(mc->prefix, prompt, n,
+					mc->chunk_tokens);
+
+	return err ? err : kvp_model_seq_set_prefix(s, &mc->mp);
+}
+
+uint64_t kvp_model_cache_hit_tokens(const struct kvp_model_cache *mc)
+{
+	return mc->mp.hit_tokens;
+}
+
+void kvp_model_cache_drain(struct kvp_model_cache *mc)
+{
+	kvp_prefix_drain(mc->prefix);
+}
+
+void kvp_model_cache_stats(struct kvp_model_cache *mc,
+			   struct kvp_cache_stats *cache,
+			   struct kvp_prefix_stats *prefix)
+{
+	if (cache)
+		kvp_cache_stats(mc->cache, cache);
+	if (prefix)
+		kvp_prefix_stats(mc->prefix, prefix);
+}
+
+void kvp_model_cache_close(struct kvp_model_cache *mc)
+{
+	if (!mc)
+		return;
+	kvp_prefix_destroy(mc->prefix);
+	kvp_cache_close(mc->cache);
+	free(mc);
+}

@@ -1,0 +1,90 @@
+/*
+ * model_cache.h - a model's prompts through the prefix cache: the glue
+ * between a kvp_model_seq (model.h's struct kvp_model_prefix) and a cache
+ * directory (lib/cache/cache_dir.h, prefix.h).  What `kvpager run --model
+ * M --cache-dir DIR` does, for any program.
+ *
+ *     struct kvp_model_cache_opts o = { .dir = "/var/cache/kvp" };
+ *     kvp_model_cache_opts_env(&o);            // KVP_CACHE_* fill the rest
+ *     kvp_model_cache_open(&o, model, &geo, &mc, err, sizeof(err),
+ *                          warn, sizeof(warn));
+ *     kvp_model_cache_attach(mc, seq, prompt, n);  // before the prefill
+ *     kvp_model_prefill(seq, prompt, n);       // reads, computes, offers
+ *     ...
+ *     kvp_model_cache_close(mc);               // waits for the writes
+ *
+ * KEYS bind the model's identity (BLAKE2b-256 of its weights: the whole
+ * checkpoint file, or the random weights as drawn; or model_id when given),
+ * the KV geometry and dtype, the tokens per KV block and per chunk, the
+ * prefill window, and the namespace salt: a prompt is found again only
+ * under all of them.
+ */
+#ifndef KVP_MODEL_CACHE_H
+#define KVP_MODEL_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lib/cache/cache_dir.h"
+#include "lib/cache/prefix.h"
+#include "lib/model/model.h"
+
+#define KVP_MODEL_CACHE_CHUNK 64u /* tokens per stored chunk, default */
+
+struct kvp_model_cache_opts {
+	const char *dir;	 /* the cache directory (KVP_CACHE_DIR) */
+	const char *salt;	 /* namespace (KVP_CACHE_SALT); NULL: none */
+	const char *key_file;	 /* cipher key file (KVP_CACHE_KEY_FILE) */
+	const char *key_hex;	 /* cipher key, 64 hex (KVP_CACHE_KEY) */
+	uint64_t capacity_bytes; /* 0: no limit (KVP_CACHE_CAPACITY) */
+	uint32_t chunk_tokens;	 /* 0: KVP_MODEL_CACHE_CHUNK */
+	const char *model_id;	 /* a name for the model instead of its
+				    weights' hash; NULL: the hash */
+};
+
+/*
+ * kvp_model_cache_opts_env - fill the fields still unset (NULL or 0) from
+ * KVP_CACHE_DIR, KVP_CACHE_SALT, KVP_CACHE_KEY_FILE, KVP_CACHE_KEY and
+ * KVP_CACHE_CAPACITY (a size: 64G).  Returns 0, or -EINVAL with err
+ * naming the variable (a bad capacity).
+ */
+int kvp_model_cache_opts_env(struct kvp_model_cache_opts *o, char *err,
+			     size_t errlen);
+
+struct kvp_model_cache;
+
+/*
+ * kvp_model_cache_open - open o->dir (kvp_cache_open), load the cipher key
+ * if any, and make the key context of model m with KV geometry g.
+ * Returns 0 and *out; or the cache's or key's error with err (one line,
+ * the remedy named; never the key); warn as kvp_cache_open's.
+ */
+int kvp_model_cache_open(const struct kvp_model_cache_opts *o,
+			 const struct kvp_model *m,
+			 const struct kvp_kv_geometry *g,
+			 struct kvp_model_cache **out, char *err,
+			 size_t errlen, char *warn, size_t warnlen);
+
+/*
+ * kvp_model_cache_attach - the next prefill of s, of prompt[0..n), reads
+ * its stored leading chunks and offers the ones it computes.  mc must
+ * outlive that prefill.  0, -EINVAL, -ENOMEM.
+ */
+int kvp_model_cache_attach(struct kvp_model_cache *mc,
+			   struct kvp_model_seq *s, const uint32_t *prompt,
+			   uint32_t n);
+
+/* Tokens the last attached prefill read from the cache. */
+uint64_t kvp_model_cache_hit_tokens(const struct kvp_model_cache *mc);
+
+/* Wait for the chunks being written (kvp_prefix_drain). */
+void kvp_model_cache_drain(struct kvp_model_cache *mc);
+
+void kvp_model_cache_stats(struct kvp_model_cache *mc,
+			   struct kvp_cache_stats *cache,
+			   struct kvp_prefix_stats *prefix);
+
+/* Drain and close.  NULL is a no-op. */
+void kvp_model_cache_close(struct kvp_model_cache *mc);
+
+#endif /* KVP_MODEL_CACHE_H */

@@ -1,0 +1,109 @@
+#!/bin/bash
+# t_cache.sh - kvpager run --model --cache-dir: the second run of a prompt
+# reads its stored prefix instead of computing it and generates the same
+# tokens with the same logits, bit for bit; a prompt sharing a prefix reads
+# that prefix; salts, encryption keys, a corrupt block and another format
+# version each give a miss or a clear error, never other tokens.
+# stories260K (../shared/models/stories260K.bin) when present, and
+# random:tiny (fp16 KV) always.
+set -u
+BUILD=${BUILD:-build}
+kvp="$BUILD/bin/kvpager"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+
+run() { "$kvp" run --quiet --budget 8M "$@"; }
+field() { sed -n "s/.*\"$1\":\([^,}]*\).*/\1/p"; }
+tokens() { sed 's/.*"tokens":\(\[[^]]*\]\).*/\1/'; }
+check() { # check WHAT GOT WANT
+	if [ "$2" != "$3" ]; then
+		echo "FAIL: $1: got '$2', want '$3'"
+		fail=1
+	fi
+}
+
+# one model: MODEL PROMPT-FILE WANT-HIT (tokens read on the second run)
+one() {
+	local m=$1 p=$2 want_hit=$3 d="$tmp/c.$RANDOM" a b c
+	a=$(run --model "$m" --prompt-tokens "@$p" --generate 12 --json \
+		--logits-out "$tmp/la") || { echo "FAIL: $m without a cache"; fail=1; return; }
+	b=$(run --model "$m" --prompt-tokens "@$p" --generate 12 --json \
+		--logits-out "$tmp/lb" --cache-dir "$d")
+	check "$m first run: hit" "$(field prefix_hit_tokens <<<"$b")" 0
+	c=$(run --model "$m" --prompt-tokens "@$p" --generate 12 --json \
+		--logits-out "$tmp/lc" --cache-dir "$d")
+	check "$m second run: hit" "$(field prefix_hit_tokens <<<"$c")" "$want_hit"
+	check "$m second run: written" "$(field cache_bytes_written <<<"$c")" 0
+	check "$m tokens, cache" "$(tokens <<<"$b")" "$(tokens <<<"$a")"
+	check "$m tokens, hit" "$(tokens <<<"$c")" "$(tokens <<<"$a")"
+	cmp -s "$tmp/la" "$tmp/lb" || { echo "FAIL: $m logits differ with a cache"; fail=1; }
+	cmp -s "$tmp/la" "$tmp/lc" || { echo "FAIL: $m logits differ on a hit"; fail=1; }
+	# another namespace reads nothing of it
+	c=$(run --model "$m" --prompt-tokens "@$p" --generate 12 --json \
+		--cache-dir "$d" --cache-salt tenant-b)
+	check "$m other salt: hit" "$(field prefix_hit_tokens <<<"$c")" 0
+	check "$m other salt: tokens" "$(tokens <<<"$c")" "$(tokens <<<"$a")"
+}
+
+gen_prompt() { # N SEED FILE: N token ids, BOS first
+	python3 -c "import sys
+n,s=int(sys.argv[1]),int(sys.argv[2])
+print(','.join(['1']+[str((i*s*7919+s)%511+1) for i in range(1,n)]))" "$1" "$2" >"$3"
+}
+
+model=../shared/models/stories260K.bin
+if [ -f "$model" ]; then
+	gen_prompt 448 3 "$tmp/p448"
+	one "$model" "$tmp/p448" 384
+	# a prompt sharing its first 400 tokens: 6 whole chunks of 64
+	head -c "$(python3 -c "import sys;print(len(','.join(open(sys.argv[1]).read().strip().split(',')[:400])))" "$tmp/p448")" "$tmp/p448" >"$tmp/p400"
+	printf ',5,6,7,8,9,10,11,12\n' >>"$tmp/p400"
+	d="$tmp/shared"
+	run --model "$model" --prompt-tokens "@$tmp/p448" --generate 2 --cache-dir "$d" >/dev/null
+	c=$(run --model "$model" --prompt-tokens "@$tmp/p400" --generate 2 --json --cache-dir "$d")
+	check "shared prefix: hit" "$(field prefix_hit_tokens <<<"$c")" 384
+else
+	echo "note: $model absent: stories260K's cases skipped"
+fi
+
+# random:tiny: fp16 KV, a prompt attending to itself
+gen_prompt 300 5 "$tmp/p300"
+one random:tiny "$tmp/p300" 256
+
+# encryption at rest: a key file; without it, or with another, misses
+head -c 32 /dev/urandom >"$tmp/key"
+chmod 600 "$tmp/key"
+d="$tmp/sealed"
+a=$(run --model random:tiny --prompt-tokens "@$tmp/p300" --generate 4 --json --cache-dir "$d" --cache-key-file "$tmp/key")
+b=$(run --model random:tiny --prompt-tokens "@$tmp/p300" --generate 4 --json --cache-dir "$d" --cache-key-file "$tmp/key")
+check "sealed: hit" "$(field prefix_hit_tokens <<<"$b")" 256
+c=$(run --model random:tiny --prompt-tokens "@$tmp/p300" --generate 4 --json --cache-dir "$d")
+check "sealed, no key: hit" "$(field prefix_hit_tokens <<<"$c")" 0
+check "sealed, no key: unauthenticated" "$(field cache_dropped_unauth <<<"$c")" 1
+check "sealed, no key: tokens" "$(tokens <<<"$c")" "$(tokens <<<"$a")"
+c=$(KVP_CACHE_KEY=$(printf '%064d' 7) run --model random:tiny --prompt-tokens "@$tmp/p300" --generate 4 --json --cache-dir "$d")
+check "sealed, other key: hit" "$(field prefix_hit_tokens <<<"$c")" 0
+check "sealed, other key: unauthenticated" "$(field cache_dropped_unauth <<<"$c")" 1
+chmod 644 "$tmp/key"
+c=$(run --model random:tiny --generate 2 --cache-dir "$d" --cache-key-file "$tmp/key" 2>&1)
+[ $? = 2 ] && grep -q "chmod 600" <<<"$c" || { echo "FAIL: a key file others read: $c"; fail=1; }
+
+# a corrupt block: dropped, counted, the same tokens
+d="$tmp/corrupt"
+a=$(run --model random:tiny --prompt-tokens "@$tmp/p300" --generate 4 --json --cache-dir "$d")
+f=$(ls "$d"/*.kvb | head -n 1)
+printf 'XXXX' | dd of="$f" bs=1 seek=300 conv=notrunc status=none
+c=$(KVP_CACHE_DIR="$d" run --model random:tiny --prompt-tokens "@$tmp/p300" --generate 4 --json)
+check "corrupt: torn" "$(field cache_dropped_torn <<<"$c")" 1
+check "corrupt: tokens" "$(tokens <<<"$c")" "$(tokens <<<"$a")"
+
+# another format version: refused with the remedy
+echo "kvpager-cache 9" >"$d/kvpcache"
+c=$(run --model random:tiny --generate 2 --cache-dir "$d" 2>&1)
+[ $? = 2 ] && grep -q "has format 9, this kvpager reads 1" <<<"$c" || { echo "FAIL: format 9: $c"; fail=1; }
+c=$(run --preset tiny --steps 2 --cache-dir "$tmp/x" 2>&1)
+[ $? = 2 ] && grep -q "add --model" <<<"$c" || { echo "FAIL: no model: $c"; fail=1; }
+
+[ $fail = 0 ] && echo "t_cache: ok"
+exit $fail
