@@ -43,14 +43,16 @@ Q := @
 msg = @printf '  %-6s %s\n' $(1) $(2)
 endif
 
-DEPS_PKGS := fuse3 liburing check libsodium
+DEPS_PKGS := fuse3 liburing check libsodium hiredis
+# redis-server (and redis-tools: redis-cli, redis-benchmark) for the remote
+# tier's tests and kvpbench tier, which start their own servers.
 DEBIAN_PKGS := libfuse3-dev fuse3 liburing-dev check pkg-config libsodium-dev \
-	python3-numpy python3-pytest
+	python3-numpy python3-pytest libhiredis-dev redis-server redis-tools
 # The Python binding's interpreter: Debian's, which sees Debian's numpy.
 PYTHON ?= /usr/bin/python3
 # Expanded when a recipe runs, after the deps stamp has installed them.
 PKG_CFLAGS = $(shell pkg-config --cflags $(DEPS_PKGS) 2>/dev/null)
-PKG_LIBS = $(shell pkg-config --libs fuse3 liburing libsodium 2>/dev/null)
+PKG_LIBS = $(shell pkg-config --libs fuse3 liburing libsodium hiredis 2>/dev/null)
 CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null)
 
 override CFLAGS += -std=c11 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -fPIC \
@@ -135,6 +137,8 @@ $(DEPS_STAMP):
 		pkg-config --exists $$p 2>/dev/null || missing="$$missing $$p"; \
 	done; \
 	command -v fusermount3 >/dev/null 2>&1 || missing="$$missing fusermount3"; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	command -v redis-benchmark >/dev/null 2>&1 || missing="$$missing redis-tools"; \
 	$(PYTHON) -c 'import numpy, pytest' >/dev/null 2>&1 || \
 		missing="$$missing python3-numpy/python3-pytest"; \
 	if [ -n "$$missing" ]; then \
