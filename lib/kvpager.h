@@ -4,9 +4,9 @@
  * Compile with: cc prog.c $(pkg-config --cflags --libs kvpager)
  *
  * One umbrella header: the paging engine (regions, stores, prefetch,
- * statistics), the KV layer, the tunables registry, the instance registry
- * and the debug view.  Every function returns 0 or -errno; kvp_strerror()
- * explains the codes.
+ * statistics), the KV layer, the remote tier, the tunables registry, the
+ * instance registry and the debug view.  Every function returns 0 or
+ * -errno; kvp_strerror() explains the codes.
  */
 #ifndef KVPAGER_H
 #define KVPAGER_H
@@ -17,5 +17,6 @@
 #include "lib/view/fuse_view.h"
 #include "lib/view/prom.h"
 #include "lib/kv/kvcache.h"
+#include "lib/remote/remote.h"
 
 #endif /* KVPAGER_H */

@@ -1,0 +1,464 @@
+/*
+ * link.c - connections to Redis: connect with AUTH and SELECT, back off
+ * after a failure, route by hash slot in a cluster (CLUSTER SLOTS, MOVED,
+ * ASK) and pipeline commands node by node.
+ *
+ * A node's connection is in one of three states:
+ *
+ *   closed --node_conn--> open --node_fail--> backing off
+ *   backing off --node_conn, once retry_at_ns has passed--> open | (again)
+ *
+ * node_fail doubles the wait (BACKOFF_FIRST_MS up to BACKOFF_MAX_MS);
+ * a connection made resets it.  While a node backs off, its commands fail
+ * at once with -ENOTCONN: nothing waits on a server known to be gone.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "lib/remote/remote_i.h"
+
+uint64_t remote_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static struct timeval ms_tv(unsigned ms)
+{
+	struct timeval tv = { .tv_sec = ms / 1000,
+			      .tv_usec = (long)(ms % 1000) * 1000 };
+	return tv;
+}
+
+static int node_add(struct rlink *l, const char *host, int port)
+{
+	for (int i = 0; i < l->nnodes; i++)
+		if (l->nodes[i].port == port && !strcmp(l->nodes[i].host, host))
+			return i;
+	if (l->nnodes == LINK_MAX_NODES || strlen(host) >= sizeof(l->nodes[0].host))
+		return -1;
+	struct rnode *n = &l->nodes[l->nnodes];
+
+	memset(n, 0, sizeof(*n));
+	strcpy(n->host, host);
+	n->port = port;
+	return l->nnodes++;
+}
+
+int link_init(struct rlink *l, struct kvp_remote *r, bool fetch)
+{
+	memset(l, 0, sizeof(*l));
+	l->r = r;
+	l->fetch = fetch;
+	if (r->url.cluster) {
+		l->slot_node = calloc(LINK_SLOTS, 1);
+		if (!l->slot_node)
+			return -ENOMEM;
+		l->slots_stale = true;
+	}
+	for (int i = 0; i < r->url.nseeds; i++)
+		node_add(l, r->url.host[i], r->url.port[i]);
+	pthread_mutex_init(&l->lock, NULL);
+	return 0;
+}
+
+void link_destroy(struct rlink *l)
+{
+	for (int i = 0; i < l->nnodes; i++)
+		if (l->nodes[i].ctx)
+			redisFree(l->nodes[i].ctx);
+	free(l->slot_node);
+	pthread_mutex_destroy(&l->lock);
+}
+
+/* Close @n's connection (if any) and start or lengthen its back-off. */
+static void node_fail(struct rlink *l, struct rnode *n)
+{
+	if (n->ctx)
+		redisFree(n->ctx);
+	n->ctx = NULL;
+	n->backoff_ms = n->backoff_ms ? n->backoff_ms * 2 : BACKOFF_FIRST_MS;
+	if (n->backoff_ms > BACKOFF_MAX_MS)
+		n->backoff_ms = BACKOFF_MAX_MS;
+	n->retry_at_ns = remote_now_ns() + (uint64_t)n->backoff_ms * 1000000u;
+	if (l->slot_node) /* a master gone: its slots may have moved */
+		l->slots_stale = true;
+}
+
+/* A command whose reply must be a status (AUTH, SELECT): true if it was. */
+static bool command_ok(redisContext *c, int argc, const char **argv,
+		       const size_t *lens)
+{
+	redisReply *rep = redisCommandArgv(c, argc, argv, lens);
+	bool ok = rep && rep->type == REDIS_REPLY_STATUS;
+
+	if (rep)
+		freeReplyObject(rep);
+	return ok;
+}
+
+/* @n's open connection, or NULL with -ENOTCONN (backing off, or the
+ * connection, AUTH or SELECT failed: the back-off starts). */
+static redisContext *node_conn(struct rlink *l, struct rnode *n)
+{
+	const struct kvp_remote_url *u = &l->r->url;
+	redisContext *c;
+
+	if (n->ctx)
+		return n->ctx;
+	if (remote_now_ns() < n->retry_at_ns)
+		return NULL;
+	c = redisConnectWithTimeout(n->host, n->port,
+				    ms_tv(u->connect_timeout_ms));
+	if (!c || c->err)
+		goto fail;
+	n->ctx = c;
+	if (redisSetTimeout(c, ms_tv(u->timeout_ms)) != REDIS_OK)
+		goto fail;
+	if (u->password[0]) {
+		const char *argv[3] = { "AUTH", u->user, u->password };
+		size_t lens[3] = { 4, strlen(u->user), strlen(u->password) };
+
+		if (!u->user[0]) { /* the default user: AUTH password */
+			argv[1] = u->password;
+			lens[1] = lens[2];
+		}
+		if (!command_ok(c, u->user[0] ? 3 : 2, argv, lens))
+			goto fail;
+	}
+	if (u->db) {
+		char db[16];
+		int len = snprintf(db, sizeof(db), "%d", u->db);
+		const char *argv[2] = { "SELECT", db };
+		size_t lens[2] = { 6, (size_t)len };
+
+		if (!command_ok(c, 2, argv, lens))
+			goto fail;
+	}
+	n->backoff_ms = 0;
+	RSTAT_ADD(l->r, connects_total, 1);
+	return c;
+fail:
+	if (!n->ctx && c)
+		redisFree(c);
+	RSTAT_ADD(l->r, connect_errors_total, 1);
+	node_fail(l, n);
+	return NULL;
+}
+
+void link_warm(struct rlink *l)
+{
+	pthread_mutex_lock(&l->lock);
+	for (int i = 0; i < l->nnodes; i++)
+		node_conn(l, &l->nodes[i]);
+	pthread_mutex_unlock(&l->lock);
+}
+
+/* Fill the slot map from the first node that answers CLUSTER SLOTS. */
+static int link_refresh(struct rlink *l)
+{
+	uint64_t now = remote_now_ns();
+
+	if (now < l->refresh_at_ns)
+		return -EAGAIN;
+	/* Even a success waits a little: a storm of MOVED asks once. */
+	l->refresh_at_ns = now + (uint64_t)BACKOFF_FIRST_MS * 1000000u;
+	for (int i = 0; i < l->nnodes; i++) {
+		struct rnode *n = &l->nodes[i];
+		redisContext *c = node_conn(l, n);
+		redisReply *rep;
+
+		if (!c)
+			continue;
+		rep = redisCommand(c, "CLUSTER SLOTS");
+		if (!rep) {
+			node_fail(l, n);
+			continue;
+		}
+		if (rep->type != REDIS_REPLY_ARRAY) {
+			freeReplyObject(rep);
+			continue;
+		}
+		memset(l->slot_node, 0, LINK_SLOTS);
+		for (size_t e = 0; e < rep->elements; e++) {
+			redisReply *ent = rep->element[e], *m;
+			const char *host;
+			int idx;
+
+			if (ent->type != REDIS_REPLY_ARRAY || ent->elements < 3)
+				continue;
+			m = ent->element[2];
+			if (ent->element[0]->type != REDIS_REPLY_INTEGER ||
+			    ent->element[1]->type != REDIS_REPLY_INTEGER ||
+			    m->type != REDIS_REPLY_ARRAY || m->elements < 2 ||
+			    m->element[0]->type != REDIS_REPLY_STRING ||
+			    m->element[1]->type != REDIS_REPLY_INTEGER)
+				continue;
+			long long lo = ent->element[0]->integer;
+			long long hi = ent->element[1]->integer;
+
+			if (lo < 0 || hi >= LINK_SLOTS || lo > hi)
+				continue;
+			/* An empty address means "the one you asked". */
+			host = m->element[0]->str[0] ? m->element[0]->str
+						     : n->host;
+			idx = node_add(l, host, (int)m->element[1]->integer);
+			if (idx < 0)
+				continue;
+			memset(l->slot_node + lo, idx + 1, (size_t)(hi - lo + 1));
+		}
+		freeReplyObject(rep);
+		l->slots_stale = false;
+		RSTAT_ADD(l->r, slot_refreshes_total, 1);
+		return 0;
+	}
+	return -ENOTCONN;
+}
+
+/* A node whose connection is open or may be tried now; -1 if none. */
+static int any_node(struct rlink *l)
+{
+	uint64_t now = remote_now_ns();
+
+	for (int i = 0; i < l->nnodes; i++)
+		if (l->nodes[i].ctx || now >= l->nodes[i].retry_at_ns)
+			return i;
+	return -1;
+}
+
+static void latency(struct kvp_remote *r, uint64_t ns)
+{
+	uint64_t us = ns / 1000;
+	int b = 0;
+
+	while (us > 1 && b < KVP_LATENCY_BUCKETS - 1) {
+		us >>= 1;
+		b++;
+	}
+	RSTAT_ADD(r, fetch_latency_us[b], 1);
+}
+
+static int append(redisContext *c, const struct rop *op)
+{
+	const char *argv[3] = { op->kind == ROP_GET ? "GET" : "SET", op->rkey,
+				op->val };
+	size_t lens[3] = { 3, op->rkey_len, op->val_len };
+
+	if (op->asking && redisAppendCommand(c, "ASKING") != REDIS_OK)
+		return -ENOMEM;
+	if (redisAppendCommandArgv(c, op->kind == ROP_GET ? 2 : 3, argv,
+				   lens) != REDIS_OK)
+		return -ENOMEM;
+	return 0;
+}
+
+/* Send the @n ops of @g to node @ni, LINK_PIPELINE per round trip. */
+static void node_pipeline(struct rlink *l, int ni, struct rop **g, size_t n)
+{
+	struct rnode *nd = &l->nodes[ni];
+	bool reused = nd->ctx != NULL, retried = false;
+	redisContext *c = node_conn(l, nd);
+	size_t done = 0, i;
+	int err = -ENOTCONN;
+
+again:
+	if (!c)
+		goto fail_rest;
+	for (; done < n; done += i) {
+		size_t chunk = n - done < LINK_PIPELINE ? n - done : LINK_PIPELINE;
+		uint64_t t0 = remote_now_ns();
+
+		for (i = 0; i < chunk; i++) {
+			err = append(c, g[done + i]);
+			if (err)
+				goto fail_conn;
+		}
+		for (i = 0; i < chunk; i++) {
+			struct rop *op = g[done + i];
+			void *rep = NULL;
+
+			if (op->asking) {
+				if (redisGetReply(c, &rep) != REDIS_OK)
+					goto io_error;
+				freeReplyObject(rep);
+			}
+			if (redisGetReply(c, &rep) != REDIS_OK)
+				goto io_error;
+			op->reply = rep;
+			op->status = 0;
+		}
+		if (l->fetch)
+			latency(l->r, remote_now_ns() - t0);
+	}
+	return;
+io_error:
+	/* Read or write past the socket's timeout: EAGAIN, as hiredis
+	 * leaves it; anything else lost the connection. */
+	if (c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+		err = -ETIMEDOUT;
+		RSTAT_ADD(l->r, timeouts_total, 1);
+	} else {
+		err = -EIO;
+	}
+	done += i;
+	/* A connection kept from an earlier call may have died idle (the
+	 * server restarted): one new connection, at once, before giving up.
+	 * GET and SET may be sent twice. */
+	if (err == -EIO && reused && !retried) {
+		retried = true;
+		redisFree(nd->ctx);
+		nd->ctx = NULL;
+		c = node_conn(l, nd);
+		goto again;
+	}
+fail_conn:
+	/* The pipeline's state is lost with the connection: drop it. */
+	node_fail(l, nd);
+fail_rest:
+	for (; done < n; done++)
+		if (g[done]->status == 1)
+			g[done]->status = err;
+}
+
+/* MOVED or ASK in @rep: the node it names (added if new) into @idx. */
+static bool redirect(struct rlink *l, const redisReply *rep, bool *ask,
+		     int *idx)
+{
+	const char *s = rep->str, *ep, *colon;
+	char host[256];
+	long port;
+	char *end;
+
+	if (!strncmp(s, "MOVED ", 6))
+		*ask = false;
+	else if (!strncmp(s, "ASK ", 4))
+		*ask = true;
+	else
+		return false;
+	ep = strchr(strchr(s, ' ') + 1, ' '); /* "<slot> <host:port>" */
+	if (!ep)
+		return false;
+	ep++;
+	colon = strrchr(ep, ':');
+	if (!colon || (size_t)(colon - ep) >= sizeof(host))
+		return false;
+	port = strtol(colon + 1, &end, 10);
+	if (*end || port < 1 || port > 65535)
+		return false;
+	memcpy(host, ep, (size_t)(colon - ep));
+	host[colon - ep] = '\0';
+	if (!host[0]) /* "MOVED 3999 :6381": the same host */
+		return false;
+	*idx = node_add(l, host, (int)port);
+	return *idx >= 0;
+}
+
+void link_run(struct rlink *l, struct rop *ops, size_t n)
+{
+	struct rop **group = malloc((n ? n : 1) * sizeof(*group));
+	sigset_t pipe_set, old;
+	bool pipe_pending, refreshed = false;
+	size_t i, k;
+	int round;
+
+	/* hiredis write()s: a server gone must not SIGPIPE the program. */
+	sigemptyset(&pipe_set);
+	sigaddset(&pipe_set, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+	{
+		sigset_t pend;
+
+		sigpending(&pend);
+		pipe_pending = sigismember(&pend, SIGPIPE);
+	}
+	pthread_mutex_lock(&l->lock);
+	for (i = 0; i < n; i++) {
+		ops[i].status = group ? 1 : -ENOMEM;
+		ops[i].target = -1;
+		ops[i].asking = false;
+		ops[i].reply = NULL;
+		ops[i].slot = l->slot_node ? kvp_remote_key_slot(ops[i].rkey,
+								 ops[i].rkey_len)
+					   : 0;
+	}
+	if (!group)
+		goto out;
+	if (l->slot_node && l->slots_stale)
+		refreshed = link_refresh(l) == 0;
+	for (round = 0; round < LINK_MAX_ROUNDS; round++) {
+		bool pending = false;
+
+		for (i = 0; i < n; i++) {
+			struct rop *op = &ops[i];
+
+			if (op->status != 1 || op->target >= 0)
+				continue;
+			if (!l->slot_node) {
+				op->target = 0;
+				continue;
+			}
+			op->target = l->slot_node[op->slot] - 1;
+			if (op->target < 0 && !refreshed) {
+				refreshed = link_refresh(l) == 0;
+				op->target = l->slot_node[op->slot] - 1;
+			}
+			/* Unknown slot: any node answers with MOVED. */
+			if (op->target < 0)
+				op->target = any_node(l);
+			if (op->target < 0)
+				op->status = -ENOTCONN;
+		}
+		for (int ni = 0; ni < l->nnodes; ni++) {
+			for (i = k = 0; i < n; i++)
+				if (ops[i].status == 1 && ops[i].target == ni)
+					group[k++] = &ops[i];
+			if (k)
+				node_pipeline(l, ni, group, k);
+		}
+		for (i = 0; i < n; i++) {
+			struct rop *op = &ops[i];
+			bool ask;
+			int idx;
+
+			if (op->status || op->reply->type != REDIS_REPLY_ERROR ||
+			    !l->slot_node || !redirect(l, op->reply, &ask, &idx))
+				continue;
+			freeReplyObject(op->reply);
+			op->reply = NULL;
+			op->status = 1;
+			op->target = idx;
+			op->asking = ask;
+			if (ask) {
+				RSTAT_ADD(l->r, ask_total, 1);
+			} else {
+				/* MOVED is for good: the map is out of date. */
+				l->slot_node[op->slot] = (uint8_t)(idx + 1);
+				l->slots_stale = true;
+				RSTAT_ADD(l->r, moved_total, 1);
+			}
+			pending = true;
+		}
+		if (!pending)
+			break;
+	}
+	for (i = 0; i < n; i++)
+		if (ops[i].status == 1)
+			ops[i].status = -EIO; /* redirected too many times */
+out:
+	pthread_mutex_unlock(&l->lock);
+	if (!pipe_pending) {
+		sigset_t pend;
+		struct timespec zero = { 0, 0 };
+
+		sigpending(&pend);
+		if (sigismember(&pend, SIGPIPE))
+			sigtimedwait(&pipe_set, NULL, &zero);
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	free(group);
+}

@@ -1,0 +1,225 @@
+/*
+ * remote.h - the remote tier: KV blocks shared through Redis or Redis
+ * Cluster, reached with hiredis.
+ *
+ * The remote tier sits below RAM and the local cache directory.  It stores
+ * opaque values under keys the caller gives (a block's content key) and
+ * knows nothing of their format: every value it returns has passed the
+ * caller's verify hook (the cache's block-record check), and one that
+ * fails is a miss, counted, never returned.
+ *
+ *   URL        redis://[user[:pass]@]host:port[/db][?opts]
+ *              redis+cluster://[user[:pass]@]host:port[,host:port...][?opts]
+ *   opts       timeout_ms=N (a command's limit, default 250),
+ *              connect_timeout_ms=N (default 250), password_file=PATH
+ *              (the password's first line, for "user:@host" or no
+ *              user at all; a password in the URL wins),
+ *              queue=N (publish queue entries, default 256), joined by &
+ *   env        KVP_REMOTE_URL (used by kvp_remote_open_env)
+ *
+ * Redis keys are "kvp:1:<hex ns>:<hex key>": @ns is the caller's
+ * namespace tag (the cache gives a hash of the model identity and the
+ * tenant's salt, never the salt itself), so two tenants' keys never meet.
+ * No hash tag is used: a cluster spreads keys over its slots.
+ *
+ * Fetches (kvp_remote_get_many) are pipelined, batch by batch, on the
+ * fetch link; publishes (kvp_remote_publish) go into a bounded queue that
+ * a thread of the tier drains on a link of its own; a full queue skips
+ * the publish and counts it, the caller never waits.  A link that fails
+ * (refused, reset, past its timeout) is closed and tried again after a
+ * back-off (100 ms doubling to 5 s), and until then its calls fail at
+ * once with -ENOTCONN: decode never waits on a dead server.
+ *
+ * TLS: Debian's hiredis has no TLS library (hiredis_ssl); the tier speaks
+ * plain RESP.  Reach Redis over loopback or a trusted network, or through
+ * a TLS tunnel (stunnel, ssh -L) to a local port.
+ *
+ * The password is never logged: errors name the URL without it
+ * (kvp_remote_url_redact).  Calls return 0 or -errno unless said otherwise
+ * and may be made from any thread.
+ */
+#ifndef KVP_REMOTE_H
+#define KVP_REMOTE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pager/stats.h" /* KVP_LATENCY_BUCKETS */
+
+#define KVP_REMOTE_MAX_SEEDS 8	   /* host:port seeds of a cluster URL */
+#define KVP_REMOTE_MAX_KEY 64	   /* bytes of a caller's key */
+#define KVP_REMOTE_MAX_NS 32	   /* bytes of a namespace tag */
+#define KVP_REMOTE_MAX_VALUE (512u << 20) /* Redis' own limit on a value */
+
+/* A parsed URL; kvp_remote_url_parse fills it.  Owns no memory. */
+struct kvp_remote_url {
+	bool cluster;			     /* redis+cluster:// */
+	int nseeds;			     /* host:port pairs given */
+	char host[KVP_REMOTE_MAX_SEEDS][256]; /* names or addresses */
+	int port[KVP_REMOTE_MAX_SEEDS];	     /* 1..65535 */
+	int db;				     /* SELECT n, 0..9999 (not a cluster) */
+	char user[128];			     /* ACL user, "" for none */
+	char password[256];		     /* "" for none; never logged */
+	char password_file[4096];	     /* read at open when no password */
+	unsigned timeout_ms;		     /* a command's limit */
+	unsigned connect_timeout_ms;	     /* a connection's limit */
+	unsigned queue;			     /* publish queue entries */
+};
+
+/*
+ * kvp_remote_url_parse - parse @text into @u.  Returns 0, or -EINVAL with
+ * what is wrong in @err (@errlen bytes, may be NULL; never the password):
+ * an unknown scheme (rediss:// included: no TLS), a missing or bad host or
+ * port, a bad db or one with a cluster, an unknown or bad option, an empty
+ * password without password_file, a part too long, a bad %XX escape.  @u is
+ * zeroed first; on failure it holds nothing useful.
+ */
+int kvp_remote_url_parse(struct kvp_remote_url *u, const char *text,
+			 char *err, size_t errlen);
+
+/*
+ * kvp_remote_url_redact - @text with the password (user:PASS@) replaced by
+ * "***", into @buf; what error messages and reports show.  Returns @buf.
+ */
+char *kvp_remote_url_redact(const char *text, char *buf, size_t len);
+
+/*
+ * kvp_remote_key_slot - the Redis Cluster hash slot (0..16383) of @key:
+ * CRC16 (XMODEM) of the key, or of the text between the first '{' and the
+ * next '}' when that is not empty, modulo 16384.
+ */
+unsigned kvp_remote_key_slot(const void *key, size_t len);
+
+/* CRC16-CCITT (XMODEM: poly 0x1021, init 0), as Redis Cluster uses. */
+uint16_t kvp_remote_crc16(const void *buf, size_t len);
+
+/*
+ * The tier's statistics.  X(name, kind, doc) as pager/stats.h; the latency
+ * histogram counts fetch batches (one round trip each) by the microseconds
+ * they took: bucket i holds [2^i, 2^(i+1)).
+ */
+#define KVP_REMOTE_STATS(X)                                                    \
+	X(hits_total, KVP_COUNTER, "keys fetched and verified")                \
+	X(misses_total, KVP_COUNTER, "keys the server did not have")           \
+	X(verify_failed_total, KVP_COUNTER,                                    \
+	  "values that failed verification (served as misses)")               \
+	X(oversize_total, KVP_COUNTER,                                         \
+	  "values larger than the caller's buffer (served as misses)")         \
+	X(errors_total, KVP_COUNTER,                                           \
+	  "keys not fetched: link down, timeout, error reply")                 \
+	X(timeouts_total, KVP_COUNTER, "commands past their timeout")          \
+	X(bytes_read_total, KVP_COUNTER, "bytes of verified values fetched")   \
+	X(publishes_total, KVP_COUNTER, "values stored by the publisher")      \
+	X(publishes_skipped_total, KVP_COUNTER,                                \
+	  "publishes dropped: the queue was full")                             \
+	X(publish_errors_total, KVP_COUNTER,                                   \
+	  "publishes that failed (link down, OOM, error reply)")               \
+	X(bytes_written_total, KVP_COUNTER, "bytes of values published")      \
+	X(connects_total, KVP_COUNTER, "connections made (first and again)")   \
+	X(connect_errors_total, KVP_COUNTER, "connections that failed")        \
+	X(moved_total, KVP_COUNTER, "MOVED redirections followed")             \
+	X(ask_total, KVP_COUNTER, "ASK redirections followed")                 \
+	X(slot_refreshes_total, KVP_COUNTER, "CLUSTER SLOTS maps fetched")     \
+	X(queue_entries, KVP_GAUGE, "publishes waiting in the queue")
+
+#define KVP_REMOTE_STATS_FIELD(name, kind, doc) uint64_t name;
+struct kvp_remote_stats {
+	KVP_REMOTE_STATS(KVP_REMOTE_STATS_FIELD)
+	uint64_t fetch_latency_us[KVP_LATENCY_BUCKETS]; /* per batch */
+};
+#undef KVP_REMOTE_STATS_FIELD
+
+/*
+ * The verify hook: 0 when @val (@len bytes, fetched under @key) is a good
+ * value for @key, else any negative number.  @val is the caller's buffer,
+ * the value already copied there: the hook may change it in place (open a
+ * sealed record, kvp_rec_open).  Called on the fetching thread, once per
+ * value, before the value is counted a hit.
+ */
+typedef int (*kvp_remote_verify_fn)(void *arg, const void *key, size_t keylen,
+				    void *val, size_t len);
+
+struct kvp_remote_config {
+	const char *url;	   /* see above; required */
+	const void *ns;		   /* namespace tag, 1..KVP_REMOTE_MAX_NS bytes */
+	size_t ns_len;
+	kvp_remote_verify_fn verify; /* required: no unverified value passes */
+	void *verify_arg;
+};
+
+struct kvp_remote;
+
+/*
+ * kvp_remote_open - a remote tier for @cfg into @*out.  Parses the URL,
+ * reads the password file, starts the publisher thread and tries to
+ * connect; a server that is absent is not an error (the tier counts it
+ * and tries again later, see above).  Returns 0, or -EINVAL (bad URL,
+ * namespace or no verify hook), -errno of the password file (it must not
+ * be readable by others: -EPERM), -ENOMEM; the reason is in @err (may be
+ * NULL).  On failure nothing is left behind.
+ */
+int kvp_remote_open(const struct kvp_remote_config *cfg,
+		    struct kvp_remote **out, char *err, size_t errlen);
+
+/*
+ * kvp_remote_open_env - kvp_remote_open with the URL of KVP_REMOTE_URL.
+ * Returns -ENOENT (and @*out NULL) when it is unset or empty.
+ */
+int kvp_remote_open_env(const struct kvp_remote_config *cfg,
+			struct kvp_remote **out, char *err, size_t errlen);
+
+/*
+ * kvp_remote_close - stop the publisher (publishes still queued are
+ * dropped, not counted as skipped), close the links, free @r.  NULL is
+ * fine.
+ */
+void kvp_remote_close(struct kvp_remote *r);
+
+/* One key of a batched fetch. */
+struct kvp_remote_get {
+	const void *key; /* in: the caller's key, 1..KVP_REMOTE_MAX_KEY bytes */
+	size_t key_len;
+	void *buf;	 /* in: where the value goes */
+	size_t buf_len;	 /* in: room at @buf */
+	size_t len;	 /* out: the value's length (hits) */
+	int status;	 /* out: 0 hit; -ENOENT miss; -EBADMSG failed
+			    verification; -EMSGSIZE larger than @buf_len;
+			    -ENOTCONN, -ETIMEDOUT, -EIO not fetched */
+};
+
+/*
+ * kvp_remote_get_many - fetch the @n keys of @gets, pipelined in batches
+ * (by node in a cluster, following MOVED and ASK).  Each entry's status
+ * says what became of it; only a 0 status leaves a value at its buf (a
+ * failed entry's buf may have been written).  Returns the number of hits
+ * (>= 0); -EINVAL for a bad entry, nothing fetched.  Waits at most about
+ * the timeout per batch and node; serialised with other fetches.
+ */
+int kvp_remote_get_many(struct kvp_remote *r, struct kvp_remote_get *gets,
+			size_t n);
+
+/*
+ * kvp_remote_publish - queue @val (@len bytes) to be stored under @key.
+ * Copies both; never waits on the network.  Returns 0 when queued,
+ * -EAGAIN when the queue is full (counted in publishes_skipped_total),
+ * -EINVAL for a bad key or size, -ENOMEM.
+ */
+int kvp_remote_publish(struct kvp_remote *r, const void *key, size_t keylen,
+		       const void *val, size_t len);
+
+/*
+ * kvp_remote_flush - wait until the queue is empty and the publisher idle,
+ * or @timeout_ms passed.  Returns 0, or -ETIMEDOUT.  For tests and orderly
+ * shutdown; decode never calls it.
+ */
+int kvp_remote_flush(struct kvp_remote *r, unsigned timeout_ms);
+
+/* kvp_remote_stats_read - a snapshot of @r's statistics into @st. */
+void kvp_remote_stats_read(struct kvp_remote *r, struct kvp_remote_stats *st);
+
+/* The Redis key of (@ns, @key) into @buf; its length, or -ENAMETOOLONG. */
+int kvp_remote_redis_key(const void *ns, size_t ns_len, const void *key,
+			 size_t keylen, char *buf, size_t len);
+
+#endif /* KVP_REMOTE_H */

@@ -1,0 +1,124 @@
+/*
+ * remote_i.h - inside the remote tier: links, the publish queue, the
+ * handle.
+ *
+ * Files, bottom first: url.c and slot.c (pure), link.c (connections,
+ * back-off, cluster routing, pipelines), publish.c (the queue and its
+ * thread), remote.c (the API: keys, verification, statistics).
+ *
+ * Lock rule: a link's lock is held for a whole link_run (one caller's
+ * pipelines at a time on a link); the queue lock only to push or pop.
+ * Statistics are atomic counters, taken under neither.
+ */
+#ifndef KVP_REMOTE_I_H
+#define KVP_REMOTE_I_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <hiredis/hiredis.h>
+
+#include "lib/remote/remote.h"
+
+#define LINK_MAX_NODES 64    /* nodes a cluster link knows */
+#define LINK_SLOTS 16384     /* Redis Cluster's hash slots */
+#define LINK_PIPELINE 128    /* commands per round trip */
+#define LINK_MAX_ROUNDS 5    /* redirections followed per command */
+#define BACKOFF_FIRST_MS 100 /* a failed link's first wait */
+#define BACKOFF_MAX_MS 5000  /* ... doubling up to this */
+
+/* One server a link speaks to. */
+struct rnode {
+	char host[256];		/* as the URL or CLUSTER SLOTS names it */
+	int port;		/* its port */
+	redisContext *ctx;	/* NULL while not connected */
+	uint64_t retry_at_ns;	/* no connection tried before this */
+	unsigned backoff_ms;	/* the next failure's wait; 0 after success */
+};
+
+/* A connection set with its routing: the fetch link or the publish link. */
+struct rlink {
+	struct kvp_remote *r;	/* its tier: the URL, the statistics */
+	bool fetch;		/* true: count latency (the fetch link) */
+	pthread_mutex_t lock;	/* held for a whole link_run */
+	int nnodes;		/* used entries of @nodes */
+	struct rnode nodes[LINK_MAX_NODES]; /* seeds first, then learnt */
+	uint8_t *slot_node;	/* LINK_SLOTS entries: node index + 1, 0 none */
+	bool slots_stale;	/* fetch CLUSTER SLOTS before the next run */
+	uint64_t refresh_at_ns; /* no refresh before this (back-off) */
+};
+
+enum rop_kind { ROP_GET, ROP_SET };
+
+/* One command of a link_run. */
+struct rop {
+	enum rop_kind kind;	/* GET key or SET key value */
+	const char *rkey;	/* the Redis key */
+	size_t rkey_len;
+	const void *val;	/* SET's value */
+	size_t val_len;
+	unsigned slot;		/* the key's hash slot */
+	int target;		/* node index for the next round, -1 by slot */
+	bool asking;		/* send ASKING first (an ASK redirection) */
+	int status;		/* 0 replied; -errno not; 1 still to send */
+	redisReply *reply;	/* with status 0: the reply, the caller frees */
+};
+
+struct kvp_remote {
+	struct kvp_remote_url url;	/* parsed, password included */
+	char shown_url[512];		/* the URL without its password */
+	char ns_hex[2 * KVP_REMOTE_MAX_NS + 1]; /* the namespace tag in hex */
+	kvp_remote_verify_fn verify;	/* the caller's hook */
+	void *verify_arg;
+	struct kvp_remote_stats st;	/* atomic counters */
+	struct rlink fetch;		/* kvp_remote_get_many's */
+	struct rlink pub;		/* the publisher thread's */
+
+	pthread_mutex_t qlock;		/* the queue below */
+	pthread_cond_t qcond;		/* signalled on push, pop and stop */
+	struct pub_entry *qhead, *qtail; /* FIFO of waiting publishes */
+	unsigned qlen;			/* entries in it */
+	bool busy;			/* the publisher holds popped entries */
+	bool stop;			/* close asked the thread to end */
+	pthread_t thread;		/* the publisher */
+	bool thread_started;
+};
+
+/* A queued publish: key and value in one allocation. */
+struct pub_entry {
+	struct pub_entry *next;
+	size_t rkey_len, val_len;
+	char *val;		/* after the key, in the same block */
+	char rkey[];		/* the Redis key */
+};
+
+#define RSTAT_ADD(r, name, n) \
+	__atomic_add_fetch(&(r)->st.name, (n), __ATOMIC_RELAXED)
+#define RSTAT_SUB(r, name, n) \
+	__atomic_sub_fetch(&(r)->st.name, (n), __ATOMIC_RELAXED)
+
+uint64_t remote_now_ns(void);
+
+/* link.c */
+int link_init(struct rlink *l, struct kvp_remote *r, bool fetch);
+void link_destroy(struct rlink *l);
+/* Connect the seeds now (a first try; failures only start the back-off). */
+void link_warm(struct rlink *l);
+/*
+ * link_run - send the @n ops, pipelined by node, following MOVED and ASK
+ * (a cluster), and set each op's status: 0 with its reply (a non-redirect
+ * error reply included), or -ENOTCONN (link down or backing off),
+ * -ETIMEDOUT, -EIO (connection lost, too many redirections).  Takes the
+ * link's lock.
+ */
+void link_run(struct rlink *l, struct rop *ops, size_t n);
+
+/* publish.c */
+int publish_start(struct kvp_remote *r);
+void publish_stop(struct kvp_remote *r);
+int publish_push(struct kvp_remote *r, const char *rkey, size_t rkey_len,
+		 const void *val, size_t len);
+int publish_flush(struct kvp_remote *r, unsigned timeout_ms);
+
+#endif /* KVP_REMOTE_I_H */
