@@ -1,0 +1,72 @@
+/*
+ * redis_fx.h - real redis-server instances for the tests: single servers
+ * and a Redis Cluster of masters, on free loopback ports, each in a
+ * temporary folder of its own.
+ *
+ * A server is a child of the process that started it, made to die with
+ * it (PR_SET_PDEATHSIG), and every server still running is killed and its
+ * folder removed at exit: a test that fails, or is killed by its timeout,
+ * leaves no server behind.  Use them inside a test (Check forks one
+ * process per test); they report their own failures with ck_assert.
+ */
+#ifndef KVP_TEST_REDIS_FX_H
+#define KVP_TEST_REDIS_FX_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include <hiredis/hiredis.h>
+
+struct kvp_test_redis {
+	pid_t pid;	/* the server, 0 when not running */
+	int port;	/* its loopback port (cluster bus: port + 10000) */
+	char dir[64];	/* its folder: log, nodes.conf */
+	const char *extra[16]; /* extra arguments, NULL-terminated */
+	bool stopped;	/* SIGSTOPped by kvp_test_redis_pause */
+};
+
+/* NULL when redis-server can be run, else why not (for kvp_test_skip). */
+const char *kvp_test_missing_redis(void);
+
+/*
+ * kvp_test_redis_start - start a server with @extra (NULL-terminated
+ * "--name", "value" pairs, or NULL) on a free port, in a fresh folder,
+ * and wait until it answers PING.  ck_asserts that it does.
+ */
+void kvp_test_redis_start(struct kvp_test_redis *s, const char *const *extra);
+
+/* Kill @s (SIGKILL) and wait for it; its port and folder are kept. */
+void kvp_test_redis_kill(struct kvp_test_redis *s);
+
+/* Start @s again on its port and folder, as it was started (empty: the
+ * tests' servers save nothing). */
+void kvp_test_redis_restart(struct kvp_test_redis *s);
+
+/* SIGSTOP @s (a server that hangs) or SIGCONT it. */
+void kvp_test_redis_pause(struct kvp_test_redis *s, bool stop);
+
+/* Kill @s and remove its folder. */
+void kvp_test_redis_stop(struct kvp_test_redis *s);
+
+/* A connection to @s (ck_asserted); redisFree it. */
+redisContext *kvp_test_redis_connect(const struct kvp_test_redis *s);
+
+/* Run a command (redisCommand's format) on a fresh connection to @s;
+ * its reply (ck_asserted non-NULL), freeReplyObject it. */
+redisReply *kvp_test_redis_cmd(const struct kvp_test_redis *s,
+			       const char *fmt, ...);
+
+/*
+ * kvp_test_cluster_start - @n masters (2..8) with cluster mode on, the
+ * 16384 slots split evenly in order, joined by CLUSTER MEET; returns when
+ * every node sees cluster_state:ok and all @n masters.
+ * cluster-require-full-coverage is off: when a master dies, the others go
+ * on serving their slots.
+ */
+void kvp_test_cluster_start(struct kvp_test_redis *nodes, int n);
+
+/* The URL "redis://127.0.0.1:PORT" (or redis+cluster://, all nodes). */
+void kvp_test_redis_url(char *buf, size_t len, const struct kvp_test_redis *s,
+			int n, bool cluster);
+
+#endif /* KVP_TEST_REDIS_FX_H */

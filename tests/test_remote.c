@@ -1,0 +1,576 @@
+/*
+ * test_remote.c - lib/remote against a real redis-server (one per test, on
+ * a free loopback port): fetch and publish, verification, two tenants,
+ * AUTH, and the faults: a server absent at start, killed mid-run and
+ * restarted, hung past the timeout, full; a full publish queue.  Every
+ * value that comes back is checked against what was published: 0 wrong.
+ *
+ * The values are the tests' own records (the cache brings the real ones):
+ * magic, the tenant, the key, a payload from tests/helpers' pattern and
+ * an FNV-1a of all before it, checked by the verify hook.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "lib/remote/remote.h"
+#include "tests/helpers/helpers.h"
+#include "tests/helpers/redis_fx.h"
+
+#define MAGIC 0x315453454b50564bull /* "KVPTEST1" */
+
+struct tenant {
+	uint64_t id; /* in every record of this tenant */
+};
+
+static uint64_t fnv(const void *buf, size_t len)
+{
+	const unsigned char *p = buf;
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ p[i]) * 0x100000001b3ull;
+	return h;
+}
+
+/* Record of (@t, key @k, payload @n bytes) into @buf; its length. */
+static size_t record(void *buf, uint64_t t, uint64_t k, size_t n)
+{
+	uint64_t *w = buf;
+
+	w[0] = MAGIC;
+	w[1] = t;
+	w[2] = k;
+	kvp_test_fill(w + 3, n, t * 1000003 + k, 0);
+	w[3 + n / 8] = fnv(buf, 24 + n);
+	return 24 + n + 8;
+}
+
+static int verify(void *arg, const void *key, size_t keylen, void *val,
+		  size_t len)
+{
+	const struct tenant *t = arg;
+	const uint64_t *w = val;
+	uint64_t k;
+
+	if (keylen != 8 || len < 32 || len % 8)
+		return -1;
+	memcpy(&k, key, 8);
+	if (w[0] != MAGIC || w[1] != t->id || w[2] != k)
+		return -1;
+	return w[len / 8 - 1] == fnv(val, len - 8) ? 0 : -1;
+}
+
+/* The record was the one of (@t, @k, @n): not a wrong block. */
+static void check_value(const struct kvp_remote_get *g, uint64_t t,
+			uint64_t k, size_t n)
+{
+	const uint64_t *w = g->buf;
+
+	ck_assert_uint_eq(g->len, 24 + n + 8);
+	ck_assert(w[1] == t && w[2] == k);
+	ck_assert_int_eq(kvp_test_check(w + 3, n, t * 1000003 + k, 0), -1);
+}
+
+static struct kvp_test_redis srv;
+static struct tenant tenant_a = { 0xa }, tenant_b = { 0xb };
+static const char ns_a[] = "model-x/tenant-a", ns_b[] = "model-x/tenant-b";
+
+static struct kvp_remote *open_tier(const char *url, const char *ns,
+				    struct tenant *t)
+{
+	struct kvp_remote_config cfg = { .url = url, .ns = ns,
+					 .ns_len = strlen(ns),
+					 .verify = verify, .verify_arg = t };
+	struct kvp_remote *r;
+	char err[256] = "";
+	int rc = kvp_remote_open(&cfg, &r, err, sizeof(err));
+
+	ck_assert_msg(rc == 0, "kvp_remote_open(%s): %s", url, err);
+	return r;
+}
+
+static struct kvp_remote *open_srv(const char *opts, const char *ns,
+				   struct tenant *t)
+{
+	char url[256];
+
+	snprintf(url, sizeof(url), "redis://127.0.0.1:%d%s", srv.port,
+		 opts ? opts : "");
+	return open_tier(url, ns, t);
+}
+
+static void publish(struct kvp_remote *r, uint64_t t, uint64_t k0,
+		    uint64_t n, size_t payload)
+{
+	void *buf = malloc(payload + 32);
+
+	for (uint64_t k = k0; k < k0 + n; k++) {
+		size_t len = record(buf, t, k, payload);
+
+		/* retried when full: these tests want every one queued */
+		while (kvp_remote_publish(r, &k, 8, buf, len) == -EAGAIN)
+			kvp_remote_flush(r, 1000);
+	}
+	free(buf);
+	ck_assert_int_eq(kvp_remote_flush(r, 30000), 0);
+}
+
+/*
+ * Fetch keys [@k0, @k0 + @n); every hit checked for being (@t, k).
+ * Counts of hits, misses (-ENOENT) and other statuses into @res[3].
+ */
+static void fetch(struct kvp_remote *r, uint64_t t, uint64_t k0, uint64_t n,
+		  size_t payload, unsigned res[3])
+{
+	struct kvp_remote_get *g = calloc(n, sizeof(*g));
+	uint64_t *keys = calloc(n, 8);
+	char *bufs = malloc(n * (payload + 32));
+	int hits;
+
+	res[0] = res[1] = res[2] = 0;
+	for (uint64_t i = 0; i < n; i++) {
+		keys[i] = k0 + i;
+		g[i].key = &keys[i];
+		g[i].key_len = 8;
+		g[i].buf = bufs + i * (payload + 32);
+		g[i].buf_len = payload + 32;
+		g[i].status = 12345;
+	}
+	hits = kvp_remote_get_many(r, g, n);
+	ck_assert_int_ge(hits, 0);
+	for (uint64_t i = 0; i < n; i++) {
+		ck_assert_int_ne(g[i].status, 12345);
+		if (g[i].status == 0) {
+			check_value(&g[i], t, k0 + i, payload);
+			res[0]++;
+		} else if (g[i].status == -ENOENT) {
+			res[1]++;
+		} else {
+			res[2]++;
+		}
+	}
+	ck_assert_uint_eq(res[0], (unsigned)hits);
+	free(g);
+	free(keys);
+	free(bufs);
+}
+
+static struct kvp_remote_stats stats(struct kvp_remote *r)
+{
+	struct kvp_remote_stats st;
+
+	kvp_remote_stats_read(r, &st);
+	return st;
+}
+
+static void setup(void)
+{
+	kvp_test_redis_start(&srv, NULL);
+}
+
+static void teardown(void)
+{
+	kvp_test_redis_stop(&srv);
+}
+
+START_TEST(publish_then_fetch)
+{
+	struct kvp_remote *r = open_srv(NULL, ns_a, &tenant_a);
+	struct kvp_remote_stats st;
+	unsigned res[3];
+
+	publish(r, tenant_a.id, 0, 300, 4096);
+	fetch(r, tenant_a.id, 0, 400, 4096, res);
+	ck_assert_uint_eq(res[0], 300);
+	ck_assert_uint_eq(res[1], 100);
+	ck_assert_uint_eq(res[2], 0);
+	st = stats(r);
+	ck_assert_uint_eq(st.hits_total, 300);
+	ck_assert_uint_eq(st.misses_total, 100);
+	ck_assert_uint_eq(st.publishes_total, 300);
+	ck_assert_uint_eq(st.bytes_read_total, 300 * (4096 + 32));
+	ck_assert_uint_eq(st.bytes_written_total, 300 * (4096 + 32));
+	ck_assert_uint_eq(st.errors_total, 0);
+	uint64_t batches = 0;
+
+	for (int i = 0; i < KVP_LATENCY_BUCKETS; i++)
+		batches += st.fetch_latency_us[i];
+	ck_assert_uint_ge(batches, 4); /* 400 keys, 128 a round trip */
+	kvp_remote_close(r);
+}
+END_TEST
+
+START_TEST(bad_values_are_misses)
+{
+	struct kvp_remote *r = open_srv(NULL, ns_a, &tenant_a);
+	char rkey[256], buf[4096 + 32];
+	struct kvp_remote_get g = { .buf = buf, .buf_len = 100 };
+	uint64_t k = 7;
+	redisReply *rep;
+	size_t len;
+
+	publish(r, tenant_a.id, 7, 1, 4096);
+	/* too large for the caller's buffer */
+	g.key = &k;
+	g.key_len = 8;
+	ck_assert_int_eq(kvp_remote_get_many(r, &g, 1), 0);
+	ck_assert_int_eq(g.status, -EMSGSIZE);
+	/* one flipped byte, as another writer or a bad disk would leave */
+	len = record(buf, tenant_a.id, 7, 4096);
+	buf[100] ^= 1;
+	kvp_remote_redis_key(ns_a, strlen(ns_a), &k, 8, rkey, sizeof(rkey));
+	rep = kvp_test_redis_cmd(&srv, "SET %s %b", rkey, buf, len);
+	freeReplyObject(rep);
+	g.buf_len = sizeof(buf);
+	ck_assert_int_eq(kvp_remote_get_many(r, &g, 1), 0);
+	ck_assert_int_eq(g.status, -EBADMSG);
+	/* truncated */
+	rep = kvp_test_redis_cmd(&srv, "SET %s %b", rkey, buf, (size_t)40);
+	freeReplyObject(rep);
+	ck_assert_int_eq(kvp_remote_get_many(r, &g, 1), 0);
+	ck_assert_int_eq(g.status, -EBADMSG);
+	/* not a string at all */
+	rep = kvp_test_redis_cmd(&srv, "DEL %s", rkey);
+	freeReplyObject(rep);
+	rep = kvp_test_redis_cmd(&srv, "LPUSH %s x", rkey);
+	freeReplyObject(rep);
+	ck_assert_int_eq(kvp_remote_get_many(r, &g, 1), 0);
+	ck_assert_int_eq(g.status, -EIO);
+	ck_assert_uint_eq(stats(r).verify_failed_total, 2);
+	ck_assert_uint_eq(stats(r).oversize_total, 1);
+	ck_assert_uint_eq(stats(r).errors_total, 1);
+	ck_assert_uint_eq(stats(r).hits_total, 0);
+	kvp_remote_close(r);
+}
+END_TEST
+
+START_TEST(two_tenants)
+{
+	struct kvp_remote *a = open_srv(NULL, ns_a, &tenant_a);
+	struct kvp_remote *b = open_srv(NULL, ns_b, &tenant_b);
+	char rkey[256], buf[1024 + 32];
+	unsigned res[3];
+	uint64_t k = 3;
+	redisReply *rep;
+	size_t len;
+
+	publish(a, tenant_a.id, 0, 50, 1024);
+	/* b asks for the same keys: its namespace has none of them */
+	fetch(b, tenant_b.id, 0, 50, 1024, res);
+	ck_assert_uint_eq(res[0], 0);
+	ck_assert_uint_eq(res[1], 50);
+	/* a poisons b's key 3 with a's record: b's hook refuses it */
+	len = record(buf, tenant_a.id, 3, 1024);
+	kvp_remote_redis_key(ns_b, strlen(ns_b), &k, 8, rkey, sizeof(rkey));
+	rep = kvp_test_redis_cmd(&srv, "SET %s %b", rkey, buf, len);
+	freeReplyObject(rep);
+	fetch(b, tenant_b.id, 0, 50, 1024, res);
+	ck_assert_uint_eq(res[0], 0);
+	ck_assert_uint_eq(res[2], 1);
+	ck_assert_uint_eq(stats(b).verify_failed_total, 1);
+	/* a still reads its own */
+	fetch(a, tenant_a.id, 0, 50, 1024, res);
+	ck_assert_uint_eq(res[0], 50);
+	kvp_remote_close(a);
+	kvp_remote_close(b);
+}
+END_TEST
+
+START_TEST(absent_at_start)
+{
+	struct kvp_remote *r;
+	unsigned res[3];
+	char url[128];
+	int port = srv.port;
+
+	kvp_test_redis_kill(&srv);
+	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
+	r = open_tier(url, ns_a, &tenant_a);
+	ck_assert_uint_ge(stats(r).connect_errors_total, 1);
+	fetch(r, tenant_a.id, 0, 20, 512, res);
+	ck_assert_uint_eq(res[2], 20);
+	ck_assert_uint_eq(stats(r).errors_total, 20);
+	/* publishing goes nowhere, counted, and never blocks */
+	publish(r, tenant_a.id, 0, 10, 512);
+	ck_assert_uint_eq(stats(r).publish_errors_total, 10);
+	ck_assert_uint_eq(stats(r).publishes_total, 0);
+	kvp_remote_close(r);
+}
+END_TEST
+
+/* Fetch until a call is served (no errors), at most @secs seconds. */
+static void until_served(struct kvp_remote *r, uint64_t t, unsigned secs,
+			 unsigned res[3])
+{
+	uint64_t until = kvp_test_now_ns() + secs * 1000000000ull;
+
+	do {
+		usleep(50000);
+		fetch(r, t, 0, 20, 512, res);
+	} while (res[2] && kvp_test_now_ns() < until);
+	ck_assert_msg(res[2] == 0, "still not served after %u s", secs);
+}
+
+START_TEST(killed_and_restarted)
+{
+	struct kvp_remote *r = open_srv(NULL, ns_a, &tenant_a);
+	unsigned res[3];
+	uint64_t connects;
+
+	publish(r, tenant_a.id, 0, 20, 512);
+	fetch(r, tenant_a.id, 0, 20, 512, res);
+	ck_assert_uint_eq(res[0], 20);
+	kvp_test_redis_kill(&srv);
+	fetch(r, tenant_a.id, 0, 20, 512, res);
+	ck_assert_uint_eq(res[2], 20);
+	/* backing off: the next call fails at once, counted again */
+	fetch(r, tenant_a.id, 0, 20, 512, res);
+	ck_assert_uint_eq(res[2], 20);
+	ck_assert_uint_eq(stats(r).errors_total, 40);
+	connects = stats(r).connects_total;
+	kvp_test_redis_restart(&srv); /* empty: it saved nothing */
+	until_served(r, tenant_a.id, 20, res);
+	ck_assert_uint_eq(res[1], 20);
+	ck_assert_uint_gt(stats(r).connects_total, connects);
+	/* and publishing works again */
+	publish(r, tenant_a.id, 0, 20, 512);
+	fetch(r, tenant_a.id, 0, 20, 512, res);
+	ck_assert_uint_eq(res[0], 20);
+	kvp_remote_close(r);
+}
+END_TEST
+
+START_TEST(hung_server_times_out)
+{
+	struct kvp_remote *r = open_srv("?timeout_ms=100", ns_a, &tenant_a);
+	unsigned res[3];
+	uint64_t t0;
+
+	publish(r, tenant_a.id, 0, 20, 512);
+	kvp_test_redis_pause(&srv, true);
+	t0 = kvp_test_now_ns();
+	fetch(r, tenant_a.id, 0, 20, 512, res);
+	/* a lower bound only: the timeout was waited, not skipped */
+	ck_assert_uint_ge(kvp_test_now_ns() - t0, 90000000u);
+	ck_assert_uint_eq(res[2], 20);
+	ck_assert_uint_ge(stats(r).timeouts_total, 1);
+	kvp_test_redis_pause(&srv, false);
+	until_served(r, tenant_a.id, 20, res);
+	ck_assert_uint_eq(res[0], 20);
+	kvp_remote_close(r);
+}
+END_TEST
+
+START_TEST(full_queue_skips)
+{
+	struct kvp_remote *r = open_srv("?timeout_ms=2000&queue=4", ns_a,
+					&tenant_a);
+	char buf[512 + 32];
+	size_t len = record(buf, tenant_a.id, 0, 512);
+	unsigned queued = 0, skipped = 0;
+
+	/* The publisher hangs on a stopped server: the queue fills. */
+	kvp_test_redis_pause(&srv, true);
+	for (uint64_t k = 0; k < 100; k++) {
+		int rc = kvp_remote_publish(r, &k, 8, buf, len);
+
+		ck_assert(rc == 0 || rc == -EAGAIN);
+		rc ? skipped++ : queued++;
+	}
+	ck_assert_uint_le(queued, 4 + 128); /* the queue and one batch */
+	ck_assert_uint_ge(skipped, 100 - 4 - 128 > 0 ? 100 - 4 - 128 : 1);
+	ck_assert_uint_eq(stats(r).publishes_skipped_total, skipped);
+	kvp_test_redis_pause(&srv, false);
+	kvp_remote_close(r);
+}
+END_TEST
+
+START_TEST(full_server)
+{
+	static const char *const noevict[] = { "--maxmemory", "2mb",
+		"--maxmemory-policy", "noeviction", NULL };
+	static const char *const lru[] = { "--maxmemory", "2mb",
+		"--maxmemory-policy", "allkeys-lru", NULL };
+	struct kvp_remote *r;
+	struct kvp_remote_stats st;
+	unsigned res[3];
+
+	/* noeviction: SETs answer OOM, counted as publish errors */
+	kvp_test_redis_stop(&srv);
+	kvp_test_redis_start(&srv, noevict);
+	r = open_srv(NULL, ns_a, &tenant_a);
+	publish(r, tenant_a.id, 0, 200, 32768);
+	st = stats(r);
+	ck_assert_uint_gt(st.publish_errors_total, 0);
+	ck_assert_uint_eq(st.publishes_total + st.publish_errors_total, 200);
+	fetch(r, tenant_a.id, 0, 200, 32768, res);
+	ck_assert_uint_eq(res[0], st.publishes_total);
+	ck_assert_uint_eq(res[2], 0);
+	kvp_remote_close(r);
+
+	/* allkeys-lru: every SET takes, older blocks go: misses, 0 wrong */
+	kvp_test_redis_stop(&srv);
+	kvp_test_redis_start(&srv, lru);
+	r = open_srv(NULL, ns_a, &tenant_a);
+	publish(r, tenant_a.id, 0, 200, 32768);
+	ck_assert_uint_eq(stats(r).publishes_total, 200);
+	fetch(r, tenant_a.id, 0, 200, 32768, res);
+	ck_assert_uint_gt(res[0], 0);
+	ck_assert_uint_gt(res[1], 0);
+	ck_assert_uint_eq(res[2], 0);
+	kvp_remote_close(r);
+}
+END_TEST
+
+static void write_file(const char *path, const char *text, mode_t mode)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	fchmod(fd, mode);
+	close(fd);
+}
+
+START_TEST(auth_and_db)
+{
+	static const char *const pw[] = { "--requirepass", "s3cret", NULL };
+	struct kvp_remote_config cfg = { .ns = ns_a, .ns_len = strlen(ns_a),
+					 .verify = verify,
+					 .verify_arg = &tenant_a };
+	struct kvp_remote *r;
+	char url[512], path[128], err[256];
+	unsigned res[3];
+	redisReply *rep;
+
+	kvp_test_redis_stop(&srv);
+	kvp_test_redis_start(&srv, pw);
+	rep = kvp_test_redis_cmd(&srv, "AUTH s3cret");
+	freeReplyObject(rep);
+	/* no password: every fetch fails, counted */
+	r = open_srv(NULL, ns_a, &tenant_a);
+	fetch(r, tenant_a.id, 0, 5, 64, res);
+	ck_assert_uint_eq(res[2], 5);
+	ck_assert_uint_eq(stats(r).errors_total, 5); /* NOAUTH replies */
+	kvp_remote_close(r);
+	/* in the URL, database 2 */
+	snprintf(url, sizeof(url), "redis://s3cret@127.0.0.1:%d/2", srv.port);
+	r = open_tier(url, ns_a, &tenant_a);
+	publish(r, tenant_a.id, 0, 5, 64);
+	fetch(r, tenant_a.id, 0, 5, 64, res);
+	ck_assert_uint_eq(res[0], 5);
+	kvp_remote_close(r);
+	{
+		redisContext *c = kvp_test_redis_connect(&srv);
+
+		rep = redisCommand(c, "AUTH s3cret");
+		freeReplyObject(rep);
+		rep = redisCommand(c, "SELECT 2");
+		freeReplyObject(rep);
+		rep = redisCommand(c, "DBSIZE");
+		ck_assert_int_eq(rep->integer, 5);
+		freeReplyObject(rep);
+		/* an ACL user, for the file below */
+		rep = redisCommand(c, "ACL SETUSER alice on >pa55 ~kvp:* +@all");
+		ck_assert_int_eq(rep->type, REDIS_REPLY_STATUS);
+		freeReplyObject(rep);
+		redisFree(c);
+	}
+	/* from a file, with the ACL user; a file others may read is refused */
+	snprintf(path, sizeof(path), "%s/pw", srv.dir);
+	write_file(path, "pa55\n", 0644);
+	snprintf(url, sizeof(url),
+		 "redis://127.0.0.1:%d?password_file=%s", srv.port, path);
+	cfg.url = url;
+	ck_assert_int_eq(kvp_remote_open(&cfg, &r, err, sizeof(err)), -EPERM);
+	ck_assert_ptr_nonnull(strstr(err, "chmod 600"));
+	ck_assert_ptr_null(r);
+	write_file(path, "s3cret\n", 0600);
+	r = open_tier(url, ns_a, &tenant_a);
+	fetch(r, tenant_a.id, 0, 5, 64, res);
+	ck_assert_uint_eq(res[1], 5); /* db 0: misses, not errors */
+	kvp_remote_close(r);
+	/* the ACL user, its password from the file */
+	write_file(path, "pa55\n", 0600);
+	snprintf(url, sizeof(url),
+		 "redis://alice:@127.0.0.1:%d/2?password_file=%s", srv.port,
+		 path);
+	r = open_tier(url, ns_a, &tenant_a);
+	fetch(r, tenant_a.id, 0, 5, 64, res);
+	ck_assert_uint_eq(res[0], 5);
+	kvp_remote_close(r);
+	/* the ACL user, database 2, from KVP_REMOTE_URL */
+	snprintf(url, sizeof(url),
+		 "redis://alice:pa55@127.0.0.1:%d/2", srv.port);
+	setenv("KVP_REMOTE_URL", url, 1);
+	cfg.url = NULL;
+	ck_assert_int_eq(kvp_remote_open_env(&cfg, &r, err, sizeof(err)), 0);
+	fetch(r, tenant_a.id, 0, 5, 64, res);
+	ck_assert_uint_eq(res[0], 5);
+	kvp_remote_close(r);
+	unsetenv("KVP_REMOTE_URL");
+	ck_assert_int_eq(kvp_remote_open_env(&cfg, &r, err, sizeof(err)),
+			 -ENOENT);
+}
+END_TEST
+
+START_TEST(bad_config)
+{
+	struct kvp_remote_config cfg = { .url = "redis://127.0.0.1:1",
+					 .ns = ns_a, .ns_len = strlen(ns_a),
+					 .verify = verify };
+	struct kvp_remote *r = (void *)1;
+	struct kvp_remote_get g = { 0 };
+	char err[256];
+
+	cfg.verify = NULL;
+	ck_assert_int_eq(kvp_remote_open(&cfg, &r, err, sizeof(err)), -EINVAL);
+	ck_assert_ptr_null(r);
+	cfg.verify = verify;
+	cfg.ns_len = 0;
+	ck_assert_int_eq(kvp_remote_open(&cfg, &r, err, sizeof(err)), -EINVAL);
+	cfg.ns_len = KVP_REMOTE_MAX_NS + 1;
+	ck_assert_int_eq(kvp_remote_open(&cfg, &r, err, sizeof(err)), -EINVAL);
+	cfg.ns_len = 3;
+	cfg.url = "redis://127.0.0.1:1?password_file=/nonexistent/pw";
+	ck_assert_int_eq(kvp_remote_open(&cfg, &r, err, sizeof(err)), -ENOENT);
+	cfg.url = "redis://127.0.0.1:1";
+	ck_assert_int_eq(kvp_remote_open(&cfg, &r, err, sizeof(err)), 0);
+	ck_assert_int_eq(kvp_remote_get_many(r, &g, 1), -EINVAL);
+	ck_assert_int_eq(kvp_remote_publish(r, "k", 0, "v", 1), -EINVAL);
+	ck_assert_int_eq(kvp_remote_get_many(r, &g, 0), 0);
+	kvp_remote_close(r);
+	kvp_remote_close(NULL);
+}
+END_TEST
+
+int main(void)
+{
+	const char *why = kvp_test_missing_redis();
+	Suite *s;
+	TCase *tc;
+
+	if (why)
+		return kvp_test_skip("%s", why);
+	s = suite_create("remote");
+	tc = kvp_test_tcase(s, "server", 120);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, publish_then_fetch);
+	tcase_add_test(tc, bad_values_are_misses);
+	tcase_add_test(tc, two_tenants);
+	tcase_add_test(tc, absent_at_start);
+	tcase_add_test(tc, killed_and_restarted);
+	tcase_add_test(tc, hung_server_times_out);
+	tcase_add_test(tc, full_queue_skips);
+	tcase_add_test(tc, full_server);
+	tcase_add_test(tc, auth_and_db);
+	tc = kvp_test_tcase(s, "config", 30);
+	tcase_add_test(tc, bad_config);
+	return kvp_test_run(s);
+}

@@ -1,0 +1,322 @@
+/*
+ * test_remote_cluster.c - lib/remote's cluster routing against a real
+ * 3-master Redis Cluster on loopback ports: the slot function against the
+ * server's CLUSTER KEYSLOT, keys spread over the masters, MOVED after a
+ * slot changes hands, ASK while it migrates, and a master killed mid-run
+ * (its keys fail, counted; the others' are served; 0 wrong values).
+ */
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "lib/remote/remote.h"
+#include "tests/helpers/helpers.h"
+#include "tests/helpers/redis_fx.h"
+
+#define NODES 3
+#define VAL 256
+
+static struct kvp_test_redis nodes[NODES];
+static const char ns[] = "model-y/tenant";
+
+/* The value of key k: k's pattern, with k in its first word. */
+static void value(uint64_t k, uint64_t *buf)
+{
+	kvp_test_fill(buf, VAL, k, 0);
+	buf[0] = k;
+}
+
+static int verify(void *arg, const void *key, size_t keylen, void *val,
+		  size_t len)
+{
+	uint64_t k, want[VAL / 8];
+
+	if (keylen != 8 || len != VAL)
+		return -1;
+	memcpy(&k, key, 8);
+	value(k, want);
+	return memcmp(val, want, VAL) ? -1 : 0;
+}
+
+static struct kvp_remote *open_cluster(int seeds)
+{
+	struct kvp_remote_config cfg = { .ns = ns, .ns_len = strlen(ns),
+					 .verify = verify };
+	struct kvp_remote *r;
+	char url[512], err[256] = "";
+
+	kvp_test_redis_url(url, sizeof(url), nodes, seeds, true);
+	cfg.url = url;
+	ck_assert_msg(kvp_remote_open(&cfg, &r, err, sizeof(err)) == 0,
+		      "%s: %s", url, err);
+	return r;
+}
+
+static void publish(struct kvp_remote *r, uint64_t n)
+{
+	uint64_t buf[VAL / 8];
+
+	for (uint64_t k = 0; k < n; k++) {
+		value(k, buf);
+		while (kvp_remote_publish(r, &k, 8, buf, VAL) == -EAGAIN)
+			kvp_remote_flush(r, 1000);
+	}
+	ck_assert_int_eq(kvp_remote_flush(r, 30000), 0);
+}
+
+/* Fetch keys 0..n-1: hits (each checked), misses, errors into res. */
+static void fetch(struct kvp_remote *r, uint64_t n, unsigned res[3])
+{
+	struct kvp_remote_get *g = calloc(n, sizeof(*g));
+	uint64_t *keys = calloc(n, 8);
+	uint64_t *bufs = malloc(n * VAL);
+	int hits;
+
+	res[0] = res[1] = res[2] = 0;
+	for (uint64_t i = 0; i < n; i++) {
+		keys[i] = i;
+		g[i].key = &keys[i];
+		g[i].key_len = 8;
+		g[i].buf = bufs + i * (VAL / 8);
+		g[i].buf_len = VAL;
+	}
+	hits = kvp_remote_get_many(r, g, n);
+	for (uint64_t i = 0; i < n; i++) {
+		if (g[i].status == 0) {
+			uint64_t want[VAL / 8];
+
+			value(i, want);
+			ck_assert(g[i].len == VAL &&
+				  !memcmp(g[i].buf, want, VAL));
+			res[0]++;
+		} else {
+			res[g[i].status == -ENOENT ? 1 : 2]++;
+		}
+	}
+	ck_assert_int_eq(hits, (int)res[0]);
+	free(g);
+	free(keys);
+	free(bufs);
+}
+
+static struct kvp_remote_stats stats(struct kvp_remote *r)
+{
+	struct kvp_remote_stats st;
+
+	kvp_remote_stats_read(r, &st);
+	return st;
+}
+
+/* Keys of each node, by asking it (DBSIZE). */
+static long long dbsize(int i)
+{
+	redisReply *rep = kvp_test_redis_cmd(&nodes[i], "DBSIZE");
+	long long n = rep->integer;
+
+	freeReplyObject(rep);
+	return n;
+}
+
+/* The node (0..NODES-1) that serves @slot, by the split of the fixture. */
+static int owner(unsigned slot)
+{
+	int i = 0;
+
+	while (i + 1 < NODES && slot >= 16384u * (unsigned)(i + 1) / NODES)
+		i++;
+	return i;
+}
+
+static void setup(void)
+{
+	kvp_test_cluster_start(nodes, NODES);
+}
+
+static void teardown(void)
+{
+	for (int i = 0; i < NODES; i++)
+		kvp_test_redis_stop(&nodes[i]);
+}
+
+START_TEST(slots_match_the_server)
+{
+	char key[64];
+
+	for (int i = 0; i < 300; i++) {
+		redisReply *rep;
+		int len = snprintf(key, sizeof(key), "k%d%s", i * 7919,
+				   i % 3 ? "" : "{tag}x");
+
+		rep = kvp_test_redis_cmd(&nodes[0], "CLUSTER KEYSLOT %b", key,
+					 (size_t)len);
+		ck_assert_int_eq(rep->type, REDIS_REPLY_INTEGER);
+		ck_assert_int_eq(kvp_remote_key_slot(key, (size_t)len),
+				 rep->integer);
+		freeReplyObject(rep);
+	}
+}
+END_TEST
+
+START_TEST(spread_over_masters)
+{
+	struct kvp_remote *r = open_cluster(1); /* one seed finds the rest */
+	unsigned res[3];
+
+	publish(r, 600);
+	fetch(r, 700, res);
+	ck_assert_uint_eq(res[0], 600);
+	ck_assert_uint_eq(res[1], 100);
+	ck_assert_uint_eq(res[2], 0);
+	for (int i = 0; i < NODES; i++)
+		ck_assert_int_gt(dbsize(i), 100);
+	ck_assert_int_eq(dbsize(0) + dbsize(1) + dbsize(2), 600);
+	ck_assert_uint_ge(stats(r).slot_refreshes_total, 1);
+	ck_assert_uint_eq(stats(r).moved_total, 0);
+	kvp_remote_close(r);
+}
+END_TEST
+
+/* Key @k's Redis key and slot. */
+static unsigned rkey_of(uint64_t k, char *buf, size_t len)
+{
+	int n = kvp_remote_redis_key(ns, strlen(ns), &k, 8, buf, len);
+
+	return kvp_remote_key_slot(buf, (size_t)n);
+}
+
+static const char *node_id(int i)
+{
+	static char id[NODES][64];
+	redisReply *rep = kvp_test_redis_cmd(&nodes[i], "CLUSTER MYID");
+
+	snprintf(id[i], sizeof(id[i]), "%s", rep->str);
+	freeReplyObject(rep);
+	return id[i];
+}
+
+static void cmd_ok(int i, const char *fmt, const char *a, unsigned slot,
+		   const char *b)
+{
+	redisReply *rep = kvp_test_redis_cmd(&nodes[i], fmt, slot, a, b);
+
+	ck_assert_msg(rep->type == REDIS_REPLY_STATUS, "%s: %s", fmt,
+		      rep->str ? rep->str : "?");
+	freeReplyObject(rep);
+}
+
+/* Move key @k's slot from its owner to @to: MIGRATING/IMPORTING, then
+ * MIGRATE of @move keys (the one key, or none), and, if @finish, SETSLOT
+ * NODE on every master. */
+static void migrate(uint64_t k, int to, bool move, bool finish)
+{
+	char rkey[256];
+	unsigned slot = rkey_of(k, rkey, sizeof(rkey));
+	int from = owner(slot);
+	redisReply *rep;
+
+	ck_assert_int_ne(from, to);
+	cmd_ok(to, "CLUSTER SETSLOT %u IMPORTING %s", node_id(from), slot, "");
+	cmd_ok(from, "CLUSTER SETSLOT %u MIGRATING %s", node_id(to), slot, "");
+	if (move) {
+		rep = kvp_test_redis_cmd(&nodes[from],
+					 "MIGRATE 127.0.0.1 %d %s 0 5000",
+					 nodes[to].port, rkey);
+		ck_assert_msg(rep->type == REDIS_REPLY_STATUS, "MIGRATE: %s",
+			      rep->str);
+		freeReplyObject(rep);
+	}
+	if (finish)
+		for (int i = 0; i < NODES; i++)
+			cmd_ok(i, "CLUSTER SETSLOT %u NODE %s", node_id(to),
+			       slot, "");
+}
+
+START_TEST(moved_is_followed)
+{
+	struct kvp_remote *r = open_cluster(NODES);
+	char rkey[256];
+	unsigned res[3], slot;
+	uint64_t k = 5;
+
+	publish(r, 50);
+	fetch(r, 50, res); /* the map is learnt */
+	ck_assert_uint_eq(res[0], 50);
+	slot = rkey_of(k, rkey, sizeof(rkey));
+	migrate(k, (owner(slot) + 1) % NODES, true, true);
+	/* the old owner answers MOVED; the new one has the value */
+	fetch(r, 50, res);
+	ck_assert_uint_eq(res[0], 50);
+	ck_assert_uint_ge(stats(r).moved_total, 1);
+	kvp_remote_close(r);
+}
+END_TEST
+
+START_TEST(ask_is_followed)
+{
+	struct kvp_remote *r = open_cluster(NODES);
+	char rkey[256];
+	unsigned res[3], slot;
+	uint64_t k = 9;
+
+	publish(r, 50);
+	fetch(r, 50, res);
+	ck_assert_uint_eq(res[0], 50);
+	slot = rkey_of(k, rkey, sizeof(rkey));
+	/* mid-migration: the key has moved, the slot not yet */
+	migrate(k, (owner(slot) + 2) % NODES, true, false);
+	fetch(r, 50, res);
+	ck_assert_uint_eq(res[0], 50);
+	ck_assert_uint_ge(stats(r).ask_total, 1);
+	ck_assert_uint_eq(stats(r).moved_total, 0);
+	kvp_remote_close(r);
+}
+END_TEST
+
+START_TEST(master_killed_mid_run)
+{
+	struct kvp_remote *r = open_cluster(NODES);
+	unsigned res[3], on_dead = 0;
+	char rkey[256];
+
+	publish(r, 300);
+	fetch(r, 300, res);
+	ck_assert_uint_eq(res[0], 300);
+	for (uint64_t k = 0; k < 300; k++)
+		on_dead += owner(rkey_of(k, rkey, sizeof(rkey))) == 2;
+	ck_assert_uint_gt(on_dead, 0);
+	kvp_test_redis_kill(&nodes[2]);
+	/* twice: the second while the dead node backs off */
+	for (int pass = 0; pass < 2; pass++) {
+		fetch(r, 300, res);
+		ck_assert_uint_eq(res[0], 300 - on_dead);
+		ck_assert_uint_eq(res[2], on_dead);
+	}
+	ck_assert_uint_eq(stats(r).errors_total, 2 * on_dead);
+	/* publishing to the live masters goes on */
+	publish(r, 300);
+	ck_assert_uint_ge(stats(r).publish_errors_total, on_dead);
+	kvp_remote_close(r);
+}
+END_TEST
+
+int main(void)
+{
+	const char *why = kvp_test_missing_redis();
+	Suite *s;
+	TCase *tc;
+
+	if (why)
+		return kvp_test_skip("%s", why);
+	s = suite_create("remote_cluster");
+	tc = kvp_test_tcase(s, "cluster", 120);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, slots_match_the_server);
+	tcase_add_test(tc, spread_over_masters);
+	tcase_add_test(tc, moved_is_followed);
+	tcase_add_test(tc, ask_is_followed);
+	tcase_add_test(tc, master_killed_mid_run);
+	return kvp_test_run(s);
+}
