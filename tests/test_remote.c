@@ -12,6 +12,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -428,6 +429,118 @@ START_TEST(full_server)
 }
 END_TEST
 
+/* Asynchronous fetches: what their completions saw. */
+struct done_log {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int calls;	 /* completions so far */
+	int hits;	 /* summed */
+	int cancelled;	 /* entries completed with -ECANCELED */
+	int bad;	 /* hits whose value was not the block's */
+};
+
+static void on_done(void *arg, struct kvp_remote_get *gets, size_t n,
+		    int hits)
+{
+	struct done_log *d = arg;
+
+	pthread_mutex_lock(&d->lock);
+	d->calls++;
+	d->hits += hits;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t k;
+
+		memcpy(&k, gets[i].key, 8);
+		d->cancelled += gets[i].status == -ECANCELED;
+		if (!gets[i].status) {
+			const uint64_t *w = gets[i].buf;
+
+			d->bad += w[2] != k ||
+				  kvp_test_check(w + 3, 512,
+						 tenant_a.id * 1000003 + k,
+						 0) != -1;
+		}
+	}
+	pthread_cond_broadcast(&d->cond);
+	pthread_mutex_unlock(&d->lock);
+}
+
+#define JOBS 4
+#define PER_JOB 16
+
+START_TEST(async_fetch)
+{
+	struct kvp_remote *r = open_srv("?timeout_ms=500", ns_a, &tenant_a);
+	static struct kvp_remote_get g[JOBS][PER_JOB];
+	static uint64_t keys[JOBS][PER_JOB];
+	static char bufs[JOBS][PER_JOB][512 + 32];
+	struct done_log d = { PTHREAD_MUTEX_INITIALIZER,
+			      PTHREAD_COND_INITIALIZER, 0, 0, 0, 0 };
+
+	publish(r, tenant_a.id, 0, JOBS * PER_JOB, 512);
+	for (int j = 0; j < JOBS; j++) {
+		for (int i = 0; i < PER_JOB; i++) {
+			keys[j][i] = (uint64_t)(j * PER_JOB + i);
+			g[j][i] = (struct kvp_remote_get){
+				.key = &keys[j][i], .key_len = 8,
+				.buf = bufs[j][i], .buf_len = 512 + 32 };
+		}
+		ck_assert_int_eq(kvp_remote_fetch_submit(r, g[j], PER_JOB,
+							 on_done, &d), 0);
+	}
+	pthread_mutex_lock(&d.lock);
+	while (d.calls < JOBS)
+		pthread_cond_wait(&d.cond, &d.lock);
+	pthread_mutex_unlock(&d.lock);
+	ck_assert_int_eq(d.hits, JOBS * PER_JOB);
+	ck_assert_int_eq(d.bad, 0);
+	ck_assert_int_eq(kvp_remote_fetch_submit(r, g[0], PER_JOB, NULL, &d),
+			 -EINVAL);
+
+	/* a hung server: the running fetch times out, the waiting ones
+	 * are cancelled by close, each completed once */
+	d.calls = d.hits = 0;
+	kvp_test_redis_pause(&srv, true);
+	for (int j = 0; j < JOBS; j++)
+		ck_assert_int_eq(kvp_remote_fetch_submit(r, g[j], PER_JOB,
+							 on_done, &d), 0);
+	kvp_remote_close(r);
+	ck_assert_int_eq(d.calls, JOBS);
+	ck_assert_int_eq(d.hits, 0);
+	ck_assert_int_ge(d.cancelled, PER_JOB);
+	kvp_test_redis_pause(&srv, false);
+}
+END_TEST
+
+START_TEST(async_fetch_bounded)
+{
+	struct kvp_remote *r = open_srv("?timeout_ms=2000", ns_a, &tenant_a);
+	static struct kvp_remote_get g[1];
+	struct done_log d = { PTHREAD_MUTEX_INITIALIZER,
+			      PTHREAD_COND_INITIALIZER, 0, 0, 0, 0 };
+	uint64_t k = 1;
+	char buf[64];
+	int queued = 0, refused = 0;
+
+	g[0] = (struct kvp_remote_get){ .key = &k, .key_len = 8, .buf = buf,
+					.buf_len = sizeof(buf) };
+	kvp_test_redis_pause(&srv, true);
+	for (int i = 0; i < KVP_REMOTE_MAX_FETCHES + 10; i++) {
+		int rc = kvp_remote_fetch_submit(r, g, 1, on_done, &d);
+
+		ck_assert(rc == 0 || rc == -EAGAIN);
+		rc ? refused++ : queued++;
+	}
+	/* the queue, plus the one the thread may have taken */
+	ck_assert_int_le(queued, KVP_REMOTE_MAX_FETCHES + 1);
+	ck_assert_int_ge(refused, 9);
+	ck_assert_uint_eq(stats(r).fetches_skipped_total, (unsigned)refused);
+	kvp_test_redis_pause(&srv, false);
+	kvp_remote_close(r);
+	ck_assert_int_eq(d.calls, queued);
+}
+END_TEST
+
 static void write_file(const char *path, const char *text, mode_t mode)
 {
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
@@ -570,6 +683,8 @@ int main(void)
 	tcase_add_test(tc, full_queue_skips);
 	tcase_add_test(tc, full_server);
 	tcase_add_test(tc, auth_and_db);
+	tcase_add_test(tc, async_fetch);
+	tcase_add_test(tc, async_fetch_bounded);
 	tc = kvp_test_tcase(s, "config", 30);
 	tcase_add_test(tc, bad_config);
 	return kvp_test_run(s);

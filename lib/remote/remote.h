@@ -22,7 +22,8 @@
  * tenant's salt, never the salt itself), so two tenants' keys never meet.
  * No hash tag is used: a cluster spreads keys over its slots.
  *
- * Fetches (kvp_remote_get_many) are pipelined, batch by batch, on the
+ * Fetches (kvp_remote_get_many, or kvp_remote_fetch_submit on the tier's
+ * fetch thread, behind the caller) are pipelined, batch by batch, on the
  * fetch link; publishes (kvp_remote_publish) go into a bounded queue that
  * a thread of the tier drains on a link of its own; a full queue skips
  * the publish and counts it, the caller never waits.  A link that fails
@@ -121,6 +122,8 @@ uint16_t kvp_remote_crc16(const void *buf, size_t len);
 	X(moved_total, KVP_COUNTER, "MOVED redirections followed")             \
 	X(ask_total, KVP_COUNTER, "ASK redirections followed")                 \
 	X(slot_refreshes_total, KVP_COUNTER, "CLUSTER SLOTS maps fetched")     \
+	X(fetches_skipped_total, KVP_COUNTER,                                  \
+	  "asynchronous fetches refused: too many waiting")                    \
 	X(queue_entries, KVP_GAUGE, "publishes waiting in the queue")
 
 #define KVP_REMOTE_STATS_FIELD(name, kind, doc) uint64_t name;
@@ -171,8 +174,9 @@ int kvp_remote_open_env(const struct kvp_remote_config *cfg,
 
 /*
  * kvp_remote_close - stop the publisher (publishes still queued are
- * dropped, not counted as skipped), close the links, free @r.  NULL is
- * fine.
+ * dropped, not counted as skipped) and the fetch thread (a fetch running
+ * ends first, within its timeout; those still waiting complete with
+ * -ECANCELED), close the links, free @r.  NULL is fine.
  */
 void kvp_remote_close(struct kvp_remote *r);
 
@@ -198,6 +202,27 @@ struct kvp_remote_get {
  */
 int kvp_remote_get_many(struct kvp_remote *r, struct kvp_remote_get *gets,
 			size_t n);
+
+/*
+ * The completion of an asynchronous fetch: @gets and @n as submitted, each
+ * entry's status set as kvp_remote_get_many sets it (-ECANCELED: the tier
+ * closed first), @hits the number of hits.  Called once, on the tier's
+ * fetch thread (or in kvp_remote_close), with no lock of the tier held.
+ */
+typedef void (*kvp_remote_done_fn)(void *arg, struct kvp_remote_get *gets,
+				   size_t n, int hits);
+
+/*
+ * kvp_remote_fetch_submit - kvp_remote_get_many of @gets on the tier's
+ * fetch thread, behind the caller: @done(@arg, ...) is called when it is
+ * over.  @gets, their keys and buffers stay the caller's and must live
+ * until then.  Returns 0 (queued: @done will be called), -EINVAL (a bad
+ * entry; @done is not called), -EAGAIN (KVP_REMOTE_MAX_FETCHES already
+ * wait: counted in fetches_skipped_total, @done is not called).
+ */
+#define KVP_REMOTE_MAX_FETCHES 64
+int kvp_remote_fetch_submit(struct kvp_remote *r, struct kvp_remote_get *gets,
+			    size_t n, kvp_remote_done_fn done, void *arg);
 
 /*
  * kvp_remote_publish - queue @val (@len bytes) to be stored under @key.

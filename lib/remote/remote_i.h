@@ -2,12 +2,15 @@
  * remote_i.h - inside the remote tier: links, the publish queue, the
  * handle.
  *
- * Files, bottom first: url.c and slot.c (pure), link.c (connections,
- * back-off, cluster routing, pipelines), publish.c (the queue and its
- * thread), remote.c (the API: keys, verification, statistics).
+ * Files, bottom first, each calling only those before it: url.c (pure),
+ * key.c (Redis keys, hash slots), link.c (connections, back-off, cluster
+ * routing, pipelines), publish.c (the queue and its thread), fetch.c
+ * (fetch and verify; asynchronous fetches on a thread), remote.c (the
+ * API: open, close, statistics).
  *
  * Lock rule: a link's lock is held for a whole link_run (one caller's
- * pipelines at a time on a link); the queue lock only to push or pop.
+ * pipelines at a time on a link); the queue lock and the fetch lock only
+ * to push or pop; no callback runs under any of them.
  * Statistics are atomic counters, taken under neither.
  */
 #ifndef KVP_REMOTE_I_H
@@ -83,6 +86,23 @@ struct kvp_remote {
 	bool stop;			/* close asked the thread to end */
 	pthread_t thread;		/* the publisher */
 	bool thread_started;
+
+	pthread_mutex_t flock;		/* the fetch jobs below */
+	pthread_cond_t fcond;		/* signalled on submit and stop */
+	struct fetch_job *fhead, *ftail; /* FIFO of waiting fetches */
+	unsigned fjobs;			/* jobs in it */
+	bool fstop;			/* close asked the thread to end */
+	pthread_t fthread;		/* the fetch thread */
+	bool fthread_started;
+};
+
+/* An asynchronous fetch (kvp_remote_fetch_submit). */
+struct fetch_job {
+	struct fetch_job *next;
+	struct kvp_remote_get *gets;	/* the caller's */
+	size_t n;
+	kvp_remote_done_fn done;
+	void *arg;
 };
 
 /* A queued publish: key and value in one allocation. */
@@ -98,9 +118,21 @@ struct pub_entry {
 #define RSTAT_SUB(r, name, n) \
 	__atomic_sub_fetch(&(r)->st.name, (n), __ATOMIC_RELAXED)
 
-uint64_t remote_now_ns(void);
+#define REMOTE_KEY_PREFIX "kvp:1:"
+/* Bytes of the longest Redis key, its NUL included. */
+#define REMOTE_RKEY_MAX (sizeof(REMOTE_KEY_PREFIX) + 2 * KVP_REMOTE_MAX_NS + \
+			 1 + 2 * KVP_REMOTE_MAX_KEY + 1)
+
+/* key.c */
+void remote_hex(const void *buf, size_t len, char *out);
+/* @r's Redis key of @key into @buf (REMOTE_RKEY_MAX): its length, or
+ * -EINVAL (no key, or longer than KVP_REMOTE_MAX_KEY). */
+int remote_rkey(const struct kvp_remote *r, const void *key, size_t keylen,
+		char *buf);
 
 /* link.c */
+uint64_t remote_now_ns(void);
+
 int link_init(struct rlink *l, struct kvp_remote *r, bool fetch);
 void link_destroy(struct rlink *l);
 /* Connect the seeds now (a first try; failures only start the back-off). */
@@ -113,6 +145,13 @@ void link_warm(struct rlink *l);
  * link's lock.
  */
 void link_run(struct rlink *l, struct rop *ops, size_t n);
+
+/* fetch.c */
+int fetch_many(struct kvp_remote *r, struct kvp_remote_get *gets, size_t n);
+int fetch_submit(struct kvp_remote *r, struct kvp_remote_get *gets, size_t n,
+		 kvp_remote_done_fn done, void *arg);
+int fetch_start(struct kvp_remote *r);
+void fetch_stop(struct kvp_remote *r);
 
 /* publish.c */
 int publish_start(struct kvp_remote *r);
