@@ -12,6 +12,7 @@
  *                  and the kernel's mmap under a memory cgroup
  *   decode.c       the decode scenario (kvpbench decode ...)
  *   compute.c      the CPU-bound rates (kvpbench compute ...)
+ *   tier.c         a block fetched from each tier (kvpbench tier ...)
  *   helpers.c      what they share: clock, results, pattern, threads
  *   cpu.c          CPU time samples
  *
@@ -311,5 +312,8 @@ int kvpbench_decode(int argc, char **argv) __attribute__((weak));
 
 /* compute.c (weak): `kvpbench compute [options]`, as kvpbench_decode. */
 int kvpbench_compute(int argc, char **argv) __attribute__((weak));
+
+/* tier.c (weak): `kvpbench tier [options]`, as kvpbench_decode. */
+int kvpbench_tier(int argc, char **argv) __attribute__((weak));
 
 #endif /* KVPBENCH_H */

@@ -5,6 +5,7 @@
  *   kvpbench [options] [stream] [random] [install] [touch] [all]
  *   kvpbench decode [options]
  *   kvpbench compute [options]
+ *   kvpbench tier [options]
  *
  * Scenarios (default: stream random):
  *   stream   a sequential scan of a region four times the budget
@@ -16,6 +17,7 @@
  *            mmap in a memory cgroup, a kvpager region, the preload shim
  *   decode   the KV decode scenario, with its own options
  *   compute  the synthetic KV's fill rate and CPU attention, no disk
+ *   tier     a KV block fetched from RAM, Redis, a Redis Cluster
  *
  * Modes: raw (io_uring O_DIRECT, the limit), mmap (the kernel's page cache,
  * cold), kvpager-move and kvpager-copy (install mode forced).  Ratios are
@@ -540,6 +542,7 @@ static void usage(FILE *out)
 	    "[all]\n"
 	    "       kvpbench decode [options]\n"
 	    "       kvpbench compute [options]\n"
+	    "       kvpbench tier [options]\n"
 	    "\n"
 	    "Runs raw io_uring O_DIRECT, the kernel's mmap (cold) and kvpager\n"
 	    "(install by move and by copy) side by side on one backing file\n"
@@ -635,6 +638,7 @@ static const struct alone *alone_scenario(const char *name)
 	static const struct alone alone[] = {
 		{ "decode", kvpbench_decode },
 		{ "compute", kvpbench_compute },
+		{ "tier", kvpbench_tier },
 	};
 
 	for (size_t i = 0; i < sizeof(alone) / sizeof(alone[0]); i++)

@@ -1,0 +1,580 @@
+/*
+ * tier.c - `kvpbench tier`: what fetching one KV block costs from each
+ * tier, side by side in one run, for several block sizes: RAM (a copy),
+ * Redis through lib/remote (one server, and a 3-master cluster), and
+ * redis-benchmark's own GET at the same value size on the same server
+ * (the network's and the server's limit on this machine).
+ *
+ * The servers are started here (Debian's redis-server on free loopback
+ * ports, in a temporary folder, killed at exit and with this process),
+ * unless --redis / --cluster name running ones.  Each Redis figure is the
+ * median of --repeat fetches of every block, in batches of --batch keys
+ * (one pipelined round trip each); every value fetched is verified (its
+ * key and last word: the transport, not a checksum, is measured) and a
+ * wrong one fails the run.  Nothing is asserted on speed.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "lib/remote/remote.h"
+#include "tools/kvpbench/kvpbench.h"
+
+#define MAX_SIZES 8
+#define CLUSTER_NODES 3
+#define SET_BYTES (64ull << 20) /* the blocks of one size: 64 MiB */
+
+/* ---- servers of our own ----------------------------------------------- */
+
+struct srv {
+	pid_t pid;
+	int port;
+	char dir[64];
+};
+
+static struct srv servers[1 + CLUSTER_NODES];
+static int nservers;
+
+static void servers_stop(void)
+{
+	for (int i = 0; i < nservers; i++) {
+		char cmd[128];
+
+		if (servers[i].pid > 0) {
+			kill(servers[i].pid, SIGKILL);
+			waitpid(servers[i].pid, NULL, 0);
+		}
+		servers[i].pid = 0;
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", servers[i].dir);
+		if (servers[i].dir[0] && system(cmd))
+			fprintf(stderr, "kvpbench: cannot remove %s\n",
+				servers[i].dir);
+		servers[i].dir[0] = '\0';
+	}
+	nservers = 0;
+}
+
+static bool port_free(int port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET,
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+				 .sin_port = htons((uint16_t)port) };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	bool ok = fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof(a));
+
+	if (fd >= 0)
+		close(fd);
+	return ok;
+}
+
+static redisReply *cmd(int port, const char *fmt, ...)
+{
+	struct timeval tv = { 5, 0 };
+	redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+	redisReply *rep = NULL;
+	va_list ap;
+
+	if (c && !c->err) {
+		redisSetTimeout(c, tv);
+		va_start(ap, fmt);
+		rep = redisvCommand(c, fmt, ap);
+		va_end(ap);
+	}
+	if (c)
+		redisFree(c);
+	return rep;
+}
+
+/* Start a server (cluster mode if @cluster) on a free port below the
+ * ephemeral range whose +10000 (cluster bus) is free too. */
+static int srv_start(struct srv *s, bool cluster)
+{
+	unsigned seed = (unsigned)getpid() ^ (unsigned)(kvpb_now() * 1e6);
+	char port[16], log[96];
+
+	snprintf(s->dir, sizeof(s->dir), "/tmp/kvpbench-redis-XXXXXX");
+	if (!mkdtemp(s->dir))
+		return -errno;
+	snprintf(log, sizeof(log), "%s/log", s->dir);
+	for (int tries = 0; tries < 100; tries++) {
+		const char *argv[] = { "redis-server", "--port", port,
+			"--bind", "127.0.0.1", "--dir", s->dir, "--save", "",
+			"--appendonly", "no", "--logfile", log,
+			"--cluster-enabled", cluster ? "yes" : "no",
+			"--cluster-config-file", "nodes.conf", NULL };
+		pid_t parent = getpid();
+
+		s->port = 20000 + (int)(rand_r(&seed) % 10000);
+		if (!port_free(s->port) || !port_free(s->port + 10000))
+			continue;
+		snprintf(port, sizeof(port), "%d", s->port);
+		s->pid = fork();
+		if (s->pid < 0)
+			return -errno;
+		if (s->pid == 0) {
+			int null = open("/dev/null", O_RDWR);
+
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			if (getppid() != parent)
+				_exit(1);
+			dup2(null, 1);
+			dup2(null, 2);
+			execvp("redis-server", (char **)argv);
+			_exit(127);
+		}
+		for (int i = 0; i < 500; i++) { /* 10 s */
+			redisReply *rep;
+
+			if (waitpid(s->pid, NULL, WNOHANG) == s->pid)
+				break;
+			rep = cmd(s->port, "PING");
+			if (rep) {
+				freeReplyObject(rep);
+				return 0;
+			}
+			usleep(20000);
+		}
+		if (s->pid > 0) {
+			kill(s->pid, SIGKILL);
+			waitpid(s->pid, NULL, 0);
+		}
+		s->pid = 0;
+	}
+	fprintf(stderr, "kvpbench: redis-server did not start (is it "
+			"installed? apt-get install redis-server)\n");
+	return -ENOENT;
+}
+
+/* A cluster of @n masters: slots split evenly, joined by MEET; waits for
+ * cluster_state:ok on each (30 s). */
+static int cluster_form(struct srv *s, int n)
+{
+	for (int i = 0; i < n; i++) {
+		redisReply *rep = cmd(s[i].port, "CLUSTER ADDSLOTSRANGE %d %d",
+				      16384 * i / n, 16384 * (i + 1) / n - 1);
+		bool ok = rep && rep->type == REDIS_REPLY_STATUS;
+
+		if (rep)
+			freeReplyObject(rep);
+		if (!ok)
+			return -EIO;
+		if (i) {
+			rep = cmd(s[0].port, "CLUSTER MEET 127.0.0.1 %d",
+				  s[i].port);
+			if (rep)
+				freeReplyObject(rep);
+		}
+	}
+	for (int i = 0, waited = 0; i < n; waited++) {
+		redisReply *rep = cmd(s[i].port, "CLUSTER INFO");
+		char want[40];
+		bool ok;
+
+		snprintf(want, sizeof(want), "cluster_known_nodes:%d", n);
+		ok = rep && rep->type == REDIS_REPLY_STRING &&
+		     strstr(rep->str, "cluster_state:ok") &&
+		     strstr(rep->str, want);
+		if (rep)
+			freeReplyObject(rep);
+		if (ok) {
+			i++;
+			continue;
+		}
+		if (waited > 600)
+			return -ETIMEDOUT;
+		usleep(50000);
+	}
+	return 0;
+}
+
+/* ---- measuring -------------------------------------------------------- */
+
+struct trow {
+	uint64_t size;	     /* block bytes */
+	uint64_t blocks;     /* blocks fetched per run */
+	double ram;	     /* GB/s */
+	double redis;	     /* GB/s; < 0 not measured */
+	double cluster;
+	double bench_p;	     /* redis-benchmark -c 1 -P batch, GB/s */
+	double bench_c;	     /* redis-benchmark -c 50, GB/s */
+	double redis_us;     /* mean microseconds per batch (redis) */
+};
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* The value of block @k of @size: the pattern at k * size, k in word 0. */
+static void value(uint64_t k, uint64_t size, void *buf)
+{
+	kvpb_fill(buf, k * size, size);
+	memcpy(buf, &k, 8);
+}
+
+static int verify(void *arg, const void *key, size_t keylen, void *val,
+		  size_t len)
+{
+	uint64_t size = *(const uint64_t *)arg, k, last;
+
+	if (keylen != 8 || len != size)
+		return -1;
+	memcpy(&k, key, 8);
+	memcpy(&last, (char *)val + len - 8, 8);
+	return memcmp(val, &k, 8) || last != kvpb_pattern(k * size + len - 8)
+		       ? -1
+		       : 0;
+}
+
+static double median(double *v, unsigned n)
+{
+	qsort(v, n, sizeof(*v), cmp_double);
+	return v[n / 2];
+}
+
+static double ram_rate(uint64_t size, uint64_t blocks, unsigned repeat)
+{
+	char *src = malloc(size * blocks), *dst = malloc(size);
+	double rate[KVPB_MAX_REPEAT];
+
+	if (!src || !dst) {
+		free(src);
+		free(dst);
+		return -1;
+	}
+	for (uint64_t k = 0; k < blocks; k++)
+		value(k, size, src + k * size);
+	for (unsigned r = 0; r < repeat; r++) {
+		double t0 = kvpb_now();
+
+		for (uint64_t k = 0; k < blocks; k++) {
+			memcpy(dst, src + k * size, size);
+			__asm__ volatile("" : : "r"(dst) : "memory");
+		}
+		rate[r] = (double)(size * blocks) / (kvpb_now() - t0) / 1e9;
+	}
+	free(src);
+	free(dst);
+	return median(rate, repeat);
+}
+
+/* Publish the blocks, then fetch them all @repeat times: GB/s, or -1
+ * (said on stderr) when a block was missing or wrong. */
+static double redis_rate(const char *url, uint64_t size, uint64_t blocks,
+			 unsigned batch, unsigned repeat, double *us_batch)
+{
+	uint64_t sz = size;
+	struct kvp_remote_config cfg = { .url = url, .ns = "kvpbench",
+					 .ns_len = 8, .verify = verify,
+					 .verify_arg = &sz };
+	struct kvp_remote_get *g = calloc(batch, sizeof(*g));
+	uint64_t *keys = calloc(batch, 8);
+	char *bufs = malloc(size * batch), *val = malloc(size);
+	double rate[KVPB_MAX_REPEAT], res = -1;
+	struct kvp_remote *r = NULL;
+	char err[256];
+
+	if (!g || !keys || !bufs || !val)
+		goto out;
+	if (kvp_remote_open(&cfg, &r, err, sizeof(err))) {
+		fprintf(stderr, "kvpbench tier: %s\n", err);
+		goto out;
+	}
+	for (uint64_t k = 0; k < blocks; k++) {
+		value(k, size, val);
+		while (kvp_remote_publish(r, &k, 8, val, size) == -EAGAIN)
+			kvp_remote_flush(r, 1000);
+	}
+	if (kvp_remote_flush(r, 120000)) {
+		fprintf(stderr, "kvpbench tier: publishing to %s timed out\n",
+			url);
+		goto out;
+	}
+	for (unsigned rep = 0; rep < repeat; rep++) {
+		double t0 = kvpb_now();
+
+		for (uint64_t k0 = 0; k0 < blocks; k0 += batch) {
+			unsigned n = blocks - k0 < batch ? (unsigned)(blocks - k0)
+							 : batch;
+
+			for (unsigned i = 0; i < n; i++) {
+				keys[i] = k0 + i;
+				g[i] = (struct kvp_remote_get){
+					.key = &keys[i], .key_len = 8,
+					.buf = bufs + i * size, .buf_len = size };
+			}
+			if (kvp_remote_get_many(r, g, n) != (int)n) {
+				fprintf(stderr,
+					"kvpbench tier: %s: a block of %llu "
+					"bytes was not fetched whole and "
+					"right\n", url,
+					(unsigned long long)size);
+				goto out;
+			}
+		}
+		rate[rep] = (double)(size * blocks) / (kvpb_now() - t0) / 1e9;
+	}
+	res = median(rate, repeat);
+	*us_batch = (double)batch * (double)size / (res * 1e9) * 1e6;
+out:
+	kvp_remote_close(r);
+	free(g);
+	free(keys);
+	free(bufs);
+	free(val);
+	return res;
+}
+
+/* redis-benchmark's GET at @size bytes on @port: GB/s, or -1. */
+static double bench_rate(int port, uint64_t size, uint64_t n,
+			 const char *shape)
+{
+	char line[512], cmdline[256];
+	double rps = -1;
+	FILE *p;
+
+	snprintf(cmdline, sizeof(cmdline),
+		 "redis-benchmark -h 127.0.0.1 -p %d -t set,get -d %llu "
+		 "-n %llu %s --csv 2>/dev/null",
+		 port, (unsigned long long)size, (unsigned long long)n, shape);
+	p = popen(cmdline, "r");
+	if (!p)
+		return -1;
+	while (fgets(line, sizeof(line), p))
+		if (!strncmp(line, "\"GET\",\"", 7))
+			rps = strtod(line + 7, NULL);
+	pclose(p);
+	return rps > 0 ? rps * (double)size / 1e9 : -1;
+}
+
+static void tusage(FILE *f)
+{
+	fprintf(f,
+		"usage: kvpbench tier [options]\n"
+		"  --sizes LIST   block sizes, comma-separated (16K,64K,256K,"
+		"1M)\n"
+		"  --batch N      keys per pipelined round trip (1..1024; 64)\n"
+		"  --repeat N     fetches of every block per figure, the "
+		"median shown (1..%u; 3)\n"
+		"  --redis URL    a running server instead of our own\n"
+		"  --cluster URL  a running cluster (redis+cluster://...) "
+		"instead of our own\n"
+		"  --no-cluster   no cluster figures\n"
+		"  --json         one JSON object per line\n"
+		"  --short        one size (64K), repeat 1\n"
+		"Fetching a KV block from RAM, Redis (one server, a 3-master "
+		"cluster) and\nredis-benchmark's GET at the same size; blocks "
+		"of %llu MiB per size.\n",
+		KVPB_MAX_REPEAT, (unsigned long long)(SET_BYTES >> 20));
+}
+
+static int parse_sizes(const char *text, uint64_t *sizes, unsigned *n)
+{
+	char buf[256], *save = NULL;
+
+	snprintf(buf, sizeof(buf), "%s", text);
+	*n = 0;
+	for (char *t = strtok_r(buf, ",", &save); t;
+	     t = strtok_r(NULL, ",", &save)) {
+		if (*n == MAX_SIZES ||
+		    kvpb_parse_opt("sizes", t, true, 64, 64ull << 20,
+				   &sizes[*n]))
+			return -EINVAL;
+		if (sizes[*n] % 8) {
+			fprintf(stderr,
+				"kvpbench: --sizes: %s is not a multiple of 8\n",
+				t);
+			return -EINVAL;
+		}
+		(*n)++;
+	}
+	return *n ? 0 : -EINVAL;
+}
+
+static void print_row(const struct trow *t, bool json)
+{
+	double best = t->bench_p > t->bench_c ? t->bench_p : t->bench_c;
+
+	if (json) {
+		printf("{\"scenario\":\"tier\",\"block_bytes\":%llu,"
+		       "\"blocks\":%llu,\"ram_gb_per_s\":%.3f,"
+		       "\"redis_gb_per_s\":%.3f,\"redis_cluster_gb_per_s\":"
+		       "%.3f,\"redis_benchmark_get_p_gb_per_s\":%.3f,"
+		       "\"redis_benchmark_get_c50_gb_per_s\":%.3f,"
+		       "\"redis_vs_benchmark\":%.3f}\n",
+		       (unsigned long long)t->size,
+		       (unsigned long long)t->blocks, t->ram, t->redis,
+		       t->cluster, t->bench_p, t->bench_c,
+		       best > 0 && t->redis > 0 ? t->redis / best : -1);
+		return;
+	}
+	printf("%7lluK %10.2f %10.3f %10.3f %10.3f %10.3f %10.2fx %9.0f\n",
+	       (unsigned long long)(t->size >> 10), t->ram, t->redis,
+	       t->cluster, t->bench_p, t->bench_c,
+	       best > 0 && t->redis > 0 ? t->redis / best : -1, t->redis_us);
+}
+
+int kvpbench_tier(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "sizes", required_argument, NULL, 's' },
+		{ "batch", required_argument, NULL, 'b' },
+		{ "repeat", required_argument, NULL, 'k' },
+		{ "redis", required_argument, NULL, 'r' },
+		{ "cluster", required_argument, NULL, 'c' },
+		{ "no-cluster", no_argument, NULL, 'n' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "short", no_argument, NULL, 'S' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	uint64_t sizes[MAX_SIZES] = { 16 << 10, 64 << 10, 256 << 10, 1 << 20 };
+	uint64_t batch = 64, repeat = 3;
+	unsigned nsizes = 4;
+	char url[256] = "", curl[512] = "";
+	bool json = false, no_cluster = false;
+	int c, bench_port = 0, rc = 0;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+		switch (c) {
+		case 's':
+			if (parse_sizes(optarg, sizes, &nsizes))
+				return 2;
+			break;
+		case 'b':
+			if (kvpb_parse_opt("batch", optarg, false, 1, 1024,
+					   &batch))
+				return 2;
+			break;
+		case 'k':
+			if (kvpb_parse_opt("repeat", optarg, false, 1,
+					   KVPB_MAX_REPEAT, &repeat))
+				return 2;
+			break;
+		case 'r':
+			snprintf(url, sizeof(url), "%s", optarg);
+			break;
+		case 'c':
+			snprintf(curl, sizeof(curl), "%s", optarg);
+			break;
+		case 'n':
+			no_cluster = true;
+			break;
+		case 'j':
+			json = true;
+			break;
+		case 'S':
+			sizes[0] = 64 << 10;
+			nsizes = 1;
+			repeat = 1;
+			break;
+		case 'h':
+			tusage(stdout);
+			return 0;
+		default:
+			tusage(stderr);
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "kvpbench tier: unexpected '%s'\n",
+			argv[optind]);
+		tusage(stderr);
+		return 2;
+	}
+	atexit(servers_stop);
+	if (!url[0]) {
+		if (srv_start(&servers[nservers], false))
+			return 1;
+		bench_port = servers[nservers].port;
+		snprintf(url, sizeof(url), "redis://127.0.0.1:%d",
+			 servers[nservers++].port);
+	} else {
+		struct kvp_remote_url u;
+		char err[256];
+
+		if (kvp_remote_url_parse(&u, url, err, sizeof(err))) {
+			fprintf(stderr, "kvpbench tier: --redis: %s\n", err);
+			return 2;
+		}
+		bench_port = u.port[0]; /* redis-benchmark: loopback only */
+	}
+	if (!no_cluster && !curl[0]) {
+		size_t off = (size_t)snprintf(curl, sizeof(curl),
+					      "redis+cluster://");
+
+		for (int i = 0; i < CLUSTER_NODES; i++) {
+			if (srv_start(&servers[nservers], true))
+				return 1;
+			off += (size_t)snprintf(curl + off, sizeof(curl) - off,
+						"%s127.0.0.1:%d", i ? "," : "",
+						servers[nservers++].port);
+		}
+		if (cluster_form(&servers[nservers - CLUSTER_NODES],
+				 CLUSTER_NODES)) {
+			fprintf(stderr, "kvpbench tier: the cluster did not "
+					"form\n");
+			return 1;
+		}
+	}
+	if (!json)
+		printf("tier: fetching one KV block, GB/s (1e9 B/s), median of "
+		       "%llu; batches of %llu keys\n"
+		       "%8s %10s %10s %10s %10s %10s %11s %9s\n",
+		       (unsigned long long)repeat, (unsigned long long)batch,
+		       "block", "ram", "redis", "cluster", "bench-P", "bench-c50",
+		       "redis/bench", "us/batch");
+	for (unsigned i = 0; i < nsizes; i++) {
+		uint64_t blocks = SET_BYTES / sizes[i];
+		struct trow t = { .size = sizes[i], .redis = -1, .cluster = -1 };
+		char shape[64];
+
+		if (blocks > 4096)
+			blocks = 4096;
+		t.blocks = blocks;
+		fprintf(stderr, "kvpbench: tier: %llu-byte blocks\n",
+			(unsigned long long)sizes[i]);
+		t.ram = ram_rate(sizes[i], blocks, (unsigned)repeat);
+		t.redis = redis_rate(url, sizes[i], blocks, (unsigned)batch,
+				     (unsigned)repeat, &t.redis_us);
+		if (curl[0]) {
+			double us;
+
+			t.cluster = redis_rate(curl, sizes[i], blocks,
+					       (unsigned)batch,
+					       (unsigned)repeat, &us);
+		}
+		snprintf(shape, sizeof(shape), "-c 1 -P %llu",
+			 (unsigned long long)batch);
+		t.bench_p = bench_rate(bench_port, sizes[i], blocks * repeat,
+				       shape);
+		t.bench_c = bench_rate(bench_port, sizes[i], blocks * repeat,
+				       "-c 50");
+		if (t.redis < 0 || (curl[0] && t.cluster < 0))
+			rc = 1;
+		print_row(&t, json);
+		fflush(stdout);
+	}
+	if (!json)
+		printf("bench-P: redis-benchmark -t get -c 1 -P %llu (one "
+		       "connection, pipelined like our fetch); bench-c50: its "
+		       "default 50 clients; redis/bench: ours over the better "
+		       "of the two\n",
+		       (unsigned long long)batch);
+	return rc;
+}
