@@ -47,7 +47,8 @@ for bad in "--sizes 0" "--sizes 12" "--batch 0" "--repeat 99" "--nosuch" "extra"
 done
 
 # SIGKILL mid-run: its servers die with it (PR_SET_PDEATHSIG).
-"$B" tier --sizes 1M --repeat 15 >/dev/null 2>&1 &
+# Its servers' folders go in $tmp, which the trap removes.
+TMPDIR="$tmp" "$B" tier --sizes 1M --repeat 15 >/dev/null 2>&1 &
 pid=$!
 for _ in $(seq 100); do
 	[ "$(pgrep -P $pid -c redis-server)" -ge 4 ] && break

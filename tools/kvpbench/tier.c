@@ -6,7 +6,8 @@
  * (the network's and the server's limit on this machine).
  *
  * The servers are started here (Debian's redis-server on free loopback
- * ports, in a temporary folder, killed at exit and with this process),
+ * ports, in a folder of $TMPDIR or /tmp, killed at exit and with this
+ * process),
  * unless --redis / --cluster name running ones.  Each Redis figure is the
  * median of --repeat fetches of every block, in batches of --batch keys
  * (one pipelined round trip each); every value fetched is verified (its
@@ -41,7 +42,7 @@
 struct srv {
 	pid_t pid;
 	int port;
-	char dir[64];
+	char dir[256]; /* $TMPDIR/kvpbench-redis-XXXXXX */
 };
 
 static struct srv servers[1 + CLUSTER_NODES];
@@ -50,7 +51,7 @@ static int nservers;
 static void servers_stop(void)
 {
 	for (int i = 0; i < nservers; i++) {
-		char cmd[128];
+		char cmd[300];
 
 		if (servers[i].pid > 0) {
 			kill(servers[i].pid, SIGKILL);
@@ -102,9 +103,11 @@ static redisReply *cmd(int port, const char *fmt, ...)
 static int srv_start(struct srv *s, bool cluster)
 {
 	unsigned seed = (unsigned)getpid() ^ (unsigned)(kvpb_now() * 1e6);
-	char port[16], log[96];
+	const char *tmp = getenv("TMPDIR");
+	char port[16], log[300];
 
-	snprintf(s->dir, sizeof(s->dir), "/tmp/kvpbench-redis-XXXXXX");
+	snprintf(s->dir, sizeof(s->dir), "%s/kvpbench-redis-XXXXXX",
+		 tmp && *tmp ? tmp : "/tmp");
 	if (!mkdtemp(s->dir))
 		return -errno;
 	snprintf(log, sizeof(log), "%s/log", s->dir);
