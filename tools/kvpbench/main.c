@@ -531,6 +531,7 @@ static const struct kvp_cli_cmd scenarios[] = {
 	{ "all", "stream, random, install and touch" },
 	{ "decode", "decode through each backend, with its own options" },
 	{ "compute", "the CPU-bound parts' rates, with its own options" },
+	{ "tier", "a KV block from RAM, Redis and a cluster, own options" },
 	{ NULL, NULL },
 };
 
@@ -678,6 +679,8 @@ int main(int argc, char **argv)
 			kvpbench_decode(argc, argv);
 		if (kvpbench_compute)
 			kvpbench_compute(argc, argv);
+		if (kvpbench_tier)
+			kvpbench_tier(argc, argv);
 		return 0;
 	}
 	if (argc > 1 && alone_scenario(argv[1]))

@@ -30,6 +30,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "lib/cli/cli.h"
 #include "lib/remote/remote.h"
 #include "tools/kvpbench/kvpbench.h"
 
@@ -364,24 +365,31 @@ static double bench_rate(int port, uint64_t size, uint64_t n,
 	return rps > 0 ? rps * (double)size / 1e9 : -1;
 }
 
+static const struct kvp_cli_opt topts_table[] = {
+	{ "sizes", 's', 0, "LIST",
+	  "block sizes, comma-separated (16K,64K,256K,1M)" },
+	{ "batch", 'b', 0, "N", "keys per pipelined round trip (1..1024; 64)" },
+	{ "repeat", 'k', 0, "N",
+	  "fetches of every block per figure, the median shown (3)" },
+	{ "redis", 'r', 0, "URL", "a running server instead of our own" },
+	{ "cluster", 'c', 0, "URL",
+	  "a running cluster (redis+cluster://...) instead of our own" },
+	{ "no-cluster", 'n', 0, NULL, "no cluster figures" },
+	{ "json", 'j', 0, NULL, "one JSON object per line" },
+	{ "short", 'S', 0, NULL, "one size (64K), repeat 1" },
+	{ "help", 'h', 0, NULL, "this text" },
+	{ 0 },
+};
+#define NTOPTS (sizeof(topts_table) / sizeof(topts_table[0]))
+
 static void tusage(FILE *f)
 {
+	fprintf(f, "usage: kvpbench tier [options]\n");
+	kvp_cli_usage(f, topts_table);
 	fprintf(f,
-		"usage: kvpbench tier [options]\n"
-		"  --sizes LIST   block sizes, comma-separated (16K,64K,256K,"
-		"1M)\n"
-		"  --batch N      keys per pipelined round trip (1..1024; 64)\n"
-		"  --repeat N     fetches of every block per figure, the "
-		"median shown (1..%u; 3)\n"
-		"  --redis URL    a running server instead of our own\n"
-		"  --cluster URL  a running cluster (redis+cluster://...) "
-		"instead of our own\n"
-		"  --no-cluster   no cluster figures\n"
-		"  --json         one JSON object per line\n"
-		"  --short        one size (64K), repeat 1\n"
-		"Fetching a KV block from RAM, Redis (one server, a 3-master "
-		"cluster) and\nredis-benchmark's GET at the same size; blocks "
-		"of %llu MiB per size.\n",
+		"--repeat takes 1 to %u.  Fetching a KV block from RAM, Redis "
+		"(one server,\na 3-master cluster) and redis-benchmark's GET "
+		"at the same size; %llu MiB\nof blocks per size.\n",
 		KVPB_MAX_REPEAT, (unsigned long long)(SET_BYTES >> 20));
 }
 
@@ -433,18 +441,8 @@ static void print_row(const struct trow *t, bool json)
 
 int kvpbench_tier(int argc, char **argv)
 {
-	static const struct option lo[] = {
-		{ "sizes", required_argument, NULL, 's' },
-		{ "batch", required_argument, NULL, 'b' },
-		{ "repeat", required_argument, NULL, 'k' },
-		{ "redis", required_argument, NULL, 'r' },
-		{ "cluster", required_argument, NULL, 'c' },
-		{ "no-cluster", no_argument, NULL, 'n' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "short", no_argument, NULL, 'S' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
+	struct option lo[NTOPTS];
+	char shorts[3 * NTOPTS + 1];
 	uint64_t sizes[MAX_SIZES] = { 16 << 10, 64 << 10, 256 << 10, 1 << 20 };
 	uint64_t batch = 64, repeat = 3;
 	unsigned nsizes = 4;
@@ -452,8 +450,13 @@ int kvpbench_tier(int argc, char **argv)
 	bool json = false, no_cluster = false;
 	int c, bench_port = 0, rc = 0;
 
+	if (kvp_cli_table_asked(argc, argv)) {
+		kvp_cli_table_print(stdout, "tier", topts_table);
+		return 0;
+	}
+	kvp_cli_getopt(topts_table, "", lo, shorts);
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, shorts, lo, NULL)) != -1) {
 		switch (c) {
 		case 's':
 			if (parse_sizes(optarg, sizes, &nsizes))
