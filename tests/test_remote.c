@@ -541,6 +541,53 @@ START_TEST(async_fetch_bounded)
 }
 END_TEST
 
+/* Encode: the published payload (the pattern of the key, 512 bytes)
+ * made into the tests' record on the publisher thread; key 13 fails. */
+static int encode(void *arg, const void *key, size_t keylen, const void *val,
+		  size_t len, void **out, size_t *outlen)
+{
+	const struct tenant *t = arg;
+	uint64_t k;
+
+	memcpy(&k, key, 8);
+	if (k == 13 || len != 512)
+		return -1;
+	*out = malloc(len + 32);
+	*outlen = record(*out, t->id, k, len);
+	/* the record's payload is the one published */
+	return memcmp((char *)*out + 24, val, len) ? -1 : 0;
+}
+
+START_TEST(encode_on_publisher)
+{
+	struct kvp_remote_config cfg = { .ns = ns_a, .ns_len = strlen(ns_a),
+					 .verify = verify,
+					 .verify_arg = &tenant_a,
+					 .encode = encode,
+					 .encode_arg = &tenant_a };
+	char url[128], payload[512];
+	struct kvp_remote *r;
+	unsigned res[3];
+
+	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", srv.port);
+	cfg.url = url;
+	ck_assert_int_eq(kvp_remote_open(&cfg, &r, NULL, 0), 0);
+	for (uint64_t k = 0; k < 20; k++) {
+		kvp_test_fill(payload, sizeof(payload),
+			      tenant_a.id * 1000003 + k, 0);
+		ck_assert_int_eq(kvp_remote_publish(r, &k, 8, payload,
+						    sizeof(payload)), 0);
+	}
+	ck_assert_int_eq(kvp_remote_flush(r, 30000), 0);
+	ck_assert_uint_eq(stats(r).publish_errors_total, 1);
+	ck_assert_uint_eq(stats(r).publishes_total, 19);
+	fetch(r, tenant_a.id, 0, 20, 512, res);
+	ck_assert_uint_eq(res[0], 19);
+	ck_assert_uint_eq(res[1], 1);
+	kvp_remote_close(r);
+}
+END_TEST
+
 static void write_file(const char *path, const char *text, mode_t mode)
 {
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
@@ -684,6 +731,7 @@ int main(void)
 	tcase_add_test(tc, full_server);
 	tcase_add_test(tc, auth_and_db);
 	tcase_add_test(tc, async_fetch);
+	tcase_add_test(tc, encode_on_publisher);
 	tcase_add_test(tc, async_fetch_bounded);
 	tc = kvp_test_tcase(s, "config", 30);
 	tcase_add_test(tc, bad_config);

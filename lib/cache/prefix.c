@@ -144,6 +144,15 @@ int kvp_prefix_set_prompt(struct kvp_prefix *p, const uint32_t *tokens,
 	return 0;
 }
 
+int kvp_prefix_key(struct kvp_prefix *p, uint32_t chunk,
+		   struct kvp_rec_key *out)
+{
+	if (chunk >= p->nkeys)
+		return -ENOENT;
+	*out = p->keys[chunk];
+	return 0;
+}
+
 int kvp_prefix_get(void *arg, uint32_t chunk, void *buf, size_t len)
 {
 	struct kvp_prefix *p = arg;

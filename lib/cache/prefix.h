@@ -61,6 +61,11 @@ void kvp_prefix_destroy(struct kvp_prefix *p);
 int kvp_prefix_set_prompt(struct kvp_prefix *p, const uint32_t *tokens,
 			  uint32_t n, uint32_t chunk_tokens);
 
+/* The key of the prompt's chunk i into out: 0, or -ENOENT (past the
+ * prompt's full chunks).  For a lower tier that stores chunks by key. */
+int kvp_prefix_key(struct kvp_prefix *p, uint32_t chunk,
+		   struct kvp_rec_key *out);
+
 /* Chunk i's payload into buf, exactly len bytes: 0; -ENOENT (no such
  * chunk, or a miss), -EBADMSG (dropped by the cache: see its stats),
  * -EMSGSIZE (another length: a miss).  arg: the prefix. */

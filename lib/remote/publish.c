@@ -16,7 +16,7 @@
 #include "lib/remote/remote_i.h"
 
 int publish_push(struct kvp_remote *r, const char *rkey, size_t rkey_len,
-		 const void *val, size_t len)
+		 const void *key, size_t key_len, const void *val, size_t len)
 {
 	struct pub_entry *e;
 
@@ -26,14 +26,17 @@ int publish_push(struct kvp_remote *r, const char *rkey, size_t rkey_len,
 		RSTAT_ADD(r, publishes_skipped_total, 1);
 		return -EAGAIN;
 	}
-	e = malloc(sizeof(*e) + rkey_len + len);
+	e = malloc(sizeof(*e) + rkey_len + key_len + len);
 	if (!e)
 		return -ENOMEM;
 	e->next = NULL;
 	e->rkey_len = rkey_len;
+	e->key_len = key_len;
 	e->val_len = len;
 	memcpy(e->rkey, rkey, rkey_len);
-	e->val = e->rkey + rkey_len;
+	e->key = e->rkey + rkey_len;
+	memcpy(e->key, key, key_len);
+	e->val = e->key + key_len;
 	memcpy(e->val, val, len);
 	pthread_mutex_lock(&r->qlock);
 	if (r->qlen >= r->url.queue || r->stop) {
@@ -58,21 +61,33 @@ static void publish_batch(struct kvp_remote *r, struct pub_entry *list,
 			  size_t n)
 {
 	struct rop ops[LINK_PIPELINE];
+	void *encoded[LINK_PIPELINE] = { NULL };
 	struct pub_entry *e = list;
-	size_t i;
+	size_t i, k = 0;
 
 	for (i = 0; i < n; i++, e = e->next) {
-		memset(&ops[i], 0, sizeof(ops[i]));
-		ops[i].kind = ROP_SET;
-		ops[i].rkey = e->rkey;
-		ops[i].rkey_len = e->rkey_len;
-		ops[i].val = e->val;
-		ops[i].val_len = e->val_len;
+		memset(&ops[k], 0, sizeof(ops[k]));
+		ops[k].kind = ROP_SET;
+		ops[k].rkey = e->rkey;
+		ops[k].rkey_len = e->rkey_len;
+		ops[k].val = e->val;
+		ops[k].val_len = e->val_len;
+		if (r->encode &&
+		    r->encode(r->encode_arg, e->key, e->key_len, e->val,
+			      e->val_len, &encoded[k], &ops[k].val_len)) {
+			RSTAT_ADD(r, publish_errors_total, 1);
+			continue;
+		}
+		if (encoded[k])
+			ops[k].val = encoded[k];
+		k++;
 	}
+	n = k;
 	link_run(&r->pub, ops, n);
 	for (i = 0; i < n; i++) {
 		redisReply *rep = ops[i].reply;
 
+		free(encoded[i]);
 		/* OOM (maxmemory, noeviction), READONLY, CLUSTERDOWN... */
 		if (ops[i].status || rep->type != REDIS_REPLY_STATUS) {
 			RSTAT_ADD(r, publish_errors_total, 1);

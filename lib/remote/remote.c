@@ -91,6 +91,8 @@ int kvp_remote_open(const struct kvp_remote_config *cfg,
 	remote_hex(cfg->ns, cfg->ns_len, r->ns_hex);
 	r->verify = cfg->verify;
 	r->verify_arg = cfg->verify_arg;
+	r->encode = cfg->encode;
+	r->encode_arg = cfg->encode_arg;
 	rc = link_init(&r->fetch, r, true);
 	if (rc)
 		goto out_free;
@@ -171,7 +173,7 @@ int kvp_remote_publish(struct kvp_remote *r, const void *key, size_t keylen,
 
 	if (n < 0 || (!val && len) || len > KVP_REMOTE_MAX_VALUE)
 		return -EINVAL;
-	return publish_push(r, rkey, (size_t)n, val, len);
+	return publish_push(r, rkey, (size_t)n, key, keylen, val, len);
 }
 
 int kvp_remote_flush(struct kvp_remote *r, unsigned timeout_ms)

@@ -143,12 +143,25 @@ struct kvp_remote_stats {
 typedef int (*kvp_remote_verify_fn)(void *arg, const void *key, size_t keylen,
 				    void *val, size_t len);
 
+/*
+ * The encode hook (optional): the value to store for what was published
+ * under @key, into @*out (malloc'd; the tier frees it), or a negative
+ * number (the publish fails, counted).  Called on the publisher thread,
+ * so that making the value (the cache seals its record) is behind the
+ * caller too.  Without it the value is stored as published.
+ */
+typedef int (*kvp_remote_encode_fn)(void *arg, const void *key, size_t keylen,
+				    const void *val, size_t len, void **out,
+				    size_t *outlen);
+
 struct kvp_remote_config {
 	const char *url;	   /* see above; required */
 	const void *ns;		   /* namespace tag, 1..KVP_REMOTE_MAX_NS bytes */
 	size_t ns_len;
 	kvp_remote_verify_fn verify; /* required: no unverified value passes */
 	void *verify_arg;
+	kvp_remote_encode_fn encode; /* NULL: store values as published */
+	void *encode_arg;
 };
 
 struct kvp_remote;
@@ -225,8 +238,9 @@ int kvp_remote_fetch_submit(struct kvp_remote *r, struct kvp_remote_get *gets,
 			    size_t n, kvp_remote_done_fn done, void *arg);
 
 /*
- * kvp_remote_publish - queue @val (@len bytes) to be stored under @key.
- * Copies both; never waits on the network.  Returns 0 when queued,
+ * kvp_remote_publish - queue @val (@len bytes) to be stored under @key
+ * (through the encode hook, if any).  Copies both; never waits on the
+ * network.  Returns 0 when queued,
  * -EAGAIN when the queue is full (counted in publishes_skipped_total),
  * -EINVAL for a bad key or size, -ENOMEM.
  */

@@ -72,8 +72,10 @@ struct kvp_remote {
 	struct kvp_remote_url url;	/* parsed, password included */
 	char shown_url[512];		/* the URL without its password */
 	char ns_hex[2 * KVP_REMOTE_MAX_NS + 1]; /* the namespace tag in hex */
-	kvp_remote_verify_fn verify;	/* the caller's hook */
+	kvp_remote_verify_fn verify;	/* the caller's hooks */
 	void *verify_arg;
+	kvp_remote_encode_fn encode;
+	void *encode_arg;
 	struct kvp_remote_stats st;	/* atomic counters */
 	struct rlink fetch;		/* kvp_remote_get_many's */
 	struct rlink pub;		/* the publisher thread's */
@@ -105,11 +107,12 @@ struct fetch_job {
 	void *arg;
 };
 
-/* A queued publish: key and value in one allocation. */
+/* A queued publish: keys and value in one allocation. */
 struct pub_entry {
 	struct pub_entry *next;
-	size_t rkey_len, val_len;
-	char *val;		/* after the key, in the same block */
+	size_t rkey_len, key_len, val_len;
+	char *key;		/* the caller's key, after the Redis key */
+	char *val;		/* after the key */
 	char rkey[];		/* the Redis key */
 };
 
@@ -157,7 +160,7 @@ void fetch_stop(struct kvp_remote *r);
 int publish_start(struct kvp_remote *r);
 void publish_stop(struct kvp_remote *r);
 int publish_push(struct kvp_remote *r, const char *rkey, size_t rkey_len,
-		 const void *val, size_t len);
+		 const void *key, size_t key_len, const void *val, size_t len);
 int publish_flush(struct kvp_remote *r, unsigned timeout_ms);
 
 #endif /* KVP_REMOTE_I_H */
