@@ -42,6 +42,10 @@ START_TEST(url_good)
 	ck_assert_uint_eq(u.timeout_ms, 50);
 	ck_assert_uint_eq(u.connect_timeout_ms, 70);
 	ck_assert_uint_eq(u.queue, 8);
+	ck_assert_uint_eq(u.queue_bytes, 256u << 20);
+	ck_assert_int_eq(kvp_remote_url_parse(&u, "redis://h?queue_bytes=1G",
+					      err, sizeof(err)), 0);
+	ck_assert_uint_eq(u.queue_bytes, 1u << 30);
 
 	/* the password alone: the default user */
 	ck_assert_int_eq(kvp_remote_url_parse(&u, "redis://s3cret@h:2", err,
@@ -84,6 +88,8 @@ START_TEST(url_bad)
 		"redis://h:1?nosuch=1",
 		"redis://h:1?password_file=relative",
 		"redis://h:1?queue",
+		"redis://h:1?queue_bytes=10",
+		"redis://h:1?queue_bytes=lots",
 		"redis://u:@h:1",
 		"redis://u:%zz@h:1",
 		"redis://u:%00@h:1",

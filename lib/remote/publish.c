@@ -2,7 +2,7 @@
  * publish.c - the publish queue and the thread that drains it.
  *
  * publish_push copies a value into the queue or, when the queue holds
- * url.queue entries, drops it (publishes_skipped_total): the caller is a
+ * url.queue entries or url.queue_bytes, drops it (publishes_skipped_total): the caller is a
  * decode step and never waits on the network.  The thread pops up to
  * LINK_PIPELINE entries at a time and SETs them, pipelined, on the
  * publish link; a failure is counted and the entry dropped (a block not
@@ -22,7 +22,9 @@ int publish_push(struct kvp_remote *r, const char *rkey, size_t rkey_len,
 
 	/* A cheap look first: a full queue costs no copy. */
 	if (__atomic_load_n(&r->st.queue_entries, __ATOMIC_RELAXED) >=
-	    r->url.queue) {
+		    r->url.queue ||
+	    __atomic_load_n(&r->st.queue_bytes, __ATOMIC_RELAXED) + len >
+		    r->url.queue_bytes) {
 		RSTAT_ADD(r, publishes_skipped_total, 1);
 		return -EAGAIN;
 	}
@@ -39,7 +41,8 @@ int publish_push(struct kvp_remote *r, const char *rkey, size_t rkey_len,
 	e->val = e->key + key_len;
 	memcpy(e->val, val, len);
 	pthread_mutex_lock(&r->qlock);
-	if (r->qlen >= r->url.queue || r->stop) {
+	if (r->qlen >= r->url.queue || r->stop ||
+	    r->st.queue_bytes + len > r->url.queue_bytes) {
 		pthread_mutex_unlock(&r->qlock);
 		free(e);
 		RSTAT_ADD(r, publishes_skipped_total, 1);
@@ -52,6 +55,7 @@ int publish_push(struct kvp_remote *r, const char *rkey, size_t rkey_len,
 	r->qtail = e;
 	r->qlen++;
 	RSTAT_ADD(r, queue_entries, 1);
+	RSTAT_ADD(r, queue_bytes, len);
 	pthread_cond_broadcast(&r->qcond);
 	pthread_mutex_unlock(&r->qlock);
 	return 0;
@@ -122,6 +126,8 @@ static void *publisher(void *arg)
 		last->next = NULL;
 		r->qlen -= (unsigned)n;
 		RSTAT_SUB(r, queue_entries, n);
+		for (struct pub_entry *e = list; e; e = e->next)
+			RSTAT_SUB(r, queue_bytes, e->val_len);
 		r->busy = true;
 		pthread_mutex_unlock(&r->qlock);
 

@@ -14,7 +14,9 @@
  *              connect_timeout_ms=N (default 250), password_file=PATH
  *              (the password's first line, for "user:@host" or no
  *              user at all; a password in the URL wins),
- *              queue=N (publish queue entries, default 256), joined by &
+ *              queue=N (publish queue entries, default 256),
+ *              queue_bytes=N (their bytes at most, default 256M), joined
+ *              by &
  *   env        KVP_REMOTE_URL (used by kvp_remote_open_env)
  *
  * Redis keys are "kvp:1:<hex ns>:<hex key>": @ns is the caller's
@@ -66,6 +68,7 @@ struct kvp_remote_url {
 	unsigned timeout_ms;		     /* a command's limit */
 	unsigned connect_timeout_ms;	     /* a connection's limit */
 	unsigned queue;			     /* publish queue entries */
+	uint64_t queue_bytes;		     /* ... and their bytes */
 };
 
 /*
@@ -124,7 +127,8 @@ uint16_t kvp_remote_crc16(const void *buf, size_t len);
 	X(slot_refreshes_total, KVP_COUNTER, "CLUSTER SLOTS maps fetched")     \
 	X(fetches_skipped_total, KVP_COUNTER,                                  \
 	  "asynchronous fetches refused: too many waiting")                    \
-	X(queue_entries, KVP_GAUGE, "publishes waiting in the queue")
+	X(queue_entries, KVP_GAUGE, "publishes waiting in the queue")        \
+	X(queue_bytes, KVP_GAUGE, "bytes of the publishes waiting")
 
 #define KVP_REMOTE_STATS_FIELD(name, kind, doc) uint64_t name;
 struct kvp_remote_stats {

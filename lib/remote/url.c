@@ -7,9 +7,11 @@
 #include <string.h>
 
 #include "lib/remote/remote.h"
+#include "lib/tunables/tunables.h" /* kvp_parse_bytes */
 
 #define DEFAULT_TIMEOUT_MS 250
 #define DEFAULT_QUEUE 256
+#define DEFAULT_QUEUE_BYTES (256ull << 20)
 
 static int bad(char *err, size_t errlen, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -153,6 +155,19 @@ static int parse_opt(struct kvp_remote_url *u, const char *s, size_t n,
 			return bad(err, errlen,
 				   "url option queue: want 1..1048576 entries");
 		u->queue = (unsigned)x;
+	} else if (IS("queue_bytes")) {
+		char num[32];
+		uint64_t b;
+
+		if (vlen >= sizeof(num))
+			return bad(err, errlen, "url option queue_bytes: too long");
+		memcpy(num, v, vlen);
+		num[vlen] = '\0';
+		if (kvp_parse_bytes(num, &b) || b < (1u << 20))
+			return bad(err, errlen,
+				   "url option queue_bytes: want a size of "
+				   "at least 1M (e.g. 512M)");
+		u->queue_bytes = b;
 	} else if (IS("password_file")) {
 		if (!decode(v, vlen, u->password_file,
 			    sizeof(u->password_file)) ||
@@ -163,7 +178,8 @@ static int parse_opt(struct kvp_remote_url *u, const char *s, size_t n,
 	} else {
 		return bad(err, errlen,
 			   "unknown url option '%.*s' (timeout_ms, "
-			   "connect_timeout_ms, password_file, queue)",
+			   "connect_timeout_ms, password_file, queue, "
+			   "queue_bytes)",
 			   (int)(klen > 40 ? 40 : klen), s);
 	}
 #undef IS
@@ -180,6 +196,7 @@ int kvp_remote_url_parse(struct kvp_remote_url *u, const char *text,
 	u->timeout_ms = DEFAULT_TIMEOUT_MS;
 	u->connect_timeout_ms = DEFAULT_TIMEOUT_MS;
 	u->queue = DEFAULT_QUEUE;
+	u->queue_bytes = DEFAULT_QUEUE_BYTES;
 	if (!text)
 		return bad(err, errlen, "no url");
 	if (!strncmp(text, "redis://", 8)) {
