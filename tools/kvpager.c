@@ -90,6 +90,7 @@ enum opt_id {
 	O_CACHE_SALT,
 	O_CACHE_KEY_FILE,
 	O_CACHE_CAPACITY,
+	O_REMOTE,
 	O_JSON,
 	O_QUIET,
 	O_HELP,
@@ -174,6 +175,10 @@ static const struct opt_spec opts[O_COUNT] = {
 			       1ULL << 20, 1ULL << 60,
 			       "model: the cache's size limit "
 			       "(KVP_CACHE_CAPACITY; none)" },
+	[O_REMOTE] = { "remote", "URL", NULL, 0, 0, 0,
+		       "model: a shared tier below --cache-dir: "
+		       "redis://host:port[/db] or redis+cluster://host:port,... "
+		       "(KVP_REMOTE_URL)" },
 	[O_JSON] = { "json", NULL, NULL, 0, 0, 0, "one JSON object on stdout" },
 	[O_QUIET] = { "quiet", NULL, NULL, 0, 0, 0, "no progress on stderr" },
 	[O_HELP] = { "help", NULL, NULL, 0, 0, 0, "this text" },
@@ -477,6 +482,9 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
 			continue;
 		case O_CACHE_SALT:
 			o->cache.salt = a;
+			continue;
+		case O_REMOTE:
+			o->cache.remote_url = a;
 			continue;
 		case O_CACHE_KEY_FILE:
 			o->cache.key_file = a;
@@ -1067,6 +1075,11 @@ static int model_cache_open(struct run_opts *o, struct model_run *mr,
 	char why[512], warn[512];
 	int err = kvp_model_cache_opts_env(&o->cache, why, sizeof(why));
 
+	if (!err && o->cache.remote_url && !o->cache.dir) {
+		fprintf(stderr, "kvpager: --remote (KVP_REMOTE_URL) is a tier "
+				"below the prefix cache: add --cache-dir\n");
+		return -EINVAL;
+	}
 	if (err || !o->cache.dir) {
 		if (err)
 			fprintf(stderr, "kvpager: %s\n", why);
@@ -1140,6 +1153,53 @@ static void cache_report(const struct run_opts *o, const struct model_run *mr,
 	       " foreign; %" PRIu64 " evictions\n",
 	       cs.blocks, cs.bytes, cs.dropped_torn, cs.dropped_unauth,
 	       cs.dropped_foreign, cs.evictions);
+}
+
+/* The remote tier's lines of the report (text, or JSON fields with a
+ * comma after each). */
+static void remote_report(const struct run_opts *o, const struct model_run *mr)
+{
+	struct kvp_model_remote *rm = mr->mc ? kvp_model_cache_remote(mr->mc)
+					     : NULL;
+	struct kvp_model_remote_stats ms;
+	struct kvp_remote_stats rs;
+
+	if (!rm)
+		return;
+	kvp_model_remote_stats(rm, &ms, &rs);
+	if (o->json) {
+		printf("\"remote_chunks_fetched\":%" PRIu64
+		       ",\"remote_chunks_missed\":%" PRIu64
+		       ",\"remote_chunks_published\":%" PRIu64
+		       ",\"remote_publishes_skipped\":%" PRIu64
+		       ",\"remote_hits\":%" PRIu64 ",\"remote_misses\":%" PRIu64
+		       ",\"remote_verify_failed\":%" PRIu64
+		       ",\"remote_errors\":%" PRIu64
+		       ",\"remote_timeouts\":%" PRIu64
+		       ",\"remote_bytes_read\":%" PRIu64
+		       ",\"remote_publishes\":%" PRIu64
+		       ",\"remote_publish_errors\":%" PRIu64
+		       ",\"remote_bytes_written\":%" PRIu64 ",",
+		       ms.chunks_fetched, ms.chunks_missed, ms.chunks_published,
+		       ms.publish_skipped + rs.publishes_skipped_total,
+		       rs.hits_total, rs.misses_total, rs.verify_failed_total,
+		       rs.errors_total, rs.timeouts_total, rs.bytes_read_total,
+		       rs.publishes_total, rs.publish_errors_total,
+		       rs.bytes_written_total);
+		return;
+	}
+	printf("  remote %s: %" PRIu64 " chunks fetched, %" PRIu64
+	       " missed; %" PRIu64 " offered, %" PRIu64 " skipped "
+	       "(queue full)\n",
+	       kvp_model_remote_url(rm), ms.chunks_fetched, ms.chunks_missed,
+	       ms.chunks_published, ms.publish_skipped);
+	printf("  remote: %" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64
+	       " failed verification, %" PRIu64 " errors (%" PRIu64
+	       " timeouts), %" PRIu64 " bytes read; %" PRIu64
+	       " published so far, %" PRIu64 " publish errors\n",
+	       rs.hits_total, rs.misses_total, rs.verify_failed_total,
+	       rs.errors_total, rs.timeouts_total, rs.bytes_read_total,
+	       rs.publishes_total, rs.publish_errors_total);
 }
 
 /* One generated token: chosen from the logits, kept, then appended. */
@@ -1487,6 +1547,7 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 			if (mr->m)
 				model_report(&o, mr);
 			cache_report(&o, mr, done_steps);
+			remote_report(&o, mr);
 			printf(
 			    "\"preset\":\"%s\",\"context\":%" PRIu64
 			    ",\"batch\":%u,\"predictor\":\"%s\","
@@ -1636,6 +1697,7 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 			if (mr->m)
 				model_report(&o, mr);
 			cache_report(&o, mr, done_steps);
+			remote_report(&o, mr);
 		}
 	}
 	status = 0;

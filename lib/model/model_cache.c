@@ -14,6 +14,7 @@
 struct kvp_model_cache {
 	struct kvp_cache *cache;
 	struct kvp_prefix *prefix;
+	struct kvp_model_remote *remote; /* below the directory, or NULL */
 	struct kvp_model_prefix mp; /* what the sequence calls */
 	uint32_t chunk_tokens;
 };
@@ -37,6 +38,7 @@ int kvp_model_cache_opts_env(struct kvp_model_cache_opts *o, char *err,
 	o->salt = env_or(o->salt, "KVP_CACHE_SALT");
 	o->key_file = env_or(o->key_file, "KVP_CACHE_KEY_FILE");
 	o->key_hex = env_or(o->key_hex, "KVP_CACHE_KEY");
+	o->remote_url = env_or(o->remote_url, "KVP_REMOTE_URL");
 	if (!o->capacity_bytes && cap && *cap &&
 	    kvp_parse_bytes(cap, &o->capacity_bytes)) {
 		snprintf(err, errlen,
@@ -96,7 +98,6 @@ int kvp_model_cache_open(const struct kvp_model_cache_opts *o,
 	mc->chunk_tokens = C;
 	e = kvp_cache_open(o->dir, &co, &mc->cache, err, errlen, warn,
 			   warnlen);
-	memset(&cipher, 0, sizeof(cipher));
 	if (e)
 		goto fail;
 	po.cache = mc->cache;
@@ -121,9 +122,24 @@ int kvp_model_cache_open(const struct kvp_model_cache_opts *o,
 	mc->mp.get = kvp_prefix_get;
 	mc->mp.put = kvp_prefix_put;
 	mc->mp.arg = mc->prefix;
+	if (o->remote_url) {
+		struct kvp_model_remote_opts ro = { .url = o->remote_url,
+						    .prefix = mc->prefix,
+						    .ctx = &po.ctx,
+						    .cipher = co.cipher };
+
+		e = kvp_model_remote_open(&ro, &mc->remote, err, errlen);
+		if (e)
+			goto fail;
+		mc->mp.get = kvp_model_remote_get;
+		mc->mp.put = kvp_model_remote_put;
+		mc->mp.arg = mc->remote;
+	}
+	memset(&cipher, 0, sizeof(cipher));
 	*out = mc;
 	return 0;
 fail:
+	memset(&cipher, 0, sizeof(cipher));
 	kvp_model_cache_close(mc);
 	return e;
 }
@@ -158,10 +174,17 @@ void kvp_model_cache_stats(struct kvp_model_cache *mc,
 		kvp_prefix_stats(mc->prefix, prefix);
 }
 
+struct kvp_model_remote *kvp_model_cache_remote(struct kvp_model_cache *mc)
+{
+	return mc->remote;
+}
+
 void kvp_model_cache_close(struct kvp_model_cache *mc)
 {
 	if (!mc)
 		return;
+	/* first: its gets and puts go through the prefix */
+	kvp_model_remote_close(mc->remote, 30000);
 	kvp_prefix_destroy(mc->prefix);
 	kvp_cache_close(mc->cache);
 	free(mc);

@@ -28,6 +28,7 @@
 #include "lib/cache/cache_dir.h"
 #include "lib/cache/prefix.h"
 #include "lib/model/model.h"
+#include "lib/model/model_remote.h"
 
 #define KVP_MODEL_CACHE_CHUNK 64u /* tokens per stored chunk, default */
 
@@ -40,6 +41,9 @@ struct kvp_model_cache_opts {
 	uint32_t chunk_tokens;	 /* 0: KVP_MODEL_CACHE_CHUNK */
 	const char *model_id;	 /* a name for the model instead of its
 				    weights' hash; NULL: the hash */
+	const char *remote_url;	 /* the remote tier below the directory
+				    (KVP_REMOTE_URL; model_remote.h);
+				    NULL: none */
 };
 
 /*
@@ -84,7 +88,11 @@ void kvp_model_cache_stats(struct kvp_model_cache *mc,
 			   struct kvp_cache_stats *cache,
 			   struct kvp_prefix_stats *prefix);
 
-/* Drain and close.  NULL is a no-op. */
+/* The remote tier below the directory, or NULL (no remote_url). */
+struct kvp_model_remote *kvp_model_cache_remote(struct kvp_model_cache *mc);
+
+/* Drain and close (the remote tier's publishes get up to 30 s).  NULL is
+ * a no-op. */
 void kvp_model_cache_close(struct kvp_model_cache *mc);
 
 #endif /* KVP_MODEL_CACHE_H */

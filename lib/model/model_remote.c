@@ -1,0 +1,305 @@
+/*
+ * model_remote.c - a model's prompts through the remote tier, below the
+ * prefix cache directory (model_remote.h).
+ *
+ * Read-ahead: two windows of up to `window` chunks each.  A get that
+ * misses the directory takes its chunk from the window that holds it
+ * (waiting for the fetch if it is still running) and, when the window
+ * after it is not yet asked for, submits it; a chunk in no window starts
+ * one at that chunk.  A window's keys are compared with the prompt's at
+ * each get, so a new prompt never takes an old prompt's chunk.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/model/model_remote.h"
+
+struct window {
+	uint32_t first, n;	/* chunks [first, first + n) */
+	size_t rec_len;		/* bytes of each record */
+	bool busy;		/* submitted, not yet done */
+	bool valid;		/* done: gets[] say what came */
+	struct kvp_rec_key keys[KVP_MODEL_REMOTE_MAX_WINDOW];
+	struct kvp_remote_get gets[KVP_MODEL_REMOTE_MAX_WINDOW];
+	unsigned char *bufs;	/* n records, rec_len apart */
+	size_t cap;		/* bytes at bufs */
+	struct kvp_model_remote *mr;
+};
+
+struct kvp_model_remote {
+	struct kvp_remote *r;
+	struct kvp_prefix *prefix;
+	struct kvp_rec_cipher cipher;	/* a copy, if has_cipher */
+	bool has_cipher;
+	uint32_t window;
+	char shown_url[512];		/* without the password */
+	pthread_mutex_t lock;		/* windows' busy/valid, stats */
+	pthread_cond_t cond;		/* a window done */
+	struct window win[2];
+	struct kvp_model_remote_stats st;
+};
+
+/* The tier's verify hook: the value is the record of the key asked for
+ * (opened in place: a sealed one is decrypted). */
+static int verify(void *arg, const void *key, size_t keylen, void *val,
+		  size_t len)
+{
+	struct kvp_model_remote *mr = arg;
+	struct kvp_rec_key k;
+	const void *payload;
+	uint64_t plen;
+
+	if (keylen != sizeof(k))
+		return -EINVAL;
+	memcpy(&k, key, sizeof(k));
+	return kvp_rec_open(val, len, &k, mr->has_cipher ? &mr->cipher : NULL,
+			    &payload, &plen);
+}
+
+/* The tier's encode hook, on its publisher thread: seal the record. */
+static int encode(void *arg, const void *key, size_t keylen, const void *val,
+		  size_t len, void **out, size_t *outlen)
+{
+	struct kvp_model_remote *mr = arg;
+	struct kvp_rec_key k;
+	void *rec;
+	int err;
+
+	if (keylen != sizeof(k))
+		return -EINVAL;
+	memcpy(&k, key, sizeof(k));
+	rec = malloc(kvp_rec_size(len));
+	if (!rec)
+		return -ENOMEM;
+	err = kvp_rec_seal(&k, val, len, mr->has_cipher ? &mr->cipher : NULL,
+			   rec);
+	if (err) {
+		free(rec);
+		return err;
+	}
+	*out = rec;
+	*outlen = kvp_rec_size(len);
+	return 0;
+}
+
+int kvp_model_remote_open(const struct kvp_model_remote_opts *o,
+			  struct kvp_model_remote **out, char *err,
+			  size_t errlen)
+{
+	struct kvp_remote_config rc = { .url = o->url, .verify = verify,
+					.encode = encode };
+	struct kvp_model_remote *mr;
+	uint8_t ns[32];
+	int e;
+
+	*out = NULL;
+	if (!o->prefix || !o->ctx || o->window > KVP_MODEL_REMOTE_MAX_WINDOW)
+		return -EINVAL;
+	mr = calloc(1, sizeof(*mr));
+	if (!mr)
+		return -ENOMEM;
+	mr->prefix = o->prefix;
+	mr->window = o->window ? o->window : KVP_MODEL_REMOTE_WINDOW;
+	if (o->cipher) {
+		mr->cipher = *o->cipher;
+		mr->has_cipher = true;
+	}
+	kvp_remote_url_redact(o->url, mr->shown_url, sizeof(mr->shown_url));
+	pthread_mutex_init(&mr->lock, NULL);
+	pthread_cond_init(&mr->cond, NULL);
+	mr->win[0].mr = mr->win[1].mr = mr;
+	/* The namespace: a hash of the whole key context, so that no
+	 * other model, geometry or salt shares a Redis key with this one. */
+	e = kvp_rec_hash(o->ctx, sizeof(*o->ctx), ns);
+	if (e) {
+		snprintf(err, errlen, "remote: cannot hash the key context");
+		goto fail;
+	}
+	rc.ns = ns;
+	rc.ns_len = 16;
+	rc.verify_arg = rc.encode_arg = mr;
+	e = kvp_remote_open(&rc, &mr->r, err, errlen);
+	if (e)
+		goto fail;
+	*out = mr;
+	return 0;
+fail:
+	kvp_model_remote_close(mr, 0);
+	return e;
+}
+
+void kvp_model_remote_close(struct kvp_model_remote *mr, unsigned flush_ms)
+{
+	if (!mr)
+		return;
+	if (mr->r && flush_ms)
+		kvp_remote_flush(mr->r, flush_ms);
+	/* completes every window still asked for (running or cancelled) */
+	kvp_remote_close(mr->r);
+	for (int i = 0; i < 2; i++)
+		free(mr->win[i].bufs);
+	pthread_cond_destroy(&mr->cond);
+	pthread_mutex_destroy(&mr->lock);
+	memset(&mr->cipher, 0, sizeof(mr->cipher));
+	free(mr);
+}
+
+static void window_done(void *arg, struct kvp_remote_get *gets, size_t n,
+			int hits)
+{
+	struct window *w = arg;
+
+	pthread_mutex_lock(&w->mr->lock);
+	w->busy = false;
+	w->valid = true;
+	pthread_cond_broadcast(&w->mr->cond);
+	pthread_mutex_unlock(&w->mr->lock);
+}
+
+/* Under mr->lock: wait until @w's fetch, if any, is over. */
+static void window_wait(struct kvp_model_remote *mr, struct window *w)
+{
+	while (w->busy)
+		pthread_cond_wait(&mr->cond, &mr->lock);
+}
+
+/* Under mr->lock, @w not busy: ask for the chunks from @first (as far as
+ * the prompt has full chunks).  False when there is none or it fails. */
+static bool window_submit(struct kvp_model_remote *mr, struct window *w,
+			  uint32_t first, size_t rec_len)
+{
+	uint32_t n = 0;
+
+	w->valid = false;
+	while (n < mr->window &&
+	       !kvp_prefix_key(mr->prefix, first + n, &w->keys[n]))
+		n++;
+	if (!n)
+		return false;
+	if (w->cap < n * rec_len) {
+		free(w->bufs);
+		w->bufs = malloc(n * rec_len);
+		w->cap = w->bufs ? n * rec_len : 0;
+		if (!w->bufs)
+			return false;
+	}
+	w->first = first;
+	w->n = n;
+	w->rec_len = rec_len;
+	for (uint32_t i = 0; i < n; i++)
+		w->gets[i] = (struct kvp_remote_get){
+			.key = &w->keys[i], .key_len = sizeof(w->keys[i]),
+			.buf = w->bufs + i * rec_len, .buf_len = rec_len };
+	w->busy = true;
+	if (kvp_remote_fetch_submit(mr->r, w->gets, n, window_done, w)) {
+		w->busy = false;
+		return false;
+	}
+	return true;
+}
+
+/* Under mr->lock: does @w hold (or fetch) @chunk of this prompt? */
+static bool window_has(struct kvp_model_remote *mr, const struct window *w,
+		       uint32_t chunk, size_t rec_len)
+{
+	struct kvp_rec_key k;
+
+	if (!(w->busy || w->valid) || w->rec_len != rec_len ||
+	    chunk < w->first || chunk >= w->first + w->n)
+		return false;
+	return !kvp_prefix_key(mr->prefix, chunk, &k) &&
+	       !memcmp(&k, &w->keys[chunk - w->first], sizeof(k));
+}
+
+/* Chunk @chunk from Redis into @buf (@len bytes of payload). */
+static int remote_get(struct kvp_model_remote *mr, uint32_t chunk, void *buf,
+		      size_t len)
+{
+	size_t rec_len = kvp_rec_size(len);
+	struct window *w = NULL, *other;
+	struct kvp_remote_get *g;
+	int err = -ENOENT;
+
+	pthread_mutex_lock(&mr->lock);
+	for (int i = 0; i < 2 && !w; i++)
+		if (window_has(mr, &mr->win[i], chunk, rec_len))
+			w = &mr->win[i];
+	if (!w) {
+		/* a window of its own: the one not running, else wait */
+		w = mr->win[0].busy ? &mr->win[1] : &mr->win[0];
+		window_wait(mr, w);
+		if (!window_submit(mr, w, chunk, rec_len))
+			goto out;
+	}
+	other = w == &mr->win[0] ? &mr->win[1] : &mr->win[0];
+	/* read ahead: the window after this one, fetched meanwhile */
+	if (!window_has(mr, other, w->first + w->n, rec_len) && !other->busy)
+		window_submit(mr, other, w->first + w->n, rec_len);
+	window_wait(mr, w);
+	g = &w->gets[chunk - w->first];
+	if (!g->status && g->len == rec_len) {
+		/* verify opened the record: its payload follows the header */
+		memcpy(buf, (unsigned char *)g->buf + KVP_REC_HEADER_BYTES, len);
+		err = 0;
+	}
+out:
+	if (err)
+		mr->st.chunks_missed++;
+	else
+		mr->st.chunks_fetched++;
+	pthread_mutex_unlock(&mr->lock);
+	return err;
+}
+
+int kvp_model_remote_get(void *arg, uint32_t chunk, void *buf, size_t len)
+{
+	struct kvp_model_remote *mr = arg;
+	int err = kvp_prefix_get(mr->prefix, chunk, buf, len);
+
+	if (!err)
+		return 0;
+	err = remote_get(mr, chunk, buf, len);
+	if (!err) /* next time from the directory */
+		kvp_prefix_put(mr->prefix, chunk, buf, len);
+	return err;
+}
+
+void kvp_model_remote_put(void *arg, uint32_t chunk, const void *payload,
+			  size_t len)
+{
+	struct kvp_model_remote *mr = arg;
+	struct kvp_rec_key k;
+	int err;
+
+	kvp_prefix_put(mr->prefix, chunk, payload, len);
+	if (kvp_prefix_key(mr->prefix, chunk, &k))
+		return;
+	err = kvp_remote_publish(mr->r, &k, sizeof(k), payload, len);
+	pthread_mutex_lock(&mr->lock);
+	if (err)
+		mr->st.publish_skipped++;
+	else
+		mr->st.chunks_published++;
+	pthread_mutex_unlock(&mr->lock);
+}
+
+void kvp_model_remote_stats(struct kvp_model_remote *mr,
+			    struct kvp_model_remote_stats *ms,
+			    struct kvp_remote_stats *rs)
+{
+	pthread_mutex_lock(&mr->lock);
+	if (ms)
+		*ms = mr->st;
+	pthread_mutex_unlock(&mr->lock);
+	if (rs)
+		kvp_remote_stats_read(mr->r, rs);
+}
+
+const char *kvp_model_remote_url(const struct kvp_model_remote *mr)
+{
+	return mr->shown_url;
+}
