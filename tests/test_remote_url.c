@@ -24,7 +24,7 @@ START_TEST(url_good)
 	ck_assert_int_eq(u.db, 0);
 	ck_assert_str_eq(u.user, "");
 	ck_assert_str_eq(u.password, "");
-	ck_assert_uint_eq(u.timeout_ms, 250);
+	ck_assert_uint_eq(u.timeout_ms, 1000);
 	ck_assert_uint_eq(u.queue, 256);
 
 	ck_assert_int_eq(kvp_remote_url_parse(&u, "redis://cache.example", err,

@@ -9,7 +9,7 @@
 #include "lib/remote/remote.h"
 #include "lib/tunables/tunables.h" /* kvp_parse_bytes */
 
-#define DEFAULT_TIMEOUT_MS 250
+#define DEFAULT_TIMEOUT_MS 1000
 #define DEFAULT_QUEUE 256
 #define DEFAULT_QUEUE_BYTES (256ull << 20)
 
