@@ -1,0 +1,109 @@
+#!/bin/bash
+# t_remote.sh - two instances, one prefix: kvpager run --model --cache-dir
+# --remote.  Instance A (its own empty cache directory) prefills a prompt
+# and publishes its chunks to a redis-server this test starts on a free
+# loopback port; instance B (another process, another empty directory)
+# reads the prefix from Redis and generates the same tokens with the same
+# logits, bit for bit, and stores what it fetched in its own directory.
+# Another salt reads nothing of it; a value tampered with in Redis is a
+# counted miss with the same tokens; a server that is absent or hangs
+# costs errors, counted, and never other tokens.  random:tiny, fp16 KV.
+set -u
+BUILD=${BUILD:-build}
+kvp="$BUILD/bin/kvpager"
+tmp=$(mktemp -d)
+pid=""
+cleanup() {
+	[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
+	[ -n "$pid" ] && wait "$pid" 2>/dev/null
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail=0
+
+[ -x "$kvp" ] || { echo "t_remote: $kvp not built"; exit 77; }
+command -v redis-server >/dev/null ||
+	{ echo "t_remote: redis-server not found (apt-get install redis-server)"; exit 77; }
+
+run() { "$kvp" run --quiet --budget 8M --model random:tiny "$@"; }
+field() { sed -n "s/.*\"$1\":\([^,}]*\).*/\1/p"; }
+tokens() { sed 's/.*"tokens":\(\[[^]]*\]\).*/\1/'; }
+check() { # check WHAT GOT WANT
+	if [ "$2" != "$3" ]; then
+		echo "FAIL: $1: got '$2', want '$3'"
+		fail=1
+	fi
+}
+
+# a free port below the ephemeral range
+port=$(/usr/bin/python3 -c '
+import random, socket
+for _ in range(1000):
+    p = random.randint(20000, 29999)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p)); print(p); break
+    except OSError: pass
+    finally: s.close()')
+start_redis() {
+	redis-server --port "$port" --bind 127.0.0.1 --dir "$tmp" --save "" \
+		--appendonly no --logfile "$tmp/redis.log" &
+	pid=$!
+	for _ in $(seq 100); do
+		redis-cli -p "$port" ping 2>/dev/null | grep -q PONG && return 0
+		sleep 0.1
+	done
+	echo "FAIL: redis-server did not start"; cat "$tmp/redis.log"; exit 1
+}
+start_redis
+url="redis://127.0.0.1:$port?timeout_ms=5000"
+
+python3 -c "print(','.join(['1']+[str((i*5*7919+5)%511+1) for i in range(1,300)]))" >"$tmp/p"
+P=(--prompt-tokens "@$tmp/p" --generate 8 --json)
+
+ref=$(run "${P[@]}" --logits-out "$tmp/l0") || { echo "FAIL: no cache"; exit 1; }
+a=$(run "${P[@]}" --logits-out "$tmp/la" --cache-dir "$tmp/A" --remote "$url")
+check "A: hit" "$(field prefix_hit_tokens <<<"$a")" 0
+check "A: published" "$(field remote_publishes <<<"$a")" 4
+check "A: tokens" "$(tokens <<<"$a")" "$(tokens <<<"$ref")"
+b=$(KVP_REMOTE_URL="$url" run "${P[@]}" --logits-out "$tmp/lb" --cache-dir "$tmp/B")
+check "B: hit" "$(field prefix_hit_tokens <<<"$b")" 256
+check "B: fetched" "$(field remote_chunks_fetched <<<"$b")" 4
+check "B: tokens" "$(tokens <<<"$b")" "$(tokens <<<"$ref")"
+cmp -s "$tmp/l0" "$tmp/lb" || { echo "FAIL: B's logits differ"; fail=1; }
+# B stored what it fetched: its own directory serves it now
+c=$(run "${P[@]}" --cache-dir "$tmp/B")
+check "B's directory: hit" "$(field prefix_hit_tokens <<<"$c")" 256
+
+# another tenant: nothing from Redis, the same tokens
+c=$(run "${P[@]}" --cache-dir "$tmp/C" --cache-salt tenant-b --remote "$url")
+check "other salt: hit" "$(field prefix_hit_tokens <<<"$c")" 0
+check "other salt: fetched" "$(field remote_chunks_fetched <<<"$c")" 0
+check "other salt: tokens" "$(tokens <<<"$c")" "$(tokens <<<"$ref")"
+
+# a tampered value: fails verification, a miss from there, same tokens
+k=$(redis-cli -p "$port" --scan --pattern 'kvp:1:*' | head -n 1)
+redis-cli -p "$port" setrange "$k" 200 XXXX >/dev/null
+c=$(run "${P[@]}" --cache-dir "$tmp/D" --remote "$url")
+check "tampered: failed verification" "$(field remote_verify_failed <<<"$c")" 1
+check "tampered: tokens" "$(tokens <<<"$c")" "$(tokens <<<"$ref")"
+[ "$(field prefix_hit_tokens <<<"$c")" -lt 256 ] || { echo "FAIL: a tampered chunk was served"; fail=1; }
+
+# a server that hangs (SIGSTOP), then one that is gone: counted errors
+kill -STOP "$pid"
+c=$(run "${P[@]}" --cache-dir "$tmp/E" --remote "redis://127.0.0.1:$port?timeout_ms=200")
+kill -CONT "$pid"
+check "hung: tokens" "$(tokens <<<"$c")" "$(tokens <<<"$ref")"
+check "hung: hit" "$(field prefix_hit_tokens <<<"$c")" 0
+[ "$(field remote_timeouts <<<"$c")" -ge 1 ] || { echo "FAIL: hung: no timeout counted: $c"; fail=1; }
+kill -9 "$pid"; wait "$pid" 2>/dev/null; pid=""
+c=$(run "${P[@]}" --cache-dir "$tmp/F" --remote "$url")
+check "absent: tokens" "$(tokens <<<"$c")" "$(tokens <<<"$ref")"
+check "absent: hit" "$(field prefix_hit_tokens <<<"$c")" 0
+[ "$(field remote_errors <<<"$c")" -ge 1 ] || { echo "FAIL: absent: no error counted: $c"; fail=1; }
+
+c=$(run --generate 2 --remote "$url" 2>&1)
+[ $? = 2 ] && grep -q "add --cache-dir" <<<"$c" || { echo "FAIL: --remote alone: $c"; fail=1; }
+
+[ $fail = 0 ] && echo "t_remote: ok"
+exit $fail
