@@ -66,6 +66,7 @@ a=$(run "${P[@]}" --logits-out "$tmp/la" --cache-dir "$tmp/A" --remote "$url")
 check "A: hit" "$(field prefix_hit_tokens <<<"$a")" 0
 check "A: published" "$(field remote_publishes <<<"$a")" 4
 check "A: tokens" "$(tokens <<<"$a")" "$(tokens <<<"$ref")"
+keys_a=$(redis-cli -p "$port" --scan --pattern 'kvp:1:*')
 b=$(KVP_REMOTE_URL="$url" run "${P[@]}" --logits-out "$tmp/lb" --cache-dir "$tmp/B")
 check "B: hit" "$(field prefix_hit_tokens <<<"$b")" 256
 check "B: fetched" "$(field remote_chunks_fetched <<<"$b")" 4
@@ -82,7 +83,7 @@ check "other salt: fetched" "$(field remote_chunks_fetched <<<"$c")" 0
 check "other salt: tokens" "$(tokens <<<"$c")" "$(tokens <<<"$ref")"
 
 # a tampered value: fails verification, a miss from there, same tokens
-k=$(redis-cli -p "$port" --scan --pattern 'kvp:1:*' | head -n 1)
+k=$(head -n 1 <<<"$keys_a") # A's, not the other tenant's
 redis-cli -p "$port" setrange "$k" 200 XXXX >/dev/null
 c=$(run "${P[@]}" --cache-dir "$tmp/D" --remote "$url")
 check "tampered: failed verification" "$(field remote_verify_failed <<<"$c")" 1
