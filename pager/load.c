@@ -168,7 +168,7 @@ static int install(struct kvp_pager *p, struct kvp_region *r, uint64_t blk,
 
 static void latency(struct kvp_region *r, uint64_t submit_ns)
 {
-	uint64_t us = (kvp_now_ns() - submit_ns) / 1000;
+	uint64_t ns = kvp_now_ns() - submit_ns, us = ns / 1000;
 	unsigned i = 0;
 
 	while (us > 1 && i < KVP_LATENCY_BUCKETS - 1) {
@@ -176,6 +176,8 @@ static void latency(struct kvp_region *r, uint64_t submit_ns)
 		i++;
 	}
 	atomic_fetch_add_explicit(&r->st.io_latency_us[i], 1,
+				  memory_order_relaxed);
+	atomic_fetch_add_explicit(&r->st.io_latency_sum_ns, ns,
 				  memory_order_relaxed);
 }
 

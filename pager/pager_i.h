@@ -58,6 +58,7 @@ struct kvp_block {
 struct kvp_astats {
 	KVP_STATS(KVP_ASTAT_FIELD)
 	_Atomic uint64_t io_latency_us[KVP_LATENCY_BUCKETS];
+	_Atomic uint64_t io_latency_sum_ns;
 };
 #undef KVP_ASTAT_FIELD
 

@@ -23,6 +23,8 @@ void kvp_stats_snapshot(const struct kvp_astats *a, struct kvp_stats *out)
 	for (int i = 0; i < KVP_LATENCY_BUCKETS; i++)
 		out->io_latency_us[i] = atomic_load_explicit(
 		    &a->io_latency_us[i], memory_order_relaxed);
+	out->io_latency_sum_ns =
+	    atomic_load_explicit(&a->io_latency_sum_ns, memory_order_relaxed);
 }
 
 void kvp_stats_add(struct kvp_stats *sum, const struct kvp_stats *s)
@@ -32,6 +34,7 @@ void kvp_stats_add(struct kvp_stats *sum, const struct kvp_stats *s)
 #undef ADD
 	for (int i = 0; i < KVP_LATENCY_BUCKETS; i++)
 		sum->io_latency_us[i] += s->io_latency_us[i];
+	sum->io_latency_sum_ns += s->io_latency_sum_ns;
 }
 
 void kvp_astats_fold(struct kvp_astats *into, const struct kvp_astats *a)
@@ -51,4 +54,8 @@ void kvp_astats_fold(struct kvp_astats *into, const struct kvp_astats *a)
 		    atomic_load_explicit(&a->io_latency_us[i],
 					 memory_order_relaxed),
 		    memory_order_relaxed);
+	atomic_fetch_add_explicit(
+	    &into->io_latency_sum_ns,
+	    atomic_load_explicit(&a->io_latency_sum_ns, memory_order_relaxed),
+	    memory_order_relaxed);
 }

@@ -66,6 +66,8 @@ enum kvp_stat_kind { KVP_COUNTER, KVP_GAUGE };
 struct kvp_stats {
 	KVP_STATS(KVP_STATS_FIELD)
 	uint64_t io_latency_us[KVP_LATENCY_BUCKETS]; /* read latency buckets */
+	uint64_t io_latency_sum_ns; /* the reads' latencies summed (a
+				       histogram's _sum) */
 };
 #undef KVP_STATS_FIELD
 

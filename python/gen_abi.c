@@ -68,6 +68,7 @@ int main(void)
 	struct_end();
 	struct_begin("kvp_stats", sizeof(struct kvp_stats));
 	F(kvp_stats, io_latency_us);
+	F(kvp_stats, io_latency_sum_ns);
 	struct_end();
 
 	struct_begin("kvp_region_opts", sizeof(struct kvp_region_opts));

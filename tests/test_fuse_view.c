@@ -753,7 +753,7 @@ START_TEST(metrics_parse)
 	struct family fam[256];
 	char *s = slurp("metrics", NULL), *line, *save = NULL;
 	int nfam = 0, samples = 0, k;
-	bool saw_region = false, saw_total = false;
+	bool saw_region = false, saw_total = false, saw_sum = false;
 	double inf_count = -1, count = -2, last_bucket = -1;
 
 	ck_assert_ptr_nonnull(s);
@@ -854,9 +854,12 @@ START_TEST(metrics_parse)
 		}
 		if (!strncmp(name, "kvpager_io_latency_seconds_count", 32))
 			count = val;
+		if (!strncmp(name, "kvpager_io_latency_seconds_sum", 30))
+			saw_sum = val >= 0;
 		samples++;
 	}
 	ck_assert(saw_region && saw_total);
+	ck_assert_msg(saw_sum, "the histogram has no _sum");
 	ck_assert(inf_count == count);
 	ck_assert_int_gt(samples, 2 * 20);
 	free(s);

@@ -151,6 +151,11 @@ static void put_tunables(FILE *f, int pid, struct kvp_pager *p,
 	}
 }
 
+/*
+ * Bucket k of the pager counts reads of [2^k, 2^(k+1)) us, so its upper
+ * bound is le 2^(k+1) us; the last one also counts every longer read, so
+ * it shows only in +Inf.
+ */
 static void put_latency(FILE *f, int pid, const struct kvp_stats *st)
 {
 	uint64_t cum = 0;
@@ -160,6 +165,8 @@ static void put_latency(FILE *f, int pid, const struct kvp_stats *st)
 		   "# TYPE kvpager_io_latency_seconds histogram\n");
 	for (k = 0; k < KVP_LATENCY_BUCKETS; k++) {
 		cum += st->io_latency_us[k];
+		if (k == KVP_LATENCY_BUCKETS - 1)
+			break;
 		fprintf(f,
 			"kvpager_io_latency_seconds_bucket{pid=\"%d\","
 			"le=\"%g\"} %llu\n",
@@ -169,8 +176,11 @@ static void put_latency(FILE *f, int pid, const struct kvp_stats *st)
 	fprintf(f,
 		"kvpager_io_latency_seconds_bucket{pid=\"%d\",le=\"+Inf\"} "
 		"%llu\n"
+		"kvpager_io_latency_seconds_sum{pid=\"%d\"} %.9f\n"
 		"kvpager_io_latency_seconds_count{pid=\"%d\"} %llu\n",
-		pid, (unsigned long long)cum, pid, (unsigned long long)cum);
+		pid, (unsigned long long)cum, pid,
+		(double)st->io_latency_sum_ns * 1e-9, pid,
+		(unsigned long long)cum);
 }
 
 int kvp_prom_render(struct kvp_pager *p, const struct kvp_kv_config *kv,

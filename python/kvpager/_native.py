@@ -193,7 +193,8 @@ class KvConfig(Structure):
 class Stats(Structure):
     _c_name_ = "kvp_stats"
     _fields_ = _u64_fields(n for n, _ in _abi.STATS) + \
-        [("io_latency_us", c_uint64 * _abi.LATENCY_BUCKETS)]
+        [("io_latency_us", c_uint64 * _abi.LATENCY_BUCKETS),
+         ("io_latency_sum_ns", c_uint64)]
 
 
 class RegionOpts(Structure):

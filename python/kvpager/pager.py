@@ -61,8 +61,9 @@ def apply_tunables(call: str, target: TunableTarget, values: dict,
 
 def stats_dict(st: Stats) -> dict:
     """struct kvp_stats as a dict: every statistic by its name (counters
-    end in _total), and io_latency_us, the read latency histogram (bucket
-    i counts I/Os of 2^i to 2^(i+1) microseconds)."""
+    end in _total), io_latency_us, the read latency histogram (bucket
+    i counts I/Os of 2^i to 2^(i+1) microseconds), and io_latency_sum_ns,
+    the latencies summed."""
     return as_dict(st)
 
 
@@ -426,8 +427,9 @@ class Pager(Handle):
     def stats(self) -> dict:
         """Totals over all regions, destroyed ones included: every
         statistic of pager/stats.h by name (counters end in _total, the
-        rest are gauges), and io_latency_us, the read latency histogram
-        (bucket i: I/Os of 2^i to 2^(i+1) microseconds)."""
+        rest are gauges), io_latency_us, the read latency histogram
+        (bucket i: I/Os of 2^i to 2^(i+1) microseconds), and
+        io_latency_sum_ns, the latencies summed."""
         st = Stats()
         lib.kvp_pager_stats(self._live(), byref(st))
         return stats_dict(st)

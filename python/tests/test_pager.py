@@ -143,7 +143,8 @@ def test_peek_does_not_fault(pager):
 def test_stats_are_dicts_of_every_statistic(pager):
     from kvpager import _abi
     st = pager.stats()
-    assert set(st) == {n for n, _ in _abi.STATS} | {"io_latency_us"}
+    assert set(st) == {n for n, _ in _abi.STATS} | {"io_latency_us",
+                                                    "io_latency_sum_ns"}
     assert len(st["io_latency_us"]) == _abi.LATENCY_BUCKETS
     assert all(isinstance(v, int) for k, v in st.items()
                if k != "io_latency_us")
