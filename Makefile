@@ -43,16 +43,18 @@ Q := @
 msg = @printf '  %-6s %s\n' $(1) $(2)
 endif
 
-DEPS_PKGS := fuse3 liburing check libsodium hiredis
+DEPS_PKGS := fuse3 liburing check libsodium hiredis libmicrohttpd
 # redis-server (and redis-tools: redis-cli, redis-benchmark) for the remote
-# tier's tests and kvpbench tier, which start their own servers.
+# tier's tests and kvpbench tier, which start their own servers; curl and
+# python3-prometheus-client for the /metrics tests.
 DEBIAN_PKGS := libfuse3-dev fuse3 liburing-dev check pkg-config libsodium-dev \
-	python3-numpy python3-pytest libhiredis-dev redis-server redis-tools
+	python3-numpy python3-pytest libhiredis-dev redis-server redis-tools \
+	libmicrohttpd-dev curl python3-prometheus-client
 # The Python binding's interpreter: Debian's, which sees Debian's numpy.
 PYTHON ?= /usr/bin/python3
 # Expanded when a recipe runs, after the deps stamp has installed them.
 PKG_CFLAGS = $(shell pkg-config --cflags $(DEPS_PKGS) 2>/dev/null)
-PKG_LIBS = $(shell pkg-config --libs fuse3 liburing libsodium hiredis 2>/dev/null)
+PKG_LIBS = $(shell pkg-config --libs fuse3 liburing libsodium hiredis libmicrohttpd 2>/dev/null)
 CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null)
 
 override CFLAGS += -std=c11 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -fPIC \
@@ -139,8 +141,9 @@ $(DEPS_STAMP):
 	command -v fusermount3 >/dev/null 2>&1 || missing="$$missing fusermount3"; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	command -v redis-benchmark >/dev/null 2>&1 || missing="$$missing redis-tools"; \
-	$(PYTHON) -c 'import numpy, pytest' >/dev/null 2>&1 || \
-		missing="$$missing python3-numpy/python3-pytest"; \
+	command -v curl >/dev/null 2>&1 || missing="$$missing curl"; \
+	$(PYTHON) -c 'import numpy, pytest, prometheus_client' >/dev/null 2>&1 || \
+		missing="$$missing python3-numpy/python3-pytest/python3-prometheus-client"; \
 	if [ -n "$$missing" ]; then \
 		echo "kvpager: missing build dependencies:$$missing"; \
 		$(call apt_get_install,$(DEBIAN_PKGS)); \

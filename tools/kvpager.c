@@ -91,6 +91,7 @@ enum opt_id {
 	O_CACHE_KEY_FILE,
 	O_CACHE_CAPACITY,
 	O_REMOTE,
+	O_METRICS,
 	O_JSON,
 	O_QUIET,
 	O_HELP,
@@ -179,6 +180,10 @@ static const struct opt_spec opts[O_COUNT] = {
 		       "model: a shared tier below --cache-dir: "
 		       "redis://host:port[/db] or redis+cluster://host:port,... "
 		       "(KVP_REMOTE_URL)" },
+	[O_METRICS] = { "metrics-listen", "ADDR", NULL, 0, 0, 0,
+			"serve /metrics over HTTP at ADDR: PORT (on "
+			"127.0.0.1),\nHOST:PORT or [IPV6]:PORT; 0: a free "
+			"port ($KVP_METRICS_LISTEN)" },
 	[O_JSON] = { "json", NULL, NULL, 0, 0, 0, "one JSON object on stdout" },
 	[O_QUIET] = { "quiet", NULL, NULL, 0, 0, 0, "no progress on stderr" },
 	[O_HELP] = { "help", NULL, NULL, 0, 0, 0, "this text" },
@@ -211,6 +216,7 @@ struct run_opts {
 	const char *prompt;	/* --prompt-tokens: ids, or @FILE */
 	const char *tokenizer;	/* llama2.c tokenizer.bin, or NULL */
 	const char *logits_out; /* float32 logits of each generated token */
+	const char *metrics_listen; /* --metrics-listen; NULL: the variable */
 	double temperature;	/* 0: greedy */
 	struct kvp_model_cache_opts cache; /* --cache-*; dir NULL: none */
 };
@@ -488,6 +494,9 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
 			continue;
 		case O_CACHE_KEY_FILE:
 			o->cache.key_file = a;
+			continue;
+		case O_METRICS:
+			o->metrics_listen = a;
 			continue;
 		case O_TEMP: {
 			char *end;
@@ -1387,15 +1396,22 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 	co.max_samples = 4096;
 	t0 = now_s();
 	/* The pager comes from the instance (the variables were read above),
-	 * and KVP_FUSE_MOUNT mounts the debug view for kvpctl. */
+	 * KVP_FUSE_MOUNT mounts the debug view for kvpctl, and
+	 * --metrics-listen or KVP_METRICS_LISTEN serves /metrics. */
 	err = kvp_instance_open(
-	    &(struct kvp_instance_opts){ .cfg = &cfg, .kv = &kv, .no_env = true },
+	    &(struct kvp_instance_opts){ .cfg = &cfg,
+					 .kv = &kv,
+					 .no_env = true,
+					 .metrics_listen = o.metrics_listen },
 	    &inst, why, sizeof(why));
 	if (err) {
 		fprintf(stderr, "kvpager: %s\n", why);
 		kvp_kv_synth_destroy(sy);
 		return 1;
 	}
+	if (kvp_instance_metrics_url(inst))
+		fprintf(stderr, "kvpager: metrics at %s\n",
+			kvp_instance_metrics_url(inst));
 	co.pager = kvp_instance_pager(inst);
 	err = kvp_kvcache_create(&co, &c);
 	t_open = now_s() - t0;

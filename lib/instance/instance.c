@@ -6,6 +6,7 @@
 
 #include "lib/tunables/tunables.h"
 #include "lib/view/paths.h"
+#include "lib/view/prom.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -269,6 +270,7 @@ struct kvp_instance {
 	struct kvp_fuse_view *view; /* NULL: no mount */
 	struct kvp_kv_config kv;    /* when there is no view */
 	bool registered;
+	struct kvp_metrics_http *metrics; /* NULL: not served over HTTP */
 };
 
 /* Registry entries of dead processes: remove them and their mounts. */
@@ -285,6 +287,16 @@ static void prune_stale(void)
 	free(e);
 }
 
+/* A scrape: the text the view's metrics file shows. */
+static int render_metrics(void *arg, char **buf, size_t *len)
+{
+	struct kvp_instance *in = arg;
+	struct kvp_kv_config kv;
+
+	kvp_instance_kv_config(in, &kv);
+	return kvp_prom_render(in->pager, &kv, buf, len);
+}
+
 int kvp_instance_open(const struct kvp_instance_opts *o,
 		      struct kvp_instance **out, char *err, size_t errlen)
 {
@@ -293,7 +305,7 @@ int kvp_instance_open(const struct kvp_instance_opts *o,
 	struct kvp_config cfg;
 	struct kvp_tunable_target tg = { .pager = &cfg };
 	struct kvp_instance *in;
-	const char *mnt;
+	const char *mnt, *addr;
 	int r;
 
 	*out = NULL;
@@ -356,9 +368,26 @@ int kvp_instance_open(const struct kvp_instance_opts *o,
 			in->registered = true;
 		}
 	}
+	addr = o->metrics_listen ? o->metrics_listen
+				 : getenv("KVP_METRICS_LISTEN");
+	/* after the view: a scrape reads the view's KV config */
+	if (addr && *addr) {
+		char why[KVP_TUNABLE_ERR_MAX];
+
+		r = kvp_metrics_http_start(addr, render_metrics, in,
+					   &in->metrics, why, sizeof(why));
+		if (r) {
+			kvp_seterr(err, errlen, "%s", why);
+			goto err_view;
+		}
+	}
 	*out = in;
 	return 0;
 
+err_view:
+	if (in->registered)
+		kvp_instance_unregister();
+	kvp_fuse_view_unmount(in->view);
 err_pager:
 	kvp_pager_close(in->pager);
 err_free:
@@ -372,6 +401,8 @@ void kvp_instance_close(struct kvp_instance *in)
 		return;
 	if (in->registered)
 		kvp_instance_unregister();
+	/* before the view: a scrape reads the view's KV config */
+	kvp_metrics_http_stop(in->metrics);
 	kvp_fuse_view_unmount(in->view);
 	kvp_pager_close(in->pager);
 	free(in);
@@ -390,6 +421,11 @@ struct kvp_fuse_view *kvp_instance_view(const struct kvp_instance *in)
 const char *kvp_instance_mount(const struct kvp_instance *in)
 {
 	return in->view ? kvp_fuse_view_path(in->view) : NULL;
+}
+
+const char *kvp_instance_metrics_url(const struct kvp_instance *in)
+{
+	return in->metrics ? kvp_metrics_http_url(in->metrics) : NULL;
 }
 
 void kvp_instance_kv_config(const struct kvp_instance *in,

@@ -35,6 +35,7 @@
 #include <sys/types.h>
 
 #include "lib/view/fuse_view.h"
+#include "lib/metrics/metrics_http.h"
 #include "lib/kv/kv_tunables.h"
 #include "pager/pager.h"
 
@@ -96,6 +97,9 @@ struct kvp_instance_opts {
 	const char *mountpoint;		/* NULL: $KVP_FUSE_MOUNT; "": none */
 	kvp_kv_apply_fn kv_apply;	/* the KV layer, if already known */
 	void *kv_arg;
+	const char *metrics_listen;	/* /metrics over HTTP at this address
+					   (lib/metrics/metrics_http.h); NULL:
+					   $KVP_METRICS_LISTEN; "": none */
 };
 
 /*
@@ -107,7 +111,9 @@ struct kvp_instance_opts {
  * removed first and their dead mounts cleaned up.  A registration that
  * fails only warns on stderr (kvpctl -m MOUNT still reaches the view).
  * Returns 0 and *out, or -errno with a message in @err (what failed and
- * the remedy) and nothing left behind.
+ * the remedy) and nothing left behind.  With a metrics address (see
+ * kvp_instance_opts), the view's Prometheus text is also served over
+ * HTTP; an address that cannot be listened on fails the open.
  */
 int kvp_instance_open(const struct kvp_instance_opts *o,
 		      struct kvp_instance **out, char *err, size_t errlen);
@@ -121,6 +127,8 @@ struct kvp_pager *kvp_instance_pager(const struct kvp_instance *in);
 struct kvp_fuse_view *kvp_instance_view(const struct kvp_instance *in);
 /* The view's mount point, or NULL. */
 const char *kvp_instance_mount(const struct kvp_instance *in);
+/* "http://HOST:PORT/metrics" when metrics are served over HTTP, else NULL. */
+const char *kvp_instance_metrics_url(const struct kvp_instance *in);
 /* The KV config: from the environment, then as changed through the view. */
 void kvp_instance_kv_config(const struct kvp_instance *in,
 			    struct kvp_kv_config *out);

@@ -203,7 +203,8 @@ static unsigned edit_distance(const char *a, const char *b)
 /* The KVP_ variables read that are not tunables: the shim's own and the
  * library's paths. */
 static const char *const other_vars[] = { "KVP_BACKING_DIR", "KVP_FUSE_MOUNT",
-					  "KVP_RUNTIME_DIR" };
+					  "KVP_RUNTIME_DIR",
+					  "KVP_METRICS_LISTEN" };
 #define NOTHER (sizeof(other_vars) / sizeof(other_vars[0]))
 #define NOWN   (sizeof(own) / sizeof(own[0]))
 

@@ -101,9 +101,10 @@ static void serve_failed(size_t n, const char *what, int err)
 /*
  * Open the process's pager: kvp_instance_open with the configuration read
  * by env.c and, with KVP_FUSE_MOUNT, its debug view (regions/malloc1/, ...)
- * mounted and the process registered for kvpctl.  A view that cannot be
- * mounted costs the view only: that is reported on its own line and the
- * pager opens without it (under KVP_PRELOAD_STRICT=1 the process aborts).
+ * mounted and the process registered for kvpctl; with KVP_METRICS_LISTEN
+ * /metrics served over HTTP.  A view or an address that cannot be had
+ * costs those only: that is reported on its own line and the pager opens
+ * without them (under KVP_PRELOAD_STRICT=1 the process aborts).
  */
 static int open_instance(struct kvp_pager **out)
 {
@@ -112,18 +113,22 @@ static int open_instance(struct kvp_pager **out)
 		.no_env = true, /* env.c has read it */
 		.mountpoint = kvp_env.fuse_mount ? kvp_env.fuse_mount : "",
 	};
+	const char *metrics = getenv("KVP_METRICS_LISTEN");
 	char err[512];
 	int r;
 
 	r = kvp_instance_open(&o, &instance, err, sizeof(err));
-	if (r && kvp_env.fuse_mount) {
+	if (r && (kvp_env.fuse_mount || (metrics && *metrics))) {
 		if (kvp_env.strict) {
 			kvp_preload_say("%s; aborting (KVP_PRELOAD_STRICT=1)",
 					err);
 			abort();
 		}
-		kvp_preload_say("%s; going on without the debug view", err);
+		kvp_preload_say("%s; going on without the debug view and "
+				"/metrics",
+				err);
 		o.mountpoint = "";
+		o.metrics_listen = "";
 		r = kvp_instance_open(&o, &instance, err, sizeof(err));
 	}
 	if (r)
