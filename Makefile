@@ -105,8 +105,15 @@ CUDA_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/obj/%.o)
 CUDA_LIB := $(if $(CUDA_SRCS),$(BUILD)/lib/libkvpager-cuda.a)
 endif
 
+# Man pages and bash completion: the tools' option tables (TOOL
+# --cli-table, lib/cli/cli.h) put into man/*.in by man/gen.py.
+MAN_TOOLS := kvpager.1 kvpbench.1 kvpctl.8 kvp-probe.8
+MAN_PAGES := $(MAN_TOOLS:%=$(BUILD)/man/%) $(BUILD)/man/kvpager-tunables.7 \
+	$(BUILD)/man/libkvpager.3
+COMPLETIONS := $(basename $(MAN_TOOLS:%=$(BUILD)/completion/%))
+
 ALL := $(STATIC_LIB) $(SHARED_LIB) $(if $(PRELOAD_SRCS),$(PRELOAD_LIB)) \
-	$(PC_FILE) $(TOOLS) $(CUDA_LIB) $(PY_PKG)
+	$(PC_FILE) $(TOOLS) $(CUDA_LIB) $(PY_PKG) $(MAN_PAGES) $(COMPLETIONS)
 
 .SECONDARY:
 .PHONY: all check demo bench install uninstall clean deps format fuzz fuzz-bins
@@ -207,6 +214,34 @@ $(BUILD)/python/kvpager/_abi.py: $(BUILD)/python/gen_abi
 	$(call msg,GEN,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$< >$@.tmp && mv $@.tmp $@
+
+$(BUILD)/man/%.table: $(BUILD)/bin/%
+	$(Q)mkdir -p $(@D)
+	$(Q)$< --cli-table >$@.tmp && mv $@.tmp $@
+
+$(BUILD)/man/%.1: man/%.1.in $(BUILD)/man/%.table man/gen.py
+	$(call msg,GEN,$@)
+	$(Q)$(PYTHON) man/gen.py man $< $(BUILD)/man/$*.table >$@.tmp && mv $@.tmp $@
+
+$(BUILD)/man/%.8: man/%.8.in $(BUILD)/man/%.table man/gen.py
+	$(call msg,GEN,$@)
+	$(Q)$(PYTHON) man/gen.py man $< $(BUILD)/man/$*.table >$@.tmp && mv $@.tmp $@
+
+# The registry as kvpctl lists it with no pager running (an empty registry).
+$(BUILD)/man/kvpager-tunables.7: man/kvpager-tunables.7.in $(BUILD)/bin/kvpctl man/gen.py
+	$(call msg,GEN,$@)
+	$(Q)KVP_RUNTIME_DIR=$(BUILD)/man/no-registry $(BUILD)/bin/kvpctl list \
+		>$(BUILD)/man/tunables.txt
+	$(Q)$(PYTHON) man/gen.py tunables $< $(BUILD)/man/tunables.txt >$@.tmp && mv $@.tmp $@
+
+$(BUILD)/man/libkvpager.3: man/libkvpager.3
+	$(Q)mkdir -p $(@D)
+	$(Q)cp $< $@
+
+$(BUILD)/completion/%: $(BUILD)/man/%.table man/gen.py
+	$(call msg,GEN,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(PYTHON) man/gen.py completion $* $< >$@.tmp && mv $@.tmp $@
 
 # tools/X.c -> bin/X
 $(BUILD)/bin/%: $(BUILD)/obj/tools/%.o $(STATIC_LIB)
@@ -340,6 +375,12 @@ install: $(ALL)
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
 		lib/kvpager.pc.in >$(DESTDIR)$(PREFIX)/lib/pkgconfig/kvpager.pc
 	chmod 0644 $(DESTDIR)$(PREFIX)/lib/pkgconfig/kvpager.pc
+	for m in $(MAN_PAGES); do \
+		sec=$${m##*.}; \
+		install -D -m 0644 $$m $(DESTDIR)$(PREFIX)/share/man/man$$sec/$${m##*/} || exit 1; \
+	done
+	install -d $(DESTDIR)$(PREFIX)/share/bash-completion/completions
+	install -m 0644 $(COMPLETIONS) $(DESTDIR)$(PREFIX)/share/bash-completion/completions/
 	install -d $(DESTDIR)$(PY_SITEDIR)/kvpager
 	install -m 0644 $(PY_PKG) $(DESTDIR)$(PY_SITEDIR)/kvpager/
 	echo 'LIBDIR = "$(PREFIX)/lib"' >$(DESTDIR)$(PY_SITEDIR)/kvpager/_installed.py
@@ -350,6 +391,8 @@ uninstall:
 		$(DESTDIR)$(PREFIX)/lib/pkgconfig/kvpager.pc
 	rm -f $(patsubst $(BUILD)/bin/%,$(DESTDIR)$(PREFIX)/bin/%,$(TOOLS))
 	rm -rf $(DESTDIR)$(PY_SITEDIR)/kvpager
+	rm -f $(foreach m,$(MAN_PAGES),$(DESTDIR)$(PREFIX)/share/man/man$(subst .,,$(suffix $(m)))/$(notdir $(m)))
+	rm -f $(COMPLETIONS:$(BUILD)/completion/%=$(DESTDIR)$(PREFIX)/share/bash-completion/completions/%)
 
 format:
 	clang-format -i $(wildcard */*.c */*.h lib/*/*.c lib/*/*.h)

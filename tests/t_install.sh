@@ -1,7 +1,8 @@
 #!/bin/bash
 # t_install.sh - `make install DESTDIR=... PREFIX=/usr` gives a usable
 # library: headers, libkvpager (static and shared) and a kvpager.pc that a
-# program compiles and links against with pkg-config, then runs.
+# program compiles and links against with pkg-config, then runs; the man
+# pages and the bash completion in share/.
 #
 # Run by tests/run-tests.sh with BUILD set, after the build.
 set -u
@@ -29,7 +30,14 @@ root="$tmp/usr"
 
 for f in include/kvpager/kvpager.h include/kvpager/pager/pager.h \
 	include/kvpager/pager/config.h lib/libkvpager.a lib/libkvpager.so \
-	lib/libkvpager.so.0 lib/pkgconfig/kvpager.pc bin/kvp-probe; do
+	lib/libkvpager.so.0 lib/pkgconfig/kvpager.pc bin/kvp-probe \
+	share/man/man1/kvpager.1 share/man/man1/kvpbench.1 \
+	share/man/man8/kvpctl.8 share/man/man8/kvp-probe.8 \
+	share/man/man3/libkvpager.3 share/man/man7/kvpager-tunables.7 \
+	share/bash-completion/completions/kvpager \
+	share/bash-completion/completions/kvpbench \
+	share/bash-completion/completions/kvpctl \
+	share/bash-completion/completions/kvp-probe; do
 	[ -e "$root/$f" ] || fail "not installed: /usr/$f"
 done
 find "$root/include/kvpager" -name '*_i.h' | grep -q . &&
