@@ -63,6 +63,7 @@ check kvpager "$BUILD/man/kvpager.1" run -
 check kvpbench "$BUILD/man/kvpbench.1" -
 check kvpbench "$BUILD/man/kvpbench.1" decode
 check kvpbench "$BUILD/man/kvpbench.1" compute
+check kvpbench "$BUILD/man/kvpbench.1" tier
 check kvpctl "$BUILD/man/kvpctl.8" -
 check kvp-probe "$BUILD/man/kvp-probe.8" -
 [ $fails = 0 ] && echo "ok: --help and the man pages agree"
