@@ -172,6 +172,33 @@ for b in bad:
     print("  " + b)
 sys.exit(1 if bad else 0)
 PY
+# random --busy: a competing process spins on every CPU meanwhile; each
+# line says so, and the pager's CPU per block is reported.
+"$B" --short random --threads 4 --reads 32 --ref-depth 0 --repeat 1 \
+	--modes raw,kvpager-copy --busy --quiet --json --dir "$tmp" \
+	>"$tmp/busy" 2>&1
+rc=$?
+cat "$tmp/busy"
+[ $rc = 0 ] || fail "kvpbench random --busy exit $rc"
+python3 - "$tmp/busy" "$(nproc)" <<'PY' || fail "random --busy lines do not keep their promises"
+import json, sys
+
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+cpus = int(sys.argv[2])
+bad = []
+if {r["mode"] for r in rows} != {"raw", "kvpager-copy"}:
+    bad.append(f"modes {sorted(r['mode'] for r in rows)}")
+for r in rows:
+    if r.get("busy_threads") != cpus:
+        bad.append(f"{r['mode']}: busy_threads {r.get('busy_threads')}, "
+                   f"want {cpus}")
+    if r["mode"] == "kvpager-copy" and r.get("cpu_pager_us_per_block", -1) < 0:
+        bad.append("kvpager-copy: no cpu_pager_us_per_block")
+for b in bad:
+    print("  " + b)
+sys.exit(1 if bad else 0)
+PY
+
 "$B" touch --touch-block 3K >"$tmp/bad" 2>&1
 rc=$?
 [ $rc = 2 ] || fail "--touch-block 3K: exit $rc, want 2"

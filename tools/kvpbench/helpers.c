@@ -10,6 +10,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +64,49 @@ int64_t kvpb_disk_read_bytes(const struct kvpb_file *f)
 	n = fscanf(fp, "%llu %llu %llu", &rd_ios, &rd_merges, &rd_sectors);
 	fclose(fp);
 	return n == 3 ? (int64_t)(rd_sectors * 512) : -1;
+}
+
+/* ---- competing load (--busy) ------------------------------------------- */
+
+static void *spin(void *arg)
+{
+	volatile uint64_t x = (uintptr_t)arg;
+
+	for (;;)
+		x = x * 6364136223846793005ull + 1442695040888963407ull;
+	return NULL;
+}
+
+int kvpb_busy_start(unsigned *n)
+{
+	cpu_set_t set;
+	unsigned cpus = 1, i;
+	pthread_t tid;
+	pid_t pid;
+
+	if (!sched_getaffinity(0, sizeof(set), &set))
+		cpus = (unsigned)CPU_COUNT(&set);
+	*n = cpus;
+	fflush(stdout);
+	fflush(stderr);
+	pid = fork();
+	if (pid)
+		return pid; /* the parent, or -1 */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() == 1)
+		_exit(0); /* the parent is gone already */
+	for (i = 1; i < cpus; i++)
+		pthread_create(&tid, NULL, spin, (void *)(uintptr_t)i);
+	spin(NULL);
+	_exit(0);
+}
+
+void kvpb_busy_stop(int pid)
+{
+	if (pid <= 0)
+		return;
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
 }
 
 /* ---- results ---------------------------------------------------------- */

@@ -356,7 +356,8 @@ int kvpb_random(struct kvpb_ctx *c)
 {
 	const struct kvpb_opts *o = &c->opts;
 	uint64_t nblocks = c->file.size / o->rblock, reads, i, seed = 42;
-	unsigned maxt = 1, k, save;
+	unsigned maxt = 1, k, save, first, nbusy = 0;
+	int busy = -1;
 	uint32_t *order;
 	struct kvpb_job j;
 
@@ -407,6 +408,20 @@ int kvpb_random(struct kvpb_ctx *c)
 		.block = o->rblock,
 		.order = order,
 	};
+	first = c->nresults;
+	if (o->busy) {
+		busy = kvpb_busy_start(&nbusy);
+		if (busy < 0) {
+			fprintf(stderr,
+				"kvpbench: --busy: cannot start the competing "
+				"process: %s\n",
+				strerror(errno));
+			free(order);
+			return -errno;
+		}
+		kvpb_progress(c, "random: %u busy threads compete for the CPUs",
+			      nbusy);
+	}
 	/* The anchor: one thread at depth 32 reads what maxt threads read. */
 	if (o->ref_depth && (o->modes & KVPB_RAW)) {
 		struct kvpb_job ref = j;
@@ -430,6 +445,9 @@ int kvpb_random(struct kvpb_ctx *c)
 		j.group = c->next_group++;
 		run_modes(c, &j);
 	}
+	kvpb_busy_stop(busy);
+	for (k = first; k < c->nresults; k++)
+		c->results[k].busy_threads = busy > 0 ? nbusy : 0;
 	free(order);
 	return 0;
 }

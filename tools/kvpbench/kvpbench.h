@@ -72,6 +72,7 @@ struct kvpb_opts {
 	const char *touch_prog;	 /* touch: tests/progs/touch_pages (NULL:
 				    found next to this program) */
 	const char *preload_lib; /* touch: libkvpager-preload.so (likewise) */
+	bool busy;		 /* random: a competing busy thread per CPU */
 };
 
 /* The backing file, created and filled by main.c; it has no name in
@@ -119,6 +120,7 @@ struct kvpb_result {
 	unsigned depth;
 	unsigned group; /* the job's group; ratios are within it */
 	bool reference; /* the depth-32 raw anchor line */
+	unsigned busy_threads; /* competing busy threads meanwhile (--busy) */
 	uint64_t bytes; /* bytes the mode read (touched) */
 	double seconds;
 	double gb_per_s;     /* 1e9 bytes per second */
@@ -172,6 +174,15 @@ uint64_t kvpb_consume(const void *p, uint64_t off, uint64_t len);
 
 /* Fill @buf with the pattern of the file's bytes at [off, off+len). */
 void kvpb_fill(void *buf, uint64_t off, uint64_t len);
+
+/*
+ * kvpb_busy_start - a process of its own (as an inference process that
+ * computes beside the pager) with one thread spinning on each CPU this
+ * process may use; their number in *n.  Returns its pid, or -1 and errno.
+ * kvpb_busy_stop ends it (SIGKILL) and reaps it.  It dies with us too.
+ */
+int kvpb_busy_start(unsigned *n);
+void kvpb_busy_stop(int pid);
 
 /* CLOCK_MONOTONIC in seconds. */
 double kvpb_now(void);

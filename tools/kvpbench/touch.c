@@ -32,6 +32,7 @@
  */
 #include "tools/kvpbench/kvpbench.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -141,6 +142,26 @@ static int write_file(const char *dir, const char *name, const char *text)
 	return err;
 }
 
+/* Remove the cgroups of kvpbench runs that were killed (their pid gone):
+ * a cgroup is not removed by its maker's death. */
+static void cgroup_sweep(const char *root)
+{
+	char path[PATH_MAX];
+	struct dirent *e;
+	DIR *d = opendir(root);
+	int pid;
+
+	if (!d)
+		return;
+	while ((e = readdir(d)))
+		if (sscanf(e->d_name, "kvpbench-%d", &pid) == 1 &&
+		    kill(pid, 0) && errno == ESRCH) {
+			snprintf(path, sizeof(path), "%s/%s", root, e->d_name);
+			rmdir(path);
+		}
+	closedir(d);
+}
+
 /*
  * A memory cgroup with @limit bytes for the mmap line, in @dir: v2 where a
  * v2 hierarchy offers the memory controller, else v1.  0, or -errno with
@@ -177,6 +198,7 @@ static int cgroup_make(uint64_t limit, char *dir, size_t len, char *why,
 			 "nor v1's /sys/fs/cgroup/memory");
 		return -ENOENT;
 	}
+	cgroup_sweep(root);
 	snprintf(dir, len, "%s/kvpbench-%d", root, (int)getpid());
 	if (mkdir(dir, 0755) && errno != EEXIST) {
 		err = -errno;
