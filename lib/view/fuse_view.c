@@ -321,6 +321,7 @@ static void *loop_main(void *arg)
 	struct fuse_session *se = fuse_get_session(v->fuse);
 	struct fuse_buf buf;
 	struct pollfd pfd[2];
+	bool stopping = false;
 	int r;
 
 	memset(&buf, 0, sizeof(buf));
@@ -329,13 +330,22 @@ static void *loop_main(void *arg)
 	pfd[1].fd = v->stopfd;
 	pfd[1].events = POLLIN;
 	for (;;) {
-		if (poll(pfd, 2, -1) < 0) {
+		/* Stopping: serve what the kernel queued already (a close
+		 * sends its RELEASE after close(2) returns, and an unmount
+		 * would drop it with the handle it frees), then go. */
+		int n = poll(pfd, stopping ? 1 : 2, stopping ? 0 : -1);
+
+		if (n < 0) {
 			if (errno == EINTR)
 				continue;
 			break;
 		}
-		if (pfd[1].revents)
+		if (stopping && n == 0)
 			break;
+		if (!stopping && pfd[1].revents) {
+			stopping = true;
+			continue;
+		}
 		if (pfd[0].revents & (POLLERR | POLLHUP | POLLNVAL))
 			break; /* unmounted from outside */
 		if (!(pfd[0].revents & POLLIN))
