@@ -29,6 +29,16 @@
  * The clock list (kvp_clock_add, kvp_clock_del, kvp_clock_cold) holds every
  * RESIDENT block; evict.c's hand walks it.
  *
+ * Working set: a block's last access is only seen as a fault, so a block
+ * that a program reads again and again while it stays resident looks no
+ * different to the clock from one read once.  What tells them apart is the
+ * refault: a block loaded again (by a fault or a prefetch) before the
+ * budget's worth of blocks were used after its eviction was evicted too
+ * early.  kvp_blk_begin_load marks it BLK_ACTIVE, and the
+ * clock takes active blocks last, so that read-ahead and blocks read once
+ * go before the set a program keeps coming back to (the kernel's refault
+ * distance, in blocks of this region).
+ *
  * Invariants (kvp_blk_sane): a RESIDENT block is on the clock list and has
  * no operation; a LOADING or EVICTING block has exactly one operation; an
  * ABSENT or POISONED block has neither; a block is installed at most once
@@ -162,6 +172,7 @@ void kvp_clock_del(struct kvp_pager *p, struct kvp_block *b)
 void kvp_clock_cold(struct kvp_pager *p, struct kvp_block *b)
 {
 	kvp_blk_unref(b);
+	b->flags &= ~BLK_ACTIVE;
 	kvp_clock_del(p, b);
 	kvp_clock_add(p, b);
 	p->clock = b; /* the hand points at it: next victim */
@@ -292,6 +303,17 @@ static void set_wb_failed(struct kvp_region *r, struct kvp_block *b, bool on)
 	}
 }
 
+/* Loaded again before the budget's worth of blocks was used since it was
+ * evicted (last_use holds the clock at its eviction; 0: never resident). */
+static bool refault_in_budget(const struct kvp_region *r,
+			      const struct kvp_block *b)
+{
+	const struct kvp_pager *p = r->p;
+
+	return b->last_use &&
+	       p->tick - b->last_use <= kvp_budget(p) >> r->block_shift;
+}
+
 void kvp_blk_begin_load(struct kvp_region *r, struct kvp_block *b,
 			struct kvp_op *op, enum kvp_load_why why)
 {
@@ -303,6 +325,8 @@ void kvp_blk_begin_load(struct kvp_region *r, struct kvp_block *b,
 		b->flags |= BLK_PREFETCHED;
 	else if (why == LOAD_READAHEAD)
 		b->flags |= BLK_READAHEAD;
+	if (why != LOAD_READAHEAD && refault_in_budget(r, b))
+		b->flags |= BLK_ACTIVE;
 	r->inflight++;
 }
 
@@ -332,7 +356,8 @@ void kvp_blk_load_failed(struct kvp_region *r, struct kvp_block *b)
 	assert(b->state == KVP_BLOCK_LOADING);
 	b->state = KVP_BLOCK_POISONED;
 	b->op = NULL;
-	b->flags &= ~(BLK_PREFETCHED | BLK_READAHEAD | BLK_WAITERS);
+	b->flags &= ~(BLK_PREFETCHED | BLK_READAHEAD | BLK_WAITERS |
+		      BLK_ACTIVE);
 	r->inflight--;
 	KVP_STAT_ADD(r, poisoned_blocks, 1);
 	assert(kvp_blk_sane(r, b));
@@ -344,7 +369,8 @@ void kvp_blk_load_dropped(struct kvp_region *r, struct kvp_block *b)
 	readahead_wasted(r, b);
 	b->state = KVP_BLOCK_ABSENT;
 	b->op = NULL;
-	b->flags &= ~(BLK_PREFETCHED | BLK_READAHEAD | BLK_DROP | BLK_DIRTY);
+	b->flags &= ~(BLK_PREFETCHED | BLK_READAHEAD | BLK_DROP | BLK_DIRTY |
+		      BLK_ACTIVE);
 	r->inflight--;
 	assert(kvp_blk_sane(r, b));
 }
@@ -373,12 +399,13 @@ void kvp_blk_evicted(struct kvp_region *r, struct kvp_block *b, bool stored)
 	b->op = NULL;
 	if (stored)
 		b->flags |= BLK_IN_STORE;
+	b->last_use = r->p->tick; /* the refault distance counts from here */
 	readahead_wasted(r, b);
 	if (b->flags & BLK_DROP)
 		b->flags &= ~BLK_IN_STORE;
 	set_wb_failed(r, b, false);
 	b->flags &= ~(BLK_DIRTY | BLK_REF | BLK_PREFETCHED | BLK_READAHEAD |
-		      BLK_DROP | BLK_HOLES);
+		      BLK_DROP | BLK_HOLES | BLK_ACTIVE);
 	r->inflight--;
 	KVP_STAT_SUB(r, resident_bytes, r->block_bytes);
 	assert(kvp_blk_sane(r, b));

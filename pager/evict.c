@@ -4,7 +4,9 @@
  * Policy: CLOCK over every resident block of the pager, in install order
  * (the list is core.c's).  A block's reference bit is set when it is
  * installed, faulted on, written, pinned or asked for again by a prefetch;
- * the hand clears it and takes the first block without it.  Pinned
+ * the hand clears it and takes the first block without it.  Active blocks
+ * (the working set, core.c) and prefetched ones not used yet go last, and
+ * never to evict ahead of need (the watermark).  Pinned
  * blocks, blocks held by a flush or a peek, and blocks whose write-back
  * failed (their data exists only in RAM) are never taken.  A COLD hint
  * puts a block just before the hand, so it goes next.
@@ -38,14 +40,15 @@ struct kvp_block *kvp_clock_victim(struct kvp_pager *p, struct kvp_region **rp,
 	if (!b)
 		return NULL;
 	for (;;) {
-		/* A block prefetched and not used yet is about to be: take
-		 * it only when two rounds found nothing else (the first
-		 * only clears reference bits). */
+		/* A block prefetched and not used yet is about to be, and
+		 * an active one is the working set: take them only when two
+		 * rounds found nothing else (the first only clears
+		 * reference bits), and only for a load that waits. */
 		if (b->pins == 0 && b->holds == 0 &&
 		    (!(b->flags & BLK_WB_FAILED) || retry) &&
 		    !(b->flags & BLK_REF) &&
 		    ((rounds > 1 && take_prefetched) ||
-		     !(b->flags & BLK_PREFETCHED))) {
+		     !(b->flags & (BLK_PREFETCHED | BLK_ACTIVE)))) {
 			p->clock = b->next == b ? NULL : b->next;
 			*rp = b->owner;
 			return b;

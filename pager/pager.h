@@ -165,7 +165,8 @@ struct kvp_block_info {
 	bool dirty;	   /* written since it was last stored */
 	bool in_store;	   /* the store holds data for it */
 	unsigned pins;	   /* pin count */
-	uint64_t last_use; /* pager clock tick of the last access seen */
+	uint64_t last_use; /* pager clock tick of the last access seen, or
+			      of its eviction when absent */
 };
 const char *kvp_block_state_name(enum kvp_block_state s);
 int kvp_region_block_info(struct kvp_region *r, uint64_t block,

@@ -37,6 +37,9 @@ enum {
 	BLK_SPLIT = 1u << 11,	  /* part of it was unmapped by the program:
 				     never write-protected, written back
 				     around the hole */
+	BLK_ACTIVE = 1u << 12,	  /* working set: loaded again soon after
+				     it was evicted (a refault); the clock
+				     takes it only when nothing else goes */
 };
 
 struct kvp_op;

@@ -221,12 +221,26 @@ static void frame_stage(struct kvp_service *s)
 		/* Each write-back queued or in flight frees a frame when it
 		 * is done: evict only for the loads they will not cover. */
 		bool wait = p->leaving >= s->nwant;
+		/* Read-ahead nobody has asked for yet takes the frame of a
+		 * block read once, never one of the working set or of a
+		 * prefetch: when only those are left, it is given up. */
+		bool ra = op->r->blocks[op->blk].flags & BLK_READAHEAD;
 
 		pthread_mutex_unlock(&p->lock);
 		if (wait || ++tries > 64)
 			return;
-		if (kvp_evict_one(s, true) != -EAGAIN)
+		if (kvp_evict_one(s, !ra) != -EAGAIN)
 			continue;
+		if (ra) {
+			pthread_mutex_lock(&p->lock);
+			if (s->want_frame == op) {
+				kvp_want_frame_pop(s);
+				kvp_load_abandon(s, op); /* unlocks */
+			} else {
+				pthread_mutex_unlock(&p->lock);
+			}
+			continue;
+		}
 		/* Nothing can leave.  When that is because write-backs
 		 * fail, no wait is bounded (the store may never take a
 		 * write again): the fault is served past the budget, or
