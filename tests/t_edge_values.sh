@@ -115,6 +115,13 @@ row "${K[@]}" -- --sample-every 4294967297
 row "${K[@]}" -- --sample-layers 4294967297
 row "${K[@]}" -- --threads 257 4294967297
 row "${K[@]}" -- --seed
+# kvpctl (the view's): the values are refused before any pager is looked
+# for, so an empty registry is enough.  --watch takes fractions of a
+# second, so it gets its own list.
+export KVP_RUNTIME_DIR=$dir/run
+row_only kvpctl stats -- --watch nan inf -inf 1e400 -1 0 12abc "" 16383P
+row kvpctl stats -- --count 4294967297999999999999
+row kvpctl -- -p 0 4294967297 2147483648
 
 ls -A "$dir" | grep -q . && fail "a value was taken: files left in $dir"
 [ $fails = 0 ] || { echo "t_edge_values: $fails failure(s)"; exit 1; }

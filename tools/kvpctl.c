@@ -563,20 +563,25 @@ static void take(struct sample *s)
 	s->resident = stat_value("resident_bytes");
 }
 
-static int cmd_stats(int argc, char **argv)
+/* stats' options, parsed before a pager is looked for: a bad value is a
+ * usage error (exit 2) whether or not one runs. */
+struct stats_opts {
+	double watch; /* 0: print once */
+	uint64_t count;	/* 0: for ever */
+};
+
+static struct stats_opts parse_stats(int argc, char **argv)
 {
-	double watch = 0;
-	uint64_t count = 0, k;
-	struct sample a, b;
+	struct stats_opts o = { 0, 0 };
 	int i;
 
 	for (i = 0; i < argc; i++) {
 		bool has_value = i + 1 < argc;
 
 		if (!strcmp(argv[i], "--watch") && has_value)
-			watch = parse_seconds("stats --watch", argv[++i]);
+			o.watch = parse_seconds("stats --watch", argv[++i]);
 		else if (!strcmp(argv[i], "--count") && has_value)
-			count =
+			o.count =
 			    parse_whole("stats --count", "a number of lines",
 					argv[++i], 0, UINT32_MAX);
 		else if (!strcmp(argv[i], "--watch") ||
@@ -587,6 +592,15 @@ static int cmd_stats(int argc, char **argv)
 				  "SECONDS, --count N)",
 				  argv[i]);
 	}
+	return o;
+}
+
+static int cmd_stats(struct stats_opts o)
+{
+	double watch = o.watch;
+	uint64_t count = o.count, k;
+	struct sample a, b;
+
 	if (watch == 0) {
 		char rel[128], *v;
 		size_t j;
@@ -791,15 +805,19 @@ int main(int argc, char **argv)
 		choose(pid, mount);
 		return cmd_list(true);
 	}
+	if (!strcmp(cmd, "stats")) {
+		struct stats_opts so = parse_stats(argc - 1, argv + 1);
+
+		choose(pid, mount);
+		return cmd_stats(so);
+	}
 	if (!strcmp(cmd, "get") || !strcmp(cmd, "set") ||
-	    !strcmp(cmd, "stats") || !strcmp(cmd, "load")) {
+	    !strcmp(cmd, "load")) {
 		choose(pid, mount);
 		if (!strcmp(cmd, "get"))
 			return cmd_get(argc - 1, argv + 1);
 		if (!strcmp(cmd, "set"))
 			return cmd_set(argc - 1, argv + 1);
-		if (!strcmp(cmd, "stats"))
-			return cmd_stats(argc - 1, argv + 1);
 		return cmd_load(argc - 1, argv + 1);
 	}
 	fprintf(stderr, "kvpctl: unknown command '%s'\n", cmd);
