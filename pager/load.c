@@ -307,6 +307,15 @@ void kvp_stage_drop_passed(struct kvp_pager *p)
 	}
 }
 
+uint64_t kvp_stage_bytes(const struct kvp_pager *p)
+{
+	uint64_t n = 0;
+
+	for (const struct kvp_op *op = p->staged; op; op = op->next)
+		n += op->r->block_bytes;
+	return n;
+}
+
 void kvp_load_install(struct kvp_service *s, struct kvp_op *op)
 {
 	struct kvp_pager *p = s->p;

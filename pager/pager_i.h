@@ -499,6 +499,9 @@ bool kvp_stage_drop_oldest(struct kvp_pager *p);
 /* Drop the staged blocks the faults of their region have run past (below
  * its last fault): skipped, so wasted. */
 void kvp_stage_drop_passed(struct kvp_pager *p);
+/* Under p->lock: the bytes of staged read-ahead (dropped first when a
+ * frame is needed: as good as free). */
+uint64_t kvp_stage_bytes(const struct kvp_pager *p);
 
 /* events.c: userfaultfd messages, read on a service thread. */
 #define KVP_EVENT_BATCH 32 /* messages per read */

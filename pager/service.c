@@ -370,10 +370,14 @@ static void watermark_stage(struct kvp_service *s)
 		return;
 	while (n++ < 256) {
 		pthread_mutex_lock(&p->lock);
-		bool done = p->frames.in_use - p->leaving_bytes <= low;
+		uint64_t charge = p->frames.in_use - p->leaving_bytes;
+		uint64_t staged = kvp_stage_bytes(p);
 
 		pthread_mutex_unlock(&p->lock);
-		if (done || kvp_evict_one(s, false) == -EAGAIN)
+		/* Ahead of need the working set stays; when what is resident
+		 * alone passes the budget (it was lowered) it goes too. */
+		if (charge <= low ||
+		    kvp_evict_one(s, charge - staged > budget) == -EAGAIN)
 			break;
 	}
 }
