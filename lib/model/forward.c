@@ -8,13 +8,18 @@
  * when the CPU has it, chosen once per process.
  */
 #include <errno.h>
-#include <immintrin.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "lib/kv/kv_geometry.h"
 #include "lib/model/model_i.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define KVP_HAVE_X86 1
+#endif
 
 /* Below this many multiply-adds a product runs in the calling thread: a
  * wake-up costs more. */
@@ -174,6 +179,7 @@ static float dot_portable(const float *a, const float *b, uint32_t n)
 	       ((s[2] + s[6]) + (s[3] + s[7]));
 }
 
+#ifdef KVP_HAVE_X86
 /* The same order with AVX2 FMA lanes (fused rounding: other bits than
  * the portable code, the same on every run of one machine). */
 __attribute__((target("avx2,fma"))) static float
@@ -192,15 +198,18 @@ dot_avx2(const float *a, const float *b, uint32_t n)
 	return ((s[0] + s[4]) + (s[1] + s[5])) +
 	       ((s[2] + s[6]) + (s[3] + s[7]));
 }
+#endif
 
 static float (*dot)(const float *, const float *, uint32_t);
 
+/* kvp_cpu_simd: the one CPU test of the library (attention's too). */
 static void dot_choose(void)
 {
-	__builtin_cpu_init();
-	dot = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
-		  ? dot_avx2
-		  : dot_portable;
+	dot = dot_portable;
+#ifdef KVP_HAVE_X86
+	if (kvp_cpu_simd())
+		dot = dot_avx2;
+#endif
 }
 
 struct matmul_job {
