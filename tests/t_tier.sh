@@ -22,7 +22,8 @@ fail() {
 command -v redis-server >/dev/null ||
 	{ echo "t_tier: redis-server not found (apt-get install redis-server)"; exit 77; }
 
-"$B" tier --sizes 16K,64K --repeat 1 --batch 16 --json >"$tmp/json" 2>"$tmp/err"
+"$B" tier --sizes 16K,64K --repeat 1 --batch 16 --json --dir "$tmp" \
+	>"$tmp/json" 2>"$tmp/err"
 rc=$?
 cat "$tmp/json" "$tmp/err"
 [ $rc = 0 ] || fail "kvpbench tier exit $rc"
@@ -32,7 +33,7 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 sizes = sorted(r["block_bytes"] for r in rows if r.get("scenario") == "tier")
 assert sizes == [16384, 65536], sizes
 for r in rows:
-    for f in ("ram_gb_per_s", "redis_gb_per_s", "redis_cluster_gb_per_s",
+    for f in ("ram_gb_per_s", "cache_dir_gb_per_s", "redis_gb_per_s", "redis_cluster_gb_per_s",
               "redis_benchmark_get_p_gb_per_s",
               "redis_benchmark_get_c50_gb_per_s", "redis_vs_benchmark"):
         assert r[f] > 0, (f, r)

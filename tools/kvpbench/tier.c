@@ -1,7 +1,9 @@
 /*
  * tier.c - `kvpbench tier`: what fetching one KV block costs from each
  * tier, side by side in one run, for several block sizes: RAM (a copy),
- * Redis through lib/remote (one server, and a 3-master cluster), and
+ * the local cache directory (lib/cache: 256 blocks put, then read and
+ * verified, in --dir), Redis through lib/remote (one server, and a
+ * 3-master cluster), and
  * redis-benchmark's own GET at the same value size on the same server
  * (the network's and the server's limit on this machine).
  *
@@ -30,6 +32,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "lib/cache/cache_dir.h"
 #include "lib/cli/cli.h"
 #include "lib/remote/remote.h"
 #include "tools/kvpbench/kvpbench.h"
@@ -37,6 +40,9 @@
 #define MAX_SIZES 8
 #define CLUSTER_NODES 3
 #define SET_BYTES (64ull << 20) /* the blocks of one size: 64 MiB */
+#define DIR_BLOCKS 256		/* blocks of the local cache's figure */
+/* Our own servers' command timeout: a loaded machine stalls them. */
+#define OWN_OPTS "?timeout_ms=10000"
 
 /* ---- servers of our own ----------------------------------------------- */
 
@@ -209,6 +215,7 @@ struct trow {
 	uint64_t size;	     /* block bytes */
 	uint64_t blocks;     /* blocks fetched per run */
 	double ram;	     /* GB/s */
+	double dir;	     /* local cache directory, GB/s; < 0 failed */
 	double redis;	     /* GB/s; < 0 not measured */
 	double cluster;
 	double bench_p;	     /* redis-benchmark -c 1 -P batch, GB/s */
@@ -276,6 +283,69 @@ static double ram_rate(uint64_t size, uint64_t blocks, unsigned repeat)
 	return median(rate, repeat);
 }
 
+/* The local cache directory (lib/cache) in @parent: DIR_BLOCKS blocks
+ * put (synced), then got (read and verified) @repeat times: GB/s, or -1
+ * (said on stderr). */
+static double dir_rate(const char *parent, uint64_t size, unsigned repeat)
+{
+	struct kvp_cache_opts co = { 0 };
+	struct kvp_cache *c = NULL;
+	char path[300], cmdline[320], err[256], warn[256];
+	double rate[KVPB_MAX_REPEAT], res = -1;
+	char *val = malloc(size), *buf = malloc(size);
+	uint64_t len;
+
+	snprintf(path, sizeof(path), "%s/kvpbench-cache-XXXXXX", parent);
+	if (!val || !buf || !mkdtemp(path)) {
+		fprintf(stderr, "kvpbench tier: cannot make a folder in %s\n",
+			parent);
+		free(val);
+		free(buf);
+		return -1;
+	}
+	if (kvp_cache_open(path, &co, &c, err, sizeof(err), warn,
+			   sizeof(warn))) {
+		fprintf(stderr, "kvpbench tier: %s\n", err);
+		goto out;
+	}
+	for (uint64_t k = 0; k < DIR_BLOCKS; k++) {
+		struct kvp_rec_key key = { { 0 } };
+
+		memcpy(key.b, &k, 8);
+		value(k, size, val);
+		if (kvp_cache_put(c, &key, val, size)) {
+			fprintf(stderr, "kvpbench tier: cannot put a block "
+					"into %s\n", path);
+			goto out;
+		}
+	}
+	for (unsigned r = 0; r < repeat; r++) {
+		double t0 = kvpb_now();
+
+		for (uint64_t k = 0; k < DIR_BLOCKS; k++) {
+			struct kvp_rec_key key = { { 0 } };
+
+			memcpy(key.b, &k, 8);
+			if (kvp_cache_get(c, &key, buf, size, &len) ||
+			    len != size || verify(&size, &k, 8, buf, size)) {
+				fprintf(stderr, "kvpbench tier: a block of "
+						"the cache was not read right\n");
+				goto out;
+			}
+		}
+		rate[r] = (double)(size * DIR_BLOCKS) / (kvpb_now() - t0) / 1e9;
+	}
+	res = median(rate, repeat);
+out:
+	kvp_cache_close(c);
+	snprintf(cmdline, sizeof(cmdline), "rm -rf '%s'", path);
+	if (system(cmdline))
+		fprintf(stderr, "kvpbench tier: cannot remove %s\n", path);
+	free(val);
+	free(buf);
+	return res;
+}
+
 /* Publish the blocks, then fetch them all @repeat times: GB/s, or -1
  * (said on stderr) when a block was missing or wrong. */
 static double redis_rate(const char *url, uint64_t size, uint64_t blocks,
@@ -322,11 +392,19 @@ static double redis_rate(const char *url, uint64_t size, uint64_t blocks,
 					.buf = bufs + i * size, .buf_len = size };
 			}
 			if (kvp_remote_get_many(r, g, n) != (int)n) {
+				struct kvp_remote_stats st;
+
+				kvp_remote_stats_read(r, &st);
 				fprintf(stderr,
 					"kvpbench tier: %s: a block of %llu "
 					"bytes was not fetched whole and "
-					"right\n", url,
-					(unsigned long long)size);
+					"right (%llu misses, %llu bad, %llu "
+					"errors, %llu timeouts)\n", url,
+					(unsigned long long)size,
+					(unsigned long long)st.misses_total,
+					(unsigned long long)st.verify_failed_total,
+					(unsigned long long)st.errors_total,
+					(unsigned long long)st.timeouts_total);
 				goto out;
 			}
 		}
@@ -375,6 +453,9 @@ static const struct kvp_cli_opt topts_table[] = {
 	{ "cluster", 'c', 0, "URL",
 	  "a running cluster (redis+cluster://...) instead of our own" },
 	{ "no-cluster", 'n', 0, NULL, "no cluster figures" },
+	{ "dir", 'd', 0, "DIR",
+	  "where the local cache directory's figure puts its blocks "
+	  "($TMPDIR, /tmp)" },
 	{ "json", 'j', 0, NULL, "one JSON object per line" },
 	{ "short", 'S', 0, NULL, "one size (64K), repeat 1" },
 	{ "help", 'h', 0, NULL, "this text" },
@@ -423,18 +504,20 @@ static void print_row(const struct trow *t, bool json)
 	if (json) {
 		printf("{\"scenario\":\"tier\",\"block_bytes\":%llu,"
 		       "\"blocks\":%llu,\"ram_gb_per_s\":%.3f,"
+		       "\"cache_dir_gb_per_s\":%.3f,"
 		       "\"redis_gb_per_s\":%.3f,\"redis_cluster_gb_per_s\":"
 		       "%.3f,\"redis_benchmark_get_p_gb_per_s\":%.3f,"
 		       "\"redis_benchmark_get_c50_gb_per_s\":%.3f,"
 		       "\"redis_vs_benchmark\":%.3f}\n",
 		       (unsigned long long)t->size,
-		       (unsigned long long)t->blocks, t->ram, t->redis,
+		       (unsigned long long)t->blocks, t->ram, t->dir, t->redis,
 		       t->cluster, t->bench_p, t->bench_c,
 		       best > 0 && t->redis > 0 ? t->redis / best : -1);
 		return;
 	}
-	printf("%7lluK %10.2f %10.3f %10.3f %10.3f %10.3f %10.2fx %9.0f\n",
-	       (unsigned long long)(t->size >> 10), t->ram, t->redis,
+	printf("%7lluK %10.2f %10.3f %10.3f %10.3f %10.3f %10.3f %10.2fx "
+	       "%9.0f\n",
+	       (unsigned long long)(t->size >> 10), t->ram, t->dir, t->redis,
 	       t->cluster, t->bench_p, t->bench_c,
 	       best > 0 && t->redis > 0 ? t->redis / best : -1, t->redis_us);
 }
@@ -448,6 +531,7 @@ int kvpbench_tier(int argc, char **argv)
 	unsigned nsizes = 4;
 	char url[256] = "", curl[512] = "";
 	bool json = false, no_cluster = false;
+	const char *dir = getenv("TMPDIR");
 	int c, bench_port = 0, rc = 0;
 
 	if (kvp_cli_table_asked(argc, argv)) {
@@ -481,6 +565,9 @@ int kvpbench_tier(int argc, char **argv)
 		case 'n':
 			no_cluster = true;
 			break;
+		case 'd':
+			dir = optarg;
+			break;
 		case 'j':
 			json = true;
 			break;
@@ -508,7 +595,7 @@ int kvpbench_tier(int argc, char **argv)
 		if (srv_start(&servers[nservers], false))
 			return 1;
 		bench_port = servers[nservers].port;
-		snprintf(url, sizeof(url), "redis://127.0.0.1:%d",
+		snprintf(url, sizeof(url), "redis://127.0.0.1:%d" OWN_OPTS,
 			 servers[nservers++].port);
 	} else {
 		struct kvp_remote_url u;
@@ -531,6 +618,7 @@ int kvpbench_tier(int argc, char **argv)
 						"%s127.0.0.1:%d", i ? "," : "",
 						servers[nservers++].port);
 		}
+		snprintf(curl + off, sizeof(curl) - off, OWN_OPTS);
 		if (cluster_form(&servers[nservers - CLUSTER_NODES],
 				 CLUSTER_NODES)) {
 			fprintf(stderr, "kvpbench tier: the cluster did not "
@@ -541,9 +629,10 @@ int kvpbench_tier(int argc, char **argv)
 	if (!json)
 		printf("tier: fetching one KV block, GB/s (1e9 B/s), median of "
 		       "%llu; batches of %llu keys\n"
-		       "%8s %10s %10s %10s %10s %10s %11s %9s\n",
+		       "%8s %10s %10s %10s %10s %10s %10s %11s %9s\n",
 		       (unsigned long long)repeat, (unsigned long long)batch,
-		       "block", "ram", "redis", "cluster", "bench-P", "bench-c50",
+		       "block", "ram", "cache-dir", "redis", "cluster",
+		       "bench-P", "bench-c50",
 		       "redis/bench", "us/batch");
 	for (unsigned i = 0; i < nsizes; i++) {
 		uint64_t blocks = SET_BYTES / sizes[i];
@@ -556,6 +645,8 @@ int kvpbench_tier(int argc, char **argv)
 		fprintf(stderr, "kvpbench: tier: %llu-byte blocks\n",
 			(unsigned long long)sizes[i]);
 		t.ram = ram_rate(sizes[i], blocks, (unsigned)repeat);
+		t.dir = dir_rate(dir && *dir ? dir : "/tmp", sizes[i],
+				 (unsigned)repeat);
 		t.redis = redis_rate(url, sizes[i], blocks, (unsigned)batch,
 				     (unsigned)repeat, &t.redis_us);
 		if (curl[0]) {
@@ -571,7 +662,7 @@ int kvpbench_tier(int argc, char **argv)
 				       shape);
 		t.bench_c = bench_rate(bench_port, sizes[i], blocks * repeat,
 				       "-c 50");
-		if (t.redis < 0 || (curl[0] && t.cluster < 0))
+		if (t.redis < 0 || t.dir < 0 || (curl[0] && t.cluster < 0))
 			rc = 1;
 		print_row(&t, json);
 		fflush(stdout);
