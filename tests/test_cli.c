@@ -7,8 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "lib/cli/cli.h"
+#include "lib/cli/progress.h"
 #include "tests/helpers/helpers.h"
 
 static const struct kvp_cli_opt table[] = {
@@ -124,6 +126,47 @@ START_TEST(table_asked_only_alone)
 }
 END_TEST
 
+/* What kvp_progress writes to a stderr that is a file, not a terminal:
+ * an update of 1/10 MiB, then of 3/10 MiB @age seconds later, then the
+ * end. */
+static char *progress_text(bool quiet, double age)
+{
+	struct kvp_progress p;
+	FILE *f = tmpfile();
+	int saved = dup(2);
+	static char buf[512];
+	size_t n;
+
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(dup2(fileno(f), 2), 2);
+	kvp_progress_start(&p, "tool", "fill", quiet);
+	ck_assert(!p.tty);
+	kvp_progress_update(&p, 1, 10, "MiB"); /* within the interval */
+	p.last -= age;
+	p.t0 -= age;
+	kvp_progress_update(&p, 3, 10, "MiB");
+	kvp_progress_done(&p, 10, 10, "MiB");
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	rewind(f);
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = 0;
+	fclose(f);
+	return buf;
+}
+
+START_TEST(progress_lines_off_a_terminal)
+{
+	/* a line once the interval has passed, none before, no bar */
+	ck_assert_str_eq(progress_text(false, KVP_PROGRESS_LINE_S + 1),
+			 "tool: fill 3/10 MiB (30%), 6 s\n");
+	ck_assert_str_eq(progress_text(false, 0), "");
+	/* --quiet: nothing */
+	ck_assert_str_eq(progress_text(true, KVP_PROGRESS_LINE_S + 1), "");
+}
+END_TEST
+
 static Suite *cli_suite(void)
 {
 	Suite *s = suite_create("cli");
@@ -134,6 +177,7 @@ static Suite *cli_suite(void)
 	tcase_add_test(tc, getopt_tables_match);
 	tcase_add_test(tc, table_lines_for_the_build);
 	tcase_add_test(tc, table_asked_only_alone);
+	tcase_add_test(tc, progress_lines_off_a_terminal);
 	return s;
 }
 

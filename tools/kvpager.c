@@ -43,15 +43,13 @@
 #include <unistd.h>
 
 #include "lib/cli/cli.h"
+#include "lib/cli/progress.h"
 #include "lib/instance/instance.h"
 #include "lib/kv/kvcache.h"
 #include "lib/model/model.h"
 #include "lib/model/model_cache.h"
 #include "lib/synth/kv_synth.h"
 #include "lib/tunables/tunables.h"
-
-/* Progress when stderr is not a terminal: one line this often. */
-#define PROGRESS_LINE_S 5.0
 
 /*
  * The options.  A numeric option is parsed by the tunables registry's
@@ -297,56 +295,11 @@ static bool stopped(void)
 	return atomic_load(&stop_signal) != 0;
 }
 
-/* ---- progress on stderr ---------------------------------------------- */
-
-struct bar {
-	const char *what;
-	bool on;  /* progress asked for */
-	bool tty; /* a bar redrawn in place; else a line now and then */
-	double t0, last;
-};
-
-static void bar_start(struct bar *b, const char *what)
-{
-	b->what = what;
-	b->t0 = now_s();
-	b->last = b->tty ? 0 : b->t0;
-}
-
-static void bar_draw(struct bar *b, uint64_t done, uint64_t total,
-		     const char *unit)
-{
-	double t = now_s(), frac = total ? (double)done / total : 1;
-	char line[64];
-	int n = (int)(frac * 30), i;
-
-	if (!b->on)
-		return;
-	if (!b->tty) {
-		if (t - b->last < PROGRESS_LINE_S)
-			return;
-		b->last = t;
-		fprintf(stderr,
-			"kvpager: %s %" PRIu64 "/%" PRIu64 " %s (%.0f%%), "
-			"%.0f s\n",
-			b->what, done, total, unit, frac * 100, t - b->t0);
-		return;
-	}
-	if (t - b->last < 0.1 && done < total)
-		return;
-	b->last = t;
-	for (i = 0; i < 30; i++)
-		line[i] = i < n ? '#' : '.';
-	line[30] = 0;
-	fprintf(stderr, "\r%-8s [%s] %3.0f%% %" PRIu64 "/%" PRIu64 " %s %.1fs ",
-		b->what, line, frac * 100, done, total, unit, t - b->t0);
-	if (done >= total)
-		fputc('\n', stderr);
-}
+/* ---- progress on stderr (lib/cli/progress.h) ------------------------- */
 
 static void prefill_progress(void *arg, uint64_t done, uint64_t total)
 {
-	bar_draw(arg, done >> 20, total >> 20, "MiB");
+	kvp_progress_update(arg, done >> 20, total >> 20, "MiB");
 }
 
 /* ---- options ---------------------------------------------------------- */
@@ -1309,7 +1262,7 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 	struct kvp_kvcache_stats s_warm, s_end;
 	struct kvp_kvcache_step_stats d;
 	struct pf_counts pf_warm, pf_end;
-	struct bar bar = { 0 };
+	struct kvp_progress bar = { 0 };
 	uint32_t *ids = NULL, i, done_steps = 0, changes = 0;
 	uint64_t kv_bytes;
 	double t_open, t_prefill, t_decode, t_quality = 0, t0, busy;
@@ -1355,8 +1308,6 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 	kv_start = kv;
 	if (!o.block)
 		o.block = kv.predictor == KVP_PREDICTOR_EXACT ? 2u << 20 : 0;
-	bar.on = !o.quiet;
-	bar.tty = isatty(2);
 	err = signals_take();
 	if (err) {
 		fprintf(stderr, "kvpager: cannot take SIGINT and SIGTERM: %s\n",
@@ -1443,7 +1394,7 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 
 	/* prefill */
 	t0 = now_s();
-	bar_start(&bar, "prefill");
+	kvp_progress_start(&bar, "kvpager", "prefill", o.quiet);
 	for (i = 0; i < o.batch && !stopped(); i++) {
 		err = kvp_kvcache_seq_create(c, &ids[i]);
 		if (!err && mr->m) {
@@ -1468,7 +1419,7 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 			goto out;
 		}
 		if (o.batch > 1)
-			bar_draw(&bar, i + 1, o.batch, "sequences");
+			kvp_progress_update(&bar, i + 1, o.batch, "sequences");
 	}
 	t_prefill = now_s() - t0;
 	if (stopped()) {
@@ -1481,7 +1432,7 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 
 	/* decode */
 	t0 = now_s();
-	bar_start(&bar, "decode");
+	kvp_progress_start(&bar, "kvpager", "decode", o.quiet);
 	memset(&s_warm, 0, sizeof(s_warm));
 	memset(&pf_warm, 0, sizeof(pf_warm));
 	for (i = 0; i < o.steps && !stopped(); i++) {
@@ -1501,7 +1452,7 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 			goto out;
 		}
 		done_steps = i + 1;
-		bar_draw(&bar, i + 1, o.steps, "steps");
+		kvp_progress_update(&bar, i + 1, o.steps, "steps");
 	}
 	kvp_kvcache_stats(c, &s_end);
 	pf_snapshot(c, &s_end, &pf_end);
@@ -1509,8 +1460,7 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 	if (mr->mc) /* the figures count every chunk written */
 		kvp_model_cache_drain(mr->mc);
 	if (stopped()) {
-		if (bar.tty && bar.on)
-			fputc('\n', stderr);
+		kvp_progress_done(&bar, done_steps, o.steps, "steps");
 		fprintf(stderr,
 			"kvpager: interrupted after %u of %u decode steps; the "
 			"report covers those, without scoring\n",

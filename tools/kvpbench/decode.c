@@ -36,6 +36,7 @@
 
 #include "lib/synth/kv_synth.h"
 #include "lib/cli/cli.h"
+#include "lib/cli/progress.h"
 #include "lib/kv/kvcache.h"
 #include "lib/model/model.h"
 #include "lib/tunables/tunables.h"
@@ -95,9 +96,13 @@ static int model_decode(const struct dopts *o, const struct dmode *m,
 {
 	uint32_t vocab = kvp_model_config(o->model)->vocab, i, same = 0;
 	struct kvp_model_seq *s;
+	struct kvp_progress pg;
 	double wall = 0, t0;
+	char what[48];
 	int err;
 
+	snprintf(what, sizeof(what), "decode %s", m->name);
+	kvp_progress_start(&pg, "kvpbench", what, o->quiet);
 	err = kvp_model_seq_create(o->model, c, id, 0, &s);
 	if (!err)
 		err = kvp_model_prefill(s, o->prompt, (uint32_t)o->context);
@@ -115,10 +120,9 @@ static int model_decode(const struct dopts *o, const struct dmode *m,
 		err = kvp_model_step(s, forced ? forced[i] : t, NULL);
 		if (i >= o->warmup)
 			wall += kvpb_now() - t0;
-		if (!o->quiet)
-			fprintf(stderr, "\rdecode %-15s step %u/%u ", m->name,
-				i + 1, o->steps);
+		kvp_progress_update(&pg, i + 1, o->steps, "steps");
 	}
+	kvp_progress_done(&pg, i, o->steps, "steps");
 	r->top1 = (double)same / o->steps;
 	if (!err && !forced)
 		r->tps = (o->steps - o->warmup) / wall;
@@ -126,6 +130,11 @@ static int model_decode(const struct dopts *o, const struct dmode *m,
 		kvp_kvcache_stats(c, s1);
 	kvp_model_seq_destroy(s);
 	return err;
+}
+
+static void prefill_progress(void *arg, uint64_t done, uint64_t total)
+{
+	kvp_progress_update(arg, done >> 20, total >> 20, "MiB");
 }
 
 static int run_mode(const struct dopts *o, const struct dmode *m,
@@ -138,8 +147,10 @@ static int run_mode(const struct dopts *o, const struct dmode *m,
 	struct kvp_kvcache_step_stats d;
 	struct kvp_config cfg;
 	struct kvp_kvcache *c;
+	struct kvp_progress pg;
 	uint32_t *ids, i;
 	double n, t0;
+	char what[48];
 	int err;
 
 	if (sy)
@@ -174,13 +185,20 @@ static int run_mode(const struct dopts *o, const struct dmode *m,
 		return -ENOMEM;
 	}
 	t0 = kvpb_now();
+	snprintf(what, sizeof(what), "prefill %s", m->name);
+	kvp_progress_start(&pg, "kvpbench", what, o->quiet || o->model);
 	for (i = 0; i < o->batch && !err; i++) {
 		err = kvp_kvcache_seq_create(c, &ids[i]);
 		if (!err && !o->model)
-			err = kvp_kvcache_prefill(c, ids[i], o->context, &src,
-						  NULL, NULL);
+			err = kvp_kvcache_prefill(
+			    c, ids[i], o->context, &src,
+			    o->batch == 1 ? prefill_progress : NULL, &pg);
+		if (o->batch > 1)
+			kvp_progress_update(&pg, i + 1, o->batch, "sequences");
 	}
 	r->t_prefill = kvpb_now() - t0;
+	snprintf(what, sizeof(what), "decode %s", m->name);
+	kvp_progress_start(&pg, "kvpbench", what, o->quiet || o->model);
 	memset(&s0, 0, sizeof(s0));
 	if (o->model && !err) {
 		r->tokens = calloc(o->steps, sizeof(uint32_t));
@@ -202,12 +220,10 @@ static int run_mode(const struct dopts *o, const struct dmode *m,
 		if (i == o->warmup)
 			kvp_kvcache_stats(c, &s0);
 		err = kvp_kvcache_step(c, ids, o->batch, &src, NULL, NULL);
-		if (!o->quiet)
-			fprintf(stderr, "\rdecode %-15s step %u/%u ", m->name,
-				i + 1, o->steps);
+		kvp_progress_update(&pg, i + 1, o->steps, "steps");
 	}
-	if (!o->quiet)
-		fputc('\n', stderr);
+	if (!o->model)
+		kvp_progress_done(&pg, i, o->steps, "steps");
 	if (!err) {
 		if (!o->model)
 			kvp_kvcache_stats(c, &s1);

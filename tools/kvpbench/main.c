@@ -44,6 +44,7 @@
 
 #include "kmod-helpers/dio.h"
 #include "lib/cli/cli.h"
+#include "lib/cli/progress.h"
 #include "kmod-helpers/mem.h"
 
 #define FILL_CHUNK   (8u << 20)
@@ -88,6 +89,7 @@ static int file_create(struct kvpb_ctx *c)
 {
 	struct kvpb_file *f = &c->file;
 	const char *dir = c->opts.dir;
+	struct kvp_progress pg;
 	struct kvp_dio_align al;
 	struct statvfs sv;
 	uint64_t off, avail;
@@ -145,10 +147,13 @@ static int file_create(struct kvpb_ctx *c)
 		      dir, (unsigned long long)(f->size >> 20),
 		      direct ? "" : " (buffered: O_DIRECT refused)");
 	t0 = kvpb_now();
+	kvp_progress_start(&pg, "kvpbench", "fill", c->opts.quiet);
 	for (off = 0; off < f->size; off += FILL_CHUNK) {
 		uint64_t n =
 		    f->size - off < FILL_CHUNK ? f->size - off : FILL_CHUNK;
 		ssize_t w;
+
+		kvp_progress_update(&pg, off >> 20, f->size >> 20, "MiB");
 
 		kvpb_fill(buf, off, n);
 		w = pwrite(wfd, buf, n, (off_t)off);
@@ -164,6 +169,7 @@ static int file_create(struct kvpb_ctx *c)
 			goto out;
 		}
 	}
+	kvp_progress_update(&pg, f->size >> 20, f->size >> 20, "MiB");
 	if (fsync(wfd)) {
 		err = -errno;
 		fprintf(stderr, "kvpbench: cannot sync the file in %s: %s\n",

@@ -1,0 +1,42 @@
+#!/bin/bash
+# t_progress.sh - progress of long phases (lib/cli/progress.h) as the
+# tools show it: a bar on a terminal (script(1) gives one), no carriage
+# returns when stderr is a file (a line every few seconds instead, which
+# these short runs do not reach), and nothing with --quiet.
+set -u
+BUILD=${BUILD:-build}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export TMPDIR=$tmp
+fails=0
+fail() {
+	echo "FAIL: $*"
+	fails=$((fails + 1))
+}
+for t in kvpbench kvpager; do
+	[ -x "$BUILD/bin/$t" ] || { echo "skipped: $BUILD/bin/$t not built"; exit 77; }
+done
+dec="$BUILD/bin/kvpbench decode --preset tiny --short --modes ram,kvpager"
+run="$BUILD/bin/kvpager run --preset tiny --context 4096 --steps 20"
+fill="$BUILD/bin/kvpbench --short --modes raw --repeat 1 stream"
+
+for cmd in "$dec" "$run" "$fill"; do
+	$cmd >/dev/null 2>"$tmp/err" || fail "$cmd failed: $(cat "$tmp/err")"
+	grep -q $'\r' "$tmp/err" && fail "$cmd: a bar on a stderr that is a file"
+	$cmd --quiet >/dev/null 2>"$tmp/err" || fail "$cmd --quiet failed"
+	grep -v "warning" "$tmp/err" | grep -q . &&
+		fail "$cmd --quiet said: $(cat "$tmp/err")"
+done
+echo "ok: no bar off a terminal, nothing with --quiet"
+
+if command -v script >/dev/null; then
+	for cmd in "$dec" "$run" "$fill"; do
+		script -qec "$cmd >/dev/null" /dev/null >"$tmp/tty" 2>&1 ||
+			fail "$cmd on a terminal failed"
+		grep -q '\[##############################\] 100%' "$tmp/tty" ||
+			fail "$cmd: no bar on a terminal: $(tr '\r' '\n' <"$tmp/tty" | tail -3)"
+	done
+	echo "ok: a bar on a terminal"
+fi
+[ $fails = 0 ] || exit 1
+echo "t_progress: all passed"
