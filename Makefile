@@ -65,8 +65,10 @@ override LDFLAGS += -pthread
 # lib/ has one folder per subsystem; the shim and the CUDA code build apart.
 LIB_SUBSYS_SRCS := $(filter-out lib/preload/% lib/cuda/%,$(wildcard lib/*/*.c))
 LIB_SRCS := $(sort $(wildcard kmod-helpers/*.c pager/*.c lib/*.c) $(LIB_SUBSYS_SRCS))
-# Public headers: every lib/ header but the shim's, CUDA's and the *_i.h.
-LIB_PUBLIC_HDRS := $(filter-out lib/kvpager.h lib/preload/% lib/cuda/% %_i.h,\
+# Public headers: every lib/ header but the shim's, the devices' (they
+# include lib/cuda/'s, which are not installed) and the *_i.h.
+LIB_PUBLIC_HDRS := $(filter-out lib/kvpager.h lib/preload/% lib/cuda/% \
+	lib/device/% %_i.h,\
 	$(wildcard lib/*.h lib/*/*.h))
 PRELOAD_SRCS := $(sort $(wildcard lib/preload/*.c))
 TOOL_SINGLE := $(sort $(wildcard tools/*.c))
