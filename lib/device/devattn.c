@@ -120,7 +120,7 @@ int kvp_devattn_create(struct kvp_device *d, const struct kvp_devattn_opts *o,
 
 	if (!d || !o->nslots || !o->max_seqs || !o->max_entries ||
 	    !sh->kv_heads || !sh->q_heads || sh->q_heads % sh->kv_heads ||
-	    !sh->head_dim || sh->head_dim % 32 ||
+	    !sh->head_dim || sh->head_dim % 8 ||
 	    sh->head_dim > KVP_DEV_MAX_DIM || !sh->block_tokens ||
 	    sh->dtype < KVP_ATTN_FP16 || sh->dtype > KVP_ATTN_FP32 ||
 	    o->splits > MAX_SPLITS)
@@ -427,6 +427,25 @@ int kvp_devattn_finish(struct kvp_devattn *a, uint64_t stage, float *out)
 	kvp_devpool_release(a->pool, stage);
 	s->staged = s->launched = false;
 	return 0;
+}
+
+void kvp_devattn_abandon(struct kvp_devattn *a, uint64_t stage)
+{
+	struct side *s = &a->side[stage % 2];
+
+	if (!s->staged || s->stage != stage)
+		return;
+	a->ops->event_sync(a->h, EV_COPIED(stage % 2));
+	s->copy_pending = false;
+	if (s->launched)
+		a->ops->event_sync(a->h, EV_DONE(stage % 2));
+	kvp_devpool_release(a->pool, stage);
+	s->staged = s->launched = false;
+}
+
+void kvp_devattn_forget_all(struct kvp_devattn *a)
+{
+	kvp_devpool_forget_all(a->pool);
 }
 
 int kvp_devattn_forget(struct kvp_devattn *a, uint32_t layer, uint32_t pblock)

@@ -84,7 +84,7 @@ struct kvp_devattn_stats {
 /*
  * kvp_devattn_create - the pool (nslots + 2 * max_seqs slots), staging
  * and launch buffers on device d.  0 and *out, -EINVAL (bad shape:
- * head_dim not a multiple of 32 or over KVP_DEV_MAX_DIM, q_heads not a
+ * head_dim not a multiple of 8 or over KVP_DEV_MAX_DIM, q_heads not a
  * multiple of kv_heads; a zero count), -ENOMEM (host or device memory);
  * nothing left on failure.
  */
@@ -121,10 +121,19 @@ int kvp_devattn_launch(struct kvp_devattn *a, uint64_t stage,
  * head_dim floats.  0, -EINVAL (not launched), a device error. */
 int kvp_devattn_finish(struct kvp_devattn *a, uint64_t stage, float *out);
 
+/* kvp_devattn_abandon - end stage whatever its state (after a failure
+ * between stage and finish): waits for what it queued, drops its output,
+ * releases its slots.  No-op for a stage not in flight. */
+void kvp_devattn_abandon(struct kvp_devattn *a, uint64_t stage);
+
 /* The block's bytes changed (a rolling block flushed into it, or a block
  * freed and reused): its slot is dropped.  -EBUSY if a stage in flight
  * reads it (the caller orders writes after finish). */
 int kvp_devattn_forget(struct kvp_devattn *a, uint32_t layer, uint32_t pblock);
+
+/* Every block not held by a stage in flight is dropped (when the caller
+ * cannot tell which changed). */
+void kvp_devattn_forget_all(struct kvp_devattn *a);
 
 /* Slot of (layer, pblock) (test), or KVP_DEVPOOL_NONE. */
 uint32_t kvp_devattn_slot(const struct kvp_devattn *a, uint32_t layer,

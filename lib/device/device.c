@@ -120,7 +120,8 @@ int kvp_device_open(const char *name, struct kvp_device **out, char *msg,
 	if (!name)
 		name = "cuda";
 	if (strcmp(name, "cuda") && strcmp(name, "emu")) {
-		snprintf(msg, len, "unknown device '%s' (cuda, emu)", name);
+		/* "cpu" is a valid --device, but not a device to open */
+		snprintf(msg, len, "unknown device '%s' (cpu, cuda, emu)", name);
 		return -EINVAL;
 	}
 	d = calloc(1, sizeof(*d));

@@ -213,6 +213,15 @@ bool kvp_devpool_forget(struct kvp_devpool *p, uint32_t layer,
 	return true;
 }
 
+void kvp_devpool_forget_all(struct kvp_devpool *p)
+{
+	/* the held slots are a tail of the use list: empty from the head */
+	while (p->head != NONE && p->s[p->head].stage < p->done) {
+		empty_slot(p, p->head);
+		p->st.forgot++;
+	}
+}
+
 uint32_t kvp_devpool_lookup(const struct kvp_devpool *p, uint32_t layer,
 			    uint32_t pblock)
 {

@@ -68,6 +68,9 @@ void kvp_devpool_release(struct kvp_devpool *p, uint64_t stage);
 bool kvp_devpool_forget(struct kvp_devpool *p, uint32_t layer,
 			uint32_t pblock);
 
+/* kvp_devpool_forget for every block not held. */
+void kvp_devpool_forget_all(struct kvp_devpool *p);
+
 /* The slot of (layer, pblock), or KVP_DEVPOOL_NONE. */
 uint32_t kvp_devpool_lookup(const struct kvp_devpool *p, uint32_t layer,
 			    uint32_t pblock);
