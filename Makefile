@@ -104,7 +104,10 @@ NVCC ?= $(firstword $(shell command -v nvcc 2>/dev/null) \
 NVCCFLAGS ?= -O2
 ifneq ($(NVCC),)
 CUDA_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/obj/%.o)
-CUDA_LIB := $(if $(CUDA_SRCS),$(BUILD)/lib/libkvpager-cuda.a)
+# The .so is what --device cuda loads (dlopen; the CUDA runtime linked
+# in statically); the .a is for programs that link the kernels themselves.
+CUDA_LIB := $(if $(CUDA_SRCS),$(BUILD)/lib/libkvpager-cuda.a \
+	$(BUILD)/lib/libkvpager-cuda.so)
 endif
 
 # Man pages and bash completion: the tools' option tables (TOOL
@@ -193,10 +196,15 @@ $(PRELOAD_LIB): $(PRELOAD_OBJS) $(LIB_OBJS)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) -shared $(LDFLAGS) -o $@ $^ $(PKG_LIBS) -ldl -lm
 
-$(CUDA_LIB): $(CUDA_OBJS)
+$(BUILD)/lib/libkvpager-cuda.a: $(CUDA_OBJS)
 	$(call msg,AR,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/lib/libkvpager-cuda.so: $(CUDA_OBJS)
+	$(call msg,NVLD,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(NVCC) $(NVCCFLAGS) -shared -cudart static -o $@ $^
 
 $(PC_FILE): lib/kvpager.pc.in Makefile
 	$(Q)mkdir -p $(@D)
@@ -368,6 +376,7 @@ install: $(ALL)
 	ln -sf libkvpager.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libkvpager.so.$(SOVERSION)
 	ln -sf libkvpager.so.$(SOVERSION) $(DESTDIR)$(PREFIX)/lib/libkvpager.so
 	$(if $(PRELOAD_SRCS),install -m 0755 $(PRELOAD_LIB) $(DESTDIR)$(PREFIX)/lib/)
+	$(if $(CUDA_LIB),install -m 0755 $(BUILD)/lib/libkvpager-cuda.so $(DESTDIR)$(PREFIX)/lib/)
 	install -m 0644 lib/kvpager.h $(DESTDIR)$(PREFIX)/include/kvpager/
 	install -m 0644 pager/config.h pager/stats.h pager/store.h pager/pager.h \
 		$(DESTDIR)$(PREFIX)/include/kvpager/pager/

@@ -1,56 +1,66 @@
 /*
- * attention.cu - CUDA decode attention over paged KV (flash-decoding).
+ * attention.cu - CUDA decode attention over the device block pool
+ * (flash-decoding, GQA; fp16, bf16, fp32), and the scatter of staged
+ * blocks into slots (attention_cuda.h).
  *
- * Kernel 1: grid (q_heads, splits), 128 threads.  Each thread block takes a
- * contiguous share of the listed KV blocks for one query head; each warp
- * takes every 4th token of it: lanes split the head dimension, a shuffle
- * reduction gives the score, and every lane keeps the running (m, l) and
- * its slice of acc (the online softmax of attn_common.h).  The warps then
- * merge in shared memory and the thread block writes its partial.
- * Kernel 2: grid q_heads; merges the splits (kvp_attn_merge) and finishes.
+ * Kernel 1: grid (q_heads, splits, nseq), 128 threads.  Each thread block
+ * takes the share kvp_paged_split_range gives it of one sequence's table
+ * for one query head; each warp takes every 4th token of each block:
+ * lanes split the head dimension, a shuffle reduction gives the score,
+ * and every lane keeps the running (m, l) and its slice of acc (the online
+ * softmax of attn_common.h).  The warps then merge in shared memory and
+ * the thread block writes its partial where kvp_paged_partial says.
+ * Kernel 2: grid (q_heads, nseq); kvp_paged_merge_head.  Rows are found by
+ * kvp_paged_k_off / _v_off: the indexing the CPU tests check.
  */
 #include <errno.h>
 
-#include "lib/cuda/attn_common.h"
 #include "lib/cuda/attention_cuda.h"
 
 #define WARPS 4
-#define MAX_PER_LANE 16 /* head_dim <= 512 */
+#define MAX_PER_LANE (KVP_DEV_MAX_DIM / 32)
 
-__global__ void kvp_attn_split_kernel(struct kvp_cuda_attn_args a)
+template <int T>
+__global__ void kvp_attn_split_kernel(struct kvp_dev_attn a)
 {
-	const uint32_t h = blockIdx.x, split = blockIdx.y;
+	const struct kvp_paged_shape *sh = &a.shape;
+	const uint32_t h = blockIdx.x, split = blockIdx.y, seq = blockIdx.z;
 	const uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-	const uint32_t dim = a.head_dim, per = dim / 32;
-	const uint32_t j = h / (a.q_heads / a.kv_heads);
-	const uint32_t es = kvp_attn_esize(a.dtype);
-	const size_t half = (size_t)a.kv_heads * a.block_tokens * dim * es;
-	const uint32_t lo = (uint32_t)((uint64_t)a.n * split / gridDim.y);
-	const uint32_t hi = (uint32_t)((uint64_t)a.n * (split + 1) / gridDim.y);
-	__shared__ float qs[512];
-	__shared__ float wm[WARPS], wl[WARPS], wacc[WARPS][512];
+	/* lane x holds elements x, x + 32, ...: per of them, the last
+	 * partly (head_dim need not be a multiple of 32) */
+	const uint32_t dim = sh->head_dim, per = (dim + 31) / 32;
+	const uint32_t j = kvp_paged_kv_head(sh, h);
+	const uint32_t *slots = a.slots + a.off[seq];
+	const uint32_t *ntok = a.ntok + a.off[seq];
+	const size_t qf = (size_t)sh->q_heads * dim;
+	__shared__ float qs[KVP_DEV_MAX_DIM];
+	__shared__ float wm[WARPS], wl[WARPS], wacc[WARPS][KVP_DEV_MAX_DIM];
 	float acc[MAX_PER_LANE], m = KVP_ATTN_NEG_INF, l = 0.0f;
 	const float scale = rsqrtf((float)dim);
-	uint32_t i, b, t, e;
+	uint32_t lo, hi, i, b, t, e;
 
+	kvp_paged_split_range(a.off[seq + 1] - a.off[seq], split, gridDim.y,
+			      &lo, &hi);
 	for (i = threadIdx.x; i < dim; i += blockDim.x)
-		qs[i] = a.q[(size_t)h * dim + i] * scale;
+		qs[i] = a.q[seq * qf + (size_t)h * dim + i] * scale;
 	for (e = 0; e < MAX_PER_LANE; e++)
 		acc[e] = 0.0f;
 	__syncthreads();
 	for (b = lo; b < hi; b++) {
-		const char *blk = (const char *)a.kv_base + a.offsets[b];
-		const uint32_t nt = a.ntokens ? a.ntokens[b] : a.block_tokens;
+		const uint32_t nt = kvp_paged_ntok(sh, ntok, b);
 
 		for (t = warp; t < nt; t += WARPS) {
-			const size_t row = ((size_t)j * a.block_tokens + t) * dim;
-			const char *k = blk + row * es, *v = blk + half + row * es;
+			const char *k = (const char *)a.pool +
+					kvp_paged_k_off(sh, slots[b], j, t);
+			const char *v = (const char *)a.pool +
+					kvp_paged_v_off(sh, slots[b], j, t);
 			float s = 0.0f, w, f;
 			int off;
 
 			for (e = 0; e < per; e++)
-				s += qs[lane + 32 * e] *
-				     kvp_attn_load(a.dtype, k, lane + 32 * e);
+				if (lane + 32 * e < dim)
+					s += qs[lane + 32 * e] *
+					     kvp_attn_load(T, k, lane + 32 * e);
 			for (off = 16; off > 0; off >>= 1)
 				s += __shfl_xor_sync(0xffffffffu, s, off);
 			if (s > m) {
@@ -62,19 +72,23 @@ __global__ void kvp_attn_split_kernel(struct kvp_cuda_attn_args a)
 			w = kvp_attn_weight(s, m);
 			l += w;
 			for (e = 0; e < per; e++)
-				acc[e] += w * kvp_attn_load(a.dtype, v,
-							    lane + 32 * e);
+				if (lane + 32 * e < dim)
+					acc[e] += w * kvp_attn_load(T, v,
+								    lane + 32 * e);
 		}
 	}
 	for (e = 0; e < per; e++)
-		wacc[warp][lane + 32 * e] = acc[e];
+		if (lane + 32 * e < dim)
+			wacc[warp][lane + 32 * e] = acc[e];
 	if (lane == 0) {
 		wm[warp] = m;
 		wl[warp] = l;
 	}
 	__syncthreads();
 	if (threadIdx.x == 0) {
-		float *p = a.scratch + ((size_t)h * gridDim.y + split) * (dim + 2);
+		float *scr = a.scratch + (size_t)seq * sh->q_heads * gridDim.y *
+					     kvp_paged_partial_floats(dim);
+		float *p = kvp_paged_partial(scr, h, split, gridDim.y, dim);
 
 		p[0] = wm[0];
 		p[1] = wl[0];
@@ -86,46 +100,71 @@ __global__ void kvp_attn_split_kernel(struct kvp_cuda_attn_args a)
 	}
 }
 
-__global__ void kvp_attn_merge_kernel(struct kvp_cuda_attn_args a)
+__global__ void kvp_attn_merge_kernel(struct kvp_dev_attn a)
 {
-	const uint32_t h = blockIdx.x, dim = a.head_dim;
-	float *base = a.scratch + (size_t)h * a.splits * (dim + 2);
-	uint32_t s;
+	const uint32_t h = blockIdx.x, seq = blockIdx.y;
+	const uint32_t dim = a.shape.head_dim;
+	float *scr = a.scratch + (size_t)seq * a.shape.q_heads * a.splits *
+				     kvp_paged_partial_floats(dim);
 
 	if (threadIdx.x != 0)
 		return;
-	for (s = 1; s < a.splits; s++) {
-		float *p = base + (size_t)s * (dim + 2);
-
-		kvp_attn_merge(&base[0], &base[1], base + 2, p[0], p[1], p + 2,
-			       dim);
-	}
-	kvp_attn_finish(base[1], base + 2, a.out + (size_t)h * dim, dim);
+	kvp_paged_merge_head(scr, h, a.splits, dim,
+			     a.out + (size_t)seq * a.shape.q_heads * dim);
 }
 
-extern "C" size_t kvp_cuda_attn_scratch_floats(uint32_t q_heads,
-					       uint32_t head_dim,
-					       uint32_t splits)
+__global__ void kvp_scatter_kernel(struct kvp_dev_scatter s)
 {
-	return (size_t)q_heads * splits * (head_dim + 2);
+	const uint4 *src =
+	    (const uint4 *)((const char *)s.src + (size_t)blockIdx.x * s.bytes);
+	uint4 *dst = (uint4 *)((char *)s.dst + s.slots[blockIdx.x] * s.stride);
+	uint64_t i, n = s.bytes / 16;
+
+	for (i = threadIdx.x; i < n; i += blockDim.x)
+		dst[i] = src[i];
 }
 
-extern "C" int kvp_cuda_attn_decode(const struct kvp_cuda_attn_args *a,
-				    void *stream)
+extern "C" int kvp_cuda_attend(const struct kvp_dev_attn *a, void *stream)
 {
 	cudaStream_t st = (cudaStream_t)stream;
+	const struct kvp_paged_shape *sh = &a->shape;
+	dim3 grid(sh->q_heads, a->splits, a->nseq);
 
-	if (!a || a->n == 0 || a->kv_heads == 0 || a->q_heads % a->kv_heads ||
-	    a->head_dim == 0 || a->head_dim % 32 || a->head_dim > 512 ||
-	    a->splits == 0 || a->splits > 1024 || a->block_tokens == 0 ||
-	    !a->scratch || a->dtype < 0 || a->dtype > 2)
+	if (!a->nseq || !sh->kv_heads || sh->q_heads % sh->kv_heads ||
+	    !sh->head_dim || sh->head_dim % 8 ||
+	    sh->head_dim > KVP_DEV_MAX_DIM || !a->splits || a->splits > 65535 ||
+	    !sh->block_tokens || !a->scratch)
 		return -EINVAL;
-	kvp_attn_split_kernel<<<dim3(a->q_heads, a->splits), 32 * WARPS, 0,
-				st>>>(*a);
+	switch (sh->dtype) {
+	case KVP_ATTN_FP16:
+		kvp_attn_split_kernel<KVP_ATTN_FP16>
+		    <<<grid, 32 * WARPS, 0, st>>>(*a);
+		break;
+	case KVP_ATTN_BF16:
+		kvp_attn_split_kernel<KVP_ATTN_BF16>
+		    <<<grid, 32 * WARPS, 0, st>>>(*a);
+		break;
+	case KVP_ATTN_FP32:
+		kvp_attn_split_kernel<KVP_ATTN_FP32>
+		    <<<grid, 32 * WARPS, 0, st>>>(*a);
+		break;
+	default:
+		return -EINVAL;
+	}
 	if (cudaGetLastError() != cudaSuccess)
 		return -EIO;
-	kvp_attn_merge_kernel<<<a->q_heads, 32, 0, st>>>(*a);
+	kvp_attn_merge_kernel<<<dim3(sh->q_heads, a->nseq), 32, 0, st>>>(*a);
 	if (cudaGetLastError() != cudaSuccess)
 		return -EIO;
 	return 0;
+}
+
+extern "C" int kvp_cuda_scatter(const struct kvp_dev_scatter *s, void *stream)
+{
+	if (s->bytes % 16 || s->stride % 16)
+		return -EINVAL;
+	if (!s->count)
+		return 0;
+	kvp_scatter_kernel<<<s->count, 256, 0, (cudaStream_t)stream>>>(*s);
+	return cudaGetLastError() == cudaSuccess ? 0 : -EIO;
 }

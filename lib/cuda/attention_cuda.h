@@ -1,49 +1,35 @@
 /*
- * attention_cuda.h - decode attention over paged KV on a CUDA device.
+ * attention_cuda.h - the CUDA kernels of libkvpager-cuda.so: decode
+ * attention over the device block pool, and the scatter of staged blocks
+ * into pool slots.
  *
- * Plain C declarations (no CUDA types) for build/lib/libkvpager-cuda.a, built
- * from lib/cuda/attention.cu when nvcc is found.  The math is
- * lib/cuda/attn_common.h, the same code the CPU path runs (tested there).
- *
- * One call: for one sequence and one layer, the attention of the query over
- * n KV blocks in the layout of lib/kv/kv_geometry.h, each at byte offset
- * offsets[i] from kv_base, all in device memory.  The kernel splits the
- * blocks over `splits` thread blocks per query head (flash-decoding) and
- * merges the partials in a second kernel.
+ * Plain C declarations (no CUDA types).  The indexing and the math are
+ * lib/cuda/paged_attn.h and attn_common.h, the same code the CPU runs in
+ * tests/test_devpool.c; the arguments are dev_ops.h's.
  */
 #ifndef KVP_CUDA_ATTENTION_H
 #define KVP_CUDA_ATTENTION_H
 
-#include <stddef.h>
-#include <stdint.h>
+#include "lib/cuda/dev_ops.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-struct kvp_cuda_attn_args {
-	uint32_t q_heads, kv_heads, head_dim, block_tokens;
-	int dtype;		 /* KVP_ATTN_FP16 / BF16 / FP32 */
-	const void *kv_base;	 /* device: the KV pool */
-	const uint64_t *offsets; /* device: n byte offsets of the blocks */
-	const uint32_t *ntokens; /* device: n valid token counts, or NULL */
-	uint32_t n;		 /* blocks, >= 1 */
-	const float *q;		 /* device: q_heads * head_dim */
-	float *out;		 /* device: q_heads * head_dim */
-	float *scratch;		 /* device: kvp_cuda_attn_scratch_floats() */
-	uint32_t splits;	 /* thread blocks per head, 1 .. 1024 */
-};
-
-/* Floats of scratch a call with these parameters needs. */
-size_t kvp_cuda_attn_scratch_floats(uint32_t q_heads, uint32_t head_dim,
-				    uint32_t splits);
-
 /*
- * Launch both kernels on stream (a cudaStream_t; NULL: the default
- * stream); returns 0 or -EINVAL (bad arguments: head_dim over 512 or not a
- * multiple of 32, ...) or -EIO (a launch failed).  Asynchronous.
+ * Flash-decoding over paged KV with GQA: kernel 1, grid (q_heads,
+ * splits, nseq), computes each share's partial into scratch; kernel 2,
+ * grid (q_heads, nseq), merges them into out.  Launched on stream (a
+ * cudaStream_t; NULL: the default stream), asynchronous.  Returns 0,
+ * -EINVAL (head_dim not a multiple of 8 or over KVP_DEV_MAX_DIM, splits
+ * 0, q_heads not a multiple of kv_heads, a bad dtype) or -EIO (a launch
+ * failed).
  */
-int kvp_cuda_attn_decode(const struct kvp_cuda_attn_args *a, void *stream);
+int kvp_cuda_attend(const struct kvp_dev_attn *a, void *stream);
+
+/* The scatter of dev_ops.h on stream: 0, -EINVAL (bytes not a multiple
+ * of 16), -EIO. */
+int kvp_cuda_scatter(const struct kvp_dev_scatter *s, void *stream);
 
 #ifdef __cplusplus
 }

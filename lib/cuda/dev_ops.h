@@ -31,7 +31,7 @@ extern "C" {
 #define KVP_DEV_STREAM_COPY 1	 /* KV blocks to the pool */
 #define KVP_DEV_STREAMS 2
 #define KVP_DEV_EVENTS 8 /* events are numbered 0 .. KVP_DEV_EVENTS-1 */
-#define KVP_DEV_MAX_DIM 512 /* head_dim: a multiple of 32, at most this */
+#define KVP_DEV_MAX_DIM 512 /* head_dim: a multiple of 8, at most this */
 
 /* One launch: the attention of nseq sequences of one layer over the pool. */
 struct kvp_dev_attn {
