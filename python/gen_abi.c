@@ -188,6 +188,8 @@ int main(void)
 	F(kvp_kvcache_opts, sample_every);
 	F(kvp_kvcache_opts, sample_layers);
 	F(kvp_kvcache_opts, max_samples);
+	F(kvp_kvcache_opts, device);
+	F(kvp_kvcache_opts, device_pool_bytes);
 	struct_end();
 
 	struct_begin("kvp_kvcache_step_stats",

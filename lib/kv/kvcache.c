@@ -164,6 +164,9 @@ int kvp_kvcache_create(const struct kvp_kvcache_opts *o,
 	err = kvc_plans_init(c);
 	if (err)
 		goto fail;
+	err = kvc_dev_init(c);
+	if (err)
+		goto fail;
 	*out = c;
 	return 0;
 fail:
@@ -181,6 +184,7 @@ void kvp_kvcache_destroy(struct kvp_kvcache *c)
 	for (i = 0; c->seqs && i < c->o.max_seqs; i++)
 		if (c->seqs[i].live)
 			kvc_seq_drop(c, i, false);
+	kvc_dev_fini(c);
 	c->be->close(c);
 	kvc_samples_free(c);
 	kvp_attn_pool_destroy(c->pool);

@@ -52,6 +52,19 @@
  * called from another thread only while the driver is not inside a call;
  * the view's hook (kvp_kvcache_view_*) is synchronised.  The files and
  * their lock rules are in kvcache_i.h.
+ *
+ * ON A DEVICE (opts device "cuda", or "emu" to run the same path on the
+ * CPU): each layer's chosen blocks, prefetched into frames as above, are
+ * copied from the frames into page-locked staging and from there to a
+ * device block pool on their own stream; blocks already in the pool are
+ * not copied again (reuse, in kvp_kvcache_device_stats); each sequence's
+ * device block table names the slots; layer l+1's copies are issued
+ * while layer l's kernel runs (lib/device/devattn.h says how, and why
+ * staging rather than registering the region with the driver).  The
+ * step's queries of one layer are all asked before its kernel and the
+ * outputs all given after it (still query before attended per
+ * sequence).  A pool too small for one layer's blocks fails the step
+ * with -E2BIG; a retune to the exact predictor may need a larger pool.
  */
 #ifndef KVP_KVCACHE_H
 #define KVP_KVCACHE_H
@@ -103,6 +116,10 @@ struct kvp_kvcache_opts {
 	uint32_t sample_every;	/* record every N-th step (0: never) */
 	uint32_t sample_layers; /* layers recorded per sampled step */
 	uint32_t max_samples;	/* cap on recorded samples */
+	/* attention on a device (see ON A DEVICE); NULL or "cpu": the CPU */
+	const char *device;	    /* "cuda"; "emu": a CPU emulation */
+	uint64_t device_pool_bytes; /* the device block pool; 0: room for
+				       two layers' chosen blocks */
 };
 
 /* Defaults: one sequence, exact predictor, pager backend, depth from the
@@ -248,6 +265,47 @@ int kvp_kvcache_retune(struct kvp_kvcache *c, const struct kvp_kv_config *kv,
  * thread decodes (a view's thread, to refuse a change at once). */
 int kvp_kvcache_retune_check(const struct kvp_kvcache *c,
 			     const struct kvp_kv_config *kv, const char **bad);
+
+/*
+ * kvp_kvcache_device_probe - can device be opened here?  0, or -ENODEV
+ * / -EINVAL with msg (len bytes) naming what is missing (a kvpager built
+ * without nvcc, no CUDA driver, no GPU) and the remedy.  For a clear
+ * message before kvp_kvcache_create, which returns the same code.
+ */
+int kvp_kvcache_device_probe(const char *device, char *msg, size_t len);
+
+/* The device path's totals (ON A DEVICE). */
+struct kvp_kvcache_device_stats {
+	char name[160];		/* the device, as its driver says */
+	uint32_t pool_slots;	/* KV blocks the pool holds */
+	uint64_t device_bytes;	/* device memory in all */
+	uint64_t staging_bytes; /* page-locked host memory in all */
+	uint64_t stages;	/* kernels launched (layers x steps) */
+	uint64_t reused;	/* blocks found in the pool: not copied */
+	uint64_t copied;	/* blocks copied to the pool */
+	uint64_t evicted;	/* of those, over another block */
+	uint64_t rolling;	/* rolling blocks copied (every layer, step) */
+	uint64_t bytes_to_device; /* all host -> device bytes */
+	uint64_t overlap_misses;  /* next layer's copies that waited for
+				     this layer's kernel (its prefetch was
+				     not done, or the pool was full) */
+	double t_stage_s;	/* host memcpy, frames -> staging */
+	double t_sync_s;	/* waiting for kernels */
+};
+
+/*
+ * kvp_kvcache_device_preload - copy every full block of every live
+ * sequence into the device pool now (as if all had been chosen once),
+ * so that steps copy only rolling blocks: the all-on-device bound, when
+ * the pool holds the whole KV (device_pool_bytes).  Faults the blocks in
+ * on the pager backend.  0 (a pool smaller than the KV keeps the blocks
+ * copied last); -ENODEV (no device); a device error.
+ */
+int kvp_kvcache_device_preload(struct kvp_kvcache *c);
+
+/* 0 and *out, or -ENODEV when the cache computes on the CPU. */
+int kvp_kvcache_device_stats(const struct kvp_kvcache *c,
+			     struct kvp_kvcache_device_stats *out);
 
 /* Totals since create. */
 void kvp_kvcache_stats(const struct kvp_kvcache *c,

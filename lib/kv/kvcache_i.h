@@ -33,6 +33,7 @@
 #include <time.h>
 
 #include "lib/kv/kv_backend_i.h"
+#include "lib/device/devattn.h"
 #include "lib/kv/kvcache.h"
 
 struct kvc_seq {
@@ -134,6 +135,21 @@ struct kvp_kvcache {
 	uint32_t nsamples;	    /* entries of samples */
 	/* the view */
 	pthread_mutex_t tlock; /* block tables against the view's reads */
+	/* the device path (step_dev.c), when o.device names one */
+	struct kvp_device *dev;	  /* opened by create */
+	struct kvp_devattn *da;	  /* its pool, staging and schedule */
+	uint32_t *d_off;	  /* max_seqs + 1: a stage's table offsets */
+	uint32_t *d_pb;		  /* its physical blocks */
+	const void **d_host;	  /* where they are in the region */
+	size_t d_cap;		  /* entries of d_pb and d_host */
+	const void **d_roll;	  /* max_seqs rolling blocks */
+	uint32_t *d_rntok;	  /* their valid tokens */
+	float *d_q, *d_out;	  /* max_seqs queries, outputs */
+	bool d_staged;		  /* a stage is in flight: */
+	uint64_t d_stage;	  /* its number (devattn.h), */
+	uint64_t d_stage_gl;	  /* the global layer index it is for */
+	uint64_t d_next;	  /* the next stage's number */
+	uint64_t d_misses;	  /* stages not overlapped: pool full */
 	/* stats */
 	struct kvp_kvcache_stats st;	   /* totals */
 	struct kvp_kvcache_step_stats cur; /* the step being run */
@@ -170,6 +186,8 @@ int kvc_plan_make(struct kvp_kvcache *c, uint64_t gl);
 struct kvc_plan *kvc_plan_get(struct kvp_kvcache *c, uint64_t gl, int *err);
 /* Until the waiter has seen pl's prefetch complete (pl->err then). */
 void kvc_plan_wait(struct kvp_kvcache *c, struct kvc_plan *pl);
+/* Whether kvc_plan_wait(pl) would return at once. */
+bool kvc_plan_done(struct kvp_kvcache *c, struct kvc_plan *pl);
 /* Pin (all or none: -ENOSPC) or unpin (and advise cold) pl's blocks. */
 int kvc_plan_pin(struct kvp_kvcache *c, struct kvc_plan *pl, bool pin);
 /* Wait, unpin and free pl's prefetch; the slot is free again. */
@@ -190,6 +208,21 @@ int kvc_rb_flush(struct kvp_kvcache *c, uint32_t id, uint32_t layer);
 /* Logical block lb of s in layer as it is now (rolling or backing). */
 int kvc_read_logical(struct kvp_kvcache *c, struct kvc_seq *s, uint32_t layer,
 		     uint32_t lb, char *dst);
+
+/* step_dev.c */
+/* Open o.device and make its engine: 0, -ENODEV, -ENOMEM, -EINVAL. */
+int kvc_dev_init(struct kvp_kvcache *c);
+void kvc_dev_fini(struct kvp_kvcache *c);
+/* Plan pl's attention on the device; next (may be NULL): the plan of the
+ * following layer of this step, waited for and staged during pl's kernel
+ * when its prefetch is done. */
+int kvc_dev_compute(struct kvp_kvcache *c, struct kvc_plan *pl,
+		    struct kvc_plan *next, const struct kvp_kv_source *src,
+		    float *out);
+/* End a stage left in flight by a failed step. */
+void kvc_dev_abandon(struct kvp_kvcache *c);
+/* Physical blocks freed[0..n) may be rewritten: drop their slots. */
+void kvc_dev_forget(struct kvp_kvcache *c, const uint32_t *freed, size_t n);
 
 /* quality.c */
 /* Does this step record layer (opts sample_every, sample_layers)? */

@@ -69,6 +69,18 @@ void kvc_plan_wait(struct kvp_kvcache *c, struct kvc_plan *pl)
 	pthread_mutex_unlock(&c->mu);
 }
 
+bool kvc_plan_done(struct kvp_kvcache *c, struct kvc_plan *pl)
+{
+	bool done;
+
+	if (!pl->queued)
+		return true;
+	pthread_mutex_lock(&c->mu);
+	done = pl->done;
+	pthread_mutex_unlock(&c->mu);
+	return done;
+}
+
 /* Pin or unpin a plan's pager blocks, run by run. */
 int kvc_plan_pin(struct kvp_kvcache *c, struct kvc_plan *pl, bool pin)
 {

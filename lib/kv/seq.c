@@ -200,14 +200,17 @@ void kvc_seq_drop(struct kvp_kvcache *c, uint32_t id, bool discard)
 	for (layer = 0; s->rbpin && layer < c->g.layers; layer++)
 		if (s->rbpin[layer] != UINT64_MAX)
 			c->be->unpin(c, s->rbpin[layer], 1);
-	if (discard && nb && c->be->discard) {
+	if (nb && ((discard && c->be->discard) || c->da))
 		freed = malloc(sizeof(uint32_t) * nb);
+	if (discard && nb && c->be->discard)
 		spans = malloc(sizeof(uint32_t) * nb);
-	}
 	pthread_mutex_lock(&c->tlock);
 	s->live = false;
-	kvp_block_table_destroy(s->bt, freed && spans ? freed : NULL, &nfreed);
+	kvp_block_table_destroy(s->bt, freed, &nfreed);
 	pthread_mutex_unlock(&c->tlock);
+	/* a freed block is rewritten by its next owner: no stale device copy */
+	if (c->da && nb)
+		kvc_dev_forget(c, freed, nfreed);
 	if (freed && spans) {
 		nspans = kvp_block_alloc_free_spans(c->alloc,
 						    c->l.blocks_per_pager_block,

@@ -166,13 +166,21 @@ int kvp_kvcache_step(struct kvp_kvcache *c, const uint32_t *seqs, uint32_t n,
 			err = pl->err;
 			goto out;
 		}
-		if (c->o.prefetch && pl->npb && c->be->pin) {
+		if (c->o.prefetch && pl->npb && c->be->pin && !pl->pinned) {
 			if (kvc_plan_pin(c, pl, true))
 				c->st.pin_failures++;
 			else
 				pl->pinned = true;
 		}
-		err = compute_layer(c, pl, src, out);
+		if (c->da) {
+			struct kvc_plan *nx =
+			    layer + 1 < L ? &c->plans[(gl + 1) % c->nplans]
+					  : NULL;
+
+			err = kvc_dev_compute(c, pl, nx, src, out);
+		} else {
+			err = compute_layer(c, pl, src, out);
+		}
 		if (err)
 			goto out;
 		c->cur.chosen_blocks += pl->chosen;
@@ -198,6 +206,8 @@ int kvp_kvcache_step(struct kvp_kvcache *c, const uint32_t *seqs, uint32_t n,
 	if (!c->o.cross_step)
 		kvp_kvcache_drain(c);
 out:
+	if (c->da)
+		kvc_dev_abandon(c); /* a failed step may leave one staged */
 	c->gstep++;
 	if (c->be->step_end)
 		c->be->step_end(c, &c->cur, !err);

@@ -292,7 +292,8 @@ class KvcacheOpts(Structure):
                 ("prefetch_depth", c_uint32), ("cross_step", c_bool),
                 ("cold_after", c_int), ("pred", PredictorOpts),
                 ("attn_threads", c_uint), ("sample_every", c_uint32),
-                ("sample_layers", c_uint32), ("max_samples", c_uint32)]
+                ("sample_layers", c_uint32), ("max_samples", c_uint32),
+                ("device", c_char_p), ("device_pool_bytes", c_uint64)]
 
 
 class StepStats(Structure):
