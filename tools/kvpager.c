@@ -90,6 +90,8 @@ enum opt_id {
 	O_CACHE_CAPACITY,
 	O_REMOTE,
 	O_METRICS,
+	O_DEVICE,
+	O_DEVPOOL,
 	O_JSON,
 	O_QUIET,
 	O_HELP,
@@ -182,6 +184,15 @@ static const struct opt_spec opts[O_COUNT] = {
 			"serve /metrics over HTTP at ADDR: PORT (on "
 			"127.0.0.1),\nHOST:PORT or [IPV6]:PORT; 0: a free "
 			"port ($KVP_METRICS_LISTEN)" },
+	[O_DEVICE] = { "device", "NAME", NULL, 0, 0, 0,
+		       "where attention runs: cpu (default), cuda (a GPU, "
+		       "fed from the pager through a device block pool), "
+		       "emu (the cuda path emulated on the CPU: a check, "
+		       "no speed)" },
+	[O_DEVPOOL] = { "device-pool", "BYTES", NULL, KVP_T_BYTES, 4096,
+			UINT64_MAX,
+			"the device block pool (default: two layers' chosen "
+			"blocks)" },
 	[O_JSON] = { "json", NULL, NULL, 0, 0, 0, "one JSON object on stdout" },
 	[O_QUIET] = { "quiet", NULL, NULL, 0, 0, 0, "no progress on stderr" },
 	[O_HELP] = { "help", NULL, NULL, 0, 0, 0, "this text" },
@@ -217,6 +228,8 @@ struct run_opts {
 	const char *metrics_listen; /* --metrics-listen; NULL: the variable */
 	double temperature;	/* 0: greedy */
 	struct kvp_model_cache_opts cache; /* --cache-*; dir NULL: none */
+	const char *device;	/* --device: NULL is the CPU */
+	uint64_t device_pool;	/* --device-pool bytes; 0: default */
 };
 
 static double now_s(void)
@@ -451,6 +464,9 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
 		case O_METRICS:
 			o->metrics_listen = a;
 			continue;
+		case O_DEVICE:
+			o->device = a;
+			continue;
 		case O_TEMP: {
 			char *end;
 
@@ -509,6 +525,9 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
 			break;
 		case O_CACHE_CAPACITY:
 			o->cache.capacity_bytes = v;
+			break;
+		case O_DEVPOOL:
+			o->device_pool = v;
 			break;
 		default:
 			break;
@@ -1190,6 +1209,49 @@ static int model_next(struct run_opts *o, struct model_run *mr, uint32_t i,
 }
 
 /* s as a JSON string. */
+static void json_str(const char *s);
+
+/* The device path's figures (--device), over all steps: JSON fields,
+ * or a line. */
+static void device_report(const struct kvp_kvcache *c, bool json)
+{
+	struct kvp_kvcache_device_stats ds;
+	double seen;
+
+	if (kvp_kvcache_device_stats(c, &ds)) {
+		if (json)
+			printf("\"device\":\"cpu\",");
+		return;
+	}
+	seen = (double)(ds.reused + ds.copied);
+	if (json) {
+		printf("\"device\":");
+		json_str(ds.name);
+		printf(",\"device_pool_slots\":%u,\"device_bytes\":%" PRIu64
+		       ",\"device_staging_bytes\":%" PRIu64
+		       ",\"device_blocks_reused\":%" PRIu64
+		       ",\"device_blocks_copied\":%" PRIu64
+		       ",\"device_reuse_rate\":%.4f"
+		       ",\"device_bytes_to_device\":%" PRIu64
+		       ",\"device_overlap_misses\":%" PRIu64
+		       ",\"device_t_stage_s\":%.6f,\"device_t_sync_s\":%.6f,",
+		       ds.pool_slots, ds.device_bytes, ds.staging_bytes,
+		       ds.reused, ds.copied, seen > 0 ? ds.reused / seen : 0,
+		       ds.bytes_to_device, ds.overlap_misses, ds.t_stage_s,
+		       ds.t_sync_s);
+		return;
+	}
+	printf("  device %s: pool %u blocks, %.1f MiB on the device, %.1f MiB "
+	       "page-locked staging; blocks reused %" PRIu64 ", copied %" PRIu64
+	       " (%.1f%% reused), %.1f MiB to the device, staging copy "
+	       "%.3f s, overlap misses %" PRIu64 " (all steps)\n",
+	       ds.name, ds.pool_slots, ds.device_bytes / 1048576.0,
+	       ds.staging_bytes / 1048576.0, ds.reused, ds.copied,
+	       seen > 0 ? 100.0 * ds.reused / seen : 0,
+	       ds.bytes_to_device / 1048576.0, ds.t_stage_s,
+	       ds.overlap_misses);
+}
+
 static void json_str(const char *s)
 {
 	putchar('"');
@@ -1345,6 +1407,17 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 	co.sample_every = o.sample_every;
 	co.sample_layers = o.sample_layers;
 	co.max_samples = 4096;
+	co.device = o.device;
+	co.device_pool_bytes = o.device_pool;
+	{
+		char msg[512];
+
+		if (kvp_kvcache_device_probe(o.device, msg, sizeof(msg))) {
+			fprintf(stderr, "kvpager: %s\n", msg);
+			kvp_kv_synth_destroy(sy);
+			return 1;
+		}
+	}
 	t0 = now_s();
 	/* The pager comes from the instance (the variables were read above),
 	 * KVP_FUSE_MOUNT mounts the debug view for kvpctl, and
@@ -1514,6 +1587,7 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 				model_report(&o, mr);
 			cache_report(&o, mr, done_steps);
 			remote_report(&o, mr);
+			device_report(c, true);
 			printf(
 			    "\"preset\":\"%s\",\"context\":%" PRIu64
 			    ",\"batch\":%u,\"predictor\":\"%s\","
@@ -1643,6 +1717,7 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 			printf("  reuse rate            %.3f (chosen blocks "
 			       "already resident)\n",
 			       reuse);
+			device_report(c, false);
 			printf("  recall                %.4f of the oracle's "
 			       "top-k attention mass (chosen mass %.4f)\n",
 			       recall, mass);

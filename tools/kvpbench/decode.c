@@ -37,6 +37,7 @@
 #include "lib/synth/kv_synth.h"
 #include "lib/cli/cli.h"
 #include "lib/cli/progress.h"
+#include "lib/device/device.h"
 #include "lib/kv/kvcache.h"
 #include "lib/model/model.h"
 #include "lib/tunables/tunables.h"
@@ -47,19 +48,32 @@ struct dmode {
 	enum kvp_kvcache_backend be;
 	bool prefetch;
 	bool exact; /* exact whatever --predictor says: the reference */
+	int dev;    /* --device: 0 the CPU, 1 the whole KV on the device,
+		       2 the device pool fed by the pager */
 };
 
+/* With --device, the device modes (the first is the compute bound):
+ *   device-all      the whole KV in the device pool, preloaded
+ *   device-kvpager  the pool (--device-pool) fed by the pager with
+ *                   the predictor's layer-ahead prefetch
+ *   device-demand   the same pool fed on demand: no prefetch */
 static const struct dmode dmodes[] = {
-	{ "ram", KVP_KVCACHE_RAM, false, false },
-	{ "mmap", KVP_KVCACHE_MMAP, false, false },
-	{ "mmap-willneed", KVP_KVCACHE_MMAP, true, false },
-	{ "kvpager-demand", KVP_KVCACHE_PAGER, false, false },
-	{ "kvpager", KVP_KVCACHE_PAGER, true, false },
+	{ "ram", KVP_KVCACHE_RAM, false, false, 0 },
+	{ "mmap", KVP_KVCACHE_MMAP, false, false, 0 },
+	{ "mmap-willneed", KVP_KVCACHE_MMAP, true, false, 0 },
+	{ "kvpager-demand", KVP_KVCACHE_PAGER, false, false, 0 },
+	{ "kvpager", KVP_KVCACHE_PAGER, true, false, 0 },
+	{ "device-all", KVP_KVCACHE_RAM, false, false, 1 },
+	{ "device-kvpager", KVP_KVCACHE_PAGER, true, false, 2 },
+	{ "device-demand", KVP_KVCACHE_PAGER, false, false, 2 },
 	/* --model only, run first: the tokens the others are held to */
-	{ "ram-exact", KVP_KVCACHE_RAM, false, true },
+	{ "ram-exact", KVP_KVCACHE_RAM, false, true, 0 },
 };
 #define REF_MODE (sizeof(dmodes) / sizeof(dmodes[0]) - 1)
 #define NDMODES (sizeof(dmodes) / sizeof(dmodes[0]))
+#define DEV_ALL 5 /* index of device-all */
+#define CPU_MODES ((1u << DEV_ALL) - 1)
+#define DEV_MODES (7u << DEV_ALL)
 
 struct dres {
 	bool ran;
@@ -67,6 +81,10 @@ struct dres {
 	double agree, top1;    /* --model: against the exact run's */
 	double tps, t_step, t_compute, t_load, t_prefill;
 	double bytes_read, faults, reuse, recall, rel;
+	double t_gpu;	   /* --device: attention on it, per step */
+	double dev_reuse;  /* --device: of the blocks read, already there */
+	double dev_mib;	   /* --device: MiB to the device per step */
+	double stage_s;	   /* --device: host staging copy per step */
 	uint64_t hit, late, wasted;
 	char install[8];
 };
@@ -79,6 +97,8 @@ struct dopts {
 	int install;
 	bool json, quiet;
 	unsigned modes;
+	const char *device;   /* --device, or NULL */
+	uint64_t device_pool; /* --device-pool bytes; 0: default */
 	uint64_t seed_prompt;	 /* --model: the prompt's seed */
 	struct kvp_model *model; /* --model, or NULL: synthetic KV */
 	uint32_t *prompt;	 /* --model: context tokens */
@@ -137,6 +157,17 @@ static void prefill_progress(void *arg, uint64_t done, uint64_t total)
 	kvp_progress_update(arg, done >> 20, total >> 20, "MiB");
 }
 
+/* What --device is, for the header. */
+static void device_name(const char *dev, char *buf, size_t len)
+{
+	struct kvp_device *d;
+
+	if (kvp_device_open(dev, &d, buf, len))
+		return;
+	kvp_device_describe(d, buf, len);
+	kvp_device_close(d);
+}
+
 static int run_mode(const struct dopts *o, const struct dmode *m,
 		    const struct kvp_kv_geometry *g, struct kvp_kv_synth *sy,
 		    const uint32_t *forced, struct dres *r)
@@ -145,6 +176,7 @@ static int run_mode(const struct dopts *o, const struct dmode *m,
 	struct kvp_kvcache_opts co;
 	struct kvp_kvcache_stats s0, s1;
 	struct kvp_kvcache_step_stats d;
+	struct kvp_kvcache_device_stats ds0, ds1;
 	struct kvp_config cfg;
 	struct kvp_kvcache *c;
 	struct kvp_progress pg;
@@ -176,6 +208,11 @@ static int run_mode(const struct dopts *o, const struct dmode *m,
 	if (o->install >= 0)
 		cfg.install_mode = (uint64_t)o->install;
 	co.cfg = &cfg;
+	if (m->dev) {
+		co.device = o->device;
+		co.device_pool_bytes =
+		    m->dev == 1 ? UINT64_MAX / 2 : o->device_pool;
+	}
 	err = kvp_kvcache_create(&co, &c);
 	if (err)
 		return err;
@@ -196,10 +233,13 @@ static int run_mode(const struct dopts *o, const struct dmode *m,
 		if (o->batch > 1)
 			kvp_progress_update(&pg, i + 1, o->batch, "sequences");
 	}
+	if (!err && m->dev == 1 && !o->model)
+		err = kvp_kvcache_device_preload(c);
 	r->t_prefill = kvpb_now() - t0;
 	snprintf(what, sizeof(what), "decode %s", m->name);
 	kvp_progress_start(&pg, "kvpbench", what, o->quiet || o->model);
 	memset(&s0, 0, sizeof(s0));
+	memset(&ds0, 0, sizeof(ds0));
 	if (o->model && !err) {
 		r->tokens = calloc(o->steps, sizeof(uint32_t));
 		err = r->tokens ? model_decode(o, m, c, ids[0], NULL, r, &s0,
@@ -217,8 +257,10 @@ static int run_mode(const struct dopts *o, const struct dmode *m,
 		}
 	}
 	for (i = 0; i < o->steps && !err && !o->model; i++) {
-		if (i == o->warmup)
+		if (i == o->warmup) {
 			kvp_kvcache_stats(c, &s0);
+			kvp_kvcache_device_stats(c, &ds0);
+		}
 		err = kvp_kvcache_step(c, ids, o->batch, &src, NULL, NULL);
 		kvp_progress_update(&pg, i + 1, o->steps, "steps");
 	}
@@ -259,6 +301,18 @@ static int run_mode(const struct dopts *o, const struct dmode *m,
 			? (double)(d.reused_blocks - s0.sum.reused_blocks) /
 			      (d.chosen_blocks - s0.sum.chosen_blocks)
 			: 0;
+		if (!kvp_kvcache_device_stats(c, &ds1)) {
+			double seen = (double)(ds1.reused + ds1.copied -
+					       ds0.reused - ds0.copied);
+
+			r->t_gpu = (d.t_compute_s - s0.sum.t_compute_s) / n;
+			r->dev_reuse =
+			    seen > 0 ? (ds1.reused - ds0.reused) / seen : 0;
+			r->dev_mib = (ds1.bytes_to_device -
+				      ds0.bytes_to_device) /
+				     1048576.0 / n;
+			r->stage_s = (ds1.t_stage_s - ds0.t_stage_s) / n;
+		}
 		snprintf(r->install, sizeof(r->install), "%s",
 			 kvp_kvcache_region(c)
 			     ? kvp_region_install_mode(kvp_kvcache_region(c))
@@ -288,7 +342,9 @@ enum {
 	D_JSON,
 	D_QUIET,
 	D_HELP,
-	D_MODEL
+	D_MODEL,
+	D_DEVICE,
+	D_DEVPOOL
 };
 
 /* The numeric options: whole values, range checked before they reach a
@@ -303,6 +359,8 @@ static const struct kvpb_num_opt num_opts[] = {
 	{ D_BUDGET, "budget", true, 2u << 20, 1ull << 50, FIELD(budget) },
 	{ D_BLOCK, "block", true, 4096, 1u << 30, FIELD(block) },
 	{ D_DEPTH, "depth", false, 1, 1024, FIELD(depth) },
+	{ D_DEVPOOL, "device-pool", true, 4096, 1ull << 50,
+	  FIELD(device_pool) },
 	{ 0, NULL, false, 0, 0, 0, 0 },
 };
 #undef FIELD
@@ -320,7 +378,14 @@ static const struct kvp_cli_opt dopts_table[] = {
 	{ "depth", D_DEPTH, 0, "D", "prefetch depth in layers (2)" },
 	{ "install", D_INSTALL, 0, "M", "auto | move | copy (copy: see the report)" },
 	{ "modes", D_MODES, 0, "LIST",
-	  "comma list of ram,mmap,mmap-willneed,kvpager-demand,kvpager" },
+	  "comma list of ram,mmap,mmap-willneed,kvpager-demand,kvpager\n"
+	  "(device-all,device-kvpager,device-demand with --device)" },
+	{ "device", D_DEVICE, 0, "NAME",
+	  "cuda (or emu: the CPU emulation) runs attention;\n"
+	  "the default modes become the device ones" },
+	{ "device-pool", D_DEVPOOL, 0, "B",
+	  "the device block pool of the fed modes (two layers'\n"
+	  "chosen blocks)" },
 	{ "path", D_PATH, 0, "DIR", "backing files' directory" },
 	{ "short", D_SHORT, 0, NULL, "context 8192, 8 steps" },
 	{ "json", D_JSON, 0, NULL, "one JSON object per mode" },
@@ -355,7 +420,7 @@ int kvpbench_decode(int argc, char **argv)
 		.M = 400,
 		.pred = KVP_PREDICTOR_LOWRANK,
 		.install = -1,
-		.modes = (1u << REF_MODE) - 1,
+		.modes = 0, /* by --device */
 		.seed_prompt = 1,
 	};
 	struct dres res[NDMODES];
@@ -368,7 +433,7 @@ int kvpbench_decode(int argc, char **argv)
 	bool shortrun = false;
 	const char *model = NULL;
 	const uint32_t *ref = NULL; /* --model: the exact run's tokens */
-	char why[512];
+	char why[512], devname[160] = "";
 
 	if (kvp_cli_table_asked(argc, argv)) {
 		kvp_cli_table_print(stdout, "decode", dopts_table);
@@ -396,6 +461,9 @@ int kvpbench_decode(int argc, char **argv)
 			continue;
 		case D_MODEL:
 			model = optarg;
+			continue;
+		case D_DEVICE:
+			o.device = optarg;
 			continue;
 		case D_HELP:
 			dusage(stdout);
@@ -453,6 +521,19 @@ int kvpbench_decode(int argc, char **argv)
 		o.context = 8192;
 		o.steps = 8;
 	}
+	if (!o.modes)
+		o.modes = o.device ? DEV_MODES : CPU_MODES;
+	if ((o.modes & DEV_MODES) && !o.device) {
+		fprintf(stderr, "kvpbench decode: the device modes need "
+				"--device cuda (or emu)\n");
+		return 2;
+	}
+	if (o.device && kvp_kvcache_device_probe(o.device, why, sizeof(why))) {
+		fprintf(stderr, "kvpbench decode: %s\n", why);
+		return 1;
+	}
+	if (o.device)
+		device_name(o.device, devname, sizeof(devname));
 	if (o.warmup >= o.steps)
 		o.warmup = o.steps - 1;
 	if (model) {
@@ -575,10 +656,13 @@ int kvpbench_decode(int argc, char **argv)
 		       kvp_predictor_kind_name(o.pred), mtok,
 		       o.budget / 1048576.0, kv / 1048576.0, o.steps, o.warmup,
 		       o.model ? "MODEL" : "SYNTHETIC");
-		printf("%-15s %9s %9s %9s %9s %11s %9s %7s %7s %8s %8s%s\n",
+		if (o.device)
+			printf("device: %s\n", devname);
+		printf("%-15s %9s %9s %9s %9s %11s %9s %7s %7s %8s %8s%s%s\n",
 		       "mode", "tokens/s", "T_step", "T_comp", "T_load",
 		       "MiB read/st", "faults/st", "reuse", "recall", "vs_ram",
-		       "vs_mmwn", o.model ? "   agree    top1" : "");
+		       "vs_mmwn", o.model ? "   agree    top1" : "",
+		       o.device ? "    T_gpu dev_reuse vs_dev step/max" : "");
 	}
 	for (i = 0; i < NDMODES; i++) {
 		struct dres *r = &res[i];
@@ -586,6 +670,10 @@ int kvpbench_decode(int argc, char **argv)
 		double wn = res[2].ran ? res[2].tps : -1;
 		double rr = ram > 0 ? r->tps / ram : -1;
 		double rw = wn > 0 ? r->tps / wn : -1;
+		double dv = res[DEV_ALL].ran ? res[DEV_ALL].tps : -1;
+		double rd = dv > 0 && dmodes[i].dev ? r->tps / dv : -1;
+		double mx = r->t_gpu > r->t_load ? r->t_gpu : r->t_load;
+		double sm = dmodes[i].dev && mx > 0 ? r->t_step / mx : -1;
 
 		if (!r->ran)
 			continue;
@@ -607,7 +695,13 @@ int kvpbench_decode(int argc, char **argv)
 			       "\"rel_error\":%.5f,\"t_prefill_s\":%.3f,"
 			       "\"install_mode\":\"%s\","
 			       "\"ratio_vs_ram\":%.4f,"
-			       "\"ratio_vs_mmap_willneed\":%.4f}\n",
+			       "\"ratio_vs_mmap_willneed\":%.4f,"
+			       "\"device\":\"%s\",\"t_gpu_s\":%.6f,"
+			       "\"device_reuse_rate\":%.4f,"
+			       "\"device_mib_per_step\":%.3f,"
+			       "\"staging_copy_s_per_step\":%.6f,"
+			       "\"ratio_vs_device\":%.4f,"
+			       "\"t_step_over_max_gpu_load\":%.4f}\n",
 			       dmodes[i].name, o.preset, o.context, o.batch,
 			       kvp_predictor_kind_name(
 				   dmodes[i].exact ? KVP_PREDICTOR_EXACT
@@ -617,7 +711,9 @@ int kvpbench_decode(int argc, char **argv)
 			       r->tps, r->t_step, r->t_compute, r->t_load,
 			       r->bytes_read, r->faults, r->hit, r->late,
 			       r->wasted, r->reuse, r->recall, r->rel,
-			       r->t_prefill, r->install, rr, rw);
+			       r->t_prefill, r->install, rr, rw,
+			       dmodes[i].dev ? o.device : "cpu", r->t_gpu,
+			       r->dev_reuse, r->dev_mib, r->stage_s, rd, sm);
 		} else {
 			printf("%-15s %9.3f %9.4f %9.4f %9.4f %11.2f %9.1f "
 			       "%7.3f %7.4f %8.3f %8.3f",
@@ -626,6 +722,9 @@ int kvpbench_decode(int argc, char **argv)
 			       r->reuse, r->recall, rr, rw);
 			if (o.model)
 				printf(" %7.3f %7.3f", r->agree, r->top1);
+			if (o.device && dmodes[i].dev)
+				printf(" %8.4f %9.3f %6.3f %8.3f", r->t_gpu,
+				       r->dev_reuse, rd, sm);
 			printf("\n");
 		}
 	}

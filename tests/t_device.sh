@@ -1,0 +1,112 @@
+#!/bin/bash
+# t_device.sh - --device on the command line, where there is no GPU (here
+# and in CI): `kvpager run --device cuda` and `kvpbench decode --device
+# cuda` stop before any work with a message naming what is missing (no
+# libkvpager-cuda.so: built without nvcc; no CUDA driver; no device), an
+# unknown device is refused, and the emulated device (--device emu) runs
+# the whole device path and reports it (text and JSON fields).  On a
+# machine with a GPU the cuda refusals are not asserted (tests/gpu/run.sh
+# is for it).
+#
+# Needs $BUILD/bin/kvpager and kvpbench (run by tests/run-tests.sh).
+set -u
+BUILD=${BUILD:-build}
+K="$BUILD/bin/kvpager"
+B="$BUILD/bin/kvpbench"
+fails=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+fail() {
+	echo "FAIL: $*"
+	fails=$((fails + 1))
+}
+
+[ -x "$K" ] && [ -x "$B" ] || { echo "t_device: $K or $B not built"; exit 77; }
+command -v python3 >/dev/null || { echo "t_device: python3 not found"; exit 77; }
+run="--preset tiny --predictor exact --context 300 --steps 3 --quiet --path $tmp"
+
+# cuda where there is none: exit 1, the reason, nothing run
+if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+	echo "t_device: a GPU is here: the cuda refusals are not checked"
+else
+	$K run --device cuda $run >"$tmp/out" 2>"$tmp/err"
+	rc=$?
+	cat "$tmp/err"
+	[ $rc = 1 ] || fail "kvpager run --device cuda: exit $rc, not 1"
+	grep -q "^kvpager: --device cuda: no CUDA \(driver\|device\)\|^kvpager: --device cuda: cannot load libkvpager-cuda.so" "$tmp/err" ||
+		fail "kvpager run --device cuda: no clear reason"
+	[ -s "$tmp/out" ] && fail "kvpager run --device cuda printed a report"
+	$B decode --device cuda --preset tiny --quiet >"$tmp/out" 2>"$tmp/err"
+	rc=$?
+	cat "$tmp/err"
+	[ $rc = 1 ] || fail "kvpbench decode --device cuda: exit $rc, not 1"
+	grep -q "^kvpbench decode: --device cuda: " "$tmp/err" ||
+		fail "kvpbench decode --device cuda: no clear reason"
+fi
+# a kvpager built without nvcc (no library where it looks)
+KVP_CUDA_LIB=$tmp/none/libkvpager-cuda.so $K run --device cuda $run \
+	>/dev/null 2>"$tmp/err"
+rc=$?
+cat "$tmp/err"
+[ $rc = 1 ] || fail "without libkvpager-cuda.so: exit $rc"
+grep -q "cannot load libkvpager-cuda.so.*built without nvcc" "$tmp/err" ||
+	fail "without libkvpager-cuda.so: the message does not say so"
+
+$K run --device tpu $run >/dev/null 2>"$tmp/err"
+rc=$?
+[ $rc = 1 ] && grep -q "unknown device 'tpu' (cpu, cuda, emu)" "$tmp/err" ||
+	fail "--device tpu: exit $rc, $(cat "$tmp/err")"
+
+# the emulated device: the report's device line, the JSON's fields
+$K run --device emu $run >"$tmp/out" 2>"$tmp/err" || fail "--device emu: exit $?"
+grep -q "^  device emu (CPU emulation.*blocks reused [0-9]*, copied [1-9]" \
+	"$tmp/out" || { cat "$tmp/out" "$tmp/err"; fail "--device emu: no device line"; }
+$K run --device emu $run --json >"$tmp/json" 2>"$tmp/err" || fail "--json: exit $?"
+$K run $run --json >"$tmp/cpu.json" 2>>"$tmp/err" || fail "cpu --json: exit $?"
+$B decode --device emu --preset tiny --context 1000 --predictor window \
+	--budget-tokens 64 --steps 4 --warmup 1 --quiet --json \
+	>"$tmp/bench" 2>"$tmp/err" || { cat "$tmp/err"; fail "kvpbench decode --device emu: exit $?"; }
+python3 - "$tmp/json" "$tmp/cpu.json" "$tmp/bench" <<'PY' || fail "JSON fields"
+import json, sys
+run = json.load(open(sys.argv[1]))
+cpu = json.load(open(sys.argv[2]))
+rows = [json.loads(l) for l in open(sys.argv[3]) if l.strip()]
+bad = []
+if not run["device"].startswith("emu"):
+    bad.append("run device %r" % run["device"])
+for f in ("device_pool_slots", "device_blocks_reused", "device_blocks_copied",
+          "device_reuse_rate", "device_bytes_to_device", "device_t_stage_s",
+          "device_overlap_misses"):
+    if f not in run:
+        bad.append("run lacks " + f)
+if run.get("device_blocks_copied", 0) <= 0:
+    bad.append("nothing copied to the device")
+if cpu["device"] != "cpu":
+    bad.append("a CPU run says device %r" % cpu["device"])
+if abs(run["recall"] - 1) > 1e-6 or run["rel_error"] > 1e-4:
+    bad.append("device output vs exact: recall %g rel_error %g"
+               % (run["recall"], run["rel_error"]))
+modes = [r["mode"] for r in rows]
+if modes != ["device-all", "device-kvpager", "device-demand"]:
+    bad.append("modes %r" % modes)
+for r in rows:
+    for f in ("ratio_vs_device", "t_gpu_s", "t_step_over_max_gpu_load",
+              "device_reuse_rate", "device_mib_per_step",
+              "staging_copy_s_per_step"):
+        if f not in r:
+            bad.append("%s lacks %s" % (r["mode"], f))
+    if r["device"] != "emu":
+        bad.append("%s: device %r" % (r["mode"], r["device"]))
+if rows and abs(rows[0]["ratio_vs_device"] - 1) > 1e-9:
+    bad.append("device-all's ratio_vs_device is not 1")
+if rows and rows[0]["device_reuse_rate"] < 0.99:
+    bad.append("device-all copied in the measured steps (reuse %g)"
+               % rows[0]["device_reuse_rate"])
+for b in bad:
+    print("bad:", b)
+sys.exit(1 if bad else 0)
+PY
+
+[ $fails = 0 ] && echo "t_device: ok"
+[ $fails = 0 ]
