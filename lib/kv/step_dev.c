@@ -143,10 +143,12 @@ static int stage_plan(struct kvp_kvcache *c, const struct kvc_plan *pl)
 
 /*
  * While kernel gl runs: the next plan's pin and stage, if its prefetch is
- * done.  Never waits for it: its loads may need the frames this layer
- * holds pinned until its compute ends (a budget of a layer or two), so
- * a plan still loading is staged after this layer, in its own compute
- * slot (an overlap miss).
+ * done and its blocks can be pinned.  Never waits for a load, nor touches
+ * a block that could fault: the load may need the frames this layer holds
+ * pinned until its compute ends (a budget of a layer or two).  Such a
+ * plan is staged after this layer, in its own compute slot (an overlap
+ * miss).  Without prefetch nothing is pinned, and a fault here is what
+ * the demand mode pays anyway.
  */
 static void stage_ahead(struct kvp_kvcache *c, struct kvc_plan *next)
 {
@@ -157,10 +159,15 @@ static void stage_ahead(struct kvp_kvcache *c, struct kvc_plan *next)
 	if (next->err)
 		return; /* step.c reports it at that layer */
 	if (c->o.prefetch && next->npb && c->be->pin && !next->pinned) {
-		if (kvc_plan_pin(c, next, true))
+		if (kvc_plan_pin(c, next, true)) {
+			/* unpinned, a block may be evicted and fault in
+			 * again: a fault that may wait for the frames this
+			 * layer pins.  Staged in its own slot instead. */
 			c->st.pin_failures++;
-		else
-			next->pinned = true;
+			c->d_misses++;
+			return;
+		}
+		next->pinned = true;
 	}
 	if (stage_plan(c, next) == -ENOSPC)
 		c->d_misses++;
