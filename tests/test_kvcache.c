@@ -544,6 +544,7 @@ START_TEST(lowrank_heavy_hitters)
 	struct kvp_kvcache *c;
 	double recall, rel, mass;
 	uint32_t id, nsamp, k, seq, layer, step;
+	struct kvp_kvcache_ram ram;
 	int heavy = 0, found = 0;
 
 	kvp_kv_geometry_preset("llama3-8b", &g);
@@ -602,6 +603,22 @@ START_TEST(lowrank_heavy_hitters)
 	ck_assert_int_eq(
 	    kvp_kvcache_sample_info(c, nsamp, &seq, &layer, NULL, NULL, NULL),
 	    -ENOENT);
+	/* The RAM it holds, part by part: the budget's frames, the low-rank
+	 * keys, one rolling buffer per live sequence, the staging. */
+	kvp_kvcache_ram(c, &ram);
+	ck_assert_uint_eq(ram.frames, 16u << 20);
+	ck_assert_uint_gt(ram.metadata, 0);
+	ck_assert_uint_eq(ram.metadata, kvp_predictor_metadata_bytes(
+					    kvp_kvcache_predictor(c)));
+	ck_assert_uint_ge(ram.rolling, (uint64_t)g.layers *
+					   kvp_kvcache_layout(c)->block_stride);
+	ck_assert_uint_ge(ram.staging,
+			  kvp_kvcache_layout(c)->pager_block_bytes);
+	ck_assert_uint_eq(ram.total, ram.frames + ram.metadata + ram.rolling +
+					 ram.staging);
+	ck_assert_int_eq(kvp_kvcache_seq_free(c, id), 0);
+	kvp_kvcache_ram(c, &ram);
+	ck_assert_uint_eq(ram.rolling, 0);
 	kvp_kvcache_destroy(c);
 	kvp_kv_synth_destroy(sy);
 }

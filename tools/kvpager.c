@@ -1322,6 +1322,7 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 	struct live_kv lv = { .mu = PTHREAD_MUTEX_INITIALIZER };
 	char why[512];
 	struct kvp_kvcache_stats s_warm, s_end;
+	struct kvp_kvcache_ram ram;
 	struct kvp_kvcache_step_stats d;
 	struct pf_counts pf_warm, pf_end;
 	struct kvp_progress bar = { 0 };
@@ -1330,7 +1331,7 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 	double t_open, t_prefill, t_decode, t_quality = 0, t0, busy;
 	double recall = 0, rel = 0, mass = 0;
 	uint32_t nsamp = 0;
-	char h1[32], h2[32], h3[32];
+	char h1[32], h2[32], h3[32], h4[32], h5[32];
 	int err, status = 1;
 
 	if (parse_args(argc, argv, &o))
@@ -1529,6 +1530,7 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 	}
 	kvp_kvcache_stats(c, &s_end);
 	pf_snapshot(c, &s_end, &pf_end);
+	kvp_kvcache_ram(c, &ram);
 	t_decode = now_s() - t0;
 	if (mr->mc) /* the figures count every chunk written */
 		kvp_model_cache_drain(mr->mc);
@@ -1623,7 +1625,12 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 			    "\"t_open_s\":%.3f,\"t_prefill_s\":%.3f,"
 			    "\"t_decode_s\":%.3f,\"t_quality_s\":%.3f,"
 			    "\"rolling_flush_store\":%" PRIu64
-			    ",\"rolling_flush_region\":%" PRIu64 "}\n",
+			    ",\"rolling_flush_region\":%" PRIu64
+			    ",\"ram_frames_bytes\":%" PRIu64
+			    ",\"ram_metadata_bytes\":%" PRIu64
+			    ",\"ram_rolling_bytes\":%" PRIu64
+			    ",\"ram_staging_bytes\":%" PRIu64
+			    ",\"ram_total_bytes\":%" PRIu64 "}\n",
 			    o.preset, o.context, o.batch, pk,
 			    kvp_predictor_kind_name(
 				(enum kvp_predictor_kind)kv_start.predictor),
@@ -1641,7 +1648,9 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 			    kvp_predictor_metadata_bytes(
 				kvp_kvcache_predictor(c)),
 			    t_open, t_prefill, t_decode, t_quality,
-			    s_end.sum.flush_store, s_end.sum.flush_region);
+			    s_end.sum.flush_store, s_end.sum.flush_region,
+			    ram.frames, ram.metadata, ram.rolling, ram.staging,
+			    ram.total);
 		} else {
 			printf("kvpager run: %s (%u layers, %u q heads, %u KV "
 			       "heads, head dim %u, %s, G=%u), context %" PRIu64
@@ -1735,6 +1744,15 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 			       " written to the store, %" PRIu64
 			       " through the region\n",
 			       s_end.sum.flush_store, s_end.sum.flush_region);
+			printf("  RAM                   %s in all: frames %s "
+			       "(the budget), predictor metadata %s, rolling "
+			       "buffers %s, staging %s (all but the frames "
+			       "outside the budget)\n",
+			       human((double)ram.total, h1, sizeof(h1)),
+			       human((double)ram.frames, h2, sizeof(h2)),
+			       human((double)ram.metadata, h3, sizeof(h3)),
+			       human((double)ram.rolling, h4, sizeof(h4)),
+			       human((double)ram.staging, h5, sizeof(h5)));
 			if (mr->m)
 				model_report(&o, mr);
 			cache_report(&o, mr, done_steps);

@@ -307,6 +307,22 @@ uint64_t kvp_kvcache_budget_bytes(const struct kvp_kvcache *c)
 	return c->budget;
 }
 
+void kvp_kvcache_ram(const struct kvp_kvcache *c, struct kvp_kvcache_ram *out)
+{
+	uint64_t rb = ((uint64_t)c->g.layers * c->stride + 4095) / 4096 * 4096;
+	uint32_t i;
+
+	memset(out, 0, sizeof(*out));
+	out->frames = c->o.backend == KVP_KVCACHE_RAM ? c->l.region_bytes
+						      : c->budget;
+	out->metadata = kvp_predictor_metadata_bytes(c->pred);
+	for (i = 0; i < c->o.max_seqs; i++)
+		if (c->seqs[i].live)
+			out->rolling += rb; /* as seq.c allocates it */
+	out->staging = c->stage_cap + c->l.pager_block_bytes;
+	out->total = out->frames + out->metadata + out->rolling + out->staging;
+}
+
 uint64_t kvp_kvcache_kv_bytes(const struct kvp_kvcache *c)
 {
 	uint64_t t = 0;

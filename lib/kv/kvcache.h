@@ -373,6 +373,21 @@ struct kvp_region *kvp_kvcache_region(const struct kvp_kvcache *c);
 struct kvp_pager *kvp_kvcache_pager(const struct kvp_kvcache *c);
 struct kvp_predictor *kvp_kvcache_predictor(const struct kvp_kvcache *c);
 uint64_t kvp_kvcache_budget_bytes(const struct kvp_kvcache *c);
+
+/*
+ * What the cache holds in RAM now, part by part.  frames: the blocks'
+ * budget (pager: the pager's RAM budget, which only its frames count;
+ * mmap: the emulated budget; RAM backend: the whole region).  The rest is
+ * outside that budget: metadata, the predictor's
+ * (kvp_predictor_metadata_bytes); rolling, the rolling buffers of the live
+ * sequences; staging, the prefill's staging area (kept for the next
+ * prefill) and the pager-block buffer of the rolling flushes.  total is
+ * their sum.
+ */
+struct kvp_kvcache_ram {
+	uint64_t frames, metadata, rolling, staging, total;
+};
+void kvp_kvcache_ram(const struct kvp_kvcache *c, struct kvp_kvcache_ram *out);
 /* Bytes of K and V held by live sequences (full and partial blocks). */
 uint64_t kvp_kvcache_kv_bytes(const struct kvp_kvcache *c);
 const char *kvp_kvcache_backend_name(enum kvp_kvcache_backend b);

@@ -87,6 +87,7 @@ struct dres {
 	double stage_s;	   /* --device: host staging copy per step */
 	uint64_t hit, late, wasted;
 	char install[8];
+	struct kvp_kvcache_ram ram; /* what the cache held at the end */
 };
 
 struct dopts {
@@ -317,6 +318,7 @@ static int run_mode(const struct dopts *o, const struct dmode *m,
 			 kvp_kvcache_region(c)
 			     ? kvp_region_install_mode(kvp_kvcache_region(c))
 			     : "-");
+		kvp_kvcache_ram(c, &r->ram);
 		r->ran = true;
 	}
 	free(ids);
@@ -701,7 +703,12 @@ int kvpbench_decode(int argc, char **argv)
 			       "\"device_mib_per_step\":%.3f,"
 			       "\"staging_copy_s_per_step\":%.6f,"
 			       "\"ratio_vs_device\":%.4f,"
-			       "\"t_step_over_max_gpu_load\":%.4f}\n",
+			       "\"t_step_over_max_gpu_load\":%.4f,"
+			       "\"ram_frames_bytes\":%" PRIu64
+			       ",\"ram_metadata_bytes\":%" PRIu64
+			       ",\"ram_rolling_bytes\":%" PRIu64
+			       ",\"ram_staging_bytes\":%" PRIu64
+			       ",\"ram_total_bytes\":%" PRIu64 "}\n",
 			       dmodes[i].name, o.preset, o.context, o.batch,
 			       kvp_predictor_kind_name(
 				   dmodes[i].exact ? KVP_PREDICTOR_EXACT
@@ -713,7 +720,9 @@ int kvpbench_decode(int argc, char **argv)
 			       r->wasted, r->reuse, r->recall, r->rel,
 			       r->t_prefill, r->install, rr, rw,
 			       dmodes[i].dev ? o.device : "cpu", r->t_gpu,
-			       r->dev_reuse, r->dev_mib, r->stage_s, rd, sm);
+			       r->dev_reuse, r->dev_mib, r->stage_s, rd, sm,
+			       r->ram.frames, r->ram.metadata, r->ram.rolling,
+			       r->ram.staging, r->ram.total);
 		} else {
 			printf("%-15s %9.3f %9.4f %9.4f %9.4f %11.2f %9.1f "
 			       "%7.3f %7.4f %8.3f %8.3f",
@@ -728,6 +737,16 @@ int kvpbench_decode(int argc, char **argv)
 			printf("\n");
 		}
 	}
+	for (i = 0; i < NDMODES && !o.json; i++)
+		if (res[i].ran)
+			printf("RAM %-15s %8.1f MiB: frames %.1f (the budget, "
+			       "or the KV in RAM), predictor metadata %.1f, "
+			       "rolling %.1f, staging %.1f\n",
+			       dmodes[i].name, res[i].ram.total / 1048576.0,
+			       res[i].ram.frames / 1048576.0,
+			       res[i].ram.metadata / 1048576.0,
+			       res[i].ram.rolling / 1048576.0,
+			       res[i].ram.staging / 1048576.0);
 	fflush(stdout);
 	for (i = 0; i < NDMODES; i++)
 		free(res[i].tokens);
