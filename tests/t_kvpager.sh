@@ -221,7 +221,8 @@ for sig in INT TERM; do
 	# decoding, and the progress line of a stderr that is no terminal
 	wait_for '^kvpager: decode [0-9]*/1000000 steps' "$tmp/err" "$pid"
 	ok "progress lines on a stderr that is not a terminal"
-	mountpoint -q "$tmp/m" || fail "the view is not mounted at $tmp/m"
+	mountpoint -q "$tmp/m" ||
+		fail "the view is not mounted at $tmp/m: $(cat "$tmp/err"; grep " $tmp/m " /proc/self/mountinfo)"
 	[ -f "$tmp/reg/$pid" ] || fail "no registry entry $tmp/reg/$pid: $(ls "$tmp/reg")"
 	kill -$sig "$pid"
 	wait "$pid"
