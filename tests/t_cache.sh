@@ -105,5 +105,30 @@ c=$(run --model random:tiny --generate 2 --cache-dir "$d" 2>&1)
 c=$(run --preset tiny --steps 2 --cache-dir "$tmp/x" 2>&1)
 [ $? = 2 ] && grep -q "add --model" <<<"$c" || { echo "FAIL: no model: $c"; fail=1; }
 
+# the view and kvpctl show the cache's figures while a run decodes
+if [ -c /dev/fuse ] && command -v fusermount3 >/dev/null; then
+	export KVP_RUNTIME_DIR=$tmp/reg
+	d="$tmp/viewed"
+	run --model random:tiny --prompt-tokens "@$tmp/p300" --generate 2 --cache-dir "$d" >/dev/null
+	KVP_FUSE_MOUNT=$tmp/mnt run --model random:tiny --prompt-tokens "@$tmp/p300" \
+		--generate 100000 --cache-dir "$d" >/dev/null 2>&1 &
+	vp=$!
+	for i in $(seq 100); do
+		[ -f "$tmp/mnt/cache/hits_total" ] && break
+		sleep 0.2
+	done
+	got=$(cat "$tmp/mnt/cache/hits_total" 2>&1)
+	check "view: cache/hits_total" "$got" 4
+	got=$("$BUILD/bin/kvpctl" -m "$tmp/mnt" stats 2>&1 | grep -c '^cache/')
+	check "kvpctl stats: cache lines" "$got" 18
+	got=$(grep -c '^kvpager_cache_hits_total{pid="[0-9]*"} 4$' "$tmp/mnt/metrics")
+	check "metrics: kvpager_cache_hits_total" "$got" 1
+	kill "$vp"
+	wait "$vp"
+	fusermount3 -u -z "$tmp/mnt" 2>/dev/null
+else
+	echo "note: no /dev/fuse or fusermount3: the view's case skipped"
+fi
+
 [ $fail = 0 ] && echo "t_cache: ok"
 exit $fail

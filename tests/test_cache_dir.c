@@ -548,6 +548,29 @@ START_TEST(full_disk)
 }
 END_TEST
 
+START_TEST(stat_table)
+{
+	struct kvp_cache *c = open_ok(NULL);
+	struct kvp_cache_stats st;
+	size_t i, hits = kvp_cache_stat_count;
+
+	put_n(c, 1, 100, 0);
+	get_n(c, 1, 100, 0);
+	get_n(c, 2, 100, -ENOENT);
+	kvp_cache_stats(c, &st);
+	ck_assert_uint_eq(kvp_cache_stat_count, 18);
+	for (i = 0; i < kvp_cache_stat_count; i++)
+		if (!strcmp(kvp_cache_stat_descs[i].name, "hits_total"))
+			hits = i;
+	ck_assert_uint_lt(hits, kvp_cache_stat_count);
+	ck_assert_int_eq(kvp_cache_stat_descs[hits].kind, KVP_COUNTER);
+	ck_assert_uint_eq(kvp_cache_stat_value(&st, hits), 1);
+	ck_assert_str_eq(kvp_cache_stat_descs[0].name, "blocks");
+	ck_assert_uint_eq(kvp_cache_stat_value(&st, 0), 1);
+	kvp_cache_close(c);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cache_dir");
@@ -568,6 +591,7 @@ int main(void)
 	tcase_add_test(tc, cipher_keys);
 	tcase_add_test(tc, read_only_dir);
 	tcase_add_test(tc, full_disk);
+	tcase_add_test(tc, stat_table);
 	failed = kvp_test_run(s);
 	kvp_test_rm_tree(root);
 	return failed;

@@ -177,8 +177,9 @@ START_TEST(every_path_reads)
 
 	nfiles = ndirs = 0;
 	walk("");
-	/* root, tunables, stats, regions, kv0, its stats and data, seqs */
-	ck_assert_int_eq(ndirs, 8);
+	/* root, tunables, stats, regions, kv0, its stats and data, seqs,
+	 * cache */
+	ck_assert_int_eq(ndirs, 9);
 	ck_assert_int_gt(nfiles, 5 + 20 + 7);
 	ck_assert_int_eq(kvp_view_stat(tree, "/apply", &a), 0);
 	ck_assert_int_eq(a.mode, 0200);
@@ -383,6 +384,44 @@ START_TEST(prom_escapes_region_names)
 }
 END_TEST
 
+START_TEST(cache_figures)
+{
+	char dir[] = "/tmp/kvp-view-cache-XXXXXX", *s;
+	struct kvp_cache *c = NULL;
+	struct kvp_rec_key k = { { 1 } };
+	struct kvp_view_attr a;
+	uint64_t len;
+
+	/* none registered: an empty folder, no file */
+	ck_assert_int_eq(kvp_view_stat(tree, "cache/hits_total", &a), -ENOENT);
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	ck_assert_int_eq(kvp_cache_open(dir, NULL, &c, NULL, 0, NULL, 0), 0);
+	ck_assert_int_eq(kvp_cache_put(c, &k, "kv", 2), 0);
+	ck_assert_int_eq(kvp_cache_get(c, &k, dir, 2, &len), 0);
+	kvp_view_set_cache(tree, c);
+	s = read_ok("cache/hits_total");
+	ck_assert_str_eq(s, "1\n");
+	free(s);
+	s = read_ok("cache/blocks");
+	ck_assert_str_eq(s, "1\n");
+	free(s);
+	ck_assert_int_eq(kvp_view_stat(tree, "cache/hits_total", &a), 0);
+	ck_assert_int_eq(a.mode, 0444);
+	s = read_ok("metrics");
+	ck_assert_ptr_nonnull(strstr(s, "# TYPE kvpager_cache_hits_total "
+					"counter\nkvpager_cache_hits_total{"));
+	ck_assert_ptr_nonnull(strstr(s, "kvpager_cache_bytes_written_total{"));
+	free(s);
+	kvp_view_set_cache(tree, NULL);
+	ck_assert_int_eq(kvp_view_stat(tree, "cache/hits_total", &a), -ENOENT);
+	s = NULL;
+	ck_assert_int_eq(kvp_view_read(tree, "cache/hits_total", &s, &len),
+			 -ENOENT);
+	kvp_cache_close(c);
+	kvp_test_rm_tree(dir);
+}
+END_TEST
+
 static Suite *view_tree_suite(void)
 {
 	Suite *s = suite_create("view_tree");
@@ -397,6 +436,7 @@ static Suite *view_tree_suite(void)
 	tcase_add_test(tc, kv_tunable_without_kv_layer_changes_nothing);
 	tcase_add_test(tc, writes_must_be_text);
 	tcase_add_test(tc, prom_escapes_region_names);
+	tcase_add_test(tc, cache_figures);
 	suite_add_tcase(s, tc);
 	return s;
 }

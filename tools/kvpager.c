@@ -1459,6 +1459,9 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 	if (view) {
 		kvp_view_set_seqs(kvp_fuse_view_tree(view), &kv_seq_ops, c);
 		kvp_view_set_kv(kvp_fuse_view_tree(view), &kv, live_apply, &lv);
+		if (mr->mc)
+			kvp_view_set_cache(kvp_fuse_view_tree(view),
+					   kvp_model_cache_dir(mr->mc));
 	}
 	ids = calloc(o.batch, sizeof(*ids));
 	if (!ids) {
@@ -1765,6 +1768,7 @@ out:
 		/* no view callback runs past this point */
 		kvp_view_set_kv(kvp_fuse_view_tree(view), NULL, NULL, NULL);
 		kvp_view_set_seqs(kvp_fuse_view_tree(view), NULL, NULL);
+		kvp_view_set_cache(kvp_fuse_view_tree(view), NULL);
 	}
 	kvp_kvcache_destroy(c);
 	kvp_instance_close(inst);

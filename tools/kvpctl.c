@@ -8,7 +8,9 @@
  *   kvpctl set NAME=VALUE...    change tunables, all or none
  *   kvpctl list                 tunables: value, type, range, default, doc
  *   kvpctl stats [--watch S] [--count N]
- *                               statistics, or their rates every S seconds
+ *                               statistics, or their rates every S seconds;
+ *                               the prefix cache's (cache/NAME) too, when
+ *                               the pager's program has one
  *   kvpctl load FILE            `name = value` lines, all or nothing
  *
  * A pager is chosen with -p PID or -m MOUNT; without either, the only pager
@@ -30,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lib/cache/cache_dir.h"
 #include "lib/cli/cli.h"
 #include "lib/instance/instance.h"
 #include "lib/tunables/tunables.h"
@@ -380,6 +383,27 @@ static void print_kv(const char *name, const char *value)
 		printf("%s = %s\n", name, value);
 }
 
+/* The prefix cache's figures, "cache/NAME = value", when the view shows
+ * a cache (its cache/ folder lists them). */
+static void print_cache(void)
+{
+	char rel[128], path[PATH_MAX + 256], *v;
+	struct stat sb;
+	size_t i;
+
+	snprintf(path, sizeof(path), "%s/cache/%s", mount_path,
+		 kvp_cache_stat_descs[0].name);
+	if (stat(path, &sb))
+		return;
+	for (i = 0; i < kvp_cache_stat_count; i++) {
+		snprintf(rel, sizeof(rel), "cache/%s",
+			 kvp_cache_stat_descs[i].name);
+		v = value_of(rel);
+		print_kv(rel, v);
+		free(v);
+	}
+}
+
 static int cmd_all(void)
 {
 	char rel[128], *v;
@@ -398,6 +422,7 @@ static int cmd_all(void)
 		print_kv(stat_names[i], v);
 		free(v);
 	}
+	print_cache();
 	return 0;
 }
 
@@ -611,6 +636,7 @@ static int cmd_stats(struct stats_opts o)
 			print_kv(stat_names[j], v);
 			free(v);
 		}
+		print_cache();
 		return 0;
 	}
 	/* hit rate: prefetched blocks used / blocks the program needed

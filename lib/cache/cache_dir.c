@@ -10,6 +10,7 @@
  *   3. a tmp file exists only inside a put (or after a crash, until open).
  */
 #include <dirent.h>
+#include <stddef.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -21,6 +22,16 @@
 #include <unistd.h>
 
 #include "lib/cache/cache_dir.h"
+
+#define STAT_DESC(n, k, d)                                                     \
+	{ k == KVP_COUNTER ? #n "_total" : #n, k, d,                           \
+	  offsetof(struct kvp_cache_stats, n) },
+const struct kvp_cache_stat_desc kvp_cache_stat_descs[] = {
+	KVP_CACHE_STATS(STAT_DESC)
+};
+#undef STAT_DESC
+const size_t kvp_cache_stat_count =
+	sizeof(kvp_cache_stat_descs) / sizeof(kvp_cache_stat_descs[0]);
 
 #define MANIFEST      "kvpcache"
 #define MANIFEST_TEXT "kvpager-cache 1\n"

@@ -58,6 +58,7 @@
 #include <sys/types.h>
 
 #include "lib/cache/block_record.h"
+#include "pager/stats.h"
 
 #define KVP_CACHE_FORMAT 1u
 
@@ -88,30 +89,60 @@ struct kvp_cache_opts {
 	void *io_arg;
 };
 
-/* Counters since open (kvp_cache_stats). */
+/*
+ * KVP_CACHE_STATS - every figure of a cache, declared once: struct
+ * kvp_cache_stats, the view's cache/ files, the Prometheus series and
+ * kvpctl come from it.  X(field, kind, doc); a counter (only grows, since
+ * open) is shown as <field>_total, a gauge as <field>.
+ */
+#define KVP_CACHE_STATS(X)                                                     \
+	X(blocks, KVP_GAUGE, "blocks in the cache now")                        \
+	X(bytes, KVP_GAUGE, "their files' bytes")                              \
+	X(capacity_bytes, KVP_GAUGE, "the size limit (0: none)")               \
+	X(read_only, KVP_GAUGE, "1: puts are refused (a read-only directory)") \
+	X(hits, KVP_COUNTER, "gets served")                                    \
+	X(misses, KVP_COUNTER, "gets not served (absent or dropped)")          \
+	X(bytes_read, KVP_COUNTER, "file bytes read by gets and scans")        \
+	X(bytes_written, KVP_COUNTER, "file bytes written (padding too)")      \
+	X(payload_written, KVP_COUNTER, "payload (KV) bytes of those writes")  \
+	X(puts, KVP_COUNTER, "blocks written and committed")                   \
+	X(puts_present, KVP_COUNTER,                                           \
+	  "puts of a block already stored: not written again")                 \
+	X(put_errors, KVP_COUNTER,                                             \
+	  "puts that failed (full disk, EIO, read only): nothing committed")   \
+	X(dropped_torn, KVP_COUNTER, "torn, partial or corrupt records")       \
+	X(dropped_unauth, KVP_COUNTER,                                         \
+	  "records failing authentication, sealed without a key, or plain "    \
+	  "where sealed ones are expected")                                    \
+	X(dropped_foreign, KVP_COUNTER,                                        \
+	  "records of another format version or key")                         \
+	X(tmp_removed, KVP_COUNTER, "unfinished writes removed at open")       \
+	X(evictions, KVP_COUNTER, "blocks removed for capacity")               \
+	X(evicted_bytes, KVP_COUNTER, "their files' bytes")
+
+#define KVP_CACHE_STATS_FIELD(name, kind, doc) uint64_t name;
 struct kvp_cache_stats {
-	uint64_t blocks;	   /* in the index now */
-	uint64_t bytes;		   /* their files' bytes */
-	uint64_t capacity_bytes;   /* 0: no limit */
-	uint64_t hits;		   /* gets served */
-	uint64_t misses;	   /* gets not served (absent or dropped) */
-	uint64_t bytes_read;	   /* file bytes read by gets and scans */
-	uint64_t bytes_written;	   /* file bytes written (padding too) */
-	uint64_t payload_written;  /* payload bytes of those writes */
-	uint64_t puts;		   /* blocks written and committed */
-	uint64_t puts_present;	   /* puts of a block already there: no
-				      write (stored once) */
-	uint64_t put_errors;	   /* puts that failed (full disk, EIO,
-				      read only): nothing committed */
-	uint64_t dropped_torn;	   /* torn, partial or corrupt records */
-	uint64_t dropped_unauth;   /* failed authentication, sealed without
-				      a key, or plain where sealed expected */
-	uint64_t dropped_foreign;  /* another format version or key */
-	uint64_t tmp_removed;	   /* unfinished writes removed at open */
-	uint64_t evictions;	   /* blocks removed for capacity */
-	uint64_t evicted_bytes;
-	bool read_only;		   /* puts refused */
+	KVP_CACHE_STATS(KVP_CACHE_STATS_FIELD)
 };
+#undef KVP_CACHE_STATS_FIELD
+
+/* One figure of KVP_CACHE_STATS: its file name (with _total for a
+ * counter), kind, doc and offset in struct kvp_cache_stats. */
+struct kvp_cache_stat_desc {
+	const char *name;
+	enum kvp_stat_kind kind;
+	const char *doc;
+	size_t offset;
+};
+extern const struct kvp_cache_stat_desc kvp_cache_stat_descs[];
+extern const size_t kvp_cache_stat_count;
+
+static inline uint64_t kvp_cache_stat_value(const struct kvp_cache_stats *s,
+					    size_t i)
+{
+	return *(const uint64_t *)((const char *)s +
+				   kvp_cache_stat_descs[i].offset);
+}
 
 struct kvp_cache;
 

@@ -179,6 +179,11 @@ struct kvp_model_remote *kvp_model_cache_remote(struct kvp_model_cache *mc)
 	return mc->remote;
 }
 
+struct kvp_cache *kvp_model_cache_dir(struct kvp_model_cache *mc)
+{
+	return mc->cache;
+}
+
 void kvp_model_cache_close(struct kvp_model_cache *mc)
 {
 	if (!mc)

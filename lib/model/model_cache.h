@@ -91,6 +91,9 @@ void kvp_model_cache_stats(struct kvp_model_cache *mc,
 /* The remote tier below the directory, or NULL (no remote_url). */
 struct kvp_model_remote *kvp_model_cache_remote(struct kvp_model_cache *mc);
 
+/* The cache directory it uses (for a view: kvp_view_set_cache). */
+struct kvp_cache *kvp_model_cache_dir(struct kvp_model_cache *mc);
+
 /* Drain and close (the remote tier's publishes get up to 30 s).  NULL is
  * a no-op. */
 void kvp_model_cache_close(struct kvp_model_cache *mc);

@@ -241,3 +241,40 @@ int kvp_prom_render(struct kvp_pager *p, const struct kvp_kv_config *kv,
 	}
 	return r;
 }
+
+int kvp_prom_append_cache(const struct kvp_cache_stats *st, char **buf,
+			  size_t *len)
+{
+	char *more = NULL, *nb;
+	size_t n = 0, i;
+	int pid = (int)getpid();
+	FILE *f = open_memstream(&more, &n);
+
+	if (!f)
+		return -ENOMEM;
+	for (i = 0; i < kvp_cache_stat_count; i++) {
+		const struct kvp_cache_stat_desc *d = &kvp_cache_stat_descs[i];
+
+		fprintf(f,
+			"# HELP kvpager_cache_%s %s\n"
+			"# TYPE kvpager_cache_%s %s\n"
+			"kvpager_cache_%s{pid=\"%d\"} %llu\n",
+			d->name, d->doc, d->name,
+			d->kind == KVP_COUNTER ? "counter" : "gauge", d->name,
+			pid, (unsigned long long)kvp_cache_stat_value(st, i));
+	}
+	if (fclose(f)) {
+		free(more);
+		return -ENOMEM;
+	}
+	nb = realloc(*buf, *len + n + 1);
+	if (!nb) {
+		free(more);
+		return -ENOMEM;
+	}
+	memcpy(nb + *len, more, n + 1);
+	*buf = nb;
+	*len += n;
+	free(more);
+	return 0;
+}

@@ -12,6 +12,9 @@
  *                                            choice: its index)
  *   kvpager_region_size_bytes, kvpager_region_block_size_bytes,
  *   kvpager_region_<stat>                    per region
+ *   kvpager_cache_<stat>                     the prefix cache's figures
+ *                                            (KVP_CACHE_STATS), when one
+ *                                            is shown (appended)
  *
  * Also the table of statistics with their kinds and docs, which the view
  * uses for its stats/ folders.
@@ -22,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lib/cache/cache_dir.h"
 #include "lib/kv/kv_tunables.h"
 #include "pager/pager.h"
 #include "pager/stats.h"
@@ -50,5 +54,13 @@ uint64_t kvp_stat_value(const struct kvp_stats *s, size_t i);
  */
 int kvp_prom_render(struct kvp_pager *p, const struct kvp_kv_config *kv,
 		    char **buf, size_t *len);
+
+/*
+ * kvp_prom_append_cache - append the kvpager_cache_* families of @st to
+ * *buf (*len bytes, from kvp_prom_render), reallocating it.  0, or
+ * -ENOMEM with *buf as it was.
+ */
+int kvp_prom_append_cache(const struct kvp_cache_stats *st, char **buf,
+			  size_t *len);
 
 #endif /* KVP_PROM_H */

@@ -9,8 +9,10 @@
  * Locks: cfg_lock serialises commits (read the engine config, check,
  * reconfigure, kv_apply, roll back) and guards kv, kv_apply, kv_arg and
  * last_error; seq_lock (a rwlock) is held for reading around the KV
- * layer's sequence callbacks and for writing by kvp_view_set_seqs.  The
- * region list lock (the pager's) is taken inside either, never around.
+ * layer's sequence callbacks and for writing by kvp_view_set_seqs;
+ * cache_lock (a rwlock) likewise around the prefix cache's statistics and
+ * kvp_view_set_cache.  The region list lock (the pager's) is taken inside
+ * any of them, never around.
  */
 #include "lib/view/view_tree.h"
 
@@ -41,6 +43,8 @@ struct kvp_view {
 	struct kvp_view_seq_ops seq_ops;      /* valid when have_seqs */
 	bool have_seqs;			      /* a KV layer registered */
 	void *seq_arg;			      /* seq_ops' */
+	pthread_rwlock_t cache_lock;	      /* around cache's use */
+	struct kvp_cache *cache;	      /* the prefix cache, or NULL */
 };
 
 /* A region's one-value files. */
@@ -80,7 +84,7 @@ static const char *const top_names[TOP_COUNT] = {
 
 /* The root's folders, listed after the top-level files. */
 static const char *const root_dirs[] = { "tunables", "stats", "regions",
-					 "seqs" };
+					 "seqs", "cache" };
 #define NROOT_DIRS (sizeof(root_dirs) / sizeof(root_dirs[0]))
 
 enum node_kind {
@@ -100,6 +104,8 @@ enum node_kind {
 	N_SEQS, /* seqs/ */
 	N_SEQ,
 	N_SEQ_TABLE,
+	N_CACHE, /* cache/ */
+	N_CACHE_STAT,
 };
 
 /* What a path names. */
@@ -127,6 +133,7 @@ int kvp_view_create(struct kvp_pager *p, const struct kvp_kv_config *kv,
 	v->pager = p;
 	pthread_mutex_init(&v->cfg_lock, NULL);
 	pthread_rwlock_init(&v->seq_lock, NULL);
+	pthread_rwlock_init(&v->cache_lock, NULL);
 	if (kv)
 		v->kv = *kv;
 	else
@@ -141,6 +148,7 @@ void kvp_view_destroy(struct kvp_view *v)
 {
 	if (!v)
 		return;
+	pthread_rwlock_destroy(&v->cache_lock);
 	pthread_rwlock_destroy(&v->seq_lock);
 	pthread_mutex_destroy(&v->cfg_lock);
 	free(v);
@@ -178,6 +186,27 @@ void kvp_view_set_seqs(struct kvp_view *v, const struct kvp_view_seq_ops *ops,
 		v->have_seqs = false;
 	}
 	pthread_rwlock_unlock(&v->seq_lock);
+}
+
+void kvp_view_set_cache(struct kvp_view *v, struct kvp_cache *c)
+{
+	pthread_rwlock_wrlock(&v->cache_lock);
+	v->cache = c;
+	pthread_rwlock_unlock(&v->cache_lock);
+}
+
+/* The cache's figures now: 0, or -ENOENT when none is registered. */
+static int cache_stats(struct kvp_view *v, struct kvp_cache_stats *st)
+{
+	int r = -ENOENT;
+
+	pthread_rwlock_rdlock(&v->cache_lock);
+	if (v->cache) {
+		kvp_cache_stats(v->cache, st);
+		r = 0;
+	}
+	pthread_rwlock_unlock(&v->cache_lock);
+	return r;
 }
 
 static void set_last_error(struct kvp_view *v, const char *fmt, ...)
@@ -351,6 +380,7 @@ static int resolve(struct kvp_view *v, const char *path, struct node *n)
 	char copy[PATH_MAX], *comp[MAX_COMPS], *save = NULL, *t;
 	int nc = 0;
 	uint64_t x;
+	size_t i;
 
 	memset(n, 0, sizeof(*n));
 	if (strlen(path) >= sizeof(copy))
@@ -389,6 +419,22 @@ static int resolve(struct kvp_view *v, const char *path, struct node *n)
 		if (nc > 2 || n->idx < 0)
 			return -ENOENT;
 		n->kind = N_STAT;
+		return 0;
+	}
+	if (!strcmp(comp[0], "cache")) {
+		n->kind = N_CACHE;
+		if (nc == 1)
+			return 0;
+		for (i = 0; i < kvp_cache_stat_count; i++)
+			if (!strcmp(kvp_cache_stat_descs[i].name, comp[1]))
+				break;
+		pthread_rwlock_rdlock(&v->cache_lock);
+		x = v->cache != NULL; /* shown only while one is registered */
+		pthread_rwlock_unlock(&v->cache_lock);
+		if (nc > 2 || i == kvp_cache_stat_count || !x)
+			return -ENOENT;
+		n->idx = (int)i;
+		n->kind = N_CACHE_STAT;
 		return 0;
 	}
 	if (!strcmp(comp[0], "seqs")) {
@@ -459,6 +505,7 @@ static bool is_dir(enum node_kind k)
 	case N_RDATA:
 	case N_SEQS:
 	case N_SEQ:
+	case N_CACHE:
 		return true;
 	default:
 		return false;
@@ -601,6 +648,14 @@ int kvp_view_list(struct kvp_view *v, const char *path, uint64_t from,
 	case N_SEQ:
 		list_name(&l, "block_table");
 		break;
+	case N_CACHE: {
+		struct kvp_cache_stats cst;
+
+		if (!cache_stats(v, &cst))
+			for (i = 0; i < kvp_cache_stat_count; i++)
+				list_name(&l, kvp_cache_stat_descs[i].name);
+		break;
+	}
 	default:
 		return -ENOTDIR;
 	}
@@ -781,6 +836,16 @@ static int put_text(struct kvp_view *v, const struct node *n, FILE *f)
 
 		return with_region(v, n->region, rfile_cb, &c);
 	}
+	case N_CACHE_STAT: {
+		struct kvp_cache_stats cst;
+
+		r = cache_stats(v, &cst);
+		if (!r)
+			fprintf(f, "%llu\n",
+				(unsigned long long)kvp_cache_stat_value(
+				    &cst, (size_t)n->idx));
+		return r;
+	}
 	default:
 		return -EISDIR;
 	}
@@ -816,8 +881,13 @@ int kvp_view_read(struct kvp_view *v, const char *path, char **buf, size_t *len)
 	if (n.kind == N_SEQ_TABLE)
 		return seq_table(v, n.seq, buf, len);
 	if (n.kind == N_TOP && n.idx == TOP_METRICS) {
+		struct kvp_cache_stats cst;
+
 		kvp_view_kv_config(v, &kv);
-		return kvp_prom_render(v->pager, &kv, buf, len);
+		r = kvp_prom_render(v->pager, &kv, buf, len);
+		if (!r && !cache_stats(v, &cst))
+			r = kvp_prom_append_cache(&cst, buf, len);
+		return r;
 	}
 	f = open_memstream(buf, len);
 	if (!f)

@@ -18,6 +18,9 @@
  *   regions/<name>/stats/<name>        0444  kvp_region_stats
  *   regions/<name>/data/<block>        0444  the block's bytes
  *   seqs/<id>/block_table              0444  once the KV layer registers
+ *   cache/<name>                       0444  the prefix cache's figures
+ *                                            (KVP_CACHE_STATS), once a
+ *                                            cache registers
  *
  * Paths are relative to the tree's root; a leading '/' and repeated '/'
  * are allowed, "." and ".." are names like any other (and name nothing).
@@ -45,6 +48,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "lib/cache/cache_dir.h"
 #include "lib/kv/kv_tunables.h"
 #include "pager/pager.h"
 
@@ -113,6 +117,13 @@ void kvp_view_kv_config(struct kvp_view *v, struct kvp_kv_config *out);
  */
 void kvp_view_set_seqs(struct kvp_view *v, const struct kvp_view_seq_ops *ops,
 		       void *arg);
+
+/*
+ * kvp_view_set_cache - show prefix cache @c's figures in cache/ and in
+ * metrics, or stop with NULL.  Returns once no earlier read of c runs, so
+ * c may be closed after kvp_view_set_cache(v, NULL).
+ */
+void kvp_view_set_cache(struct kvp_view *v, struct kvp_cache *c);
 
 /* ---- the files, for a transport ---- */
 
