@@ -10,6 +10,17 @@
 #include "lib/cache/prefix.h"
 
 #define DEFAULT_QUEUE_BYTES (256ull << 20)
+#define RA_SLOTS	    4 /* chunks read ahead of the gets */
+
+/* A chunk read ahead: free, being read, or ready (err and data set). */
+enum ra_state { RA_FREE = 0, RA_READING, RA_READY };
+
+struct ra_slot {
+	enum ra_state state;
+	uint32_t chunk;
+	int err;   /* kvp_prefix_get's result for it */
+	void *buf; /* ra_len bytes */
+};
 
 struct job {
 	struct job *next;
@@ -31,6 +42,15 @@ struct kvp_prefix {
 	bool stop;
 	pthread_t writer;
 	struct kvp_prefix_stats st; /* under lock */
+	/* read-ahead, under lock: chunks ra_next .. ra_stop - 1 are read in
+	 * order into free slots by the reader, from the first get on */
+	pthread_t reader;
+	struct ra_slot ra[RA_SLOTS];
+	size_t ra_len;	  /* payload bytes; 0: no get yet */
+	uint32_t ra_next; /* the next chunk to read */
+	uint32_t ra_stop; /* first chunk not to read (past the prompt, or
+			     after a miss) */
+	uint32_t ra_limit; /* chunks before the prompt's last token */
 };
 
 static void *writer_main(void *arg)
@@ -67,6 +87,76 @@ static void *writer_main(void *arg)
 	return NULL;
 }
 
+static struct ra_slot *ra_free_slot(struct kvp_prefix *p)
+{
+	for (int i = 0; i < RA_SLOTS; i++)
+		if (p->ra[i].state == RA_FREE)
+			return &p->ra[i];
+	return NULL;
+}
+
+static bool ra_reading(const struct kvp_prefix *p)
+{
+	for (int i = 0; i < RA_SLOTS; i++)
+		if (p->ra[i].state == RA_READING)
+			return true;
+	return false;
+}
+
+/* Read the prompt's chunks ahead of kvp_prefix_get, in order, while
+ * slots are free; a miss stops it (the prefill computes from there). */
+static void *reader_main(void *arg)
+{
+	struct kvp_prefix *p = arg;
+	struct ra_slot *sl = NULL;
+
+	pthread_mutex_lock(&p->lock);
+	for (;;) {
+		struct kvp_rec_key key;
+		uint64_t got = 0;
+		int err;
+
+		while (!p->stop && !(p->ra_len && p->ra_next < p->ra_stop &&
+				     (sl = ra_free_slot(p))))
+			pthread_cond_wait(&p->cond, &p->lock);
+		if (p->stop)
+			break;
+		if (!sl->buf && !(sl->buf = malloc(p->ra_len))) {
+			p->ra_stop = p->ra_next; /* the gets read alone */
+			continue;
+		}
+		sl->state = RA_READING;
+		sl->chunk = p->ra_next++;
+		key = p->keys[sl->chunk];
+		pthread_mutex_unlock(&p->lock);
+		err = kvp_cache_get(p->o.cache, &key, sl->buf, p->ra_len, &got);
+		if (!err && got != p->ra_len)
+			err = -EMSGSIZE;
+		pthread_mutex_lock(&p->lock);
+		sl->err = err;
+		sl->state = RA_READY;
+		if (err)
+			p->ra_stop = sl->chunk + 1;
+		pthread_cond_broadcast(&p->cond);
+	}
+	pthread_mutex_unlock(&p->lock);
+	return NULL;
+}
+
+/* Forget what was read ahead (a new prompt).  Under lock. */
+static void ra_reset(struct kvp_prefix *p)
+{
+	while (ra_reading(p))
+		pthread_cond_wait(&p->cond, &p->lock);
+	for (int i = 0; i < RA_SLOTS; i++) {
+		free(p->ra[i].buf);
+		p->ra[i].buf = NULL;
+		p->ra[i].state = RA_FREE;
+	}
+	p->ra_len = 0;
+	p->ra_next = p->ra_stop = 0;
+}
+
 int kvp_prefix_create(const struct kvp_prefix_opts *o, struct kvp_prefix **out)
 {
 	struct kvp_prefix *p;
@@ -84,6 +174,18 @@ int kvp_prefix_create(const struct kvp_prefix_opts *o, struct kvp_prefix **out)
 	pthread_cond_init(&p->cond, NULL);
 	err = -pthread_create(&p->writer, NULL, writer_main, p);
 	if (err) {
+		pthread_cond_destroy(&p->cond);
+		pthread_mutex_destroy(&p->lock);
+		free(p);
+		return err;
+	}
+	err = -pthread_create(&p->reader, NULL, reader_main, p);
+	if (err) {
+		pthread_mutex_lock(&p->lock);
+		p->stop = true;
+		pthread_cond_broadcast(&p->cond);
+		pthread_mutex_unlock(&p->lock);
+		pthread_join(p->writer, NULL);
 		pthread_cond_destroy(&p->cond);
 		pthread_mutex_destroy(&p->lock);
 		free(p);
@@ -110,6 +212,9 @@ void kvp_prefix_destroy(struct kvp_prefix *p)
 	pthread_cond_broadcast(&p->cond);
 	pthread_mutex_unlock(&p->lock);
 	pthread_join(p->writer, NULL); /* it empties the queue first */
+	pthread_join(p->reader, NULL);
+	for (int i = 0; i < RA_SLOTS; i++)
+		free(p->ra[i].buf);
 	pthread_cond_destroy(&p->cond);
 	pthread_mutex_destroy(&p->lock);
 	free(p->keys);
@@ -138,9 +243,13 @@ int kvp_prefix_set_prompt(struct kvp_prefix *p, const uint32_t *tokens,
 			return err;
 		}
 	}
+	pthread_mutex_lock(&p->lock);
+	ra_reset(p);
 	free(p->keys);
 	p->keys = keys;
 	p->nkeys = nk;
+	p->ra_limit = n ? (n - 1) / chunk_tokens : 0;
+	pthread_mutex_unlock(&p->lock);
 	return 0;
 }
 
@@ -153,13 +262,59 @@ int kvp_prefix_key(struct kvp_prefix *p, uint32_t chunk,
 	return 0;
 }
 
+/* Chunk's read-ahead result into buf: true, with *err set; false when
+ * it will not be read ahead (read it alone).  Under lock. */
+static bool ra_take(struct kvp_prefix *p, uint32_t chunk, void *buf,
+		    size_t len, int *err)
+{
+	int i;
+
+	if (!p->ra_len) { /* the first get: start from here */
+		p->ra_len = len;
+		p->ra_next = chunk;
+		p->ra_stop = p->ra_limit;
+		pthread_cond_broadcast(&p->cond);
+	}
+	if (len != p->ra_len)
+		return false;
+	for (;;) {
+		for (i = 0; i < RA_SLOTS; i++) {
+			struct ra_slot *sl = &p->ra[i];
+
+			/* chunks skipped by the caller free their slots */
+			if (sl->state == RA_READY && sl->chunk < chunk) {
+				sl->state = RA_FREE;
+				pthread_cond_broadcast(&p->cond);
+			}
+			if (sl->state != RA_FREE && sl->chunk == chunk)
+				break;
+		}
+		if (i < RA_SLOTS && p->ra[i].state == RA_READY) {
+			*err = p->ra[i].err;
+			if (!*err)
+				memcpy(buf, p->ra[i].buf, len);
+			p->ra[i].state = RA_FREE;
+			pthread_cond_broadcast(&p->cond);
+			return true;
+		}
+		if (i == RA_SLOTS &&
+		    (chunk < p->ra_next || chunk >= p->ra_stop))
+			return false;
+		pthread_cond_wait(&p->cond, &p->lock);
+	}
+}
+
 int kvp_prefix_get(void *arg, uint32_t chunk, void *buf, size_t len)
 {
 	struct kvp_prefix *p = arg;
 	uint64_t got = 0;
 	int err = -ENOENT;
+	bool done;
 
-	if (chunk < p->nkeys) {
+	pthread_mutex_lock(&p->lock);
+	done = chunk < p->nkeys && ra_take(p, chunk, buf, len, &err);
+	pthread_mutex_unlock(&p->lock);
+	if (!done && chunk < p->nkeys) {
 		err = kvp_cache_get(p->o.cache, &p->keys[chunk], buf, len,
 				    &got);
 		if (!err && got != len)

@@ -11,6 +11,12 @@
  * (lib/model/model.h), which is how `kvpager run --model --cache-dir`
  * uses them; any caller with chunks of bytes may.
  *
+ * READING AHEAD: from the first kvp_prefix_get of a prompt on, a reader
+ * thread reads the next chunks (up to 4, in order, never the chunk of the
+ * prompt's last token) while the caller uses the one it got; a miss stops
+ * it there.  A get of a chunk read ahead copies it out; any other is read
+ * then and there.
+ *
  * PUBLISHING DOES NOT WAIT FOR THE DISK: kvp_prefix_put copies the chunk
  * into a queue and returns; the writer thread stores it (kvp_cache_put,
  * with its syncs).  Only when the queue holds queue_bytes does put wait
@@ -18,7 +24,8 @@
  * queued chunks are stored or failed.
  *
  * Locking: the prompt (set_prompt) and get come from one thread; put may
- * come from any; the queue has its own lock, and the cache its own.
+ * come from any; the queue and the read-ahead share one lock, the cache
+ * has its own (taken by the reader and writer threads for their I/O).
  */
 #ifndef KVP_PREFIX_H
 #define KVP_PREFIX_H
@@ -46,7 +53,8 @@ struct kvp_prefix_stats {
 
 struct kvp_prefix;
 
-/* A prefix over o->cache with its writer thread.  0, -ENOMEM, -EAGAIN. */
+/* A prefix over o->cache with its writer and reader threads.  0,
+ * -ENOMEM, -EAGAIN. */
 int kvp_prefix_create(const struct kvp_prefix_opts *o, struct kvp_prefix **out);
 
 /* Drain, stop the writer, free.  NULL is a no-op. */

@@ -1,0 +1,157 @@
+/* test_cache_prefix.c - a prompt's chunks in a cache directory: chained
+ * keys, the writer thread, read-ahead, misses. */
+#include <check.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/cache/prefix.h"
+#include "tests/helpers/helpers.h"
+
+#define C   16u   /* tokens per chunk */
+#define LEN 3000u /* payload bytes per chunk */
+
+static char dir[] = "/tmp/kvp-prefix-XXXXXX";
+static struct kvp_cache *cache;
+
+static void setup(void)
+{
+	strcpy(dir, "/tmp/kvp-prefix-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	ck_assert_int_eq(kvp_cache_open(dir, NULL, &cache, NULL, 0, NULL, 0),
+			 0);
+}
+
+static void teardown(void)
+{
+	kvp_cache_close(cache);
+	kvp_test_rm_tree(dir);
+}
+
+static struct kvp_prefix *prefix_of(const char *salt)
+{
+	struct kvp_prefix_opts o = { .cache = cache };
+	struct kvp_prefix *p = NULL;
+
+	kvp_rec_hash("model", 5, o.ctx.model);
+	if (salt)
+		kvp_rec_hash(salt, strlen(salt), o.ctx.salt);
+	ck_assert_int_eq(kvp_prefix_create(&o, &p), 0);
+	return p;
+}
+
+/* Chunk i's payload for prompt seed s. */
+static void fill(unsigned char *b, uint32_t i, uint32_t s)
+{
+	kvp_test_fill(b, LEN & ~7u, 100 * s + i, 0);
+}
+
+static void prompt(uint32_t *t, uint32_t n, uint32_t s)
+{
+	for (uint32_t i = 0; i < n; i++)
+		t[i] = i * 31 + s;
+}
+
+START_TEST(store_then_read_ahead)
+{
+	struct kvp_prefix *p = prefix_of(NULL);
+	struct kvp_prefix_stats st;
+	unsigned char want[LEN], got[LEN];
+	uint32_t t[10 * C + 5], i;
+
+	prompt(t, 10 * C + 5, 1);
+	ck_assert_int_eq(kvp_prefix_set_prompt(p, t, 10 * C + 5, C), 0);
+	for (i = 0; i < 10; i++) {
+		fill(want, i, 1);
+		kvp_prefix_put(p, i, want, LEN);
+	}
+	kvp_prefix_put(p, 10, want, LEN); /* past the prompt's chunks */
+	kvp_prefix_drain(p);
+	kvp_prefix_stats(p, &st);
+	ck_assert_uint_eq(st.queued, 11);
+	ck_assert_uint_eq(st.stored, 10);
+	ck_assert_uint_eq(st.failed, 1);
+	/* a new prefix reads them back in order, read ahead */
+	kvp_prefix_destroy(p);
+	p = prefix_of(NULL);
+	ck_assert_int_eq(kvp_prefix_set_prompt(p, t, 10 * C + 5, C), 0);
+	for (i = 0; i < 10; i++) {
+		fill(want, i, 1);
+		ck_assert_int_eq(kvp_prefix_get(p, i, got, LEN), 0);
+		ck_assert_mem_eq(got, want, LEN);
+	}
+	ck_assert_int_eq(kvp_prefix_get(p, 10, got, LEN), -ENOENT);
+	/* another length: a miss, nothing served */
+	ck_assert_int_eq(kvp_prefix_get(p, 3, got, LEN - 1), -EMSGSIZE);
+	/* a prompt that differs in chunk 4: chunks 0-3 hit, 4 on miss */
+	t[4 * C + 2]++;
+	ck_assert_int_eq(kvp_prefix_set_prompt(p, t, 10 * C + 5, C), 0);
+	for (i = 0; i < 4; i++)
+		ck_assert_int_eq(kvp_prefix_get(p, i, got, LEN), 0);
+	for (i = 4; i < 10; i++)
+		ck_assert_int_eq(kvp_prefix_get(p, i, got, LEN), -ENOENT);
+	kvp_prefix_stats(p, &st);
+	ck_assert_uint_eq(st.hit_chunks, 14);
+	kvp_prefix_destroy(p);
+}
+END_TEST
+
+START_TEST(salts_part)
+{
+	struct kvp_prefix *a = prefix_of("tenant-a"), *b = prefix_of("tenant-b");
+	unsigned char buf[LEN];
+	uint32_t t[2 * C];
+
+	prompt(t, 2 * C, 2);
+	kvp_prefix_set_prompt(a, t, 2 * C, C);
+	kvp_prefix_set_prompt(b, t, 2 * C, C);
+	fill(buf, 0, 2);
+	kvp_prefix_put(a, 0, buf, LEN);
+	kvp_prefix_drain(a);
+	ck_assert_int_eq(kvp_prefix_get(b, 0, buf, LEN), -ENOENT);
+	ck_assert_int_eq(kvp_prefix_get(a, 0, buf, LEN), 0);
+	kvp_prefix_destroy(a);
+	kvp_prefix_destroy(b);
+}
+END_TEST
+
+START_TEST(skips_and_rereads)
+{
+	struct kvp_prefix *p = prefix_of(NULL);
+	unsigned char want[LEN], got[LEN];
+	uint32_t t[12 * C + 1], i;
+
+	prompt(t, 12 * C + 1, 3);
+	kvp_prefix_set_prompt(p, t, 12 * C + 1, C);
+	for (i = 0; i < 12; i++) {
+		fill(want, i, 3);
+		kvp_prefix_put(p, i, want, LEN);
+	}
+	kvp_prefix_drain(p);
+	kvp_prefix_set_prompt(p, t, 12 * C + 1, C);
+	/* out of order: a skip, a step back, the same twice */
+	for (i = 0; i < 12; i += 3) {
+		fill(want, i, 3);
+		ck_assert_int_eq(kvp_prefix_get(p, i, got, LEN), 0);
+		ck_assert_mem_eq(got, want, LEN);
+	}
+	fill(want, 1, 3);
+	ck_assert_int_eq(kvp_prefix_get(p, 1, got, LEN), 0);
+	ck_assert_mem_eq(got, want, LEN);
+	ck_assert_int_eq(kvp_prefix_get(p, 1, got, LEN), 0);
+	ck_assert_mem_eq(got, want, LEN);
+	kvp_prefix_destroy(p);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("cache_prefix");
+	TCase *tc = kvp_test_tcase(s, "prefix", 120);
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, store_then_read_ahead);
+	tcase_add_test(tc, salts_part);
+	tcase_add_test(tc, skips_and_rereads);
+	return kvp_test_run(s);
+}
