@@ -32,9 +32,9 @@
  * Working set: a block's last access is only seen as a fault, so a block
  * that a program reads again and again while it stays resident looks no
  * different to the clock from one read once.  What tells them apart is the
- * refault: a block loaded again (by a fault or a prefetch) before the
- * budget's worth of blocks were used after its eviction was evicted too
- * early.  kvp_blk_begin_load marks it BLK_ACTIVE, and the
+ * refault: a block loaded again (by a fault or a prefetch) before twice
+ * the budget's worth of blocks were used after its eviction was evicted
+ * too early.  kvp_blk_begin_load marks it BLK_ACTIVE, and the
  * clock takes active blocks last, so that read-ahead and blocks read once
  * go before the set a program keeps coming back to (the kernel's refault
  * distance, in blocks of this region).
@@ -303,15 +303,18 @@ static void set_wb_failed(struct kvp_region *r, struct kvp_block *b, bool on)
 	}
 }
 
-/* Loaded again before the budget's worth of blocks was used since it was
- * evicted (last_use holds the clock at its eviction; 0: never resident). */
+/* Loaded again before twice the budget's worth of blocks was used since
+ * it was evicted (last_use holds the clock at its eviction; 0: never
+ * resident).  Twice: the clock counts read-ahead installs too, and a set
+ * that fits the budget comes back within it plus what was read around it;
+ * a stream over more than twice the budget never does. */
 static bool refault_in_budget(const struct kvp_region *r,
 			      const struct kvp_block *b)
 {
 	const struct kvp_pager *p = r->p;
 
 	return b->last_use &&
-	       p->tick - b->last_use <= kvp_budget(p) >> r->block_shift;
+	       p->tick - b->last_use <= 2 * (kvp_budget(p) >> r->block_shift);
 }
 
 void kvp_blk_begin_load(struct kvp_region *r, struct kvp_block *b,
