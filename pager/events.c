@@ -15,9 +15,19 @@
 
 #include "pager/pager_i.h"
 
-/* Under p->lock: load ahead of a sequential run of faults at @blk. */
+/*
+ * Under p->lock: load ahead of a sequential run of faults at @blk.
+ *
+ * A fault on an absent block just past the last one (within the window read
+ * ahead) starts a window of read-ahead after it; a fault on a staged
+ * read-ahead block (@staged) slides the window along.  The window doubles
+ * only when the reader reaches its marker, the last block of the window
+ * it grew to, so once per window consumed (as the kernel's read-ahead
+ * ramps), never once per block used: a short ascending run of blocks (a
+ * predictor's chosen blocks) reads at most a small window it does not use.
+ */
 static void readahead(struct kvp_service *s, struct kvp_region *r, uint64_t blk,
-		      bool sequential)
+		      bool staged)
 {
 	struct kvp_pager *p = r->p;
 	uint64_t max = p->cfg.readahead_bytes >> r->block_shift;
@@ -29,10 +39,11 @@ static void readahead(struct kvp_service *s, struct kvp_region *r, uint64_t blk,
 	/* Sequential: the fault is past the last one and no further than
 	 * the block after the window read ahead (a read-ahead block that
 	 * was installed before it was touched takes no fault). */
-	if (!sequential && !(blk > r->ra_last && blk <= r->ra_next)) {
+	if (!staged && !(blk > r->ra_last && blk <= r->ra_next)) {
 		r->ra_window = 0;
 		r->ra_last = blk;
 		r->ra_next = blk + 1;
+		r->ra_mark = 0;
 		return;
 	}
 	r->ra_last = blk;
@@ -45,9 +56,14 @@ static void readahead(struct kvp_service *s, struct kvp_region *r, uint64_t blk,
 	}
 	if (max == 0)
 		return;
-	r->ra_window = r->ra_window ? r->ra_window * 2 : 2;
-	if (r->ra_window > max)
-		r->ra_window = (unsigned)max;
+	if (!r->ra_window || blk >= r->ra_mark) {
+		r->ra_window = r->ra_window ? r->ra_window * 2 : 2;
+		if (r->ra_window > max)
+			r->ra_window = (unsigned)max;
+		r->ra_mark = blk + r->ra_window;
+	} else if (r->ra_window > max) {
+		r->ra_window = (unsigned)max; /* shrunk meanwhile */
+	}
 	for (uint64_t i = blk + 1; i <= blk + r->ra_window && i < r->nblocks;
 	     i++) {
 		struct kvp_block *b = &r->blocks[i];

@@ -85,6 +85,8 @@ struct kvp_region {
 	bool dying;
 	uint64_t ra_next;   /* readahead: block after the window */
 	uint64_t ra_last;   /* readahead: block of the last fault */
+	uint64_t ra_mark;   /* readahead: the window doubles when the
+			       faults reach this block */
 	unsigned ra_window; /* readahead: blocks ahead */
 	unsigned ra_shrink; /* readahead: its most is readahead_bytes >>
 			       ra_shrink; one more per read-ahead block
