@@ -105,24 +105,27 @@ struct kvp_op *kvp_op_new(enum kvp_op_kind kind, struct kvp_region *r,
 
 void kvp_op_note_drop(struct kvp_op *op, uint32_t lo, uint32_t hi)
 {
-	if (op->rm_end == 0) {
-		op->rm_start = lo;
-		op->rm_end = hi;
-		return;
-	}
-	/* A second partial drop: zero the span of both (rare). */
-	if (lo < op->rm_start)
-		op->rm_start = lo;
-	if (hi > op->rm_end)
-		op->rm_end = hi;
+	/* Page by page: two partial drops of one block in flight zero
+	 * what they dropped, never the pages between them. */
+	for (uint32_t pg = lo / KVP_PAGE_BYTES;
+	     pg < (hi + KVP_PAGE_BYTES - 1) / KVP_PAGE_BYTES; pg++)
+		op->rm_pages[pg / 64] |= 1ull << (pg % 64);
+	if (hi > lo)
+		op->rm_any = true;
 }
 
 bool kvp_op_zero_dropped(struct kvp_op *op)
 {
-	if (op->rm_end <= op->rm_start)
+	uint32_t pages = (uint32_t)(op->r->block_bytes / KVP_PAGE_BYTES);
+
+	if (!op->rm_any)
 		return false;
-	memset((char *)op->slot + op->rm_start, 0, op->rm_end - op->rm_start);
-	op->rm_start = op->rm_end = 0;
+	for (uint32_t pg = 0; pg < pages; pg++)
+		if (op->rm_pages[pg / 64] & (1ull << (pg % 64)))
+			memset((char *)op->slot + (size_t)pg * KVP_PAGE_BYTES,
+			       0, KVP_PAGE_BYTES);
+	memset(op->rm_pages, 0, sizeof(op->rm_pages));
+	op->rm_any = false;
 	return true;
 }
 

@@ -253,8 +253,8 @@ static void handle_drop(struct kvp_service *s, uint64_t start, uint64_t end,
 					if (kvp_load_start(s, r, blk,
 							   LOAD_FAULT, NULL,
 							   true) == 0) {
-						b->op->rm_start = lo;
-						b->op->rm_end = hi;
+						kvp_op_note_drop(b->op, lo,
+								 hi);
 					}
 				}
 				break;

@@ -108,6 +108,8 @@ struct kvp_pf_ref {
 	struct kvp_pf_ref *next;
 };
 
+#define KVP_BLOCK_PAGES_MAX 2048u /* pages of the largest block (8 MiB) */
+
 struct kvp_op {
 	struct kvp_io io;
 	enum kvp_op_kind kind;
@@ -122,9 +124,10 @@ struct kvp_op {
 	bool forced_retry;	   /* load: past the budget and its
 				      overdraft, a write-back was retried
 				      for it before the back-off said so */
-	uint32_t rm_start, rm_end; /* load, write-back: bytes the program
-				      dropped meanwhile, zeroed in the slot
-				      before install or before the write */
+	bool rm_any;		   /* load, write-back: the program dropped
+				      pages meanwhile (rm_pages), zeroed in
+				      the slot before install or the write */
+	uint64_t rm_pages[KVP_BLOCK_PAGES_MAX / 64]; /* one bit a page */
 	struct kvp_pf_ref *pfs;	   /* prefetch handles waiting on it */
 	uint8_t *cover;		   /* zap: REMOVE events seen, per page */
 	uint32_t uncovered;	   /* zap: pages no event has covered yet */

@@ -266,7 +266,7 @@ static void zap_settle(struct kvp_service *s, struct kvp_op *op)
 	struct kvp_region *r = op->r;
 	struct kvp_block *b = &r->blocks[op->blk];
 	size_t len = r->block_bytes, pages = len / KVP_PAGE_BYTES;
-	size_t dropped = 0, lo = pages, hi = 0;
+	size_t dropped = 0;
 	bool waiters;
 
 	pthread_mutex_lock(&p->lock);
@@ -300,11 +300,7 @@ static void zap_settle(struct kvp_service *s, struct kvp_op *op)
 		return;
 	}
 	for (size_t i = 0; i < pages; i++)
-		if (op->cover[i] > 1) {
-			dropped++;
-			lo = i < lo ? i : lo;
-			hi = i + 1;
-		}
+		dropped += op->cover[i] > 1;
 	if (dropped == pages)
 		kvp_blk_drop_pending(b);
 	if (b->flags & BLK_PREFETCHED)
@@ -318,8 +314,11 @@ static void zap_settle(struct kvp_service *s, struct kvp_op *op)
 	if (dropped && dropped < pages && (b->flags & BLK_IN_STORE) &&
 	    !r->dying &&
 	    kvp_load_start(s, r, op->blk, LOAD_FAULT, NULL, true) == 0) {
-		b->op->rm_start = (uint32_t)(lo * KVP_PAGE_BYTES);
-		b->op->rm_end = (uint32_t)(hi * KVP_PAGE_BYTES);
+		for (size_t i = 0; i < pages; i++)
+			if (op->cover[i] > 1)
+				kvp_op_note_drop(
+				    b->op, (uint32_t)(i * KVP_PAGE_BYTES),
+				    (uint32_t)((i + 1) * KVP_PAGE_BYTES));
 	}
 	pthread_cond_broadcast(&p->idle);
 	pthread_mutex_unlock(&p->lock);
