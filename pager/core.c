@@ -8,7 +8,8 @@
  *                                  fault asked for it)
  *   LOADING --kvp_blk_load_failed (read error)--> POISONED: every access
  *                                  gets SIGBUS, never a hang
- *   LOADING --kvp_blk_load_dropped (discarded, unmapped, region dying)--> ABSENT
+ *   LOADING --kvp_blk_load_dropped (discarded, unmapped, region dying;
+ *             all of it dropped meanwhile: contents gone)--> ABSENT
  *   LOADING --kvp_blk_load_unmapped (nothing of it mapped at install)--> ABSENT
  *   RESIDENT --kvp_blk_written (first write, a WP fault)--> RESIDENT (dirty)
  *   RESIDENT --kvp_blk_write_begin / kvp_blk_write_done (flush)--> RESIDENT
@@ -285,6 +286,12 @@ void kvp_blk_unmapped(struct kvp_block *b, bool whole)
 	b->flags |= whole ? BLK_GONE : BLK_SPLIT;
 }
 
+void kvp_blk_load_keep(struct kvp_block *b)
+{
+	assert(b->state == KVP_BLOCK_LOADING);
+	b->flags &= ~BLK_READAHEAD;
+}
+
 void kvp_blk_contents_gone(struct kvp_block *b)
 {
 	b->flags &= ~(BLK_IN_STORE | BLK_DIRTY);
@@ -373,6 +380,8 @@ void kvp_blk_load_dropped(struct kvp_region *r, struct kvp_block *b)
 {
 	assert(b->state == KVP_BLOCK_LOADING);
 	readahead_wasted(r, b);
+	if (b->flags & BLK_DROP)
+		kvp_blk_contents_gone(b); /* all of it dropped meanwhile */
 	b->state = KVP_BLOCK_ABSENT;
 	b->op = NULL;
 	b->flags &= ~(BLK_PREFETCHED | BLK_READAHEAD | BLK_DROP | BLK_DIRTY |

@@ -219,10 +219,17 @@ static void handle_drop(struct kvp_service *s, uint64_t start, uint64_t end,
 				} else if (whole) {
 					kvp_blk_drop_pending(b);
 				} else {
+					/* The zeros must reach the region:
+					 * a load given up (no frame, or
+					 * staged and dropped) would forget
+					 * them, and the store's data would
+					 * come back. */
 					kvp_op_note_drop(b->op, lo, hi);
-				}
-				if (!whole)
 					b->op->dirty = true;
+					kvp_blk_load_keep(b);
+					if (b->op->staged)
+						kvp_stage_release(s, b->op);
+				}
 				break;
 			case KVP_BLOCK_EVICTING:
 				if (b->op->kind == OP_ZAP && !gone) {

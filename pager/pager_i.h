@@ -365,6 +365,9 @@ void kvp_blk_drop_pending(struct kvp_block *b);
 void kvp_blk_holes(struct kvp_block *b, bool unmapped);
 void kvp_blk_unmapped(struct kvp_block *b, bool whole);
 void kvp_blk_contents_gone(struct kvp_block *b);
+/* Part of a LOADING block dropped: the load must finish, so that its zeros
+ * reach the region; it is no read-ahead that may be given up any more. */
+void kvp_blk_load_keep(struct kvp_block *b);
 /* State changes. */
 void kvp_blk_begin_load(struct kvp_region *r, struct kvp_block *b,
 			struct kvp_op *op, enum kvp_load_why why);

@@ -174,6 +174,87 @@ START_TEST(test_remove_during_writeback)
 }
 END_TEST
 
+/*
+ * All of a block dropped while its load waits for a frame (the budget is
+ * full of pinned blocks): the load is given up, and the block must read
+ * zeros from then on.  It read the store's data again: giving the load up
+ * forgot the drop.
+ */
+START_TEST(test_remove_while_waiting_for_frame)
+{
+	size_t bs = 64 * KIB, nb = 64;
+	struct popts po = { .budget = 2 * MIB,
+			    .mode = _i ? KVP_INSTALL_COPY : KVP_INSTALL_MOVE,
+			    .exact_budget = true };
+	pthread_t t;
+	char *a;
+	int k;
+
+	make_store(ST_MEM, nb * bs);
+	store_fill(S, 0, nb * bs, SEED_A);
+	open_pager(&po);
+	R = make_region(nb * bs, bs, KVP_REGION_FROM_STORE);
+	a = kvp_region_addr(R);
+	touch_read(R, 0, 32 * bs);
+	ck_assert_int_eq(kvp_region_pin(R, 0, 32), 0); /* the budget */
+	ck_assert_int_eq(pthread_create(&t, NULL, touch_block_main,
+					(void *)(uintptr_t)(40 * bs)),
+			 0);
+	for (k = 0; k < 10000 && binfo(R, 40).state != KVP_BLOCK_LOADING;
+	     k++)
+		usleep(1000);
+	ck_assert_int_eq(binfo(R, 40).state, KVP_BLOCK_LOADING);
+	ck_assert_int_eq(madvise(a + 40 * bs, bs, MADV_DONTNEED), 0);
+	usleep(50000);
+	ck_assert_int_eq(kvp_region_unpin(R, 0, 32), 0);
+	pthread_join(t, NULL);
+	ck_assert(kvp_test_is_zero(a + 40 * bs, bs));
+	check_region(R, 41 * bs, 8 * bs, SEED_A);
+}
+END_TEST
+
+/*
+ * Part of a read-ahead block dropped while it is staged (read, waiting for
+ * its first fault): then frames are needed and the stage is emptied.  The
+ * dropped pages must read zeros and the rest the store's data; the drop
+ * was noted in the staged load and lost with it.
+ */
+START_TEST(test_remove_part_of_staged)
+{
+	size_t bs = 64 * KIB, nb = 128;
+	struct popts po = { .budget = 2 * MIB,
+			    .mode = _i ? KVP_INSTALL_COPY : KVP_INSTALL_MOVE,
+			    .readahead = 2 * bs };
+	struct kvp_block_info bi;
+	char *a;
+	int k;
+
+	make_store(ST_MEM, nb * bs);
+	store_fill(S, 0, nb * bs, SEED_A);
+	open_pager(&po);
+	R = make_region(nb * bs, bs, KVP_REGION_FROM_STORE);
+	a = kvp_region_addr(R);
+	/* Two faults in a row: blocks 2 and 3 are read ahead, staged. */
+	touch_read(R, 0, 2 * bs);
+	for (k = 0; k < 10000; k++) {
+		ck_assert_int_eq(kvp_region_block_info(R, 3, &bi), 0);
+		if (bi.state == KVP_BLOCK_LOADING &&
+		    rstats(R).bytes_read_total >= 4 * bs)
+			break;
+		usleep(1000);
+	}
+	ck_assert_int_eq(bi.state, KVP_BLOCK_LOADING);
+	ck_assert_int_eq(madvise(a + 3 * bs, 4 * PG, MADV_DONTNEED), 0);
+	/* Frames for blocks far away, backwards (no read-ahead): the
+	 * budget twice over, so that every staged block is dropped. */
+	for (size_t b = nb - 1; b >= nb - 64; b--)
+		touch_read(R, b * bs, bs);
+	ck_assert(kvp_test_is_zero(a + 3 * bs, 4 * PG));
+	check_region(R, 3 * bs + 4 * PG, bs - 4 * PG, SEED_A);
+	check_region(R, 2 * bs, bs, SEED_A);
+}
+END_TEST
+
 START_TEST(test_unmap)
 {
 	size_t bs = 64 * KIB, size = 64 * bs;
@@ -322,6 +403,8 @@ static Suite *pager_drop_suite(void)
 	tcase_add_loop_test(t, test_remove_whole_block, 0, 2);
 	tcase_add_loop_test(t, test_remove_part_of_block, 0, 2);
 	tcase_add_loop_test(t, test_remove_during_writeback, 0, 2);
+	tcase_add_loop_test(t, test_remove_while_waiting_for_frame, 0, 2);
+	tcase_add_loop_test(t, test_remove_part_of_staged, 0, 2);
 	tcase_add_loop_test(t, test_unmap, 0, 2);
 	tcase_add_test(t, test_unmap_part_of_block);
 	t = fx_tcase(s, "discard", 120);
