@@ -280,6 +280,13 @@ $(BUILD)/tests/progs/%: tests/progs/%.c | $(DEPS_STAMP)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) -O2 -g -std=c11 -D_GNU_SOURCE -pthread $(filter -fsanitize=%,$(CFLAGS)) -o $@ $<
 
+# failfs is a FUSE filesystem (its writes fail on demand): it needs libfuse.
+$(BUILD)/tests/progs/failfs: tests/progs/failfs.c | $(DEPS_STAMP)
+	$(call msg,CC,$<)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) -O2 -g -std=c11 -D_GNU_SOURCE -pthread $(filter -fsanitize=%,$(CFLAGS)) \
+		$(shell pkg-config --cflags fuse3) -o $@ $< $(shell pkg-config --libs fuse3)
+
 $(BUILD)/tests/test_fuzz_%: $(BUILD)/obj/tests/fuzz/%.o \
 		$(BUILD)/obj/tests/fuzz/replay.o $(STATIC_LIB)
 	$(call msg,LD,$@)

@@ -371,12 +371,14 @@ __attribute__((destructor)) static void kvp_preload_fini(void)
 			" bytes; demand_faults %" PRIu64 " zero_fills %" PRIu64
 			" bytes_read %" PRIu64 " bytes_written %" PRIu64
 			" evictions %" PRIu64 " removed_bytes %" PRIu64
-			" resident_bytes %" PRIu64,
+			" resident_bytes %" PRIu64 " write_errors %" PRIu64
+			" unwritten_bytes %" PRIu64,
 			(int)getpid(), served_total, peak_served,
 			fallback_total, kvp_env.cfg.ram_budget_bytes,
 			s.demand_faults_total, s.zero_fills_total,
 			s.bytes_read_total, s.bytes_written_total,
 			s.evictions_clean_total + s.evictions_dirty_total,
-			s.removed_bytes_total, s.resident_bytes);
+			s.removed_bytes_total, s.resident_bytes,
+			s.write_errors_total, s.unwritten_bytes);
 	kvp_preload_in_hook--;
 }
