@@ -18,6 +18,7 @@
 #include "lib/kv/kvcache.h"
 #include "lib/synth/kv_synth.h"
 #include "tests/helpers/helpers.h"
+#include "tests/helpers/pager_fx.h"
 
 static const struct {
 	enum kvp_kvcache_backend be;
@@ -152,19 +153,13 @@ END_TEST
 
 int main(void)
 {
-	struct kvp_config cfg;
-	struct kvp_pager *p;
 	Suite *s = suite_create("kv_backend");
 	TCase *tc = kvp_test_tcase(s, "core", 120);
-	int err;
+	int err = kvp_test_pager_err();
 
-	kvp_config_defaults(&cfg);
-	cfg.ram_budget_bytes = 2u << 20;
-	err = kvp_pager_open(&cfg, &p);
 	if (err)
 		return kvp_test_skip("cannot open a pager: %s",
 				     kvp_strerror(err));
-	kvp_pager_close(p);
 	tcase_add_loop_test(tc, create_fails_cleanly, 0, NBACKENDS);
 	tcase_add_loop_test(tc, name_and_where, 0, NBACKENDS);
 	tcase_add_test(tc, same_output);

@@ -18,6 +18,7 @@
 #include "lib/kv/kvcache.h"
 #include "lib/tunables/tunables.h"
 #include "tests/helpers/helpers.h"
+#include "tests/helpers/pager_fx.h"
 
 /* ---- a store that counts the bytes written to each 4 KiB unit -------- */
 
@@ -724,19 +725,13 @@ END_TEST
 
 int main(void)
 {
-	struct kvp_config cfg;
-	struct kvp_pager *p;
 	Suite *s = suite_create("kvcache");
 	TCase *tc = kvp_test_tcase(s, "core", 120);
-	int err;
+	int err = kvp_test_pager_err();
 
-	kvp_config_defaults(&cfg);
-	cfg.ram_budget_bytes = 2u << 20;
-	err = kvp_pager_open(&cfg, &p);
 	if (err)
 		return kvp_test_skip("cannot open a pager: %s",
 				     kvp_strerror(err));
-	kvp_pager_close(p);
 	tcase_add_test(tc, bad_arguments);
 	tcase_add_test(tc, rolling_writes_once_prefetch);
 	tcase_add_test(tc, rolling_writes_once_demand);

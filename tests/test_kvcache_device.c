@@ -14,6 +14,7 @@
 #include "lib/synth/kv_synth.h"
 #include "pager/pager.h"
 #include "tests/helpers/helpers.h"
+#include "tests/helpers/pager_fx.h"
 
 #define STEPS 8
 
@@ -223,19 +224,13 @@ END_TEST
 
 int main(void)
 {
-	struct kvp_config cfg;
-	struct kvp_pager *p;
 	Suite *s = suite_create("kvcache_device");
 	TCase *tc = kvp_test_tcase(s, "core", 300);
-	int err;
+	int err = kvp_test_pager_err();
 
-	kvp_config_defaults(&cfg);
-	cfg.ram_budget_bytes = 2u << 20;
-	err = kvp_pager_open(&cfg, &p);
 	if (err)
 		return kvp_test_skip("cannot open a pager: %s",
 				     kvp_strerror(err));
-	kvp_pager_close(p);
 	tcase_add_loop_test(tc, same_as_cpu, 0,
 			    sizeof(cases) / sizeof(cases[0]));
 	tcase_add_test(tc, preload_all);

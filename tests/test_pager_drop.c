@@ -34,11 +34,7 @@ START_TEST(test_remove_whole_block)
 	char *a;
 	struct kvp_stats s0, s1;
 
-	make_store(ST_MEM, size);
-	store_fill(S, 0, size, SEED_A);
-	open_pager(&po);
-	R = make_region(size, bs, KVP_REGION_FROM_STORE);
-	a = kvp_region_addr(R);
+	a = fx_seeded_region(ST_MEM, size, bs, &po);
 	/* Block 3 resident (clean), block 4 resident and dirty. */
 	check_region(R, 3 * bs, 2 * bs, SEED_A);
 	kvp_test_fill(a + 4 * bs, bs, SEED_B, 4 * bs);
@@ -83,11 +79,7 @@ START_TEST(test_remove_part_of_block)
 			    .mode = _i ? KVP_INSTALL_COPY : KVP_INSTALL_MOVE };
 	char *a;
 
-	make_store(ST_MEM, size);
-	store_fill(S, 0, size, SEED_A);
-	open_pager(&po);
-	R = make_region(size, bs, KVP_REGION_FROM_STORE);
-	a = kvp_region_addr(R);
+	a = fx_seeded_region(ST_MEM, size, bs, &po);
 	/* Resident block 2: drop its 4th and 5th pages. */
 	check_region(R, 2 * bs, bs, SEED_A);
 	ck_assert_int_eq(madvise(a + 2 * bs + 3 * PG, 2 * PG, MADV_DONTNEED),
@@ -190,11 +182,7 @@ START_TEST(test_remove_while_waiting_for_frame)
 	char *a;
 	int k;
 
-	make_store(ST_MEM, nb * bs);
-	store_fill(S, 0, nb * bs, SEED_A);
-	open_pager(&po);
-	R = make_region(nb * bs, bs, KVP_REGION_FROM_STORE);
-	a = kvp_region_addr(R);
+	a = fx_seeded_region(ST_MEM, nb * bs, bs, &po);
 	touch_read(R, 0, 32 * bs);
 	ck_assert_int_eq(kvp_region_pin(R, 0, 32), 0); /* the budget */
 	ck_assert_int_eq(pthread_create(&t, NULL, touch_block_main,
@@ -229,11 +217,7 @@ START_TEST(test_remove_part_of_staged)
 	char *a;
 	int k;
 
-	make_store(ST_MEM, nb * bs);
-	store_fill(S, 0, nb * bs, SEED_A);
-	open_pager(&po);
-	R = make_region(nb * bs, bs, KVP_REGION_FROM_STORE);
-	a = kvp_region_addr(R);
+	a = fx_seeded_region(ST_MEM, nb * bs, bs, &po);
 	/* Two faults in a row: blocks 2 and 3 are read ahead, staged. */
 	touch_read(R, 0, 2 * bs);
 	for (k = 0; k < 10000; k++) {
@@ -262,11 +246,7 @@ START_TEST(test_unmap)
 			    .mode = _i ? KVP_INSTALL_COPY : KVP_INSTALL_MOVE };
 	char *a;
 
-	make_store(ST_MEM, size);
-	store_fill(S, 0, size, SEED_A);
-	open_pager(&po);
-	R = make_region(size, bs, KVP_REGION_FROM_STORE);
-	a = kvp_region_addr(R);
+	a = fx_seeded_region(ST_MEM, size, bs, &po);
 	/* Blocks 4..7 resident and dirty, then unmapped; 20..23 never loaded,
 	 * unmapped; the last two blocks unmapped. */
 	kvp_test_fill(a + 4 * bs, 4 * bs, SEED_B, 4 * bs);
@@ -299,11 +279,7 @@ START_TEST(test_unmap_part_of_block)
 	struct popts po = { .budget = 2 * MIB };
 	char *a;
 
-	make_store(ST_MEM, size);
-	store_fill(S, 0, size, SEED_A);
-	open_pager(&po);
-	R = make_region(size, bs, KVP_REGION_FROM_STORE);
-	a = kvp_region_addr(R);
+	a = fx_seeded_region(ST_MEM, size, bs, &po);
 	kvp_test_fill(a + 3 * bs, bs, SEED_B, 3 * bs);
 	ck_assert_int_eq(munmap(a + 3 * bs + 4 * PG, PG), 0);
 	wait_removed(R, PG);

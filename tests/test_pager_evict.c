@@ -166,11 +166,8 @@ START_TEST(test_small_frames_not_huge)
 		printf("small_frames_not_huge: THP off, nothing to check\n");
 		return;
 	}
-	make_store(ST_MEM, 4 * MIB);
-	store_fill(S, 0, 4 * MIB, SEED_A);
-	open_pager(&po);
-	R = make_region(4 * MIB, 64 * KIB, KVP_REGION_FROM_STORE);
-	p = kvp_region_addr(R);
+	p = (volatile uint64_t *)fx_seeded_region(ST_MEM, 4 * MIB, 64 * KIB,
+						  &po);
 	before = vm_rss_bytes();
 	(void)p[0]; /* one frame read into, one block installed */
 	after = vm_rss_bytes();
@@ -373,10 +370,7 @@ START_TEST(test_zap_follows_reader)
 
 	ck_assert(
 	    status_cpus("/proc/thread-self/status", NULL, own, sizeof(own)));
-	make_store(ST_MEM, size);
-	store_fill(S, 0, size, SEED_A);
-	open_pager(&po);
-	R = make_region(size, bs, KVP_REGION_FROM_STORE);
+	(void)fx_seeded_region(ST_MEM, size, bs, &po);
 	check_region(R, 0, size, SEED_A);
 	check_region(R, 0, size, SEED_A);
 	ck_assert_uint_gt(rstats(R).evictions_zap_total, 0);

@@ -245,10 +245,7 @@ START_TEST(test_threads_diff_blocks)
 	struct thr th[NTHREADS];
 	struct kvp_stats st;
 
-	make_store(ST_MEM, size);
-	store_fill(S, 0, size, SEED_A);
-	open_pager(&po);
-	R = make_region(size, bs, KVP_REGION_FROM_STORE);
+	(void)fx_seeded_region(ST_MEM, size, bs, &po);
 	pthread_barrier_init(&bar, NULL, NTHREADS);
 	for (unsigned i = 0; i < NTHREADS; i++) {
 		th[i] = (struct thr){ .id = i,

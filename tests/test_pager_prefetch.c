@@ -213,10 +213,7 @@ START_TEST(test_readahead)
 			    .readahead = 4 * MIB };
 	struct kvp_stats s;
 
-	make_store(ST_FILE, size);
-	store_fill(S, 0, size, SEED_A);
-	open_pager(&po);
-	R = make_region(size, bs, KVP_REGION_FROM_STORE);
+	(void)fx_seeded_region(ST_FILE, size, bs, &po);
 	check_region(R, 0, size, SEED_A);
 	s = rstats(R);
 	printf("readahead %s: %llu demand faults, %llu read ahead, %llu "
@@ -238,10 +235,7 @@ START_TEST(test_bug_readahead_copy)
 			    .mode = KVP_INSTALL_COPY,
 			    .readahead = 4 * MIB };
 
-	make_store(ST_MEM, size);
-	store_fill(S, 0, size, SEED_A);
-	open_pager(&po);
-	R = make_region(size, bs, KVP_REGION_FROM_STORE);
+	(void)fx_seeded_region(ST_MEM, size, bs, &po);
 	touch_read(R, 0, size);
 	ck_assert_uint_le(rstats(R).demand_faults_total * 4, nb);
 }
@@ -265,10 +259,7 @@ START_TEST(test_readahead_sparse_runs)
 	size_t touched = 0;
 	uint64_t read;
 
-	make_store(ST_MEM, size);
-	store_fill(S, 0, size, SEED_A);
-	open_pager(&po);
-	R = make_region(size, bs, KVP_REGION_FROM_STORE);
+	(void)fx_seeded_region(ST_MEM, size, bs, &po);
 	for (size_t b = 0; b + run <= size / bs; b += every) {
 		touch_read(R, b * bs, run * bs);
 		touched += run * bs;
@@ -341,10 +332,7 @@ START_TEST(test_readahead_working_set)
 			    .mode = _i ? KVP_INSTALL_COPY : KVP_INSTALL_MOVE };
 	uint64_t first, settle, later;
 
-	make_store(ST_FILE, size);
-	store_fill(S, 0, size, SEED_A);
-	open_pager(&po);
-	R = make_region(size, bs, KVP_REGION_FROM_STORE);
+	(void)fx_seeded_region(ST_FILE, size, bs, &po);
 	ws_passes(1);
 	first = rstats(R).bytes_read_total;
 	ws_passes(6);

@@ -334,11 +334,7 @@ START_TEST(test_peek)
 	struct kvp_stats s0, s1;
 	const uint64_t blks[] = { 1, 2, 3, 4 };
 
-	make_store(ST_MEM, nb * bs);
-	store_fill(S, 0, nb * bs, SEED_A);
-	open_pager(&po);
-	R = make_region(nb * bs, bs, KVP_REGION_FROM_STORE);
-	a = kvp_region_addr(R);
+	a = fx_seeded_region(ST_MEM, nb * bs, bs, &po);
 	buf = kvp_test_xalloc(bs);
 	/* 2: written, then evicted; 1: resident dirty; 4: resident clean;
 	 * 3: never loaded. */

@@ -123,6 +123,16 @@ struct kvp_region *make_region(size_t size, size_t bs, unsigned flags)
 	return r;
 }
 
+char *fx_seeded_region(enum store_kind k, size_t size, size_t bs,
+		       const struct popts *o)
+{
+	make_store(k, size);
+	store_fill(S, 0, size, SEED_A);
+	open_pager(o);
+	R = make_region(size, bs, KVP_REGION_FROM_STORE);
+	return kvp_region_addr(R);
+}
+
 struct kvp_stats pstats(void)
 {
 	struct kvp_stats s;
@@ -260,16 +270,26 @@ TCase *fx_tcase(Suite *s, const char *name, int timeout)
 	return t;
 }
 
-int fx_main(Suite *(*make_suite)(void))
+int kvp_test_pager_err(void)
 {
 	struct kvp_config c;
 	struct kvp_pager *p = NULL;
 	int err;
 
-	setvbuf(stdout, NULL, _IOLBF, 0);
 	kvp_config_defaults(&c);
 	c.ram_budget_bytes = 4 * MIB;
 	err = kvp_pager_open(&c, &p);
+	if (!err)
+		kvp_pager_close(p);
+	return err;
+}
+
+int fx_main(Suite *(*make_suite)(void))
+{
+	int err;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	err = kvp_test_pager_err();
 	if (err == -EPERM || err == -EOPNOTSUPP || err == -ENOSYS) {
 		return kvp_test_skip("cannot open a pager here: %s",
 				     kvp_strerror(err));
@@ -278,6 +298,5 @@ int fx_main(Suite *(*make_suite)(void))
 		printf("kvp_pager_open: %s\n", kvp_strerror(err));
 		return 1;
 	}
-	kvp_pager_close(p);
 	return kvp_test_run(make_suite());
 }

@@ -66,6 +66,12 @@ void open_pager(const struct popts *o);
 /* A region of P on S from offset 0. */
 struct kvp_region *make_region(size_t size, size_t bs, unsigned flags);
 
+/* The usual start: S of kind @k and @size bytes holding SEED_A's pattern, P
+ * from @o, and R a region of @bs blocks over all of S (FROM_STORE).
+ * Returns R's address. */
+char *fx_seeded_region(enum store_kind k, size_t size, size_t bs,
+		       const struct popts *o);
+
 /* Statistics of P, of @r. */
 struct kvp_stats pstats(void);
 struct kvp_stats rstats(struct kvp_region *r);
@@ -111,6 +117,9 @@ TCase *fx_tcase(Suite *s, const char *name, int timeout);
  * (-EOPNOTSUPP, -ENOSYS), else runs the suite @make_suite makes
  * (kvp_test_run).
  */
+/* kvp_pager_open's result for a small pager, opened and closed: 0 when this
+ * process can page (userfaultfd, io_uring). */
+int kvp_test_pager_err(void);
 int fx_main(Suite *(*make_suite)(void));
 
 #endif /* KVP_TESTS_PAGER_FX_H */
