@@ -14,10 +14,7 @@ set -u
 BUILD=${BUILD:-build}
 K=$BUILD/bin/kvpager
 
-skip() {
-	echo "skipped: $*"
-	exit 77
-}
+. "$(dirname "$0")/helpers/tap.sh"
 [ -x "$K" ] || skip "$K is not built (make BUILD=$BUILD)"
 
 tmp=$(mktemp -d /tmp/kvp-run-XXXXXX)
@@ -32,25 +29,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-n=0
-fail() {
-	echo "FAIL: $*"
-	exit 1
-}
-ok() {
-	n=$((n + 1))
-	echo "ok $n - $*"
-}
-# expect RC PATTERN CMD...: CMD exits RC and its output matches PATTERN
-expect() {
-	local rc=$1 pat=$2 out got
-	shift 2
-	out=$("$@" 2>&1)
-	got=$?
-	[ "$got" = "$rc" ] || fail "$* exited $got, not $rc: $out"
-	echo "$out" | grep -q -E -- "$pat" || fail "$* printed '$out', not /$pat/"
-	ok "$*"
-}
 # json FIELD TEXT: the value of "FIELD": in one JSON line
 json() {
 	echo "$2" | sed -n "s/.*\"$1\":\"\{0,1\}\([^,\"}]*\).*/\1/p"
@@ -236,4 +214,4 @@ for sig in INT TERM; do
 	[ -e "$tmp/reg/$pid" ] && fail "SIG$sig left the registry entry"
 	ok "SIG$sig: report, view unmounted, registry entry gone"
 done
-echo "all $n passed"
+echo "all $tap_n passed"

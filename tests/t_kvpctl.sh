@@ -14,10 +14,7 @@ BUILD=${BUILD:-build}
 K=$BUILD/bin/kvpctl
 S=$BUILD/tests/test_fuse_view
 
-skip() {
-	echo "skipped: $*"
-	exit 77
-}
+. "$(dirname "$0")/helpers/tap.sh"
 [ -x "$K" ] || skip "$K is not built (make BUILD=$BUILD)"
 [ -x "$S" ] || skip "$S is not built (make BUILD=$BUILD check)"
 [ -c /dev/fuse ] || skip "/dev/fuse is missing (modprobe fuse)"
@@ -37,25 +34,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-n=0
-fail() {
-	echo "FAIL: $*"
-	exit 1
-}
-ok() {
-	n=$((n + 1))
-	echo "ok $n - $*"
-}
-# expect RC PATTERN CMD...: CMD exits RC and its output matches PATTERN
-expect() {
-	local rc=$1 pat=$2 out got
-	shift 2
-	out=$("$@" 2>&1)
-	got=$?
-	[ "$got" = "$rc" ] || fail "$* exited $got, not $rc: $out"
-	echo "$out" | grep -q -E -- "$pat" || fail "$* printed '$out', not /$pat/"
-	ok "$*"
-}
 
 # start_pager MOUNT [VAR=VALUE...]: a serving pager; sets $pid
 start_pager() {
@@ -196,4 +174,4 @@ wait "$pid" || fail "pager exited $?"
 ok "stale mount recovered"
 [ -z "$(ls "$KVP_RUNTIME_DIR")" ] || fail "registry not empty: $(ls "$KVP_RUNTIME_DIR")"
 ok "registry empty"
-echo "$n checks passed"
+echo "$tap_n checks passed"
