@@ -353,7 +353,7 @@ enum {
  * field of their real width (--batch 4294967298 was a batch of 2). */
 #define FIELD(f) KVPB_FIELD(struct dopts, f)
 static const struct kvpb_num_opt num_opts[] = {
-	{ D_CONTEXT, "context", false, 1, UINT32_MAX, FIELD(context) },
+	{ D_CONTEXT, "context", true, 1, UINT32_MAX, FIELD(context) },
 	{ D_BATCH, "batch", false, 1, 4096, FIELD(batch) },
 	{ D_M, "budget-tokens", false, 1, UINT32_MAX, FIELD(M) },
 	{ D_STEPS, "steps", false, 1, UINT32_MAX, FIELD(steps) },
@@ -369,7 +369,7 @@ static const struct kvpb_num_opt num_opts[] = {
 
 static const struct kvp_cli_opt dopts_table[] = {
 	{ "preset", D_PRESET, 0, "P", "llama3-8b | qwen3-8b | tiny (llama3-8b)" },
-	{ "context", D_CONTEXT, 0, "N", "tokens per sequence (32768)" },
+	{ "context", D_CONTEXT, 0, "N", "tokens per sequence, 32K allowed (32768)" },
 	{ "batch", D_BATCH, 0, "B", "sequences (1)" },
 	{ "predictor", D_PRED, 0, "K", "exact | window | lowrank (lowrank)" },
 	{ "budget-tokens", D_M, 0, "M", "sparse predictors' tokens per layer (400)" },
