@@ -86,6 +86,18 @@ static void usage(FILE *f)
 	kvp_cli_usage(f, opts);
 }
 
+/* "kvpctl: <message>" on stderr, then exit(@status). */
+static void vexit(int status, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0), noreturn));
+
+static void vexit(int status, const char *fmt, va_list ap)
+{
+	fputs("kvpctl: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	exit(status);
+}
+
 static void die(const char *fmt, ...)
     __attribute__((format(printf, 1, 2), noreturn));
 
@@ -93,12 +105,8 @@ static void die(const char *fmt, ...)
 {
 	va_list ap;
 
-	fputs("kvpctl: ", stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	exit(1);
+	vexit(1, fmt, ap);
 }
 
 static void bad_usage(const char *fmt, ...)
@@ -109,12 +117,8 @@ static void bad_usage(const char *fmt, ...)
 {
 	va_list ap;
 
-	fputs("kvpctl: ", stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	exit(2);
+	vexit(2, fmt, ap);
 }
 
 /* Option @opt's value @s: decimal digits only, whole, in [@min, @max]. */
