@@ -14,19 +14,9 @@
 # rates are not judged: speed belongs to benchmarks, not tests).
 #
 # Needs $BUILD/bin/kvpbench (run by tests/run-tests.sh with BUILD set).
-set -u
-BUILD=${BUILD:-build}
+. "$(dirname "$0")/helpers/counted.sh"
 B="$BUILD/bin/kvpbench"
-fails=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-fail() {
-	echo "FAIL: $*"
-	fails=$((fails + 1))
-}
-
-[ -x "$B" ] || { echo "t_bench: $B not built (make BUILD=$BUILD)"; exit 77; }
+need "$B"
 command -v python3 >/dev/null || { echo "t_bench: python3 not found"; exit 77; }
 
 "$B" --short stream random --threads 1 --repeat 1 --quiet --json \
@@ -233,5 +223,4 @@ wait $pid 2>/dev/null
 left=$(ls -A "$tmp/kill")
 [ -z "$left" ] || fail "kvpbench killed with SIGKILL left '$left' behind"
 
-[ $fails = 0 ] || { echo "t_bench: $fails failure(s)"; exit 1; }
-echo "t_bench: ok"
+finish t_bench

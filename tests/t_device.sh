@@ -9,20 +9,10 @@
 # is for it).
 #
 # Needs $BUILD/bin/kvpager and kvpbench (run by tests/run-tests.sh).
-set -u
-BUILD=${BUILD:-build}
+. "$(dirname "$0")/helpers/counted.sh"
 K="$BUILD/bin/kvpager"
 B="$BUILD/bin/kvpbench"
-fails=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-fail() {
-	echo "FAIL: $*"
-	fails=$((fails + 1))
-}
-
-[ -x "$K" ] && [ -x "$B" ] || { echo "t_device: $K or $B not built"; exit 77; }
+need "$K" "$B"
 command -v python3 >/dev/null || { echo "t_device: python3 not found"; exit 77; }
 run="--preset tiny --predictor exact --context 300 --steps 3 --quiet --path $tmp"
 
@@ -108,5 +98,4 @@ for b in bad:
 sys.exit(1 if bad else 0)
 PY
 
-[ $fails = 0 ] && echo "t_device: ok"
-[ $fails = 0 ]
+finish t_device
