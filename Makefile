@@ -46,10 +46,11 @@ endif
 DEPS_PKGS := fuse3 liburing check libsodium hiredis libmicrohttpd
 # redis-server (and redis-tools: redis-cli, redis-benchmark) for the remote
 # tier's tests and kvpbench tier, which start their own servers; curl and
-# python3-prometheus-client for the /metrics tests.
+# python3-prometheus-client for the /metrics tests; gnuplot-nox for
+# kvpbench --plot (run, not linked) and its test.
 DEBIAN_PKGS := libfuse3-dev fuse3 liburing-dev check pkg-config libsodium-dev \
 	python3-numpy python3-pytest libhiredis-dev redis-server redis-tools \
-	libmicrohttpd-dev curl python3-prometheus-client
+	libmicrohttpd-dev curl python3-prometheus-client gnuplot-nox
 # The Python binding's interpreter: Debian's, which sees Debian's numpy.
 PYTHON ?= /usr/bin/python3
 # Expanded when a recipe runs, after the deps stamp has installed them.
@@ -154,6 +155,7 @@ $(DEPS_STAMP):
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	command -v redis-benchmark >/dev/null 2>&1 || missing="$$missing redis-tools"; \
 	command -v curl >/dev/null 2>&1 || missing="$$missing curl"; \
+	command -v gnuplot >/dev/null 2>&1 || missing="$$missing gnuplot-nox"; \
 	$(PYTHON) -c 'import numpy, pytest, prometheus_client' >/dev/null 2>&1 || \
 		missing="$$missing python3-numpy/python3-pytest/python3-prometheus-client"; \
 	if [ -n "$$missing" ]; then \

@@ -99,6 +99,7 @@ struct dopts {
 	bool json, quiet;
 	unsigned modes;
 	const char *device;   /* --device, or NULL */
+	const char *plot;     /* --plot FILE, or NULL */
 	uint64_t device_pool; /* --device-pool bytes; 0: default */
 	uint64_t seed_prompt;	 /* --model: the prompt's seed */
 	struct kvp_model *model; /* --model, or NULL: synthetic KV */
@@ -326,6 +327,82 @@ static int run_mode(const struct dopts *o, const struct dmode *m,
 	return err;
 }
 
+/*
+ * --plot: tokens/s per mode (all in RAM as a line), and T_step beside
+ * max(T_compute, T_load), the bound a step that overlaps its loads with
+ * its compute would reach.  0, or -errno (said on stderr).
+ */
+static int decode_plot(const struct dopts *o, const struct dres *res,
+		       uint64_t kv)
+{
+	struct kvpb_plot p;
+	char title[256];
+	unsigned i, n = 0;
+	FILE *f;
+	int err;
+
+	snprintf(title, sizeof(title),
+		 "kvpbench decode: %s, context %" PRIu64 ", predictor %s, "
+		 "budget %.0f of %.0f MiB of KV, %s KV",
+		 o->preset, o->context, kvp_predictor_kind_name(o->pred),
+		 o->budget / 1048576.0, kv / 1048576.0,
+		 o->model ? "model" : "synthetic");
+	for (i = 0; i < NDMODES; i++)
+		n += res[i].ran;
+	if (!n) {
+		fprintf(stderr, "kvpbench decode: --plot %s: no mode ran, "
+				"nothing to draw\n", o->plot);
+		return -ENODATA;
+	}
+	n = 0;
+	err = kvpb_plot_begin(&p, o->plot, title);
+	if (err)
+		return err;
+	f = p.f;
+	fputs("set xtics rotate by -25\nset xtics (", f);
+	for (i = 0; i < NDMODES; i++) {
+		if (!res[i].ran)
+			continue;
+		fputs(n ? ", " : "", f);
+		kvpb_plot_str(f, dmodes[i].name);
+		fprintf(f, " %u", n++);
+	}
+	fprintf(f, ")\nset xrange [-0.6:%u.6]\n$d << EOD\n", n ? n - 1 : 0);
+	for (i = 0, n = 0; i < NDMODES; i++) {
+		const struct dres *r = &res[i];
+
+		if (r->ran)
+			fprintf(f, "%u %.4f %.4f %.4f\n", n++, r->tps,
+				r->t_step * 1e3,
+				(r->t_compute > r->t_load ? r->t_compute
+							  : r->t_load) *
+				    1e3);
+	}
+	fputs("EOD\n", f);
+	fprintf(f, "set multiplot layout 1,2 title ");
+	kvpb_plot_str(f, title);
+	fputs("\nset title 'tokens/s per mode'\nset ylabel 'tokens/s'\n"
+	      "plot $d using 1:2:(0.6) with boxes lc rgb '#1f77b4' "
+	      "title 'tokens/s', "
+	      "$d using 1:2:(sprintf('%.1f', $2)) with labels offset 0,0.6 "
+	      "notitle",
+	      f);
+	if (res[0].ran)
+		fprintf(f,
+			", %.4f with lines lw 2 dt 2 lc rgb 'black' "
+			"title 'ram (all in RAM)'",
+			res[0].tps);
+	fputs("\nset title 'T_step against max(T_compute, T_load)'\n"
+	      "set ylabel 'ms per step'\n"
+	      "plot $d using ($1-0.2):3:(0.4) with boxes lc rgb '#ff7f0e' "
+	      "title 'T_step', "
+	      "$d using ($1+0.2):4:(0.4) with boxes lc rgb '#2ca02c' "
+	      "title 'max(T_compute, T_load)'\n"
+	      "unset multiplot\n",
+	      f);
+	return kvpb_plot_end(&p, "kvpbench decode");
+}
+
 enum {
 	D_PRESET = 300,
 	D_CONTEXT,
@@ -346,7 +423,8 @@ enum {
 	D_HELP,
 	D_MODEL,
 	D_DEVICE,
-	D_DEVPOOL
+	D_DEVPOOL,
+	D_PLOT
 };
 
 /* The numeric options: whole values, range checked before they reach a
@@ -391,6 +469,9 @@ static const struct kvp_cli_opt dopts_table[] = {
 	{ "path", D_PATH, 0, "DIR", "backing files' directory" },
 	{ "short", D_SHORT, 0, NULL, "context 8192, 8 steps" },
 	{ "json", D_JSON, 0, NULL, "one JSON object per mode" },
+	{ "plot", D_PLOT, 0, "FILE",
+	  "also draw tokens/s and T_step against max(T_compute,\n"
+	  "T_load) per mode into FILE, an .svg or a .png (gnuplot)" },
 	{ "quiet", D_QUIET, 0, NULL, "no progress on stderr" },
 	{ "help", D_HELP, 0, NULL, "this text" },
 	{ "model", D_MODEL, 0, "M",
@@ -467,6 +548,9 @@ int kvpbench_decode(int argc, char **argv)
 		case D_DEVICE:
 			o.device = optarg;
 			continue;
+		case D_PLOT:
+			o.plot = optarg;
+			continue;
 		case D_HELP:
 			dusage(stdout);
 			return 0;
@@ -523,6 +607,9 @@ int kvpbench_decode(int argc, char **argv)
 		o.context = 8192;
 		o.steps = 8;
 	}
+	/* before the runs: a plot that cannot be made is said now */
+	if (o.plot && kvpb_plot_check("kvpbench decode", o.plot))
+		return 2;
 	if (!o.modes)
 		o.modes = o.device ? DEV_MODES : CPU_MODES;
 	if ((o.modes & DEV_MODES) && !o.device) {
@@ -748,6 +835,8 @@ int kvpbench_decode(int argc, char **argv)
 			       res[i].ram.rolling / 1048576.0,
 			       res[i].ram.staging / 1048576.0);
 	fflush(stdout);
+	if (o.plot && decode_plot(&o, res, kv))
+		failed++;
 	for (i = 0; i < NDMODES; i++)
 		free(res[i].tokens);
 	free(o.prompt);

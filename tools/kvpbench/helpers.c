@@ -19,7 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "lib/cli/progress.h"
 #include "lib/tunables/tunables.h"
 
 /* ---- the clock, progress, the page cache, the disk -------------------- */
@@ -64,6 +66,27 @@ int64_t kvpb_disk_read_bytes(const struct kvpb_file *f)
 	n = fscanf(fp, "%llu %llu %llu", &rd_ios, &rd_merges, &rd_sectors);
 	fclose(fp);
 	return n == 3 ? (int64_t)(rd_sectors * 512) : -1;
+}
+
+/* ---- child processes ---------------------------------------------------- */
+
+pid_t kvpb_fork_pipe(int pfd[2])
+{
+	pid_t pid;
+	int err;
+
+	if (pipe2(pfd, O_CLOEXEC))
+		return -errno;
+	fflush(stdout);
+	fflush(stderr);
+	pid = fork();
+	if (pid < 0) {
+		err = -errno;
+		close(pfd[0]);
+		close(pfd[1]);
+		return err;
+	}
+	return pid;
 }
 
 /* ---- competing load (--busy) ------------------------------------------- */

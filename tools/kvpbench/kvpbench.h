@@ -13,6 +13,7 @@
  *   decode.c       the decode scenario (kvpbench decode ...)
  *   compute.c      the CPU-bound rates (kvpbench compute ...)
  *   tier.c         a block fetched from each tier (kvpbench tier ...)
+ *   plot.c         --plot: the figures drawn by gnuplot
  *   helpers.c      what they share: clock, results, pattern, threads
  *   cpu.c          CPU time samples
  *
@@ -29,6 +30,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
 
 #include "pager/stats.h"
 
@@ -73,6 +76,7 @@ struct kvpb_opts {
 				    found next to this program) */
 	const char *preload_lib; /* touch: libkvpager-preload.so (likewise) */
 	bool busy;		 /* random: a competing busy thread per CPU */
+	const char *plot;	 /* --plot FILE, or NULL */
 };
 
 /* The backing file, created and filled by main.c; it has no name in
@@ -183,6 +187,14 @@ void kvpb_fill(void *buf, uint64_t off, uint64_t len);
  */
 int kvpb_busy_start(unsigned *n);
 void kvpb_busy_stop(int pid);
+
+/*
+ * kvpb_fork_pipe - a pipe into @pfd (both ends close-on-exec) and a child
+ * process, stdio flushed first so that the child repeats nothing buffered.
+ * Returns the child's pid in the parent and 0 in the child, with the
+ * pipe's two ends in both; or -errno and no pipe.
+ */
+pid_t kvpb_fork_pipe(int pfd[2]);
 
 /* CLOCK_MONOTONIC in seconds. */
 double kvpb_now(void);
@@ -326,5 +338,41 @@ int kvpbench_compute(int argc, char **argv) __attribute__((weak));
 
 /* tier.c (weak): `kvpbench tier [options]`, as kvpbench_decode. */
 int kvpbench_tier(int argc, char **argv) __attribute__((weak));
+
+/*
+ * plot.c: --plot FILE, drawn by gnuplot; SVG when FILE ends in .svg, PNG
+ * when in .png.  The calls say what failed on stderr, naming @prog.
+ *
+ * kvpb_plot_check - at start, before any run: whether FILE's name is one
+ * of those, gnuplot is on PATH and FILE's folder is writable.  0, or
+ * -EINVAL (the name), -ENOENT (no gnuplot: the remedy is said) or the
+ * folder's -errno.  Nothing is created.
+ */
+int kvpb_plot_check(const char *prog, const char *file);
+
+/* A gnuplot script being written: begin sets the terminal, the output
+ * (FILE.tmp) and @title; the caller writes its datablocks and plot
+ * command to ->f; end runs gnuplot on it and renames FILE.tmp to FILE
+ * (0), or removes FILE.tmp and says why (-errno).  End frees the script
+ * whatever happens. */
+struct kvpb_plot {
+	const char *file; /* FILE */
+	FILE *f;	  /* the script (a memstream) */
+	char *buf;	  /* its text */
+	size_t len;
+};
+int kvpb_plot_begin(struct kvpb_plot *p, const char *file, const char *title);
+int kvpb_plot_end(struct kvpb_plot *p, const char *prog);
+
+/* @s as a quoted gnuplot string (a label, a title) on @f. */
+void kvpb_plot_str(FILE *f, const char *s);
+
+/*
+ * kvpb_plot_results - the chart of c->results (stream, random, install):
+ * a cluster per job, a bar per kvpager mode with its GB/s, raw and mmap
+ * as lines across their cluster, the depth-32 raw line across the
+ * clusters of its block size.  0 or -errno (said).
+ */
+int kvpb_plot_results(const struct kvpb_ctx *c, const char *file);
 
 #endif /* KVPBENCH_H */

@@ -539,6 +539,9 @@ static const struct kvp_cli_opt opts[] = {
 	{ "busy", 'y', 0, NULL,
 	  "random: a competing process spins one\n"
 	  "thread on every CPU meanwhile (load)" },
+	{ "plot", 'G', 0, "FILE",
+	  "also draw the GB/s per mode into FILE,\n"
+	  "an .svg or a .png (gnuplot)" },
 	{ "quiet", 'q', 'q', NULL, "no progress on stderr" },
 	{ "help", 'h', 'h', NULL, "this text" },
 	{ 0 },
@@ -774,6 +777,9 @@ int main(int argc, char **argv)
 		case 'H':
 			o->no_thp = true;
 			break;
+		case 'G':
+			o->plot = optarg;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -808,6 +814,9 @@ int main(int argc, char **argv)
 	}
 	if (!scen)
 		scen = SC_STREAM | SC_RANDOM;
+	/* before the runs: a plot that cannot be made is said now */
+	if (o->plot && kvpb_plot_check("kvpbench", o->plot))
+		return 2;
 	thp_off = o->no_thp;
 	if (o->no_thp && prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0)) {
 		fprintf(stderr, "kvpbench: --no-thp: prctl: %s\n",
@@ -872,10 +881,12 @@ int main(int argc, char **argv)
 	}
 	if (!o->json)
 		print_targets(c);
+	/* a plot that failed says so; the figures above stand */
+	err = o->plot ? kvpb_plot_results(c, o->plot) : 0;
 	if (c->failures)
 		fprintf(stderr,
 			"kvpbench: %d mode%s failed or read wrong "
 			"data\n",
 			c->failures, c->failures > 1 ? "s" : "");
-	return c->failures ? 1 : 0;
+	return c->failures || err ? 1 : 0;
 }

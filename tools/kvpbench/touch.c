@@ -300,17 +300,9 @@ static int child_run(const struct child_spec *s, struct touch_result *r)
 	double deadline = kvpb_now() + CHILD_TIMEOUT_S;
 	pid_t pid;
 
-	if (pipe2(pfd, O_CLOEXEC))
-		return -errno;
-	fflush(stdout);
-	fflush(stderr);
-	pid = fork();
-	if (pid < 0) {
-		err = -errno;
-		close(pfd[0]);
-		close(pfd[1]);
-		return err;
-	}
+	pid = kvpb_fork_pipe(pfd);
+	if (pid < 0)
+		return pid;
 	if (!pid)
 		child_exec(s, pfd[1]);
 	close(pfd[1]);
