@@ -2,7 +2,10 @@
 # t_progress.sh - progress of long phases (lib/cli/progress.h) as the
 # tools show it: a bar on a terminal (script(1) gives one), no carriage
 # returns when stderr is a file (a line every few seconds instead, which
-# these short runs do not reach), and nothing with --quiet.
+# these short runs do not reach), and nothing with --quiet.  Covered:
+# kvpager run, kvpbench decode, kvpbench's fill and the runs of its
+# stream, random and touch scenarios (each mode's own bar), and kvpbench
+# tier (a bar per block size; when redis-server is there).
 set -u
 BUILD=${BUILD:-build}
 tmp=$(mktemp -d)
@@ -19,8 +22,13 @@ done
 dec="$BUILD/bin/kvpbench decode --preset tiny --short --modes ram,kvpager"
 run="$BUILD/bin/kvpager run --preset tiny --context 4096 --steps 20"
 fill="$BUILD/bin/kvpbench --short --modes raw --repeat 1 stream"
+rnd="$BUILD/bin/kvpbench --budget 8M --modes raw,kvpager-copy --repeat 1 --threads 1 --ref-depth 0 random"
+tch="$BUILD/bin/kvpbench touch --budget 8M --touches 128 --threads 1 --modes raw,kvpager"
+tier="$BUILD/bin/kvpbench tier --short --no-cluster"
+cmds=("$dec" "$run" "$fill" "$rnd" "$tch")
+command -v redis-server >/dev/null && cmds+=("$tier")
 
-for cmd in "$dec" "$run" "$fill"; do
+for cmd in "${cmds[@]}"; do
 	$cmd >/dev/null 2>"$tmp/err" || fail "$cmd failed: $(cat "$tmp/err")"
 	grep -q $'\r' "$tmp/err" && fail "$cmd: a bar on a stderr that is a file"
 	$cmd --quiet >/dev/null 2>"$tmp/err" || fail "$cmd --quiet failed"
@@ -29,12 +37,25 @@ for cmd in "$dec" "$run" "$fill"; do
 done
 echo "ok: no bar off a terminal, nothing with --quiet"
 
+# The bars each command must finish: its phases, by name.
+declare -A bars=(
+	["$dec"]="decode kvpager"
+	["$run"]="decode"
+	["$fill"]="fill|stream raw"
+	["$rnd"]="random raw|random kvpager-copy"
+	["$tch"]="touch raw|touch kvpager"
+	["$tier"]="tier 65536-byte blocks"
+)
 if command -v script >/dev/null; then
-	for cmd in "$dec" "$run" "$fill"; do
+	for cmd in "${cmds[@]}"; do
 		script -qec "$cmd >/dev/null" /dev/null >"$tmp/tty" 2>&1 ||
 			fail "$cmd on a terminal failed"
-		grep -q '\[##############################\] 100%' "$tmp/tty" ||
-			fail "$cmd: no bar on a terminal: $(tr '\r' '\n' <"$tmp/tty" | tail -3)"
+		IFS='|' read -ra want <<<"${bars[$cmd]}"
+		for w in "${want[@]}"; do
+			tr '\r' '\n' <"$tmp/tty" |
+				grep -qE "$w +\[#{30}\] 100%" ||
+				fail "$cmd: no finished '$w' bar on a terminal: $(tr '\r' '\n' <"$tmp/tty" | tail -3)"
+		done
 	done
 	echo "ok: a bar on a terminal"
 fi

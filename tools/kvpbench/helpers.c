@@ -226,27 +226,77 @@ uint64_t kvpb_job_off(const struct kvpb_job *j, unsigned t, uint64_t i)
 	return j->off + b * j->block;
 }
 
+/* The progress of a run: MiB, or KiB when it is small (touch). */
+struct run_progress {
+	struct kvp_progress pg;
+	uint64_t total;	  /* bytes the job reads */
+	unsigned shift;	  /* 20 or 10 */
+	const char *unit; /* "MiB", "KiB" */
+	char what[48];	  /* "stream raw": the phase, named in pg */
+};
+
+static void run_progress_start(struct run_progress *rp,
+			       const struct kvpb_ctx *c,
+			       const struct kvpb_job *j, const char *mode)
+{
+	rp->total = j->reads * j->block * j->threads;
+	rp->shift = rp->total >= (64ull << 20) ? 20 : 10;
+	rp->unit = rp->shift == 20 ? "MiB" : "KiB";
+	snprintf(rp->what, sizeof(rp->what), "%s %s", j->scenario, mode);
+	kvp_progress_start(&rp->pg, "kvpbench", rp->what, c->opts.quiet);
+}
+
+/* @bytes read so far; @end: the run is over (the bar gets its newline). */
+static void run_progress_show(struct run_progress *rp, uint64_t bytes,
+			      bool end)
+{
+	uint64_t done = bytes >> rp->shift, total = rp->total >> rp->shift;
+
+	if (end || bytes < rp->total)
+		kvp_progress_update(&rp->pg, done, total, rp->unit);
+	if (end)
+		kvp_progress_done(&rp->pg, done, total, rp->unit);
+}
+
+/* Bytes the workers of @j have consumed so far. */
+static uint64_t workers_bytes(const struct kvpb_job *j,
+			      struct kvpb_worker *w)
+{
+	uint64_t n = 0;
+	unsigned t;
+
+	for (t = 0; t < j->threads; t++)
+		n += __atomic_load_n(&w[t].bytes, __ATOMIC_RELAXED);
+	return n;
+}
+
 /*
  * Join @tid, watching that the workers move: a mode that makes no progress
  * for --timeout seconds (a fault never served) ends the program with the
- * place it is stuck at, rather than hanging `make bench`.
+ * place it is stuck at, rather than hanging `make bench`.  Meanwhile @rp
+ * shows how far the run is.
  */
 static void watch_join(struct kvpb_ctx *c, const struct kvpb_job *j,
-		       const char *mode, struct kvpb_worker *w, pthread_t tid)
+		       const char *mode, struct kvpb_worker *w, pthread_t tid,
+		       struct run_progress *rp)
 {
-	uint64_t last = ~0ull, now;
+	uint64_t last = ~0ull, now, total = rp->total;
 	double since = kvpb_now();
 	struct timespec ts;
 	unsigned t;
 
 	for (;;) {
 		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += 1;
+		/* a fifth of a second: the bar's pace, not the watchdog's */
+		ts.tv_nsec += 200000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
 		if (pthread_timedjoin_np(tid, NULL, &ts) != ETIMEDOUT)
 			return;
-		now = 0;
-		for (t = 0; t < j->threads; t++)
-			now += __atomic_load_n(&w[t].bytes, __ATOMIC_RELAXED);
+		now = workers_bytes(j, w);
+		run_progress_show(rp, now, false);
 		if (now != last) {
 			last = now;
 			since = kvpb_now();
@@ -254,12 +304,12 @@ static void watch_join(struct kvpb_ctx *c, const struct kvpb_job *j,
 		}
 		if (kvpb_now() - since < c->opts.timeout_s)
 			continue;
+		run_progress_show(rp, now, true);
 		fprintf(stderr,
 			"kvpbench: %s %s: no progress for %u s: stuck after "
 			"%llu of %llu bytes\n",
 			j->scenario, mode, c->opts.timeout_s,
-			(unsigned long long)now,
-			(unsigned long long)(j->reads * j->block * j->threads));
+			(unsigned long long)now, (unsigned long long)total);
 		for (t = 0; t < j->threads; t++) {
 			uint64_t at =
 			    __atomic_load_n(&w[t].at, __ATOMIC_RELAXED);
@@ -284,6 +334,7 @@ int kvpb_run_threads(struct kvpb_ctx *c, const struct kvpb_job *j,
 	pthread_t tid[KVPB_MAX_THREADS];
 	pthread_barrier_t start;
 	struct kvpb_cpu cpu0, cpu1;
+	struct run_progress rp;
 	unsigned t, n = j->threads;
 	double t0, t1;
 	int err = 0;
@@ -307,15 +358,18 @@ int kvpb_run_threads(struct kvpb_ctx *c, const struct kvpb_job *j,
 			exit(1);
 		}
 	}
+	run_progress_start(&rp, c, j, r->mode);
 	pthread_barrier_wait(&start);
 	t0 = kvpb_now(); /* the workers run from here: sample after */
 	kvpb_cpu_sample(&cpu0);
 	for (t = 0; t < n; t++)
-		watch_join(c, j, r->mode, w, tid[t]);
+		watch_join(c, j, r->mode, w, tid[t], &rp);
 	t1 = kvpb_now();
 	kvpb_cpu_sample(&cpu1);
 	kvpb_cpu_account(&cpu0, &cpu1, r);
 	pthread_barrier_destroy(&start);
+	/* the bar ends at what was read (all of it, unless a read failed) */
+	run_progress_show(&rp, workers_bytes(j, w), true);
 
 	r->bytes = 0;
 	r->bad = 0;

@@ -284,6 +284,8 @@ uint64_t kvpb_job_off(const struct kvpb_job *j, unsigned t, uint64_t i);
  * kvpb_worker (with @base and @arg); @fn does its set-up, then waits on
  * w->start, then reads.  The time runs from when every thread is ready to
  * when the last is done; @r gets bytes, bad, seconds and gb_per_s.
+ * Meanwhile the bytes read show on stderr as "SCENARIO MODE" progress
+ * (lib/cli/progress.h), unless --quiet.
  * Returns the first thread's error, or 0.
  */
 int kvpb_run_threads(struct kvpb_ctx *c, const struct kvpb_job *j,

@@ -34,6 +34,7 @@
 
 #include "lib/cache/cache_dir.h"
 #include "lib/cli/cli.h"
+#include "lib/cli/progress.h"
 #include "lib/remote/remote.h"
 #include "tools/kvpbench/kvpbench.h"
 
@@ -41,6 +42,7 @@
 #define CLUSTER_NODES 3
 #define SET_BYTES (64ull << 20) /* the blocks of one size: 64 MiB */
 #define DIR_BLOCKS 256		/* blocks of the local cache's figure */
+#define TIER_FIGURES 6		/* figures per size: a row's columns */
 /* Our own servers' command timeout: a loaded machine stalls them. */
 #define OWN_OPTS "?timeout_ms=10000"
 
@@ -458,6 +460,7 @@ static const struct kvp_cli_opt topts_table[] = {
 	  "($TMPDIR, /tmp)" },
 	{ "json", 'j', 0, NULL, "one JSON object per line" },
 	{ "short", 'S', 0, NULL, "one size (64K), repeat 1" },
+	{ "quiet", 'q', 0, NULL, "no progress on stderr" },
 	{ "help", 'h', 0, NULL, "this text" },
 	{ 0 },
 };
@@ -530,7 +533,7 @@ int kvpbench_tier(int argc, char **argv)
 	uint64_t batch = 64, repeat = 3;
 	unsigned nsizes = 4;
 	char url[256] = "", curl[512] = "";
-	bool json = false, no_cluster = false;
+	bool json = false, no_cluster = false, quiet = false;
 	const char *dir = getenv("TMPDIR");
 	int c, bench_port = 0, rc = 0;
 
@@ -570,6 +573,9 @@ int kvpbench_tier(int argc, char **argv)
 			break;
 		case 'j':
 			json = true;
+			break;
+		case 'q':
+			quiet = true;
 			break;
 		case 'S':
 			sizes[0] = 64 << 10;
@@ -637,18 +643,28 @@ int kvpbench_tier(int argc, char **argv)
 	for (unsigned i = 0; i < nsizes; i++) {
 		uint64_t blocks = SET_BYTES / sizes[i];
 		struct trow t = { .size = sizes[i], .redis = -1, .cluster = -1 };
-		char shape[64];
+		struct kvp_progress pg;
+		char shape[64], what[48];
 
 		if (blocks > 4096)
 			blocks = 4096;
 		t.blocks = blocks;
-		fprintf(stderr, "kvpbench: tier: %llu-byte blocks\n",
-			(unsigned long long)sizes[i]);
+		/* a phase per size, its figures the steps: the bar ends
+		 * before the size's row is printed */
+		snprintf(what, sizeof(what), "tier %llu-byte blocks",
+			 (unsigned long long)sizes[i]);
+		if (!quiet)
+			fprintf(stderr, "kvpbench: %s\n", what);
+		kvp_progress_start(&pg, "kvpbench", what, quiet);
+		kvp_progress_update(&pg, 0, TIER_FIGURES, "figures");
 		t.ram = ram_rate(sizes[i], blocks, (unsigned)repeat);
+		kvp_progress_update(&pg, 1, TIER_FIGURES, "figures");
 		t.dir = dir_rate(dir && *dir ? dir : "/tmp", sizes[i],
 				 (unsigned)repeat);
+		kvp_progress_update(&pg, 2, TIER_FIGURES, "figures");
 		t.redis = redis_rate(url, sizes[i], blocks, (unsigned)batch,
 				     (unsigned)repeat, &t.redis_us);
+		kvp_progress_update(&pg, 3, TIER_FIGURES, "figures");
 		if (curl[0]) {
 			double us;
 
@@ -656,12 +672,16 @@ int kvpbench_tier(int argc, char **argv)
 					       (unsigned)batch,
 					       (unsigned)repeat, &us);
 		}
+		kvp_progress_update(&pg, 4, TIER_FIGURES, "figures");
 		snprintf(shape, sizeof(shape), "-c 1 -P %llu",
 			 (unsigned long long)batch);
 		t.bench_p = bench_rate(bench_port, sizes[i], blocks * repeat,
 				       shape);
+		kvp_progress_update(&pg, 5, TIER_FIGURES, "figures");
 		t.bench_c = bench_rate(bench_port, sizes[i], blocks * repeat,
 				       "-c 50");
+		kvp_progress_update(&pg, TIER_FIGURES, TIER_FIGURES, "figures");
+		kvp_progress_done(&pg, TIER_FIGURES, TIER_FIGURES, "figures");
 		if (t.redis < 0 || t.dir < 0 || (curl[0] && t.cluster < 0))
 			rc = 1;
 		print_row(&t, json);
