@@ -257,21 +257,31 @@ err_free:
 	return r;
 }
 
+/* A server of what @render makes, not started; NULL (said in @err)
+ * without memory. */
+static struct kvp_metrics_http *server_new(kvp_metrics_render_fn render,
+					   void *arg, char *err, size_t errlen)
+{
+	struct kvp_metrics_http *m = calloc(1, sizeof(*m));
+
+	if (!m) {
+		kvp_seterr(err, errlen, "metrics: out of memory");
+		return NULL;
+	}
+	m->fd = -1;
+	m->render = render;
+	m->arg = arg;
+	return m;
+}
+
 int kvp_metrics_http_start(const char *addr, kvp_metrics_render_fn render,
 			   void *arg, struct kvp_metrics_http **out, char *err,
 			   size_t errlen)
 {
-	struct kvp_metrics_http *m;
+	struct kvp_metrics_http *m = server_new(render, arg, err, errlen);
 
 	*out = NULL;
-	m = calloc(1, sizeof(*m));
-	if (!m) {
-		kvp_seterr(err, errlen, "metrics: out of memory");
-		return -ENOMEM;
-	}
-	m->render = render;
-	m->arg = arg;
-	return start(m, addr, out, err, errlen);
+	return m ? start(m, addr, out, err, errlen) : -ENOMEM;
 }
 
 static int render_pager(void *arg, char **buf, size_t *len)
@@ -286,15 +296,12 @@ int kvp_metrics_http_start_pager(const char *addr, struct kvp_pager *p,
 				 struct kvp_metrics_http **out, char *err,
 				 size_t errlen)
 {
-	struct kvp_metrics_http *m;
+	struct kvp_metrics_http *m = server_new(render_pager, NULL, err,
+						errlen);
 
 	*out = NULL;
-	m = calloc(1, sizeof(*m));
-	if (!m) {
-		kvp_seterr(err, errlen, "metrics: out of memory");
+	if (!m)
 		return -ENOMEM;
-	}
-	m->render = render_pager;
 	m->arg = m;
 	m->pager = p;
 	if (kv)
