@@ -14,7 +14,10 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "lib/cache/cache_dir.h"
+#include "lib/cache/prefix.h"
 #include "lib/kvpager.h"
+#include "lib/model/model_remote.h"
 #include "lib/synth/kv_synth.h"
 
 static void struct_begin(const char *name, size_t size)
@@ -56,6 +59,21 @@ int main(void)
 	KVP_KV_TUNABLES(X)
 #undef X
 	printf(")\n");
+
+	/* The prefix cache's and the remote tier's figures: a counter of
+	 * the cache is shown (view, metrics, kvpctl) as <name>_total. */
+	printf("CACHE_STATS = (\n");
+#define X(name, kind, doc)                                                     \
+	printf("    (\"%s\", \"%s\"),\n", #name,                            \
+	       kind == KVP_COUNTER ? "counter" : "gauge");
+	KVP_CACHE_STATS(X)
+	printf(")\nREMOTE_STATS = (\n");
+	KVP_REMOTE_STATS(X)
+#undef X
+	printf(")\n");
+	printf("REC_KEY_BYTES = %u\n", KVP_REC_KEY_BYTES);
+	printf("REC_HEADER_BYTES = %u\n", KVP_REC_HEADER_BYTES);
+	printf("MODEL_REMOTE_MAX_WINDOW = %u\n", KVP_MODEL_REMOTE_MAX_WINDOW);
 
 	printf("REGION_FROM_STORE = %u\n", KVP_REGION_FROM_STORE);
 	printf("STORE_CREATE = %u\n", KVP_STORE_CREATE);
@@ -237,6 +255,60 @@ int main(void)
 	F(kvp_kv_synth_opts, topic_logit);
 	F(kvp_kv_synth_opts, recent_logit);
 	F(kvp_kv_synth_opts, noise);
+	struct_end();
+
+	struct_begin("kvp_rec_keyctx", sizeof(struct kvp_rec_keyctx));
+	F(kvp_rec_keyctx, model);
+	F(kvp_rec_keyctx, geo);
+	F(kvp_rec_keyctx, salt);
+	struct_end();
+	struct_begin("kvp_rec_key", sizeof(struct kvp_rec_key));
+	struct_end();
+	struct_begin("kvp_rec_cipher", sizeof(struct kvp_rec_cipher));
+	struct_end();
+
+	struct_begin("kvp_cache_opts", sizeof(struct kvp_cache_opts));
+	F(kvp_cache_opts, capacity_bytes);
+	F(kvp_cache_opts, cipher);
+	F(kvp_cache_opts, read_only);
+	F(kvp_cache_opts, verify_at_open);
+	F(kvp_cache_opts, io);
+	F(kvp_cache_opts, io_arg);
+	struct_end();
+	struct_begin("kvp_cache_stats", sizeof(struct kvp_cache_stats));
+	struct_end();
+
+	struct_begin("kvp_prefix_opts", sizeof(struct kvp_prefix_opts));
+	F(kvp_prefix_opts, cache);
+	F(kvp_prefix_opts, ctx);
+	F(kvp_prefix_opts, queue_bytes);
+	struct_end();
+	struct_begin("kvp_prefix_stats", sizeof(struct kvp_prefix_stats));
+	F(kvp_prefix_stats, lookups);
+	F(kvp_prefix_stats, hit_chunks);
+	F(kvp_prefix_stats, queued);
+	F(kvp_prefix_stats, stored);
+	F(kvp_prefix_stats, failed);
+	F(kvp_prefix_stats, queue_waits);
+	struct_end();
+
+	struct_begin("kvp_remote_stats", sizeof(struct kvp_remote_stats));
+	F(kvp_remote_stats, fetch_latency_us);
+	struct_end();
+	struct_begin("kvp_model_remote_opts",
+		     sizeof(struct kvp_model_remote_opts));
+	F(kvp_model_remote_opts, url);
+	F(kvp_model_remote_opts, prefix);
+	F(kvp_model_remote_opts, ctx);
+	F(kvp_model_remote_opts, cipher);
+	F(kvp_model_remote_opts, window);
+	struct_end();
+	struct_begin("kvp_model_remote_stats",
+		     sizeof(struct kvp_model_remote_stats));
+	F(kvp_model_remote_stats, chunks_fetched);
+	F(kvp_model_remote_stats, chunks_missed);
+	F(kvp_model_remote_stats, chunks_published);
+	F(kvp_model_remote_stats, publish_skipped);
 	struct_end();
 	printf("}\n");
 	return 0;

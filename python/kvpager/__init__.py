@@ -11,6 +11,8 @@ A binding of libkvpager (ctypes; see _native.py for why).  The objects:
             step() appends a token and returns every layer's attention
   SynthSource  synthetic K/V and queries (lib/synth), all in C
   Attention decode attention over KV blocks in numpy memory
+  PrefixCache  prompts' KV chunks kept by content in a cache directory
+            (and in Redis below it), found again by the next process
   KvpagerError  what every failing call raises: errno, kvp_strerror text
 
 Every failing call raises KvpagerError (an OSError) with the errno of the
@@ -30,6 +32,7 @@ _EXPORTS = {
     "Store": "pager",
     "Attention": "kv", "KVCache": "kv", "KVGeometry": "kv",
     "KVSourceProtocol": "kv", "SynthSource": "kv", "simd_name": "kv",
+    "PrefixCache": "prefix",
 }
 __all__ = sorted(_EXPORTS)
 
@@ -38,6 +41,7 @@ if TYPE_CHECKING:
     from .kv import (Attention, KVCache, KVGeometry,  # noqa: F401
                      KVSourceProtocol, SynthSource, simd_name)
     from .pager import Pager, Prefetch, Region, Store  # noqa: F401
+    from .prefix import PrefixCache  # noqa: F401
 
 
 def __getattr__(name: str):

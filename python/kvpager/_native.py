@@ -328,10 +328,73 @@ class SynthOpts(Structure):
                 ("noise", c_float)]
 
 
+# --- the prefix cache and the remote tier (lib/cache, lib/remote) ----------
+
+class RecKeyCtx(Structure):
+    _c_name_ = "kvp_rec_keyctx"
+    _fields_ = [("model", ctypes.c_uint8 * 32), ("geo", c_uint32 * 8),
+                ("salt", ctypes.c_uint8 * 32)]
+
+
+class RecKey(Structure):
+    _c_name_ = "kvp_rec_key"
+    _fields_ = [("b", ctypes.c_uint8 * _abi.REC_KEY_BYTES)]
+
+
+class RecCipher(Structure):
+    _c_name_ = "kvp_rec_cipher"
+    _fields_ = [("key", ctypes.c_uint8 * 32)]
+
+
+class CacheOpts(Structure):
+    _c_name_ = "kvp_cache_opts"
+    _fields_ = [("capacity_bytes", c_uint64), ("cipher", POINTER(RecCipher)),
+                ("read_only", c_bool), ("verify_at_open", c_bool),
+                ("io", c_void_p), ("io_arg", c_void_p)]
+
+
+class CacheStats(Structure):
+    _c_name_ = "kvp_cache_stats"
+    _fields_ = _u64_fields(n for n, _ in _abi.CACHE_STATS)
+
+
+class PrefixOpts(Structure):
+    _c_name_ = "kvp_prefix_opts"
+    _fields_ = [("cache", c_void_p), ("ctx", RecKeyCtx),
+                ("queue_bytes", c_uint64)]
+
+
+class PrefixStats(Structure):
+    _c_name_ = "kvp_prefix_stats"
+    _fields_ = _u64_fields(("lookups", "hit_chunks", "queued", "stored",
+                            "failed", "queue_waits"))
+
+
+class RemoteStats(Structure):
+    _c_name_ = "kvp_remote_stats"
+    _fields_ = _u64_fields(n for n, _ in _abi.REMOTE_STATS) + \
+        [("fetch_latency_us", c_uint64 * _abi.LATENCY_BUCKETS)]
+
+
+class ModelRemoteOpts(Structure):
+    _c_name_ = "kvp_model_remote_opts"
+    _fields_ = [("url", c_char_p), ("prefix", c_void_p),
+                ("ctx", POINTER(RecKeyCtx)), ("cipher", POINTER(RecCipher)),
+                ("window", c_uint32)]
+
+
+class ModelRemoteStats(Structure):
+    _c_name_ = "kvp_model_remote_stats"
+    _fields_ = _u64_fields(("chunks_fetched", "chunks_missed",
+                            "chunks_published", "publish_skipped"))
+
+
 STRUCTS = (Config, KvConfig, Stats, RegionOpts, BlockInfo, FaultPlan,
            Tunable, TunableTarget, Geometry, Layout, AttnBlocks,
            PredictorOpts, KvSourceOps, KvSource, KvcacheOpts, StepStats, KvcacheStats,
-           SynthOpts)
+           SynthOpts, RecKeyCtx, RecKey, RecCipher, CacheOpts, CacheStats,
+           PrefixOpts, PrefixStats, RemoteStats, ModelRemoteOpts,
+           ModelRemoteStats)
 
 
 def check_layouts() -> None:
@@ -418,6 +481,7 @@ _PROTOS = {
     "kvp_tunable_format": (c_int, [POINTER(Tunable), c_uint64, c_char_p,
                                    c_size_t]),
     "kvp_kv_config_defaults": (None, [POINTER(KvConfig)]),
+    "kvp_parse_bytes": (c_int, [c_char_p, u64p]),
     # lib/kv/kv_geometry.h, lib/kv/attention.h
     "kvp_kv_geometry_preset": (c_int, [c_char_p, POINTER(Geometry)]),
     "kvp_kv_geometry_check": (c_int, [POINTER(Geometry)]),
@@ -476,6 +540,36 @@ _PROTOS = {
     "kvp_kvcache_pager": (_P, [_P]),
     "kvp_kvcache_budget_bytes": (c_uint64, [_P]),
     "kvp_kvcache_kv_bytes": (c_uint64, [_P]),
+    # lib/cache/block_record.h, cache_dir.h, prefix.h
+    "kvp_rec_hash": (c_int, [c_void_p, c_size_t, c_void_p]),
+    "kvp_rec_key_hex": (None, [POINTER(RecKey), c_char_p]),
+    "kvp_cache_open": (c_int, [c_char_p, POINTER(CacheOpts), POINTER(_P),
+                               c_char_p, c_size_t, c_char_p, c_size_t]),
+    "kvp_cache_close": (None, [_P]),
+    "kvp_cache_contains": (c_bool, [_P, POINTER(RecKey)]),
+    "kvp_cache_stats": (None, [_P, POINTER(CacheStats)]),
+    "kvp_cache_cipher_parse": (c_int, [c_char_p, c_size_t,
+                                       POINTER(RecCipher), c_char_p,
+                                       c_size_t]),
+    "kvp_cache_cipher_load": (c_int, [c_char_p, POINTER(RecCipher),
+                                      c_char_p, c_size_t]),
+    "kvp_prefix_create": (c_int, [POINTER(PrefixOpts), POINTER(_P)]),
+    "kvp_prefix_destroy": (None, [_P]),
+    "kvp_prefix_set_prompt": (c_int, [_P, u32p, c_uint32, c_uint32]),
+    "kvp_prefix_key": (c_int, [_P, c_uint32, POINTER(RecKey)]),
+    "kvp_prefix_get": (c_int, [_P, c_uint32, c_void_p, c_size_t]),
+    "kvp_prefix_put": (None, [_P, c_uint32, c_void_p, c_size_t]),
+    "kvp_prefix_drain": (None, [_P]),
+    "kvp_prefix_stats": (None, [_P, POINTER(PrefixStats)]),
+    # lib/model/model_remote.h (over lib/remote/remote.h)
+    "kvp_model_remote_open": (c_int, [POINTER(ModelRemoteOpts), POINTER(_P),
+                                      c_char_p, c_size_t]),
+    "kvp_model_remote_close": (None, [_P, c_uint]),
+    "kvp_model_remote_get": (c_int, [_P, c_uint32, c_void_p, c_size_t]),
+    "kvp_model_remote_put": (None, [_P, c_uint32, c_void_p, c_size_t]),
+    "kvp_model_remote_stats": (None, [_P, POINTER(ModelRemoteStats),
+                                      POINTER(RemoteStats)]),
+    "kvp_model_remote_url": (c_char_p, [_P]),
 }
 
 for _name, (_res, _args) in _PROTOS.items():

@@ -1,0 +1,219 @@
+"""PrefixCache: prompts' KV chunks in a cache directory, found again by
+content; verified when read (torn, tampered, foreign: a counted miss);
+namespaces; encryption; errors with their errno."""
+
+import errno
+import os
+
+import numpy as np
+import pytest
+
+import kvpager
+from kvpager import KvpagerError
+
+# A small geometry: 2 layers, 2 KV heads of 8, fp16; chunks of 16 tokens
+# are 2 * 16 * 2 * 2 * 8 * 2 = 2 KiB of payload.
+GEO = kvpager.KVGeometry(layers=2, q_heads=4, kv_heads=2, head_dim=8,
+                         dtype="fp16", block_tokens=4)
+C = 16
+PROMPT = list(range(1, 5 * C + 4))  # 5 full chunks and 3 tokens
+
+
+def payload(px, chunk, seed=0):
+    """The chunk's K and V, a function of the prompt's tokens (so that a
+    chunk served under the wrong key would show)."""
+    a = px.chunk_array()
+    a[:] = np.random.default_rng([seed, chunk]).standard_normal(
+        a.shape).astype(a.dtype)
+    return a
+
+
+def open_px(d, **kw):
+    kw = {"model": "test-model", "chunk_tokens": C, **kw}
+    return kvpager.PrefixCache(str(d), geometry=GEO, **kw)
+
+
+def fill(d, prompt=PROMPT, **kw):
+    """Store every full chunk of @prompt in directory @d."""
+    with open_px(d, **kw) as px:
+        n = px.set_prompt(prompt)
+        for i in range(n):
+            px.put(i, payload(px, i))
+        px.drain()
+        assert px.stats()["prefix"]["stored"] == n
+        return n
+
+
+def test_chunks_are_found_again_by_another_opening(tmp_path):
+    tmp_path = tmp_path / "cache"  # made by the cache
+    assert fill(tmp_path) == 5
+    assert oct(os.stat(tmp_path).st_mode & 0o777) == "0o700"
+    with open_px(tmp_path) as px:
+        assert px.set_prompt(PROMPT) == 5
+        assert px.chunks == 5 and px.restorable == 5
+        assert px.cached_chunks() == 5
+        buf = px.chunk_array()
+        for i in range(5):
+            assert px.get(i, buf)
+            assert np.array_equal(buf, payload(px, i))
+            assert os.path.exists(tmp_path / f"{px.key(i)}.kvb")
+        st = px.stats()
+        assert st["cache"]["hits_total"] >= 5  # read ahead, maybe more
+        assert st["cache"]["blocks"] == 5
+        assert st["prefix"]["hit_chunks"] == st["prefix"]["lookups"] == 5
+        # the chunk of the last token is never restorable
+        px.set_prompt(PROMPT[:5 * C])
+        assert px.chunks == 5 and px.restorable == 4
+
+
+def test_a_key_binds_every_token_before_it(tmp_path):
+    fill(tmp_path)
+    other = list(PROMPT)
+    other[C + 3] += 1000  # chunk 1 differs: chunks 1.. are another prefix
+    with open_px(tmp_path) as px:
+        px.set_prompt(other)
+        buf = px.chunk_array()
+        assert px.cached_chunks() == 1
+        assert px.get(0, buf)
+        assert not px.get(1, buf) and not px.get(4, buf)
+        st = px.stats()
+        assert st["prefix"]["lookups"] == 3
+        assert st["prefix"]["hit_chunks"] == 1
+        assert st["cache"]["misses_total"] >= 2
+
+
+@pytest.mark.parametrize("change", [{"salt": "tenant-b"},
+                                    {"model": "another-model"},
+                                    {"prefill_window": 1}])
+def test_another_namespace_model_or_window_finds_nothing(tmp_path, change):
+    fill(tmp_path, salt="tenant-a")
+    kw = {"salt": "tenant-a", **change}
+    model = kw.pop("model", "test-model")
+    with kvpager.PrefixCache(str(tmp_path), geometry=GEO, model=model,
+                             chunk_tokens=C, **kw) as px:
+        px.set_prompt(PROMPT)
+        assert px.cached_chunks() == 0
+        assert not px.get(0, px.chunk_array())
+
+
+def test_model_file_names_the_model_by_its_bytes(tmp_path):
+    w = tmp_path / "weights.bin"
+    w.write_bytes(b"\x01" * 10000)
+    d = tmp_path / "cache"
+    with kvpager.PrefixCache(str(d), geometry=GEO, model_file=str(w),
+                             chunk_tokens=C) as px:
+        px.set_prompt(PROMPT)
+        px.put(0, payload(px, 0))
+        px.drain()
+    w.write_bytes(b"\x02" * 10000)  # other weights: other keys
+    with kvpager.PrefixCache(str(d), geometry=GEO, model_file=str(w),
+                             chunk_tokens=C) as px:
+        px.set_prompt(PROMPT)
+        assert px.cached_chunks() == 0
+
+
+def test_torn_chunk_is_a_counted_miss_never_served(tmp_path):
+    fill(tmp_path)
+    with open_px(tmp_path) as px:
+        px.set_prompt(PROMPT)
+        f = tmp_path / f"{px.key(2)}.kvb"
+    data = bytearray(f.read_bytes())
+    data[200] ^= 0xFF  # a bit of the payload flipped on the disk
+    f.write_bytes(bytes(data))
+    with open_px(tmp_path) as px:
+        px.set_prompt(PROMPT)
+        buf = px.chunk_array()
+        assert px.get(1, buf)
+        assert not px.get(2, buf)
+        assert st_of(px)["dropped_torn_total"] == 1
+        assert not f.exists()  # removed: the next get is a plain miss
+        assert px.cached_chunks() == 2
+        assert px.get(3, buf)  # the chunks after it are whole
+
+
+def st_of(px):
+    return px.stats()["cache"]
+
+
+def test_encrypted_chunks_need_their_key(tmp_path):
+    key = "ab" * 32
+    fill(tmp_path, key=key)
+    with open_px(tmp_path, key=key) as px:
+        px.set_prompt(PROMPT)
+        buf = px.chunk_array()
+        assert px.get(0, buf) and np.array_equal(buf, payload(px, 0))
+    with open_px(tmp_path, key="cd" * 32) as px:  # another key
+        px.set_prompt(PROMPT)
+        assert not px.get(0, px.chunk_array())
+        assert st_of(px)["dropped_unauth_total"] >= 1
+    with open_px(tmp_path) as px:  # none: sealed records are not served
+        px.set_prompt(PROMPT)
+        assert not px.get(1, px.chunk_array())
+    kf = tmp_path / "key"
+    kf.write_text(key + "\n")
+    kf.chmod(0o644)
+    with pytest.raises(KvpagerError) as e:
+        open_px(tmp_path / "c2", key_file=str(kf))
+    assert e.value.errno == errno.EACCES and "chmod" in str(e.value)
+    kf.chmod(0o600)
+    with open_px(tmp_path, key_file=str(kf)) as px:
+        px.set_prompt(PROMPT)
+        assert px.get(2, px.chunk_array())
+
+
+def test_capacity_evicts_the_least_recently_used(tmp_path):
+    # each chunk's file is its 128-byte header and 2 KiB, padded to 4 KiB
+    with open_px(tmp_path, capacity="12K") as px:
+        px.set_prompt(PROMPT)
+        for i in range(5):
+            px.put(i, payload(px, i))
+        px.drain()
+        st = st_of(px)
+        assert st["blocks"] < 5 and st["evictions_total"] >= 2
+        assert st["bytes"] <= 12 << 10
+        assert px.cached_chunks() == 0  # the oldest went first
+        assert px.get(4, px.chunk_array())  # the newest stayed
+
+
+def test_read_only_stores_nothing(tmp_path):
+    fill(tmp_path, prompt=PROMPT[:C + 1])
+    with open_px(tmp_path, read_only=True) as px:
+        px.set_prompt(PROMPT)
+        assert px.get(0, px.chunk_array())
+        px.put(1, payload(px, 1))
+        px.drain()
+        assert px.stats()["prefix"]["failed"] == 1
+        assert st_of(px)["read_only"] == 1
+
+
+def test_errors_carry_errno(tmp_path):
+    def refused(err, fn, *a, **kw):
+        with pytest.raises(KvpagerError) as e:
+            fn(*a, **kw)
+        assert e.value.errno == err, str(e.value)
+        return e.value
+
+    with open_px(tmp_path / "a") as px:
+        e = refused(errno.EBUSY, open_px, tmp_path / "a")
+        assert e.call == "kvp_cache_open" and e.detail
+        refused(errno.EINVAL, px.get, 0, px.chunk_array())  # no prompt
+        px.set_prompt(PROMPT)
+        refused(errno.EINVAL, px.get, 5, px.chunk_array())
+        refused(errno.EINVAL, px.get, 0, np.empty(10, np.uint8))
+        refused(errno.EINVAL, px.put, 0, px.chunk_array()[:, :8])
+        refused(errno.EINVAL, px.set_prompt, [1, -2])
+    refused(errno.EBADF, px.get, 0, px.chunk_array())
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "x").write_text("not a cache")
+    refused(errno.ENOTEMPTY, open_px, tmp_path / "b")
+    assert (tmp_path / "b" / "x").read_text() == "not a cache"
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "kvpcache").write_text("kvpager-cache 99\n")
+    refused(errno.EPROTONOSUPPORT, open_px, tmp_path / "c")
+    refused(errno.EINVAL, open_px, tmp_path / "d", chunk_tokens=24)
+    refused(errno.EINVAL, open_px, tmp_path / "d", capacity="lots")
+    refused(errno.EINVAL, open_px, tmp_path / "d", key="00")
+    refused(errno.EINVAL, kvpager.PrefixCache, str(tmp_path / "d"),
+            geometry=GEO)  # no model named
+    refused(errno.ENOENT, kvpager.PrefixCache, str(tmp_path / "d"),
+            geometry=GEO, model_file=str(tmp_path / "absent"))
