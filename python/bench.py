@@ -20,7 +20,8 @@ invocation, side by side:
              runs.  Target: at least 0.9x C.
 
 Prints kvp-probe's `page first touch` line first: in a guest, absolute
-figures depend on it.
+figures depend on it; and the load average (1, 5, 15 minutes) beside
+each figure, since the machine is shared.
 """
 
 import argparse
@@ -40,6 +41,10 @@ from kvpager import _native
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD = os.path.join(HERE, "..", os.environ.get("BUILD", "build"))
+
+
+def load() -> str:
+    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def tool(name):
@@ -170,7 +175,7 @@ def main():
               f"Python {py * 1e3:.2f} ms, the C call {cc * 1e3:.2f} ms "
               f"({py / cc:.3f}x); one layer, Attention() "
               f"{lpy * 1e3:.2f} ms, bare kvp_attn_decode {lc * 1e3:.2f} ms "
-              f"({lpy / lc:.3f}x)")
+              f"({lpy / lc:.3f}x); {load()}")
     if a.only != "attention":
         with tempfile.NamedTemporaryFile(dir=a.dir) as f:
             write_file(f.name, 4 * a.budget)
@@ -181,7 +186,9 @@ def main():
         cg, pg = statistics.median(c), statistics.median(py)
         print(f"scan {4 * a.budget >> 20} MiB, budget {a.budget >> 20} MiB, "
               f"blocks {a.block >> 10} KiB: C {cg:.3f} GB/s, Python "
-              f"{pg:.3f} GB/s ({pg / cg:.3f}x)")
+              f"{pg:.3f} GB/s ({pg / cg:.3f}x); runs C "
+              f"{' '.join(f'{x:.3f}' for x in c)}, Python "
+              f"{' '.join(f'{x:.3f}' for x in py)}; {load()}")
 
 
 if __name__ == "__main__":

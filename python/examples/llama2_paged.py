@@ -2,7 +2,8 @@
 """llama2_paged.py - a small inference engine in Python whose KV is paged.
 
     PYTHONPATH=build/python /usr/bin/python3 python/examples/llama2_paged.py \\
-        MODEL [--prompt-tokens 1,20,24] [--generate 32] [--budget 2M]
+        MODEL [--prompt-tokens 1,20,24] [--generate 32] [--budget 2M] \\
+        [--cache-dir DIR [--remote redis://127.0.0.1:6379] [--salt S]]
 
 The forward pass is kvpager.llama2_ref's (numpy, a llama2.c checkpoint);
 its K and V live in a kvpager region instead of numpy arrays: written
@@ -13,8 +14,17 @@ model as small as stories260K still pages: 5 layers of 1 MiB against a
 2 MiB budget evict and reload at every step.  Before a layer attends, the
 next layer's block is prefetched.
 
+With --cache-dir, the prompt's leading chunks (--chunk-tokens each) are
+read from a kvpager.PrefixCache instead of computed when an earlier run
+stored them (in that directory, or in Redis with --remote), and the
+chunks computed are stored for the next run: the tokens are the same,
+because a chunk holds the K and V the forward pass made.  With
+--block-tokens 4 --chunk-tokens 64 the keys are `kvpager run --model`'s
+for the same checkpoint and prompt: each reads the chunks the other
+stored.
+
 Prints `tokens: ...` as `kvpager run --model` does, greedy decoding;
-tests/python's test_examples.py checks they are the C main job's.
+python/tests/test_examples.py checks they are the C main job's.
 """
 
 import argparse
@@ -72,6 +82,24 @@ class PagedKV:
         return self.attn(self.rows[layer], q, index=np.arange(n),
                          ntokens=ntok)
 
+    def _slots(self, first, n):
+        return np.divmod(np.arange(first, first + n), self.g.block_tokens)
+
+    def save_chunk(self, first, out):
+        """Tokens [first, first + C) into a PrefixCache payload @out
+        ([layers, C, 2, kv_heads, head_dim]), read through the region."""
+        b, s = self._slots(first, out.shape[1])
+        for l, kv in enumerate(self.kv):
+            out[l, :, 0] = kv[b, 0, :, s]
+            out[l, :, 1] = kv[b, 1, :, s]
+
+    def load_chunk(self, first, buf):
+        """The inverse: a payload's K and V at tokens [first, first + C)."""
+        b, s = self._slots(first, buf.shape[1])
+        for l, kv in enumerate(self.kv):
+            kv[b, 0, :, s] = buf[l, :, 0]
+            kv[b, 1, :, s] = buf[l, :, 1]
+
     def close(self):
         self.attn.close()
         del self.rows, self.kv  # the views, before their region
@@ -87,14 +115,47 @@ def main():
     ap.add_argument("--budget", default="2M")
     ap.add_argument("--block", type=int, default=1 << 20,
                     help="pager block: one per layer")
+    ap.add_argument("--cache-dir", help="a prefix cache directory")
+    ap.add_argument("--remote", help="the Redis tier below it (a URL)")
+    ap.add_argument("--salt", help="the cache's namespace")
+    ap.add_argument("--chunk-tokens", type=int, default=16,
+                    help="tokens per stored chunk")
+    ap.add_argument("--block-tokens", type=int, default=16,
+                    help="tokens per KV block; the keys bind it and the "
+                    "chunk size (kvpager run --model: 4 and 64)")
     a = ap.parse_args()
+    if a.remote and not a.cache_dir:
+        ap.error("--remote needs --cache-dir")
     prompt = [int(t) for t in a.prompt_tokens.split(",")]
     w = llama2_ref.Weights(a.model)
     with kvpager.Pager(budget=a.budget, pool_prefault_bytes=0) as pager:
-        kv = PagedKV(pager, w.cfg, len(prompt) + a.generate, a.block)
-        tokens, _ = llama2_ref.Model(w, kv=kv).generate(prompt, a.generate)
+        kv = PagedKV(pager, w.cfg, len(prompt) + a.generate, a.block,
+                     a.block_tokens)
+        model = llama2_ref.Model(w, kv=kv)
+        px = kvpager.PrefixCache(
+            a.cache_dir, geometry=kv.g, model_file=a.model,
+            chunk_tokens=a.chunk_tokens, salt=a.salt,
+            remote=a.remote) if a.cache_dir else None
+        hit = 0
+        if px:  # the stored leading chunks instead of their forward pass
+            px.set_prompt(prompt)
+            buf = px.chunk_array()
+            C = a.chunk_tokens
+            while hit // C < px.restorable and px.get(hit // C, buf):
+                kv.load_chunk(hit, buf)
+                hit += C
+        logits = model.prefill(prompt, start=hit)
+        if px:  # offer what was computed, stored behind the decode
+            for i in range(hit // C, px.chunks):
+                kv.save_chunk(i * C, buf)
+                px.put(i, buf)
+        tokens, _ = model.decode(logits, len(prompt), a.generate)
         st = kv.region.stats()
         kv.close()
+        if px:
+            px.close()
+            print(f"prefix: {hit} of {len(prompt)} prompt tokens from the "
+                  f"cache", file=sys.stderr)
     print("tokens:", " ".join(map(str, tokens)))
     print(f"paged: {st['bytes_read_total'] >> 20} MiB read, "
           f"{st['evictions_dirty_total'] + st['evictions_clean_total']} "

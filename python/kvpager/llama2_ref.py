@@ -156,15 +156,23 @@ class Model:
             x = x + w.w2[l] @ h.astype(np.float32)
         return (w.cls @ rmsnorm(x, w.final_norm)).astype(np.float32)
 
-    def generate(self, prompt, steps):
-        """Greedy: feed prompt, then steps tokens.  Returns (tokens,
-        logits) of the generated ones: logits[i] is the distribution that
-        chose tokens[i]."""
+    def prefill(self, prompt, start=0):
+        """Feed prompt[start:] at its positions; the logits of its last
+        token.  @start: the KV store already holds the first start tokens
+        (restored from a prefix cache), so the forward pass begins there;
+        the last token is always computed, for its logits."""
+        if not 0 <= start < len(prompt):
+            raise ValueError(f"start {start}: 0 .. {len(prompt) - 1}")
         logits = None
-        for pos, tok in enumerate(prompt):
-            logits = self.forward(tok, pos)
+        for pos in range(start, len(prompt)):
+            logits = self.forward(prompt[pos], pos)
+        return logits
+
+    def decode(self, logits, pos, steps):
+        """Greedy decoding of steps tokens from the logits of the token at
+        pos - 1.  Returns (tokens, logits): logits[i] is the distribution
+        that chose tokens[i]."""
         out, lg = [], []
-        pos = len(prompt)
         for _ in range(steps):
             tok = int(np.argmax(logits))
             out.append(tok)
@@ -172,3 +180,8 @@ class Model:
             logits = self.forward(tok, pos)
             pos += 1
         return out, np.array(lg)
+
+    def generate(self, prompt, steps, start=0):
+        """Greedy: prefill the prompt (from @start), then decode steps
+        tokens.  Returns decode()'s (tokens, logits)."""
+        return self.decode(self.prefill(prompt, start), len(prompt), steps)
