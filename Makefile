@@ -220,6 +220,7 @@ $(BUILD)/python/kvpager/%.py: python/kvpager/%.py
 
 $(BUILD)/python/gen_abi: $(BUILD)/obj/python/gen_abi.o
 	$(call msg,LD,$@)
+	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $<
 
 $(BUILD)/python/kvpager/_abi.py: $(BUILD)/python/gen_abi
