@@ -9,9 +9,10 @@ invocation, side by side:
   attention  a decode step over one sequence of --context tokens (exact
              predictor, synthetic KV, all in RAM: the compute bound) of
              --preset: KVCache.step timed in Python against the same
-             call's time measured in C; and Attention() over one layer's
-             KV in a numpy array against the bare kvp_attn_decode,
-             alternately; means over --steps calls (x4 for the layer).
+             call's time measured in C, means over --steps calls; and
+             Attention() over one layer's KV in a numpy array against the
+             bare kvp_attn_decode, alternately (A B B A), medians of
+             --steps x 4 calls each.
              Target: Python at most 1.1x C.
   scan       a region four times the budget read from a file store, one
              word per 4 KiB page, block by block: `kvpbench stream
@@ -36,11 +37,15 @@ import time
 
 import numpy as np
 
-import kvpager
-from kvpager import _native
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD = os.path.join(HERE, "..", os.environ.get("BUILD", "build"))
+# Python puts this script's folder first on the path, and python/kvpager
+# there is the package's sources without the _abi.py the build makes: the
+# built package (PYTHONPATH=build/python) is the one to import.
+sys.path = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
+
+import kvpager  # noqa: E402
+from kvpager import _native  # noqa: E402
 
 
 def load() -> str:
@@ -99,17 +104,21 @@ def attention(a):
         args = (ctypes.byref(geo), ctypes.byref(blocks),
                 _native.address(q), _native.address(o), attn._h)
         attn(kv, q, out=o)
-        lpy = lc = 0.0
-        for _ in range(a.steps * 4):
-            t0 = time.perf_counter()
-            lib.kvp_attn_decode(*args)
-            t1 = time.perf_counter()
-            attn(kv, q, out=o)
-            t2 = time.perf_counter()
-            lc += t1 - t0
-            lpy += t2 - t1
-    n = a.steps * 4
-    return py / a.steps, cc / a.steps, lpy / n, lc / n
+        lpy, lc = [], []
+        for i in range(a.steps * 4):
+            # A B B A: the call that goes first alternates, so that a
+            # loaded scheduler's way with the first (or the second) call
+            # of a pair falls on each as often.
+            for bare in (True, False) if i % 2 else (False, True):
+                t0 = time.perf_counter()
+                if bare:
+                    lib.kvp_attn_decode(*args)
+                else:
+                    attn(kv, q, out=o)
+                (lc if bare else lpy).append(time.perf_counter() - t0)
+    # medians: a call that the load preempted is an outlier, not a cost
+    return (py / a.steps, cc / a.steps, statistics.median(lpy),
+            statistics.median(lc))
 
 
 def write_file(path, size):
@@ -173,7 +182,7 @@ def main():
         py, cc, lpy, lc = attention(a)
         print(f"attention {a.preset} {a.context} tokens: a step through "
               f"Python {py * 1e3:.2f} ms, the C call {cc * 1e3:.2f} ms "
-              f"({py / cc:.3f}x); one layer, Attention() "
+              f"({py / cc:.3f}x); one layer (medians), Attention() "
               f"{lpy * 1e3:.2f} ms, bare kvp_attn_decode {lc * 1e3:.2f} ms "
               f"({lpy / lc:.3f}x); {load()}")
     if a.only != "attention":
