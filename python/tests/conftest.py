@@ -78,7 +78,7 @@ def redis(tmp_path):
              str(d), "--save", "", "--appendonly", "no",
              "--protected-mode", "no", "--daemonize", "no"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120  # a loaded machine
         while srv.poll() is None and time.monotonic() < deadline and \
                 not ping(port):
             time.sleep(0.05)
@@ -88,6 +88,9 @@ def redis(tmp_path):
         srv.wait()
     else:
         pytest.fail("redis-server would not start")
-    yield f"redis://127.0.0.1:{port}"
+    # generous limits: under load a slow reply must not be taken for a
+    # dead server (a miss), which would fail a test that expects a hit
+    yield (f"redis://127.0.0.1:{port}?timeout_ms=30000&"
+           f"connect_timeout_ms=30000")
     srv.kill()
     srv.wait()
