@@ -44,8 +44,10 @@ struct kvp_block *kvp_clock_victim(struct kvp_pager *p, struct kvp_region **rp,
 		/* A block prefetched and not used yet is about to be, and
 		 * an active one is the working set: take them only when two
 		 * rounds found nothing else (the first only clears
-		 * reference bits), and only for a load that waits. */
-		if (b->pins == 0 && b->holds == 0 &&
+		 * reference bits), and only for a load that waits.  A dying
+		 * region's blocks stay: its destroy writes them back and
+		 * frees them once nothing of it is in flight. */
+		if (b->pins == 0 && b->holds == 0 && !b->owner->dying &&
 		    (!(b->flags & BLK_WB_FAILED) || retry) &&
 		    !(b->flags & BLK_REF) &&
 		    ((rounds > 1 && take_prefetched) ||
