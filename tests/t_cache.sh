@@ -71,6 +71,19 @@ fi
 gen_prompt 300 5 "$tmp/p300"
 one random:tiny "$tmp/p300" 256
 
+# the model's identity by name: found under the same name (option or
+# variable), never under another name nor under the weights' hash
+d="$tmp/named"
+run --model random:tiny --prompt-tokens "@$tmp/p300" --generate 2 --cache-dir "$d" --cache-model-id tiny-a >/dev/null
+c=$(run --model random:tiny --prompt-tokens "@$tmp/p300" --generate 2 --json --cache-dir "$d" --cache-model-id tiny-a)
+check "model id: hit" "$(field prefix_hit_tokens <<<"$c")" 256
+c=$(KVP_CACHE_MODEL_ID=tiny-a run --model random:tiny --prompt-tokens "@$tmp/p300" --generate 2 --json --cache-dir "$d")
+check "model id from KVP_CACHE_MODEL_ID: hit" "$(field prefix_hit_tokens <<<"$c")" 256
+c=$(run --model random:tiny --prompt-tokens "@$tmp/p300" --generate 2 --json --cache-dir "$d" --cache-model-id tiny-b)
+check "other model id: hit" "$(field prefix_hit_tokens <<<"$c")" 0
+c=$(run --model random:tiny --prompt-tokens "@$tmp/p300" --generate 2 --json --cache-dir "$d")
+check "no model id (weights' hash): hit" "$(field prefix_hit_tokens <<<"$c")" 0
+
 # encryption at rest: a key file; without it, or with another, misses
 head -c 32 /dev/urandom >"$tmp/key"
 chmod 600 "$tmp/key"

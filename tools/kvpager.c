@@ -86,6 +86,7 @@ enum opt_id {
 	O_LOGITS,
 	O_CACHE_DIR,
 	O_CACHE_SALT,
+	O_CACHE_MODEL_ID,
 	O_CACHE_KEY_FILE,
 	O_CACHE_CAPACITY,
 	O_REMOTE,
@@ -169,6 +170,9 @@ static const struct opt_spec opts[O_COUNT] = {
 			  "prefix is read, not computed (KVP_CACHE_DIR)" },
 	[O_CACHE_SALT] = { "cache-salt", "S", NULL, 0, 0, 0,
 			   "model: the cache's namespace (KVP_CACHE_SALT)" },
+	[O_CACHE_MODEL_ID] = { "cache-model-id", "NAME", NULL, 0, 0, 0,
+			       "model: the cache's name for the model, instead "
+			       "of its weights' hash (KVP_CACHE_MODEL_ID)" },
 	[O_CACHE_KEY_FILE] = { "cache-key-file", "FILE", NULL, 0, 0, 0,
 			       "model: encrypt the cache at rest with this "
 			       "key (KVP_CACHE_KEY_FILE, KVP_CACHE_KEY)" },
@@ -454,6 +458,9 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
 			continue;
 		case O_CACHE_SALT:
 			o->cache.salt = a;
+			continue;
+		case O_CACHE_MODEL_ID:
+			o->cache.model_id = a;
 			continue;
 		case O_REMOTE:
 			o->cache.remote_url = a;

@@ -36,6 +36,7 @@ int kvp_model_cache_opts_env(struct kvp_model_cache_opts *o, char *err,
 
 	o->dir = env_or(o->dir, "KVP_CACHE_DIR");
 	o->salt = env_or(o->salt, "KVP_CACHE_SALT");
+	o->model_id = env_or(o->model_id, "KVP_CACHE_MODEL_ID");
 	o->key_file = env_or(o->key_file, "KVP_CACHE_KEY_FILE");
 	o->key_hex = env_or(o->key_hex, "KVP_CACHE_KEY");
 	o->remote_url = env_or(o->remote_url, "KVP_REMOTE_URL");

@@ -40,7 +40,8 @@ struct kvp_model_cache_opts {
 	uint64_t capacity_bytes; /* 0: no limit (KVP_CACHE_CAPACITY) */
 	uint32_t chunk_tokens;	 /* 0: KVP_MODEL_CACHE_CHUNK */
 	const char *model_id;	 /* a name for the model instead of its
-				    weights' hash; NULL: the hash */
+				    weights' hash (KVP_CACHE_MODEL_ID);
+				    NULL: the hash */
 	const char *remote_url;	 /* the remote tier below the directory
 				    (KVP_REMOTE_URL; model_remote.h);
 				    NULL: none */
@@ -48,8 +49,8 @@ struct kvp_model_cache_opts {
 
 /*
  * kvp_model_cache_opts_env - fill the fields still unset (NULL or 0) from
- * KVP_CACHE_DIR, KVP_CACHE_SALT, KVP_CACHE_KEY_FILE, KVP_CACHE_KEY and
- * KVP_CACHE_CAPACITY (a size: 64G).  Returns 0, or -EINVAL with err
+ * KVP_CACHE_DIR, KVP_CACHE_SALT, KVP_CACHE_MODEL_ID, KVP_CACHE_KEY_FILE,
+ * KVP_CACHE_KEY, KVP_REMOTE_URL and KVP_CACHE_CAPACITY (a size: 64G).  Returns 0, or -EINVAL with err
  * naming the variable (a bad capacity).
  */
 int kvp_model_cache_opts_env(struct kvp_model_cache_opts *o, char *err,
