@@ -374,6 +374,30 @@ START_TEST(eviction)
 }
 END_TEST
 
+/* The order of use survives a restart: a hit touches its file. */
+START_TEST(recency_after_reopen)
+{
+	struct kvp_cache_opts o = { .capacity_bytes = 3 * 8192 };
+	struct kvp_cache *c = open_ok(&o);
+
+	/* apart by more than a coarse timestamp's tick */
+	put_n(c, 0, 5000, 0);
+	usleep(50000);
+	put_n(c, 1, 5000, 0);
+	usleep(50000);
+	put_n(c, 2, 5000, 0);
+	usleep(50000);
+	get_n(c, 0, 5000, 0); /* 0 is used: 1 is the least recent */
+	kvp_cache_close(c);
+	o.capacity_bytes = 2 * 8192;
+	c = open_ok(&o);
+	get_n(c, 1, 5000, -ENOENT);
+	get_n(c, 0, 5000, 0);
+	get_n(c, 2, 5000, 0);
+	kvp_cache_close(c);
+}
+END_TEST
+
 START_TEST(sealed_at_rest)
 {
 	struct kvp_rec_cipher k1, k2;
@@ -587,6 +611,7 @@ int main(void)
 	tcase_add_test(tc, corrupt_blocks);
 	tcase_add_test(tc, other_model_misses);
 	tcase_add_test(tc, eviction);
+	tcase_add_test(tc, recency_after_reopen);
 	tcase_add_test(tc, sealed_at_rest);
 	tcase_add_test(tc, cipher_keys);
 	tcase_add_test(tc, read_only_dir);

@@ -672,6 +672,27 @@ static int write_block(struct kvp_cache *c, const struct kvp_rec_key *key,
 	return err;
 }
 
+/*
+ * e was used: newest in recency, here and (its file's modification time,
+ * which open reads back) after a restart.  The time is metadata: the
+ * block's data is never written again.  fd: the file's, or -1.  A failure
+ * (a read-only directory) only loses that order at the next open.
+ */
+static void used(struct kvp_cache *c, struct entry *e, int fd)
+{
+	char name[72];
+
+	e->last_use = ++c->tick;
+	if (c->st.read_only)
+		return;
+	if (fd >= 0) {
+		(void)futimens(fd, NULL);
+		return;
+	}
+	file_name(&e->key, name);
+	(void)utimensat(c->dirfd, name, NULL, 0);
+}
+
 int kvp_cache_put(struct kvp_cache *c, const struct kvp_rec_key *key,
 		  const void *payload, uint64_t len)
 {
@@ -749,7 +770,7 @@ int kvp_cache_get(struct kvp_cache *c, const struct kvp_rec_key *key,
 	if (n > cap)
 		goto out;
 	memcpy(buf, p, n);
-	e->last_use = ++c->tick;
+	used(c, e, -1);
 	c->st.hits++;
 	err = 0;
 	goto out;

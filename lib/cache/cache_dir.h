@@ -45,7 +45,9 @@
  * put that would pass it first removes the least recently used blocks
  * (a lookup walks a prefix from its first block, so a parent is always
  * used no later than its children, and children go first).  Recency
- * starts at open from the files' modification times.
+ * survives a restart: every hit sets its file's modification time (a
+ * metadata write; the data is never written again), and open starts
+ * from those times (to the filesystem's timestamp granularity).
  *
  * Locking: one mutex per cache; every call may come from any thread.
  */
