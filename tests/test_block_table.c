@@ -110,6 +110,36 @@ static int copy_cb(void *arg, const struct kvp_block_copy *c)
 	return 0;
 }
 
+/* An append undone: the blocks past the tokens kept are free again,
+ * unless another table shares them. */
+START_TEST(table_truncate)
+{
+	struct kvp_block_table *t, *f;
+
+	ck_assert_int_eq(kvp_block_table_create(A, 4, &t), 0);
+	ck_assert_int_eq(kvp_block_table_append(t, 8, NULL, NULL), 0);
+	ck_assert_int_eq(kvp_block_table_fork(t, 8, &f), 0);
+	ck_assert_int_eq(kvp_block_table_append(t, 16, NULL, NULL), 0);
+	ck_assert_uint_eq(kvp_block_alloc_free_count(A), 64 - 6);
+	ck_assert_int_eq(kvp_block_table_truncate(t, 25), -EINVAL);
+	ck_assert_int_eq(kvp_block_table_truncate(t, 6), -EINVAL);
+	ck_assert_uint_eq(kvp_block_table_tokens(t), 24);
+	ck_assert_int_eq(kvp_block_table_truncate(t, 4), 0);
+	ck_assert_uint_eq(kvp_block_table_tokens(t), 4);
+	ck_assert_uint_eq(kvp_block_table_blocks(t), 1);
+	/* block 1 is the fork's too: it stays taken */
+	ck_assert_uint_eq(kvp_block_alloc_free_count(A), 64 - 2);
+	ck_assert(!kvp_block_alloc_is_free(A, 1));
+	ck_assert_int_eq(kvp_block_alloc_refcount(A, 0), 2);
+	/* the next append takes the lowest free blocks again */
+	ck_assert_int_eq(kvp_block_table_append(t, 4, NULL, NULL), 0);
+	ck_assert_uint_eq(kvp_block_table_physical(t, 1), 2);
+	kvp_block_table_destroy(t, NULL, NULL);
+	kvp_block_table_destroy(f, NULL, NULL);
+	ck_assert_uint_eq(kvp_block_alloc_free_count(A), 64);
+}
+END_TEST
+
 START_TEST(fork_cow)
 {
 	struct kvp_block_table *p, *c;
@@ -287,6 +317,7 @@ int main(void)
 	tcase_add_test(tc, alloc_basic);
 	tcase_add_test(tc, alloc_exhaust);
 	tcase_add_test(tc, table_append);
+	tcase_add_test(tc, table_truncate);
 	tcase_add_test(tc, fork_cow);
 	tcase_add_test(tc, fork_prefix_callback);
 	tcase_add_test(tc, free_spans);

@@ -242,6 +242,11 @@ static bool pg_resident(struct kvp_kvcache *c, uint64_t pb)
 	       bi.state == KVP_BLOCK_RESIDENT;
 }
 
+static bool pg_in_store(struct kvp_kvcache *c, uint64_t pb)
+{
+	return pb_in_store(c, pb) == 1;
+}
+
 static int pg_prefetch(struct kvp_kvcache *c, struct kvc_plan *pl)
 {
 	int err;
@@ -316,6 +321,7 @@ const struct kvc_backend_ops kvc_backend_pager = {
 	.write = pg_write,
 	.read = pg_read,
 	.resident = pg_resident,
+	.in_store = pg_in_store,
 	.prefetch = pg_prefetch,
 	.async_prefetch = true,
 	.pin = pg_pin,

@@ -309,6 +309,19 @@ int kvp_block_table_append(struct kvp_block_table *bt, uint32_t ntokens,
 	return 0;
 }
 
+int kvp_block_table_truncate(struct kvp_block_table *bt, uint64_t ntokens)
+{
+	uint32_t want;
+
+	if (ntokens > bt->tokens || ntokens % bt->g)
+		return -EINVAL;
+	want = blocks_for(ntokens, bt->g);
+	while (bt->nmap > want)
+		kvp_block_alloc_put(bt->a, bt->map[--bt->nmap], NULL);
+	bt->tokens = ntokens;
+	return 0;
+}
+
 void kvp_block_table_destroy(struct kvp_block_table *bt, uint32_t *freed,
 			     size_t *nfreed)
 {

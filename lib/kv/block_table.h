@@ -136,6 +136,14 @@ int kvp_block_table_append(struct kvp_block_table *bt, uint32_t ntokens,
 			   struct kvp_block_copy *cow, bool *copied);
 
 /*
+ * kvp_block_table_truncate - shorten the sequence to ntokens tokens, a
+ * multiple of G (an append undone): the blocks past them lose this
+ * table's reference.  0, or -EINVAL (ntokens past the end or not a
+ * multiple of G; nothing changed).
+ */
+int kvp_block_table_truncate(struct kvp_block_table *bt, uint64_t ntokens);
+
+/*
  * kvp_block_table_destroy - free a sequence.
  *
  * Drops the table's reference on each of its blocks.  The blocks that

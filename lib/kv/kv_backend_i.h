@@ -53,6 +53,9 @@ struct kvc_backend_ops {
 		    size_t n, char *dst);
 	/* Is pager block pb resident now (a plan's reuse count)? */
 	bool (*resident)(struct kvp_kvcache *c, uint64_t pb);
+	/* Optional: is pager block pb absent and clean, so that its next
+	 * use reads the store (kvp_kvcache_prefill_stored)? */
+	bool (*in_store)(struct kvp_kvcache *c, uint64_t pb);
 	/*
 	 * Optional: start reading the plan's pager blocks pl->pb[0..npb)
 	 * (pl->res: resident at plan time).  A backend that reads

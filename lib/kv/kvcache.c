@@ -87,11 +87,24 @@ static int cow_noop(void *arg, const struct kvp_block_copy *cp)
 	return 0;
 }
 
+int kvp_kvcache_layout_for(const struct kvp_kvcache_opts *o,
+			   struct kvp_kv_layout *out)
+{
+	uint64_t cap_blocks;
+
+	if (!o || !out || kvp_kv_geometry_check(&o->geo))
+		return -EINVAL;
+	cap_blocks = (o->capacity_tokens + o->geo.block_tokens - 1) /
+			 o->geo.block_tokens +
+		     o->max_seqs;
+	return kvp_kv_layout_init(out, &o->geo, cap_blocks,
+				  o->pager_block_bytes);
+}
+
 int kvp_kvcache_create(const struct kvp_kvcache_opts *o,
 		       struct kvp_kvcache **out)
 {
 	struct kvp_kvcache *c;
-	uint64_t cap_blocks;
 	size_t pbb;
 	int err;
 
@@ -115,11 +128,7 @@ int kvp_kvcache_create(const struct kvp_kvcache_opts *o,
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_mutex_init(&c->tlock, NULL);
 	pthread_cond_init(&c->cv, NULL);
-	cap_blocks = (o->capacity_tokens + o->geo.block_tokens - 1) /
-			 o->geo.block_tokens +
-		     o->max_seqs;
-	err =
-	    kvp_kv_layout_init(&c->l, &c->g, cap_blocks, o->pager_block_bytes);
+	err = kvp_kvcache_layout_for(o, &c->l);
 	if (err)
 		goto fail;
 	pbb = c->l.pager_block_bytes;

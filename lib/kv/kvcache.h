@@ -211,6 +211,37 @@ typedef void (*kvp_kvcache_progress_fn)(void *arg, uint64_t done,
 					uint64_t total);
 
 /*
+ * kvp_kvcache_prefill_stored - append ntokens tokens of seq whose K and V
+ * the store already holds, without passing them through the cache (a
+ * prefix cache's hit: lib/cache/cache_store.h).  The cache takes their
+ * physical blocks and calls bind(arg, offs, n) once with the store offset
+ * of each of their n = layers * ntokens / G KV blocks, layer by layer and
+ * in token order within a layer, each kvp_kv_layout's block_stride bytes
+ * in the layout's block format; bind must make the store hold those bytes
+ * there before it returns 0.  The pager reads them when they are used.
+ * Only on the pager backend, with seq's tokens and ntokens multiples of
+ * G, a predictor that keeps no keys (not lowrank: it would not observe
+ * them), and every pager block of those KV blocks absent and clean (no
+ * frame hides what the store holds).  Returns 0; -EOPNOTSUPP (one of
+ * those is not so; nothing changed: write the tokens with
+ * kvp_kvcache_prefill); -EINVAL; -ENOSPC; -ENOMEM; or bind's error
+ * (nothing changed).
+ */
+int kvp_kvcache_prefill_stored(struct kvp_kvcache *c, uint32_t seq,
+			       uint64_t ntokens,
+			       int (*bind)(void *arg, const uint64_t *offs,
+					   size_t n),
+			       void *arg);
+
+/*
+ * kvp_kvcache_layout_for - the layout kvp_kvcache_create(o) makes (its
+ * region's bytes, its KV block stride), for a caller that brings its own
+ * store (o->store) and must size it first.  0, -EINVAL, -EOVERFLOW.
+ */
+int kvp_kvcache_layout_for(const struct kvp_kvcache_opts *o,
+			   struct kvp_kv_layout *out);
+
+/*
  * kvp_kvcache_prefill - append ntokens tokens of seq from src (all
  * layers).  Full KV blocks are written to the backing (see THE ROLLING
  * BUFFER), the last partial one stays in the rolling buffer.  The lowrank

@@ -482,6 +482,68 @@ static int prefill_layers(struct kvp_kvcache *c, uint32_t id,
 	return 0;
 }
 
+int kvp_kvcache_prefill_stored(struct kvp_kvcache *c, uint32_t id,
+			       uint64_t ntokens,
+			       int (*bind)(void *arg, const uint64_t *offs,
+					   size_t n),
+			       void *arg)
+{
+	struct kvc_seq *s;
+	const uint32_t *map;
+	uint64_t t0tok, *offs = NULL;
+	uint32_t G, nb, first, l, b;
+	int err;
+
+	if (!kvc_seq_ok(c, id) || !bind)
+		return -EINVAL;
+	if (!ntokens)
+		return 0;
+	s = &c->seqs[id];
+	G = c->g.block_tokens;
+	t0tok = kvp_block_table_tokens(s->bt);
+	if (!c->be->in_store || t0tok % G || ntokens % G ||
+	    ntokens / G > UINT32_MAX / c->g.layers ||
+	    kvp_predictor_needs_keys(c->pred))
+		return -EOPNOTSUPP;
+	kvp_kvcache_drain(c);
+	nb = (uint32_t)(ntokens / G);
+	first = (uint32_t)(t0tok / G);
+	offs = malloc(sizeof(*offs) * nb * c->g.layers);
+	if (!offs)
+		return -ENOMEM;
+	pthread_mutex_lock(&c->tlock);
+	err = kvp_block_table_append(s->bt, (uint32_t)ntokens, NULL, NULL);
+	pthread_mutex_unlock(&c->tlock);
+	if (err)
+		goto out;
+	map = kvp_block_table_map(s->bt);
+	for (l = 0; l < c->g.layers; l++)
+		for (b = 0; b < nb; b++) {
+			uint64_t off = kvp_kv_layout_offset(&c->l, l,
+							    map[first + b]);
+
+			if (!c->be->in_store(c, off / c->l.pager_block_bytes))
+				err = -EOPNOTSUPP;
+			offs[(size_t)l * nb + b] = c->o.store_offset + off;
+		}
+	if (!err)
+		err = bind(arg, offs, (size_t)nb * c->g.layers);
+	if (err) {
+		pthread_mutex_lock(&c->tlock);
+		kvp_block_table_truncate(s->bt, t0tok); /* cannot fail */
+		pthread_mutex_unlock(&c->tlock);
+		goto out;
+	}
+	for (l = 0; l < c->g.layers; l++) {
+		s->fill[l] = t0tok + ntokens;
+		rb_repin(c, s, l);
+	}
+	c->st.prefill_tokens += ntokens;
+out:
+	free(offs);
+	return err;
+}
+
 int kvp_kvcache_prefill(struct kvp_kvcache *c, uint32_t id, uint64_t ntokens,
 			const struct kvp_kv_source *src,
 			kvp_kvcache_progress_fn progress, void *parg)
