@@ -782,6 +782,81 @@ out:
 	return err;
 }
 
+int kvp_cache_open_block(struct kvp_cache *c, const struct kvp_rec_key *key,
+			 int *fd, uint64_t *len)
+{
+	unsigned char hdr[KVP_REC_HEADER_BYTES];
+	struct kvp_rec_key hk;
+	struct entry *e;
+	struct stat sb;
+	char name[72];
+	uint64_t n;
+	uint32_t flags;
+	ssize_t got;
+	int f = -1, err;
+
+	if (c->o.cipher)
+		return -EOPNOTSUPP;
+	pthread_mutex_lock(&c->lock);
+	e = find(c, key);
+	err = -ENOENT;
+	if (!e)
+		goto miss;
+	file_name(key, name);
+	/* buffered: the reader's offsets are the payload's, not aligned */
+	f = openat(c->dirfd, name, O_RDONLY | O_CLOEXEC);
+	err = -errno;
+	if (f < 0)
+		goto miss;
+	do
+		got = pread(f, hdr, sizeof(hdr), 0);
+	while (got < 0 && errno == EINTR);
+	err = got < 0 ? -errno : 0;
+	if (err || fstat(f, &sb)) {
+		err = err ? err : -errno;
+		goto miss;
+	}
+	c->st.bytes_read += (uint64_t)got;
+	err = kvp_rec_peek(hdr, (size_t)got, &hk, &n, &flags);
+	if (!err && memcmp(hk.b, key->b, sizeof(hk.b)))
+		err = -EKEYREJECTED;
+	if (!err && (flags & KVP_REC_FLAG_SEALED))
+		err = -ENOKEY; /* sealed, and this cache has no key */
+	if (!err && kvp_rec_size(n) > (uint64_t)sb.st_size)
+		err = -EINVAL; /* shorter than its header says: torn */
+	if (err) {
+		count_drop(c, err);
+		drop(c, e, removable(c, err));
+		err = -EBADMSG;
+		goto miss;
+	}
+	used(c, e, f);
+	c->st.hits++;
+	pthread_mutex_unlock(&c->lock);
+	*fd = f;
+	*len = n;
+	return 0;
+miss:
+	c->st.misses++;
+	pthread_mutex_unlock(&c->lock);
+	if (f >= 0)
+		close(f);
+	return err;
+}
+
+void kvp_cache_reject(struct kvp_cache *c, const struct kvp_rec_key *key,
+		      int err)
+{
+	struct entry *e;
+
+	pthread_mutex_lock(&c->lock);
+	count_drop(c, err);
+	e = find(c, key);
+	if (e)
+		drop(c, e, removable(c, err));
+	pthread_mutex_unlock(&c->lock);
+}
+
 int kvp_cache_remove(struct kvp_cache *c, const struct kvp_rec_key *key)
 {
 	struct entry *e;

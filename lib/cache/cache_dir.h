@@ -194,6 +194,32 @@ int kvp_cache_put(struct kvp_cache *c, const struct kvp_rec_key *key,
 int kvp_cache_get(struct kvp_cache *c, const struct kvp_rec_key *key,
 		  void *buf, size_t cap, uint64_t *len);
 
+/*
+ * kvp_cache_open_block - a descriptor of key's block file, for a reader
+ * that reads its payload in place (cache_store.h) instead of copying it
+ * out: the header is read and checked (kvp_rec_peek, the key, a file as
+ * long as its header says) but not the payload, which the reader must
+ * verify with kvp_rec_open before it uses any of it, and report with
+ * kvp_cache_reject when it fails.  Counted as a hit (a use, for
+ * recency).  Returns 0, *fd (O_RDONLY, buffered; the caller closes it;
+ * the payload starts at byte KVP_REC_HEADER_BYTES) and *len (the
+ * payload's bytes); or -ENOENT (a miss), -EOPNOTSUPP (the cache
+ * encrypts: a sealed payload is decrypted whole, so read it with
+ * kvp_cache_get; not a miss), -EBADMSG (the header failed: dropped as a
+ * get drops it, a miss), or open's error (a miss).
+ */
+int kvp_cache_open_block(struct kvp_cache *c, const struct kvp_rec_key *key,
+			 int *fd, uint64_t *len);
+
+/*
+ * kvp_cache_reject - a reader found key's record failing kvp_rec_open
+ * with err (kvp_cache_open_block's reader): count it and drop it as a
+ * get that failed would (dropped_torn ...; a torn file removed).  A key
+ * no longer indexed is only counted.
+ */
+void kvp_cache_reject(struct kvp_cache *c, const struct kvp_rec_key *key,
+		      int err);
+
 /* Remove the block of key (its file and entry).  0 or -ENOENT, -EROFS. */
 int kvp_cache_remove(struct kvp_cache *c, const struct kvp_rec_key *key);
 

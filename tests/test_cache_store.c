@@ -1,0 +1,329 @@
+/* test_cache_store.c - the prefix cache's store (cache_store.h): bound
+ * ranges read from block files, verified on their first read, a corrupt
+ * one refused and dropped; writes and discards unbind; the queue path
+ * serves both kinds; bind's bad inputs change nothing. */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "lib/cache/cache_store.h"
+#include "tests/helpers/helpers.h"
+
+#define GRAN  4096u
+#define NGRAN 16u /* the inner store: 16 granules */
+
+static char root[200] = "/var/tmp/kvp-test-cstore-XXXXXX";
+static char dir[300];
+static struct kvp_cache *cache;
+static struct kvp_store *st; /* the cache store */
+static struct kvp_store *inner;
+
+static void key_n(struct kvp_rec_key *k, uint32_t n)
+{
+	struct kvp_rec_keyctx ctx;
+
+	memset(&ctx, 0, sizeof(ctx));
+	ck_assert_int_eq(kvp_rec_block_key(&ctx, NULL, &n, 1, k), 0);
+}
+
+/* Store block n: ngran granules of the pattern of seed 100 + n. */
+static void put_n(uint32_t n, uint32_t ngran)
+{
+	struct kvp_rec_key k;
+	void *p = malloc((size_t)ngran * GRAN);
+
+	kvp_test_fill(p, (size_t)ngran * GRAN, 100 + n, 0);
+	key_n(&k, n);
+	ck_assert_int_eq(kvp_cache_put(cache, &k, p, (size_t)ngran * GRAN), 0);
+	free(p);
+}
+
+static int bind_n(uint32_t n, const uint64_t *offs, size_t cnt)
+{
+	struct kvp_rec_key k;
+
+	key_n(&k, n);
+	return kvp_cache_store_bind(st, &k, offs, cnt);
+}
+
+/* Granule g of the store is granule unit of block n (n < 0: inner's). */
+static void check_granule(const char *buf, uint32_t g, int n, uint32_t unit)
+{
+	int64_t bad;
+
+	if (n < 0)
+		bad = kvp_test_check(buf + (size_t)g * GRAN, GRAN, 7,
+				     (uint64_t)g * GRAN);
+	else
+		bad = kvp_test_check(buf + (size_t)g * GRAN, GRAN,
+				     100 + (uint64_t)n, (uint64_t)unit * GRAN);
+	ck_assert_msg(bad < 0, "granule %u: wrong at byte %lld", g,
+		      (long long)bad);
+}
+
+static void setup(void)
+{
+	static int seq;
+	char err[300];
+	void *fill = malloc(NGRAN * GRAN);
+
+	snprintf(dir, sizeof(dir), "%s/c%d.%d", root, (int)getpid(), seq++);
+	ck_assert_msg(kvp_cache_open(dir, NULL, &cache, err, sizeof(err), NULL,
+				     0) == 0,
+		      "open: %s", err);
+	ck_assert_int_eq(kvp_store_memory_create(NGRAN * GRAN, &inner), 0);
+	kvp_test_fill(fill, NGRAN * GRAN, 7, 0);
+	ck_assert_int_eq(kvp_store_pwrite(inner, fill, NGRAN * GRAN, 0), 0);
+	free(fill);
+	ck_assert_int_eq(kvp_cache_store_create(inner, cache, GRAN, &st), 0);
+	ck_assert(kvp_cache_store_is(st));
+	ck_assert(!kvp_cache_store_is(inner));
+}
+
+static void teardown(void)
+{
+	kvp_store_destroy(st); /* and inner */
+	kvp_cache_close(cache);
+	kvp_test_rm_tree(dir);
+}
+
+START_TEST(bound_reads)
+{
+	const uint64_t offs[3] = { 2 * GRAN, 0, 5 * GRAN };
+	struct kvp_cache_store_stats ss;
+	char *buf = malloc(NGRAN * GRAN);
+
+	put_n(1, 3);
+	ck_assert_int_eq(bind_n(1, offs, 3), 0);
+	ck_assert_int_eq(kvp_store_pread(st, buf, NGRAN * GRAN, 0), 0);
+	check_granule(buf, 0, 1, 1);
+	check_granule(buf, 1, -1, 0);
+	check_granule(buf, 2, 1, 0);
+	check_granule(buf, 3, -1, 0);
+	check_granule(buf, 4, -1, 0);
+	check_granule(buf, 5, 1, 2);
+	check_granule(buf, 6, -1, 0);
+	/* a read inside one granule, after verification: just its bytes */
+	ck_assert_int_eq(kvp_store_pread(st, buf, 512, 5 * GRAN + 1024), 0);
+	ck_assert_int_lt(kvp_test_check(buf, 512, 101, 2 * GRAN + 1024), 0);
+	kvp_cache_store_stats(st, &ss);
+	ck_assert_uint_eq(ss.records, 1);
+	ck_assert_uint_eq(ss.bound_granules, 3);
+	ck_assert_uint_eq(ss.verified, 1);
+	ck_assert_uint_eq(ss.rejected, 0);
+	ck_assert_uint_eq(ss.bound_bytes, 3 * GRAN + 512);
+	ck_assert_uint_eq(ss.bound_reads, 2);
+	free(buf);
+}
+END_TEST
+
+START_TEST(writes_unbind)
+{
+	const uint64_t offs[2] = { 0, GRAN };
+	struct kvp_cache_store_stats ss;
+	char *buf = malloc(2 * GRAN), x[96];
+
+	put_n(2, 2);
+	ck_assert_int_eq(bind_n(2, offs, 2), 0);
+	/* a whole granule written: the inner store's from then on */
+	memset(buf, 'w', GRAN);
+	ck_assert_int_eq(kvp_store_pwrite(st, buf, GRAN, 0), 0);
+	/* part of one: the rest is kept, copied from the record */
+	memset(x, 'x', sizeof(x));
+	ck_assert_int_eq(kvp_store_pwrite(st, x, sizeof(x), GRAN + 16), 0);
+	kvp_cache_store_stats(st, &ss);
+	ck_assert_uint_eq(ss.bound_granules, 0);
+	ck_assert_uint_eq(ss.unbound, 2);
+	/* what the inner store holds now is what the store reads */
+	ck_assert_int_eq(kvp_store_pread(inner, buf, 2 * GRAN, 0), 0);
+	for (size_t i = 0; i < GRAN; i++)
+		ck_assert_int_eq(buf[i], 'w');
+	ck_assert_mem_eq(buf + GRAN + 16, x, sizeof(x));
+	ck_assert_int_lt(kvp_test_check(buf + GRAN, 16, 102, GRAN), 0);
+	ck_assert_int_lt(kvp_test_check(buf + GRAN + 112, GRAN - 112, 102,
+					GRAN + 112),
+			 0);
+	/* a discard unbinds too */
+	ck_assert_int_eq(bind_n(2, offs, 2), 0);
+	ck_assert_int_eq(st->ops->discard(st, 0, 2 * GRAN), 0);
+	kvp_cache_store_stats(st, &ss);
+	ck_assert_uint_eq(ss.bound_granules, 0);
+	free(buf);
+}
+END_TEST
+
+/* Submit ios[0..n) on a queue of st and reap them all (bounded wait). */
+static void queue_run(struct kvp_io **ios, unsigned n)
+{
+	struct kvp_store_queue *q;
+	struct kvp_io *done[8];
+	unsigned got = 0, sub = 0;
+	uint64_t t0 = kvp_test_now_ns();
+
+	ck_assert_int_eq(st->ops->queue_create(st, 4, &q), 0);
+	while (got < n) {
+		struct pollfd p = { .fd = st->ops->queue_fd(q),
+				    .events = POLLIN };
+		int k;
+
+		if (sub < n) {
+			k = st->ops->submit(q, ios + sub, n - sub);
+			ck_assert_int_ge(k, 0);
+			sub += (unsigned)k;
+		}
+		poll(&p, 1, 100);
+		k = st->ops->reap(q, done, 8, false);
+		ck_assert_int_ge(k, 0);
+		got += (unsigned)k;
+		ck_assert_msg(kvp_test_now_ns() - t0 < 60000000000ull,
+			      "completions missing after 60 s");
+	}
+	st->ops->queue_destroy(q);
+}
+
+START_TEST(queue_path)
+{
+	const uint64_t offs[1] = { 3 * GRAN };
+	char *a = aligned_alloc(4096, GRAN), *b = aligned_alloc(4096, GRAN);
+	char *w = aligned_alloc(4096, GRAN);
+	struct kvp_io ia = { .op = KVP_IO_READ, .buf = a, .len = GRAN,
+			     .off = 3 * GRAN };
+	struct kvp_io ib = { .op = KVP_IO_READ, .buf = b, .len = GRAN,
+			     .off = 4 * GRAN };
+	struct kvp_io iw = { .op = KVP_IO_WRITE, .buf = w, .len = GRAN,
+			     .off = 3 * GRAN };
+	struct kvp_io *ios[2] = { &ia, &ib };
+	struct kvp_cache_store_stats ss;
+
+	put_n(3, 1);
+	ck_assert_int_eq(bind_n(3, offs, 1), 0);
+	queue_run(ios, 2);
+	ck_assert_int_eq(ia.result, GRAN);
+	ck_assert_int_eq(ib.result, GRAN);
+	ck_assert_int_lt(kvp_test_check(a, GRAN, 103, 0), 0);
+	ck_assert_int_lt(kvp_test_check(b, GRAN, 7, 4 * GRAN), 0);
+	/* a write through the queue unbinds before it lands */
+	memset(w, 'q', GRAN);
+	ios[0] = &iw;
+	queue_run(ios, 1);
+	ck_assert_int_eq(iw.result, GRAN);
+	kvp_cache_store_stats(st, &ss);
+	ck_assert_uint_eq(ss.bound_granules, 0);
+	ck_assert_int_eq(kvp_store_pread(st, a, GRAN, 3 * GRAN), 0);
+	ck_assert_mem_eq(a, w, GRAN);
+	free(a);
+	free(b);
+	free(w);
+}
+END_TEST
+
+START_TEST(corrupt_refused)
+{
+	const uint64_t offs[2] = { 0, GRAN };
+	struct kvp_cache_store_stats ss;
+	struct kvp_cache_stats cst;
+	struct kvp_rec_key k;
+	char path[512], hex[65], *buf = malloc(2 * GRAN);
+	int fd;
+
+	put_n(4, 2);
+	key_n(&k, 4);
+	kvp_rec_key_hex(&k, hex);
+	snprintf(path, sizeof(path), "%s/%s.kvb", dir, hex);
+	/* the payload's last granule, where no header check sees it */
+	fd = open(path, O_WRONLY);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pwrite(fd, "XXXX", 4, KVP_REC_HEADER_BYTES + GRAN + 9),
+			 4);
+	close(fd);
+	ck_assert_int_eq(bind_n(4, offs, 2), 0); /* its header is whole */
+	/* the granule that is intact fails too: the record is one */
+	ck_assert_int_eq(kvp_store_pread(st, buf, GRAN, 0), -EBADMSG);
+	ck_assert_int_eq(kvp_store_pread(st, buf, 2 * GRAN, 0), -EBADMSG);
+	kvp_cache_store_stats(st, &ss);
+	ck_assert_uint_eq(ss.rejected, 1);
+	ck_assert_uint_eq(ss.verified, 0);
+	kvp_cache_stats(cache, &cst);
+	ck_assert_uint_eq(cst.dropped_torn, 1);
+	ck_assert_uint_eq(cst.blocks, 0);
+	ck_assert_int_eq(access(path, F_OK), -1); /* removed, as a get would */
+	/* a write makes the range the inner store's again */
+	memset(buf, 'z', 2 * GRAN);
+	ck_assert_int_eq(kvp_store_pwrite(st, buf, 2 * GRAN, 0), 0);
+	ck_assert_int_eq(kvp_store_pread(st, buf, 2 * GRAN, 0), 0);
+	ck_assert_int_eq(buf[GRAN + 9], 'z');
+	free(buf);
+}
+END_TEST
+
+START_TEST(bind_errors)
+{
+	uint64_t offs[3] = { 0, GRAN, 2 * GRAN };
+	struct kvp_cache_store_stats ss;
+	struct kvp_cache_stats cst;
+
+	put_n(5, 3);
+	ck_assert_int_eq(bind_n(5, offs, 2), -EMSGSIZE); /* 3 granules */
+	ck_assert_int_eq(bind_n(6, offs, 3), -ENOENT);	 /* absent */
+	offs[1] = GRAN + 512;
+	ck_assert_int_eq(bind_n(5, offs, 3), -EINVAL); /* not a granule */
+	offs[1] = NGRAN * GRAN;
+	ck_assert_int_eq(bind_n(5, offs, 3), -EINVAL); /* past the end */
+	ck_assert_int_eq(kvp_cache_store_bind(inner, NULL, offs, 3), -EINVAL);
+	kvp_cache_store_stats(st, &ss);
+	ck_assert_uint_eq(ss.bound_granules, 0);
+	ck_assert_uint_eq(ss.records, 0);
+	kvp_cache_stats(cache, &cst);
+	ck_assert_uint_eq(cst.blocks, 1);
+}
+END_TEST
+
+/* A cache that encrypts at rest does not map: its reader copies. */
+START_TEST(sealed_not_mapped)
+{
+	struct kvp_rec_cipher ci;
+	struct kvp_cache_opts o = { .cipher = &ci };
+	struct kvp_cache *c2;
+	struct kvp_rec_key k;
+	char d2[320], err[300];
+	uint64_t len;
+	int fd;
+
+	memset(ci.key, 3, sizeof(ci.key));
+	snprintf(d2, sizeof(d2), "%s.sealed", dir);
+	ck_assert_msg(kvp_cache_open(d2, &o, &c2, err, sizeof(err), NULL, 0) ==
+			      0,
+		      "open: %s", err);
+	key_n(&k, 9);
+	ck_assert_int_eq(kvp_cache_put(c2, &k, "abc", 3), 0);
+	ck_assert_int_eq(kvp_cache_open_block(c2, &k, &fd, &len), -EOPNOTSUPP);
+	kvp_cache_close(c2);
+	kvp_test_rm_tree(d2);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("cache_store");
+	TCase *tc = kvp_test_tcase(s, "store", 120);
+	int failed;
+
+	if (!mkdtemp(root))
+		return kvp_test_skip("cannot make a directory in /var/tmp: %s",
+				     strerror(errno));
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, bound_reads);
+	tcase_add_test(tc, writes_unbind);
+	tcase_add_test(tc, queue_path);
+	tcase_add_test(tc, corrupt_refused);
+	tcase_add_test(tc, bind_errors);
+	tcase_add_test(tc, sealed_not_mapped);
+	failed = kvp_test_run(s);
+	kvp_test_rm_tree(root);
+	return failed;
+}
