@@ -140,7 +140,7 @@ wait_for() {
 	local i
 	for i in $(seq 600); do
 		grep -q -E -- "$1" "$2" && return 0
-		kill -0 "$3" 2>/dev/null || fail "the run ended: $(cat "$tmp/err")"
+		kill -0 "$3" 2>/dev/null || fail "the run ended: $(cat "$2")"
 		sleep 0.1
 	done
 	fail "no /$1/ in 60 s: $(cat "$2")"
@@ -191,25 +191,27 @@ out=$(cat "$tmp/out")
 ok "the report shows the config in use and 3 changes"
 
 for sig in INT TERM; do
+	# Files of its own: the run started in the background may not have
+	# truncated a shared one yet when wait_for first reads it.
 	mkdir -p "$tmp/m"
 	KVP_FUSE_MOUNT=$tmp/m "$K" run --preset tiny --context 32K \
-		--steps 1000000 >"$tmp/out" 2>"$tmp/err" &
+		--steps 1000000 >"$tmp/out.$sig" 2>"$tmp/err.$sig" &
 	pid=$!
 	pids+=("$pid")
 	# decoding, and the progress line of a stderr that is no terminal
-	wait_for '^kvpager: decode [0-9]*/1000000 steps' "$tmp/err" "$pid"
+	wait_for '^kvpager: decode [0-9]*/1000000 steps' "$tmp/err.$sig" "$pid"
 	ok "progress lines on a stderr that is not a terminal"
 	mountpoint -q "$tmp/m" ||
-		fail "the view is not mounted at $tmp/m: $(cat "$tmp/err"; grep " $tmp/m " /proc/self/mountinfo)"
+		fail "the view is not mounted at $tmp/m: $(cat "$tmp/err.$sig"; grep " $tmp/m " /proc/self/mountinfo)"
 	[ -f "$tmp/reg/$pid" ] || fail "no registry entry $tmp/reg/$pid: $(ls "$tmp/reg")"
 	kill -$sig "$pid"
 	wait "$pid"
 	rc=$?
 	want=$((128 + $(kill -l $sig)))
-	[ "$rc" = "$want" ] || fail "SIG$sig: exit $rc, not $want: $(cat "$tmp/err")"
-	grep -q "interrupted after [0-9]* of 1000000 decode steps" "$tmp/err" ||
-		fail "SIG$sig: no word of the interruption: $(cat "$tmp/err")"
-	grep -q "tokens/s" "$tmp/out" || fail "SIG$sig: no report: $(cat "$tmp/out")"
+	[ "$rc" = "$want" ] || fail "SIG$sig: exit $rc, not $want: $(cat "$tmp/err.$sig")"
+	grep -q "interrupted after [0-9]* of 1000000 decode steps" "$tmp/err.$sig" ||
+		fail "SIG$sig: no word of the interruption: $(cat "$tmp/err.$sig")"
+	grep -q "tokens/s" "$tmp/out.$sig" || fail "SIG$sig: no report: $(cat "$tmp/out.$sig")"
 	mountpoint -q "$tmp/m" && fail "SIG$sig left the view mounted"
 	[ -e "$tmp/reg/$pid" ] && fail "SIG$sig left the registry entry"
 	ok "SIG$sig: report, view unmounted, registry entry gone"

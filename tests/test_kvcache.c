@@ -726,7 +726,7 @@ END_TEST
 int main(void)
 {
 	Suite *s = suite_create("kvcache");
-	TCase *tc = kvp_test_tcase(s, "core", 120);
+	TCase *tc = kvp_test_tcase(s, "core", 300);
 	int err = kvp_test_pager_err();
 
 	if (err)
