@@ -323,12 +323,13 @@ FUZZ_DEBIAN_PKGS := clang-14 libclang-rt-14-dev
 FUZZ_BUILD := build-fuzz
 FUZZ_DEPS_STAMP := $(FUZZ_BUILD)/.fuzz-deps-ok
 # What the harnesses call, built with coverage: the engine, the tunables,
-# the view's tree, the block tables and the cache directory (the view shows
-# its figures); not the rest of lib/kv/, whose SIMD checks clang-14 does
-# not know.
+# the view's tree, the block tables, the cache directory and the remote
+# tier (the view shows their figures); not the rest of lib/kv/, whose SIMD
+# checks clang-14 does not know.
 FUZZ_LIB_SRCS := $(wildcard kmod-helpers/*.c pager/*.c lib/tunables/*.c) \
 	lib/view/view_tree.c lib/view/prom.c lib/kv/block_table.c \
-	lib/cache/cache_dir.c lib/cache/block_record.c
+	lib/cache/cache_dir.c lib/cache/block_record.c \
+	$(wildcard lib/remote/*.c)
 FUZZ_LIB := $(FUZZ_BUILD)/lib/libkvpager-fuzz.a
 
 $(FUZZ_DEPS_STAMP):

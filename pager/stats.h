@@ -10,9 +10,33 @@
 #ifndef KVP_STATS_H
 #define KVP_STATS_H
 
+#include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 enum kvp_stat_kind { KVP_COUNTER, KVP_GAUGE };
+
+/*
+ * One figure of a table declared as KVP_STATS is (the pager's here, the
+ * prefix cache's and the remote tier's in lib/): what a view, Prometheus
+ * text and kvpctl show of it.
+ */
+struct kvp_stat_desc {
+	const char *name;	 /* demand_faults_total */
+	enum kvp_stat_kind kind; /* counter or gauge */
+	const char *doc;	 /* one line */
+	size_t offset;		 /* of its uint64_t field in the stats struct */
+};
+
+/* The value @d describes in @stats (the struct its table declares). */
+static inline uint64_t kvp_stat_desc_value(const void *stats,
+					   const struct kvp_stat_desc *d)
+{
+	uint64_t v;
+
+	memcpy(&v, (const char *)stats + d->offset, sizeof(v));
+	return v;
+}
 
 #define KVP_STATS(X)                                                           \
 	X(demand_faults_total, KVP_COUNTER, "missing faults served by a load") \

@@ -7,13 +7,19 @@
 # logits, bit for bit, and stores what it fetched in its own directory.
 # Another salt reads nothing of it; a value tampered with in Redis is a
 # counted miss with the same tokens; a server that is absent or hangs
-# costs errors, counted, and never other tokens.  random:tiny, fp16 KV.
+# costs errors, counted, and never other tokens.  While an instance that
+# fetched decodes, its view's remote/ files, kvpctl stats and /metrics
+# over HTTP show the tier's counters.  random:tiny, fp16 KV.
 set -u
 BUILD=${BUILD:-build}
 kvp="$BUILD/bin/kvpager"
 tmp=$(mktemp -d)
 pid=""
+vp="" # a decoding instance
 cleanup() {
+	[ -n "$vp" ] && kill -9 "$vp" 2>/dev/null
+	[ -n "$vp" ] && wait "$vp" 2>/dev/null
+	[ -d "$tmp/mnt" ] && fusermount3 -u -z "$tmp/mnt" 2>/dev/null
 	[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
 	[ -n "$pid" ] && wait "$pid" 2>/dev/null
 	rm -rf "$tmp"
@@ -75,6 +81,52 @@ cmp -s "$tmp/l0" "$tmp/lb" || { echo "FAIL: B's logits differ"; fail=1; }
 # B stored what it fetched: its own directory serves it now
 c=$(run "${P[@]}" --cache-dir "$tmp/B")
 check "B's directory: hit" "$(field prefix_hit_tokens <<<"$c")" 256
+
+# the tier's counters while an instance that fetched the prefix decodes:
+# /metrics over HTTP, and with FUSE the view and kvpctl
+view=""
+if [ -c /dev/fuse ] && command -v fusermount3 >/dev/null; then
+	view=$tmp/mnt
+	export KVP_RUNTIME_DIR=$tmp/reg
+fi
+# (kvpager itself in the background, not run's shell: $! is kvpager)
+KVP_FUSE_MOUNT=$view "$kvp" run --quiet --budget 8M --model random:tiny \
+	--prompt-tokens "@$tmp/p" --generate 100000 --cache-dir "$tmp/G" \
+	--remote "$url" --metrics-listen 127.0.0.1:0 >/dev/null 2>"$tmp/g.err" &
+vp=$!
+murl=""
+for _ in $(seq 600); do # the prefill has fetched 4 chunks (generous)
+	murl=$(sed -n 's/^kvpager: metrics at //p' "$tmp/g.err")
+	[ -n "$murl" ] && curl -sS --max-time 30 -o "$tmp/m" "$murl" 2>/dev/null &&
+		grep -q '^kvpager_remote_hits_total{pid="[0-9]*"} 4$' "$tmp/m" && break
+	kill -0 "$vp" 2>/dev/null || break
+	sleep 0.2
+done
+got=$(grep -c '^kvpager_remote_hits_total{pid="[0-9]*"} 4$' "$tmp/m" 2>/dev/null)
+check "metrics: kvpager_remote_hits_total (${murl:-no url}: $(cat "$tmp/g.err"))" "$got" 1
+got=$(grep -c '^kvpager_remote_fetch_latency_seconds_count{pid="[0-9]*"} [1-9]' "$tmp/m" 2>/dev/null)
+check "metrics: the fetch latency histogram" "$got" 1
+if /usr/bin/python3 -c 'import prometheus_client' 2>/dev/null; then
+	/usr/bin/python3 tests/metrics_lint.py "$tmp/m" || { echo "FAIL: metrics do not lint"; fail=1; }
+fi
+if [ -n "$view" ]; then
+	got=$(cat "$view/remote/hits_total" 2>&1)
+	check "view: remote/hits_total" "$got" 4
+	got=$(cat "$view/remote/lookups_total" 2>&1)
+	[ "$got" -ge 4 ] 2>/dev/null || { echo "FAIL: view: remote/lookups_total: $got"; fail=1; }
+	got=$("$BUILD/bin/kvpctl" -m "$view" stats 2>&1 | grep -c '^remote/')
+	check "kvpctl stats: remote lines" "$got" 22
+	got=$("$BUILD/bin/kvpctl" -m "$view" stats 2>&1 | grep -c '^remote/fetch_latency_mean_us = [0-9]')
+	check "kvpctl stats: the mean fetch latency" "$got" 1
+	got=$(grep -c '^kvpager_remote_bytes_read_total{pid="[0-9]*"} [1-9]' "$view/metrics")
+	check "view: metrics file" "$got" 1
+else
+	echo "note: no /dev/fuse or fusermount3: the view's remote/ case skipped"
+fi
+kill "$vp"
+wait "$vp" 2>/dev/null
+vp=""
+[ -n "$view" ] && fusermount3 -u -z "$view" 2>/dev/null
 
 # another tenant: nothing from Redis, the same tokens
 c=$(run "${P[@]}" --cache-dir "$tmp/C" --cache-salt tenant-b --remote "$url")

@@ -11,12 +11,16 @@
  *
  * Skipped (77) where the pager cannot open a userfaultfd.
  */
+#include <arpa/inet.h>
 #include <check.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "lib/tunables/tunables.h"
 #include "tests/helpers/helpers.h"
@@ -88,6 +92,15 @@ static char *read_ok(const char *path)
 	ck_assert_msg(r == 0, "read %s: %d", path, r);
 	ck_assert_uint_eq(strlen(buf) <= len, 1);
 	return buf;
+}
+
+/* File @path reads @want. */
+static void expect_text(const char *path, const char *want)
+{
+	char *s = read_ok(path);
+
+	ck_assert_msg(!strcmp(s, want), "%s: '%s', not '%s'", path, s, want);
+	free(s);
 }
 
 static uint64_t budget_now(void)
@@ -178,8 +191,8 @@ START_TEST(every_path_reads)
 	nfiles = ndirs = 0;
 	walk("");
 	/* root, tunables, stats, regions, kv0, its stats and data, seqs,
-	 * cache */
-	ck_assert_int_eq(ndirs, 9);
+	 * cache, remote */
+	ck_assert_int_eq(ndirs, 10);
 	ck_assert_int_gt(nfiles, 5 + 20 + 7);
 	ck_assert_int_eq(kvp_view_stat(tree, "/apply", &a), 0);
 	ck_assert_int_eq(a.mode, 0200);
@@ -399,12 +412,8 @@ START_TEST(cache_figures)
 	ck_assert_int_eq(kvp_cache_put(c, &k, "kv", 2), 0);
 	ck_assert_int_eq(kvp_cache_get(c, &k, dir, 2, &len), 0);
 	kvp_view_set_cache(tree, c);
-	s = read_ok("cache/hits_total");
-	ck_assert_str_eq(s, "1\n");
-	free(s);
-	s = read_ok("cache/blocks");
-	ck_assert_str_eq(s, "1\n");
-	free(s);
+	expect_text("cache/hits_total", "1\n");
+	expect_text("cache/blocks", "1\n");
 	ck_assert_int_eq(kvp_view_stat(tree, "cache/hits_total", &a), 0);
 	ck_assert_int_eq(a.mode, 0444);
 	s = read_ok("metrics");
@@ -419,6 +428,82 @@ START_TEST(cache_figures)
 			 -ENOENT);
 	kvp_cache_close(c);
 	kvp_test_rm_tree(dir);
+}
+END_TEST
+
+static int refuse_value(void *arg, const void *key, size_t keylen, void *val,
+			size_t len)
+{
+	return -1;
+}
+
+START_TEST(remote_figures)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t sl = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct kvp_remote_config rc = { .ns = "t", .ns_len = 1,
+					.verify = refuse_value };
+	struct kvp_remote *r = NULL;
+	struct kvp_remote_get g[3];
+	unsigned char bufs[3][8];
+	struct kvp_view_attr a;
+	struct names c = { .n = 0 };
+	char url[64], want[128], *s;
+	size_t len, i;
+
+	/* a port bound, never listened on: every connection is refused */
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+	snprintf(url, sizeof(url), "redis://127.0.0.1:%u",
+		 (unsigned)ntohs(sa.sin_port));
+	rc.url = url;
+
+	/* none registered: an empty folder, no file */
+	ck_assert_int_eq(kvp_view_stat(tree, "remote/hits_total", &a),
+			 -ENOENT);
+	ck_assert_int_eq(kvp_view_list(tree, "remote", 0, collect, &c), 0);
+	ck_assert_int_eq(c.n, 0);
+	ck_assert_int_eq(kvp_remote_open(&rc, &r, NULL, 0), 0);
+	for (i = 0; i < 3; i++)
+		g[i] = (struct kvp_remote_get){ .key = "k", .key_len = 1,
+						.buf = bufs[i],
+						.buf_len = sizeof(bufs[i]) };
+	ck_assert_int_eq(kvp_remote_get_many(r, g, 3), 0);
+	kvp_view_set_remote(tree, r);
+
+	expect_text("remote/lookups_total", "3\n");
+	expect_text("remote/errors_total", "3\n");
+	expect_text("remote/fetch_latency_mean_us", "0\n"); /* no trip */
+	ck_assert_int_eq(kvp_view_stat(tree, "remote/hits_total", &a), 0);
+	ck_assert_int_eq(a.mode, 0444);
+	ck_assert_int_eq(kvp_view_list(tree, "remote", 0, collect, &c), 0);
+	ck_assert_int_eq(c.n, (int)kvp_remote_stat_count + 1);
+	s = read_ok("metrics");
+	snprintf(want, sizeof(want),
+		 "# TYPE kvpager_remote_errors_total counter\n"
+		 "kvpager_remote_errors_total{pid=\"%d\"} 3\n",
+		 (int)getpid());
+	ck_assert_msg(strstr(s, want), "no '%s' in metrics", want);
+	ck_assert_ptr_nonnull(strstr(
+	    s, "# TYPE kvpager_remote_fetch_latency_seconds histogram\n"));
+	ck_assert_ptr_nonnull(
+	    strstr(s, "kvpager_remote_fetch_latency_seconds_count{"));
+	free(s);
+
+	kvp_view_set_remote(tree, NULL);
+	ck_assert_int_eq(kvp_view_stat(tree, "remote/hits_total", &a),
+			 -ENOENT);
+	s = NULL;
+	ck_assert_int_eq(kvp_view_read(tree, "remote/hits_total", &s, &len),
+			 -ENOENT);
+	s = read_ok("metrics");
+	ck_assert_ptr_null(strstr(s, "kvpager_remote_"));
+	free(s);
+	kvp_remote_close(r);
+	close(fd);
 }
 END_TEST
 
@@ -437,6 +522,7 @@ static Suite *view_tree_suite(void)
 	tcase_add_test(tc, writes_must_be_text);
 	tcase_add_test(tc, prom_escapes_region_names);
 	tcase_add_test(tc, cache_figures);
+	tcase_add_test(tc, remote_figures);
 	suite_add_tcase(s, tc);
 	return s;
 }

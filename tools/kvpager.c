@@ -1326,6 +1326,7 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 	struct kvp_kvcache *c = NULL;
 	struct kvp_instance *inst = NULL;
 	struct kvp_fuse_view *view = NULL;
+	struct kvp_view *tree = NULL;
 	struct live_kv lv = { .mu = PTHREAD_MUTEX_INITIALIZER };
 	char why[512];
 	struct kvp_kvcache_stats s_warm, s_end;
@@ -1466,9 +1467,14 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 	if (view) {
 		kvp_view_set_seqs(kvp_fuse_view_tree(view), &kv_seq_ops, c);
 		kvp_view_set_kv(kvp_fuse_view_tree(view), &kv, live_apply, &lv);
-		if (mr->mc)
-			kvp_view_set_cache(kvp_fuse_view_tree(view),
-					   kvp_model_cache_dir(mr->mc));
+	}
+	/* the tiers' figures: in the view and in /metrics over HTTP */
+	tree = kvp_instance_tree(inst);
+	if (mr->mc) {
+		kvp_view_set_cache(tree, kvp_model_cache_dir(mr->mc));
+		if (kvp_model_cache_remote(mr->mc))
+			kvp_view_set_remote(tree, kvp_model_remote_tier(
+						      kvp_model_cache_remote(mr->mc)));
 	}
 	ids = calloc(o.batch, sizeof(*ids));
 	if (!ids) {
@@ -1775,7 +1781,10 @@ out:
 		/* no view callback runs past this point */
 		kvp_view_set_kv(kvp_fuse_view_tree(view), NULL, NULL, NULL);
 		kvp_view_set_seqs(kvp_fuse_view_tree(view), NULL, NULL);
-		kvp_view_set_cache(kvp_fuse_view_tree(view), NULL);
+	}
+	if (tree) {
+		kvp_view_set_cache(tree, NULL);
+		kvp_view_set_remote(tree, NULL);
 	}
 	kvp_kvcache_destroy(c);
 	kvp_instance_close(inst);

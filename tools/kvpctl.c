@@ -9,7 +9,8 @@
  *   kvpctl list                 tunables: value, type, range, default, doc
  *   kvpctl stats [--watch S] [--count N]
  *                               statistics, or their rates every S seconds;
- *                               the prefix cache's (cache/NAME) too, when
+ *                               the prefix cache's (cache/NAME) and the
+ *                               remote tier's (remote/NAME) too, when
  *                               the pager's program has one
  *   kvpctl load FILE            `name = value` lines, all or nothing
  *
@@ -20,6 +21,7 @@
  * Exit status: 0 done, 1 failed, 2 bad usage.
  */
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -32,7 +34,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "lib/cache/cache_dir.h"
 #include "lib/cli/cli.h"
 #include "lib/instance/instance.h"
 #include "lib/tunables/tunables.h"
@@ -387,25 +388,37 @@ static void print_kv(const char *name, const char *value)
 		printf("%s = %s\n", name, value);
 }
 
-/* The prefix cache's figures, "cache/NAME = value", when the view shows
- * a cache (its cache/ folder lists them). */
-static void print_cache(void)
+/* A tier's figures, "DIR/NAME = value" in the order the view lists
+ * them: the prefix cache's (cache/) and the remote tier's (remote/),
+ * whose folders are empty while the program has no such tier. */
+static void print_tier(const char *dir)
 {
-	char rel[128], path[PATH_MAX + 256], *v;
-	struct stat sb;
-	size_t i;
+	char rel[PATH_MAX], path[PATH_MAX + 256], *v;
+	struct dirent *e;
+	DIR *d;
 
-	snprintf(path, sizeof(path), "%s/cache/%s", mount_path,
-		 kvp_cache_stat_descs[0].name);
-	if (stat(path, &sb))
+	snprintf(path, sizeof(path), "%s/%s", mount_path, dir);
+	d = opendir(path);
+	if (!d)
 		return;
-	for (i = 0; i < kvp_cache_stat_count; i++) {
-		snprintf(rel, sizeof(rel), "cache/%s",
-			 kvp_cache_stat_descs[i].name);
-		v = value_of(rel);
+	while ((e = readdir(d))) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(rel, sizeof(rel), "%s/%s", dir, e->d_name);
+		v = slurp(rel, NULL); /* gone meanwhile: the tier closed */
+		if (!v)
+			continue;
+		v[strcspn(v, "\n")] = '\0';
 		print_kv(rel, v);
 		free(v);
 	}
+	closedir(d);
+}
+
+static void print_tiers(void)
+{
+	print_tier("cache");
+	print_tier("remote");
 }
 
 static int cmd_all(void)
@@ -426,7 +439,7 @@ static int cmd_all(void)
 		print_kv(stat_names[i], v);
 		free(v);
 	}
-	print_cache();
+	print_tiers();
 	return 0;
 }
 
@@ -640,7 +653,7 @@ static int cmd_stats(struct stats_opts o)
 			print_kv(stat_names[j], v);
 			free(v);
 		}
-		print_cache();
+		print_tiers();
 		return 0;
 	}
 	/* hit rate: prefetched blocks used / blocks the program needed

@@ -26,7 +26,7 @@
 #define STAT_DESC(n, k, d)                                                     \
 	{ k == KVP_COUNTER ? #n "_total" : #n, k, d,                           \
 	  offsetof(struct kvp_cache_stats, n) },
-const struct kvp_cache_stat_desc kvp_cache_stat_descs[] = {
+const struct kvp_stat_desc kvp_cache_stat_descs[] = {
 	KVP_CACHE_STATS(STAT_DESC)
 };
 #undef STAT_DESC

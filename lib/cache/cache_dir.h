@@ -128,15 +128,9 @@ struct kvp_cache_stats {
 };
 #undef KVP_CACHE_STATS_FIELD
 
-/* One figure of KVP_CACHE_STATS: its file name (with _total for a
+/* Every figure of KVP_CACHE_STATS: its file name (with _total for a
  * counter), kind, doc and offset in struct kvp_cache_stats. */
-struct kvp_cache_stat_desc {
-	const char *name;
-	enum kvp_stat_kind kind;
-	const char *doc;
-	size_t offset;
-};
-extern const struct kvp_cache_stat_desc kvp_cache_stat_descs[];
+extern const struct kvp_stat_desc kvp_cache_stat_descs[];
 extern const size_t kvp_cache_stat_count;
 
 static inline uint64_t kvp_cache_stat_value(const struct kvp_cache_stats *s,

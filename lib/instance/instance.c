@@ -268,7 +268,9 @@ int kvp_instance_list(unsigned flags, struct kvp_instance_entry **out,
 struct kvp_instance {
 	struct kvp_pager *pager;
 	struct kvp_fuse_view *view; /* NULL: no mount */
-	struct kvp_kv_config kv;    /* when there is no view */
+	struct kvp_view *tree;	    /* the view's tree, or one of our own */
+	bool own_tree;		    /* tree is ours (no mount) */
+	struct kvp_kv_config kv;    /* the KV config at open */
 	bool registered;
 	struct kvp_metrics_http *metrics; /* NULL: not served over HTTP */
 };
@@ -287,14 +289,13 @@ static void prune_stale(void)
 	free(e);
 }
 
-/* A scrape: the text the view's metrics file shows. */
+/* A scrape: the text the view's metrics file shows (the tiers that
+ * registered with the tree included), mounted or not. */
 static int render_metrics(void *arg, char **buf, size_t *len)
 {
 	struct kvp_instance *in = arg;
-	struct kvp_kv_config kv;
 
-	kvp_instance_kv_config(in, &kv);
-	return kvp_prom_render(in->pager, &kv, buf, len);
+	return kvp_view_read(in->tree, "metrics", buf, len);
 }
 
 int kvp_instance_open(const struct kvp_instance_opts *o,
@@ -357,6 +358,7 @@ int kvp_instance_open(const struct kvp_instance_opts *o,
 				   why);
 			goto err_pager;
 		}
+		in->tree = kvp_fuse_view_tree(in->view);
 		r = kvp_instance_register(kvp_fuse_view_path(in->view), why,
 					  sizeof(why));
 		if (r) {
@@ -367,6 +369,16 @@ int kvp_instance_open(const struct kvp_instance_opts *o,
 		} else {
 			in->registered = true;
 		}
+	}
+	if (!in->view) {
+		r = kvp_view_create(in->pager, &in->kv, o->kv_apply, o->kv_arg,
+				    &in->tree);
+		if (r) {
+			kvp_seterr(err, errlen,
+				   "cannot open a pager: out of memory");
+			goto err_pager;
+		}
+		in->own_tree = true;
 	}
 	addr = o->metrics_listen ? o->metrics_listen
 				 : getenv("KVP_METRICS_LISTEN");
@@ -388,6 +400,8 @@ err_view:
 	if (in->registered)
 		kvp_instance_unregister();
 	kvp_fuse_view_unmount(in->view);
+	if (in->own_tree)
+		kvp_view_destroy(in->tree);
 err_pager:
 	kvp_pager_close(in->pager);
 err_free:
@@ -404,6 +418,8 @@ void kvp_instance_close(struct kvp_instance *in)
 	/* before the view: a scrape reads the view's KV config */
 	kvp_metrics_http_stop(in->metrics);
 	kvp_fuse_view_unmount(in->view);
+	if (in->own_tree)
+		kvp_view_destroy(in->tree);
 	kvp_pager_close(in->pager);
 	free(in);
 }
@@ -416,6 +432,11 @@ struct kvp_pager *kvp_instance_pager(const struct kvp_instance *in)
 struct kvp_fuse_view *kvp_instance_view(const struct kvp_instance *in)
 {
 	return in->view;
+}
+
+struct kvp_view *kvp_instance_tree(const struct kvp_instance *in)
+{
+	return in->tree;
 }
 
 const char *kvp_instance_mount(const struct kvp_instance *in)
@@ -431,8 +452,5 @@ const char *kvp_instance_metrics_url(const struct kvp_instance *in)
 void kvp_instance_kv_config(const struct kvp_instance *in,
 			    struct kvp_kv_config *out)
 {
-	if (in->view)
-		kvp_view_kv_config(kvp_fuse_view_tree(in->view), out);
-	else
-		*out = in->kv;
+	kvp_view_kv_config(in->tree, out);
 }

@@ -125,6 +125,10 @@ void kvp_instance_close(struct kvp_instance *in);
 struct kvp_pager *kvp_instance_pager(const struct kvp_instance *in);
 /* The view, or NULL when none was mounted. */
 struct kvp_fuse_view *kvp_instance_view(const struct kvp_instance *in);
+/* The view's tree (view_tree.h), mounted or not: what the view and
+ * /metrics over HTTP show; a program registers its KV layer and tiers
+ * with it (kvp_view_set_seqs, _set_cache, _set_remote). */
+struct kvp_view *kvp_instance_tree(const struct kvp_instance *in);
 /* The view's mount point, or NULL. */
 const char *kvp_instance_mount(const struct kvp_instance *in);
 /* "http://HOST:PORT/metrics" when metrics are served over HTTP, else NULL. */

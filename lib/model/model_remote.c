@@ -303,3 +303,8 @@ const char *kvp_model_remote_url(const struct kvp_model_remote *mr)
 {
 	return mr->shown_url;
 }
+
+struct kvp_remote *kvp_model_remote_tier(struct kvp_model_remote *mr)
+{
+	return mr->r;
+}

@@ -82,6 +82,9 @@ void kvp_model_remote_stats(struct kvp_model_remote *mr,
 			    struct kvp_model_remote_stats *ms,
 			    struct kvp_remote_stats *rs);
 
+/* The tier itself (for a view: kvp_view_set_remote). */
+struct kvp_remote *kvp_model_remote_tier(struct kvp_model_remote *mr);
+
 /* The URL without its password, for reports. */
 const char *kvp_model_remote_url(const struct kvp_model_remote *mr);
 

@@ -15,6 +15,7 @@ static void take_reply(struct kvp_remote *r, struct kvp_remote_get *g,
 {
 	const redisReply *rep = op->reply;
 
+	RSTAT_ADD(r, lookups_total, 1);
 	if (op->status) {
 		g->status = op->status;
 		RSTAT_ADD(r, errors_total, 1);

@@ -241,6 +241,8 @@ static void latency(struct kvp_remote *r, uint64_t ns)
 		b++;
 	}
 	RSTAT_ADD(r, fetch_latency_us[b], 1);
+	RSTAT_ADD(r, fetch_latency_sum_ns, ns);
+	RSTAT_ADD(r, fetch_round_trips_total, 1);
 }
 
 static int append(redisContext *c, const struct rop *op)

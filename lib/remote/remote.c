@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,14 @@
 #include <unistd.h>
 
 #include "lib/remote/remote_i.h"
+
+#define STAT_DESC(n, k, d) { #n, k, d, offsetof(struct kvp_remote_stats, n) },
+const struct kvp_stat_desc kvp_remote_stat_descs[] = {
+	KVP_REMOTE_STATS(STAT_DESC)
+};
+#undef STAT_DESC
+const size_t kvp_remote_stat_count =
+	sizeof(kvp_remote_stat_descs) / sizeof(kvp_remote_stat_descs[0]);
 
 static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));

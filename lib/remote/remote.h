@@ -99,11 +99,18 @@ unsigned kvp_remote_key_slot(const void *key, size_t len);
 uint16_t kvp_remote_crc16(const void *buf, size_t len);
 
 /*
- * The tier's statistics.  X(name, kind, doc) as pager/stats.h; the latency
- * histogram counts fetch batches (one round trip each) by the microseconds
- * they took: bucket i holds [2^i, 2^(i+1)).
+ * The tier's statistics, declared once: struct kvp_remote_stats, the
+ * view's remote/ files, the kvpager_remote_* Prometheus series and
+ * kvpctl's remote/ lines come from it.  X(name, kind, doc) as
+ * pager/stats.h (a counter's name ends in _total).  Beside them, the
+ * latency histogram counts fetch round trips (one pipelined batch each)
+ * by the microseconds they took: bucket i holds [2^i, 2^(i+1)), the last
+ * also everything longer; fetch_latency_sum_ns sums them.
  */
 #define KVP_REMOTE_STATS(X)                                                    \
+	X(lookups_total, KVP_COUNTER,                                          \
+	  "keys asked for: each a hit, miss, failed verification, oversize "   \
+	  "or error")                                                          \
 	X(hits_total, KVP_COUNTER, "keys fetched and verified")                \
 	X(misses_total, KVP_COUNTER, "keys the server did not have")           \
 	X(verify_failed_total, KVP_COUNTER,                                    \
@@ -127,15 +134,23 @@ uint16_t kvp_remote_crc16(const void *buf, size_t len);
 	X(slot_refreshes_total, KVP_COUNTER, "CLUSTER SLOTS maps fetched")     \
 	X(fetches_skipped_total, KVP_COUNTER,                                  \
 	  "asynchronous fetches refused: too many waiting")                    \
+	X(fetch_round_trips_total, KVP_COUNTER,                                \
+	  "fetch round trips (pipelined batches) completed")                   \
 	X(queue_entries, KVP_GAUGE, "publishes waiting in the queue")        \
 	X(queue_bytes, KVP_GAUGE, "bytes of the publishes waiting")
 
 #define KVP_REMOTE_STATS_FIELD(name, kind, doc) uint64_t name;
 struct kvp_remote_stats {
 	KVP_REMOTE_STATS(KVP_REMOTE_STATS_FIELD)
-	uint64_t fetch_latency_us[KVP_LATENCY_BUCKETS]; /* per batch */
+	uint64_t fetch_latency_us[KVP_LATENCY_BUCKETS]; /* per round trip */
+	uint64_t fetch_latency_sum_ns; /* the round trips' times summed */
 };
 #undef KVP_REMOTE_STATS_FIELD
+
+/* Every figure of KVP_REMOTE_STATS (struct kvp_stat_desc, pager/stats.h:
+ * kvp_stat_desc_value reads one), in order, and how many. */
+extern const struct kvp_stat_desc kvp_remote_stat_descs[];
+extern const size_t kvp_remote_stat_count;
 
 /*
  * The verify hook: 0 when @val (@len bytes, fetched under @key) is a good

@@ -24,10 +24,7 @@ const size_t kvp_stat_count =
 
 uint64_t kvp_stat_value(const struct kvp_stats *s, size_t i)
 {
-	uint64_t v;
-
-	memcpy(&v, (const char *)s + kvp_stat_descs[i].offset, sizeof(v));
-	return v;
+	return kvp_stat_desc_value(s, &kvp_stat_descs[i]);
 }
 
 /* A label value: \ " and newline escaped. */
@@ -152,35 +149,44 @@ static void put_tunables(FILE *f, int pid, struct kvp_pager *p,
 }
 
 /*
- * Bucket k of the pager counts reads of [2^k, 2^(k+1)) us, so its upper
- * bound is le 2^(k+1) us; the last one also counts every longer read, so
- * it shows only in +Inf.
+ * A latency histogram kvpager_@name: bucket k counts [2^k, 2^(k+1)) us
+ * (pager/stats.h), so its upper bound is le 2^(k+1) us; the last one also
+ * counts every longer time, so it shows only in +Inf.
  */
-static void put_latency(FILE *f, int pid, const struct kvp_stats *st)
+static void put_latency(FILE *f, int pid, const char *name, const char *doc,
+			const uint64_t *buckets, uint64_t sum_ns)
 {
 	uint64_t cum = 0;
 	size_t k;
 
-	fprintf(f, "# HELP kvpager_io_latency_seconds store read latency\n"
-		   "# TYPE kvpager_io_latency_seconds histogram\n");
+	fprintf(f, "# HELP kvpager_%s %s\n# TYPE kvpager_%s histogram\n", name,
+		doc, name);
 	for (k = 0; k < KVP_LATENCY_BUCKETS; k++) {
-		cum += st->io_latency_us[k];
+		cum += buckets[k];
 		if (k == KVP_LATENCY_BUCKETS - 1)
 			break;
-		fprintf(f,
-			"kvpager_io_latency_seconds_bucket{pid=\"%d\","
-			"le=\"%g\"} %llu\n",
-			pid, (double)(1ULL << (k + 1)) * 1e-6,
+		fprintf(f, "kvpager_%s_bucket{pid=\"%d\",le=\"%g\"} %llu\n",
+			name, pid, (double)(1ULL << (k + 1)) * 1e-6,
 			(unsigned long long)cum);
 	}
 	fprintf(f,
-		"kvpager_io_latency_seconds_bucket{pid=\"%d\",le=\"+Inf\"} "
-		"%llu\n"
-		"kvpager_io_latency_seconds_sum{pid=\"%d\"} %.9f\n"
-		"kvpager_io_latency_seconds_count{pid=\"%d\"} %llu\n",
-		pid, (unsigned long long)cum, pid,
-		(double)st->io_latency_sum_ns * 1e-9, pid,
-		(unsigned long long)cum);
+		"kvpager_%s_bucket{pid=\"%d\",le=\"+Inf\"} %llu\n"
+		"kvpager_%s_sum{pid=\"%d\"} %.9f\n"
+		"kvpager_%s_count{pid=\"%d\"} %llu\n",
+		name, pid, (unsigned long long)cum, name, pid,
+		(double)sum_ns * 1e-9, name, pid, (unsigned long long)cum);
+}
+
+/* One family of one sample, kvpager_<@prefix><@name>. */
+static void put_single(FILE *f, int pid, const char *prefix, const char *name,
+		       enum kvp_stat_kind kind, const char *doc, uint64_t x)
+{
+	fprintf(f,
+		"# HELP kvpager_%s%s %s\n# TYPE kvpager_%s%s %s\n"
+		"kvpager_%s%s{pid=\"%d\"} %llu\n",
+		prefix, name, doc, prefix, name,
+		kind == KVP_COUNTER ? "counter" : "gauge", prefix, name, pid,
+		(unsigned long long)x);
 }
 
 int kvp_prom_render(struct kvp_pager *p, const struct kvp_kv_config *kv,
@@ -215,7 +221,8 @@ int kvp_prom_render(struct kvp_pager *p, const struct kvp_kv_config *kv,
 		fprintf(f, "kvpager_%s{pid=\"%d\"} %llu\n", d->name, pid,
 			(unsigned long long)kvp_stat_value(&st, i));
 	}
-	put_latency(f, pid, &st);
+	put_latency(f, pid, "io_latency_seconds", "store read latency",
+		    st.io_latency_us, st.io_latency_sum_ns);
 	put_tunables(f, pid, p, kv);
 	put_region_family(f, pid, &rs, "size_bytes", "gauge",
 			  "the region's size", ROW_SIZE);
@@ -242,27 +249,18 @@ int kvp_prom_render(struct kvp_pager *p, const struct kvp_kv_config *kv,
 	return r;
 }
 
-int kvp_prom_append_cache(const struct kvp_cache_stats *st, char **buf,
-			  size_t *len)
+/* Append what @put writes (with @arg) to *buf, *len bytes: 0, or -ENOMEM
+ * with *buf as it was. */
+static int append(char **buf, size_t *len, void (*put)(FILE *, int, const void *),
+		  const void *arg)
 {
 	char *more = NULL, *nb;
-	size_t n = 0, i;
-	int pid = (int)getpid();
+	size_t n = 0;
 	FILE *f = open_memstream(&more, &n);
 
 	if (!f)
 		return -ENOMEM;
-	for (i = 0; i < kvp_cache_stat_count; i++) {
-		const struct kvp_cache_stat_desc *d = &kvp_cache_stat_descs[i];
-
-		fprintf(f,
-			"# HELP kvpager_cache_%s %s\n"
-			"# TYPE kvpager_cache_%s %s\n"
-			"kvpager_cache_%s{pid=\"%d\"} %llu\n",
-			d->name, d->doc, d->name,
-			d->kind == KVP_COUNTER ? "counter" : "gauge", d->name,
-			pid, (unsigned long long)kvp_cache_stat_value(st, i));
-	}
+	put(f, (int)getpid(), arg);
 	if (fclose(f)) {
 		free(more);
 		return -ENOMEM;
@@ -277,4 +275,42 @@ int kvp_prom_append_cache(const struct kvp_cache_stats *st, char **buf,
 	*len += n;
 	free(more);
 	return 0;
+}
+
+/* Every figure of table @d (@n entries) of @st, kvpager_<@prefix><name>. */
+static void put_table(FILE *f, int pid, const char *prefix,
+		      const struct kvp_stat_desc *d, size_t n, const void *st)
+{
+	for (size_t i = 0; i < n; i++)
+		put_single(f, pid, prefix, d[i].name, d[i].kind, d[i].doc,
+			   kvp_stat_desc_value(st, &d[i]));
+}
+
+static void put_cache(FILE *f, int pid, const void *arg)
+{
+	put_table(f, pid, "cache_", kvp_cache_stat_descs, kvp_cache_stat_count,
+		  arg);
+}
+
+int kvp_prom_append_cache(const struct kvp_cache_stats *st, char **buf,
+			  size_t *len)
+{
+	return append(buf, len, put_cache, st);
+}
+
+static void put_remote(FILE *f, int pid, const void *arg)
+{
+	const struct kvp_remote_stats *st = arg;
+
+	put_table(f, pid, "remote_", kvp_remote_stat_descs,
+		  kvp_remote_stat_count, st);
+	put_latency(f, pid, "remote_fetch_latency_seconds",
+		    "remote tier fetch round trip latency", st->fetch_latency_us,
+		    st->fetch_latency_sum_ns);
+}
+
+int kvp_prom_append_remote(const struct kvp_remote_stats *st, char **buf,
+			   size_t *len)
+{
+	return append(buf, len, put_remote, st);
 }

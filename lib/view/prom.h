@@ -15,6 +15,9 @@
  *   kvpager_cache_<stat>                     the prefix cache's figures
  *                                            (KVP_CACHE_STATS), when one
  *                                            is shown (appended)
+ *   kvpager_remote_<stat>,                   the remote tier's
+ *   kvpager_remote_fetch_latency_seconds     (KVP_REMOTE_STATS), when one
+ *                                            is shown (appended)
  *
  * Also the table of statistics with their kinds and docs, which the view
  * uses for its stats/ folders.
@@ -27,18 +30,12 @@
 
 #include "lib/cache/cache_dir.h"
 #include "lib/kv/kv_tunables.h"
+#include "lib/remote/remote.h"
 #include "pager/pager.h"
 #include "pager/stats.h"
 
-/* One statistic of KVP_STATS. */
-struct kvp_stat_desc {
-	const char *name;	 /* demand_faults_total */
-	enum kvp_stat_kind kind; /* counter or gauge */
-	const char *doc;	 /* one line */
-	size_t offset;		 /* of its field in struct kvp_stats */
-};
-
-/* Every statistic, in declaration order, and how many there are. */
+/* Every statistic of KVP_STATS (struct kvp_stat_desc: pager/stats.h), in
+ * declaration order, and how many there are. */
 extern const struct kvp_stat_desc kvp_stat_descs[];
 extern const size_t kvp_stat_count;
 
@@ -62,5 +59,13 @@ int kvp_prom_render(struct kvp_pager *p, const struct kvp_kv_config *kv,
  */
 int kvp_prom_append_cache(const struct kvp_cache_stats *st, char **buf,
 			  size_t *len);
+
+/*
+ * kvp_prom_append_remote - the same for the remote tier: the
+ * kvpager_remote_* families of @st (KVP_REMOTE_STATS) and the histogram
+ * kvpager_remote_fetch_latency_seconds.
+ */
+int kvp_prom_append_remote(const struct kvp_remote_stats *st, char **buf,
+			   size_t *len);
 
 #endif /* KVP_PROM_H */

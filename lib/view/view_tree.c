@@ -10,9 +10,10 @@
  * reconfigure, kv_apply, roll back) and guards kv, kv_apply, kv_arg and
  * last_error; seq_lock (a rwlock) is held for reading around the KV
  * layer's sequence callbacks and for writing by kvp_view_set_seqs;
- * cache_lock (a rwlock) likewise around the prefix cache's statistics and
- * kvp_view_set_cache.  The region list lock (the pager's) is taken inside
- * any of them, never around.
+ * tier_lock (a rwlock) likewise around the tiers' statistics (the prefix
+ * cache's, the remote tier's) and for writing by kvp_view_set_cache and
+ * kvp_view_set_remote.  The region list lock (the pager's) is taken
+ * inside any of them, never around.
  */
 #include "lib/view/view_tree.h"
 
@@ -43,8 +44,9 @@ struct kvp_view {
 	struct kvp_view_seq_ops seq_ops;      /* valid when have_seqs */
 	bool have_seqs;			      /* a KV layer registered */
 	void *seq_arg;			      /* seq_ops' */
-	pthread_rwlock_t cache_lock;	      /* around cache's use */
+	pthread_rwlock_t tier_lock;	      /* around the two below */
 	struct kvp_cache *cache;	      /* the prefix cache, or NULL */
+	struct kvp_remote *remote;	      /* the remote tier, or NULL */
 };
 
 /* A region's one-value files. */
@@ -84,8 +86,19 @@ static const char *const top_names[TOP_COUNT] = {
 
 /* The root's folders, listed after the top-level files. */
 static const char *const root_dirs[] = { "tunables", "stats", "regions",
-					 "seqs", "cache" };
+					 "seqs", "cache", "remote" };
 #define NROOT_DIRS (sizeof(root_dirs) / sizeof(root_dirs[0]))
+
+/* The tiers' folders: one file per figure while the tier is registered. */
+enum tier { TIER_CACHE, TIER_REMOTE, TIER_COUNT };
+static const char *const tier_dirs[TIER_COUNT] = {
+	[TIER_CACHE] = "cache",
+	[TIER_REMOTE] = "remote",
+};
+
+/* The remote tier's one figure beyond its table, shown by the view only
+ * (Prometheus has the histogram): the mean fetch round trip. */
+#define REMOTE_MEAN_US "fetch_latency_mean_us"
 
 enum node_kind {
 	N_ROOT,
@@ -104,8 +117,8 @@ enum node_kind {
 	N_SEQS, /* seqs/ */
 	N_SEQ,
 	N_SEQ_TABLE,
-	N_CACHE, /* cache/ */
-	N_CACHE_STAT,
+	N_TIER, /* cache/, remote/ */
+	N_TIER_STAT,
 };
 
 /* What a path names. */
@@ -118,6 +131,7 @@ struct node {
 	size_t block_bytes;	       /* the region's */
 	uint64_t block;		       /* N_RBLOCK */
 	uint32_t seq;		       /* N_SEQ, N_SEQ_TABLE */
+	enum tier tier;		       /* N_TIER, N_TIER_STAT */
 };
 
 int kvp_view_create(struct kvp_pager *p, const struct kvp_kv_config *kv,
@@ -133,7 +147,7 @@ int kvp_view_create(struct kvp_pager *p, const struct kvp_kv_config *kv,
 	v->pager = p;
 	pthread_mutex_init(&v->cfg_lock, NULL);
 	pthread_rwlock_init(&v->seq_lock, NULL);
-	pthread_rwlock_init(&v->cache_lock, NULL);
+	pthread_rwlock_init(&v->tier_lock, NULL);
 	if (kv)
 		v->kv = *kv;
 	else
@@ -148,7 +162,7 @@ void kvp_view_destroy(struct kvp_view *v)
 {
 	if (!v)
 		return;
-	pthread_rwlock_destroy(&v->cache_lock);
+	pthread_rwlock_destroy(&v->tier_lock);
 	pthread_rwlock_destroy(&v->seq_lock);
 	pthread_mutex_destroy(&v->cfg_lock);
 	free(v);
@@ -190,23 +204,70 @@ void kvp_view_set_seqs(struct kvp_view *v, const struct kvp_view_seq_ops *ops,
 
 void kvp_view_set_cache(struct kvp_view *v, struct kvp_cache *c)
 {
-	pthread_rwlock_wrlock(&v->cache_lock);
+	pthread_rwlock_wrlock(&v->tier_lock);
 	v->cache = c;
-	pthread_rwlock_unlock(&v->cache_lock);
+	pthread_rwlock_unlock(&v->tier_lock);
 }
 
-/* The cache's figures now: 0, or -ENOENT when none is registered. */
-static int cache_stats(struct kvp_view *v, struct kvp_cache_stats *st)
+void kvp_view_set_remote(struct kvp_view *v, struct kvp_remote *r)
+{
+	pthread_rwlock_wrlock(&v->tier_lock);
+	v->remote = r;
+	pthread_rwlock_unlock(&v->tier_lock);
+}
+
+/* A tier's figures, as read at one time. */
+struct tier_snap {
+	struct kvp_cache_stats cache;	/* TIER_CACHE */
+	struct kvp_remote_stats remote; /* TIER_REMOTE */
+};
+
+/* Tier @t's figures now into @s (NULL: only whether there are any): 0,
+ * or -ENOENT when the tier is not registered. */
+static int tier_stats(struct kvp_view *v, enum tier t, struct tier_snap *s)
 {
 	int r = -ENOENT;
 
-	pthread_rwlock_rdlock(&v->cache_lock);
-	if (v->cache) {
-		kvp_cache_stats(v->cache, st);
+	pthread_rwlock_rdlock(&v->tier_lock);
+	if (t == TIER_CACHE && v->cache) {
+		if (s)
+			kvp_cache_stats(v->cache, &s->cache);
+		r = 0;
+	} else if (t == TIER_REMOTE && v->remote) {
+		if (s)
+			kvp_remote_stats_read(v->remote, &s->remote);
 		r = 0;
 	}
-	pthread_rwlock_unlock(&v->cache_lock);
+	pthread_rwlock_unlock(&v->tier_lock);
 	return r;
+}
+
+static size_t tier_count(enum tier t)
+{
+	return t == TIER_CACHE ? kvp_cache_stat_count
+			       : kvp_remote_stat_count + 1;
+}
+
+static const char *tier_name(enum tier t, size_t i)
+{
+	if (t == TIER_CACHE)
+		return kvp_cache_stat_descs[i].name;
+	return i < kvp_remote_stat_count ? kvp_remote_stat_descs[i].name
+					 : REMOTE_MEAN_US;
+}
+
+static uint64_t tier_value(enum tier t, const struct tier_snap *s, size_t i)
+{
+	const struct kvp_remote_stats *rs = &s->remote;
+
+	if (t == TIER_CACHE)
+		return kvp_cache_stat_value(&s->cache, i);
+	if (i < kvp_remote_stat_count)
+		return kvp_stat_desc_value(rs, &kvp_remote_stat_descs[i]);
+	return rs->fetch_round_trips_total
+		   ? rs->fetch_latency_sum_ns / 1000 /
+			 rs->fetch_round_trips_total
+		   : 0;
 }
 
 static void set_last_error(struct kvp_view *v, const char *fmt, ...)
@@ -378,7 +439,7 @@ static int find_stat(const char *s)
 static int resolve(struct kvp_view *v, const char *path, struct node *n)
 {
 	char copy[PATH_MAX], *comp[MAX_COMPS], *save = NULL, *t;
-	int nc = 0;
+	int nc = 0, k;
 	uint64_t x;
 	size_t i;
 
@@ -421,20 +482,21 @@ static int resolve(struct kvp_view *v, const char *path, struct node *n)
 		n->kind = N_STAT;
 		return 0;
 	}
-	if (!strcmp(comp[0], "cache")) {
-		n->kind = N_CACHE;
+	k = find_name(tier_dirs, TIER_COUNT, comp[0]);
+	if (k >= 0) {
+		n->tier = (enum tier)k;
+		n->kind = N_TIER;
 		if (nc == 1)
 			return 0;
-		for (i = 0; i < kvp_cache_stat_count; i++)
-			if (!strcmp(kvp_cache_stat_descs[i].name, comp[1]))
+		for (i = 0; i < tier_count(n->tier); i++)
+			if (!strcmp(tier_name(n->tier, i), comp[1]))
 				break;
-		pthread_rwlock_rdlock(&v->cache_lock);
-		x = v->cache != NULL; /* shown only while one is registered */
-		pthread_rwlock_unlock(&v->cache_lock);
-		if (nc > 2 || i == kvp_cache_stat_count || !x)
+		/* files only while the tier is registered */
+		if (nc > 2 || i == tier_count(n->tier) ||
+		    tier_stats(v, n->tier, NULL))
 			return -ENOENT;
 		n->idx = (int)i;
-		n->kind = N_CACHE_STAT;
+		n->kind = N_TIER_STAT;
 		return 0;
 	}
 	if (!strcmp(comp[0], "seqs")) {
@@ -505,7 +567,7 @@ static bool is_dir(enum node_kind k)
 	case N_RDATA:
 	case N_SEQS:
 	case N_SEQ:
-	case N_CACHE:
+	case N_TIER:
 		return true;
 	default:
 		return false;
@@ -648,14 +710,11 @@ int kvp_view_list(struct kvp_view *v, const char *path, uint64_t from,
 	case N_SEQ:
 		list_name(&l, "block_table");
 		break;
-	case N_CACHE: {
-		struct kvp_cache_stats cst;
-
-		if (!cache_stats(v, &cst))
-			for (i = 0; i < kvp_cache_stat_count; i++)
-				list_name(&l, kvp_cache_stat_descs[i].name);
+	case N_TIER:
+		if (!tier_stats(v, n.tier, NULL))
+			for (i = 0; i < tier_count(n.tier); i++)
+				list_name(&l, tier_name(n.tier, i));
 		break;
-	}
 	default:
 		return -ENOTDIR;
 	}
@@ -836,14 +895,14 @@ static int put_text(struct kvp_view *v, const struct node *n, FILE *f)
 
 		return with_region(v, n->region, rfile_cb, &c);
 	}
-	case N_CACHE_STAT: {
-		struct kvp_cache_stats cst;
+	case N_TIER_STAT: {
+		struct tier_snap ts;
 
-		r = cache_stats(v, &cst);
+		r = tier_stats(v, n->tier, &ts);
 		if (!r)
 			fprintf(f, "%llu\n",
-				(unsigned long long)kvp_cache_stat_value(
-				    &cst, (size_t)n->idx));
+				(unsigned long long)tier_value(n->tier, &ts,
+							       (size_t)n->idx));
 		return r;
 	}
 	default:
@@ -881,12 +940,19 @@ int kvp_view_read(struct kvp_view *v, const char *path, char **buf, size_t *len)
 	if (n.kind == N_SEQ_TABLE)
 		return seq_table(v, n.seq, buf, len);
 	if (n.kind == N_TOP && n.idx == TOP_METRICS) {
-		struct kvp_cache_stats cst;
+		struct tier_snap ts;
 
 		kvp_view_kv_config(v, &kv);
 		r = kvp_prom_render(v->pager, &kv, buf, len);
-		if (!r && !cache_stats(v, &cst))
-			r = kvp_prom_append_cache(&cst, buf, len);
+		if (!r && !tier_stats(v, TIER_CACHE, &ts))
+			r = kvp_prom_append_cache(&ts.cache, buf, len);
+		if (!r && !tier_stats(v, TIER_REMOTE, &ts))
+			r = kvp_prom_append_remote(&ts.remote, buf, len);
+		if (r) {
+			free(*buf);
+			*buf = NULL;
+			*len = 0;
+		}
 		return r;
 	}
 	f = open_memstream(buf, len);

@@ -21,6 +21,10 @@
  *   cache/<name>                       0444  the prefix cache's figures
  *                                            (KVP_CACHE_STATS), once a
  *                                            cache registers
+ *   remote/<name>                      0444  the remote tier's figures
+ *                                            (KVP_REMOTE_STATS) and
+ *                                            fetch_latency_mean_us, once
+ *                                            a remote tier registers
  *
  * Paths are relative to the tree's root; a leading '/' and repeated '/'
  * are allowed, "." and ".." are names like any other (and name nothing).
@@ -50,6 +54,7 @@
 
 #include "lib/cache/cache_dir.h"
 #include "lib/kv/kv_tunables.h"
+#include "lib/remote/remote.h"
 #include "pager/pager.h"
 
 struct kvp_view;
@@ -124,6 +129,13 @@ void kvp_view_set_seqs(struct kvp_view *v, const struct kvp_view_seq_ops *ops,
  * c may be closed after kvp_view_set_cache(v, NULL).
  */
 void kvp_view_set_cache(struct kvp_view *v, struct kvp_cache *c);
+
+/*
+ * kvp_view_set_remote - the same for remote tier @r: remote/ and the
+ * kvpager_remote_* series in metrics; @r may be closed after
+ * kvp_view_set_remote(v, NULL).
+ */
+void kvp_view_set_remote(struct kvp_view *v, struct kvp_remote *r);
 
 /* ---- the files, for a transport ---- */
 
