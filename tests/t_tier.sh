@@ -1,7 +1,8 @@
 #!/bin/bash
 # t_tier.sh - `kvpbench tier`: one short run with its own redis-server and
 # 3-master cluster gives a JSON line per block size with every tier's
-# rate (the rates are not judged: speed belongs to benchmarks), every
+# rate and the model's recompute rate (the rates are not judged: speed
+# belongs to benchmarks), every
 # value it fetched was right (exit 0), bad options are refused with exit
 # 2, and a run killed with SIGKILL takes its servers with it.
 #
@@ -23,7 +24,7 @@ command -v redis-server >/dev/null ||
 	{ echo "t_tier: redis-server not found (apt-get install redis-server)"; exit 77; }
 
 "$B" tier --sizes 16K,64K --repeat 1 --batch 16 --json --dir "$tmp" \
-	>"$tmp/json" 2>"$tmp/err"
+	--model random:tiny --recompute-tokens 64 >"$tmp/json" 2>"$tmp/err"
 rc=$?
 cat "$tmp/json" "$tmp/err"
 [ $rc = 0 ] || fail "kvpbench tier exit $rc"
@@ -35,11 +36,13 @@ assert sizes == [16384, 65536], sizes
 for r in rows:
     for f in ("ram_gb_per_s", "cache_dir_gb_per_s", "redis_gb_per_s", "redis_cluster_gb_per_s",
               "redis_benchmark_get_p_gb_per_s",
-              "redis_benchmark_get_c50_gb_per_s", "redis_vs_benchmark"):
+              "redis_benchmark_get_c50_gb_per_s", "redis_vs_benchmark",
+              "recompute_gb_per_s", "redis_vs_recompute"):
         assert r[f] > 0, (f, r)
 PY
 
-for bad in "--sizes 0" "--sizes 12" "--batch 0" "--repeat 99" "--nosuch" "extra"; do
+for bad in "--sizes 0" "--sizes 12" "--batch 0" "--repeat 99" "--nosuch" "extra" \
+	"--recompute-tokens 0"; do
 	# shellcheck disable=SC2086
 	"$B" tier $bad >"$tmp/bad" 2>&1
 	rc=$?

@@ -5,7 +5,10 @@
  * verified, in --dir), Redis through lib/remote (one server, and a
  * 3-master cluster), and
  * redis-benchmark's own GET at the same value size on the same server
- * (the network's and the server's limit on this machine).
+ * (the network's and the server's limit on this machine); against them,
+ * recomputing the KV: --model's prefill of --recompute-tokens tokens into
+ * a KV cache in RAM, as GB/s of KV made, and where each tier's fetch
+ * stops paying against it.
  *
  * The servers are started here (Debian's redis-server on free loopback
  * ports, in a folder of $TMPDIR or /tmp, killed at exit and with this
@@ -35,6 +38,8 @@
 #include "lib/cache/cache_dir.h"
 #include "lib/cli/cli.h"
 #include "lib/cli/progress.h"
+#include "lib/kv/kvcache.h"
+#include "lib/model/model.h"
 #include "lib/remote/remote.h"
 #include "tools/kvpbench/kvpbench.h"
 
@@ -223,6 +228,7 @@ struct trow {
 	double bench_p;	     /* redis-benchmark -c 1 -P batch, GB/s */
 	double bench_c;	     /* redis-benchmark -c 50, GB/s */
 	double redis_us;     /* mean microseconds per batch (redis) */
+	double recompute;    /* GB/s of KV the model's prefill makes */
 };
 
 static int cmp_double(const void *a, const void *b)
@@ -423,6 +429,78 @@ out:
 	return res;
 }
 
+/*
+ * Recomputing: model @m prefills @tokens random tokens into a KV cache in
+ * RAM (its K and V in the dtype kvpager run gives it), once untimed (the
+ * cache's memory is touched), then @repeat times timed: the median as GB/s
+ * of KV made, or -1 (said on stderr).  @kv_token gets the KV bytes of a
+ * token.
+ */
+static double recompute_rate(struct kvp_model *m, const char *spec,
+			     uint32_t tokens, unsigned repeat,
+			     double *kv_token)
+{
+	const struct kvp_model_config *mc = kvp_model_config(m);
+	struct kvp_kv_geometry g, pg;
+	struct kvp_kvcache_opts co;
+	struct kvp_kvcache *c = NULL;
+	double rate[KVPB_MAX_REPEAT], res = -1;
+	uint32_t *prompt = malloc(sizeof(*prompt) * tokens), id;
+	uint64_t x = 7;
+	int err = -ENOMEM;
+
+	if (!prompt)
+		goto out;
+	prompt[0] = 1;
+	for (uint32_t i = 1; i < tokens; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		prompt[i] = (uint32_t)(x % mc->vocab);
+	}
+	/* a checkpoint's KV is fp32, a random model's its preset's */
+	err = kvp_model_geometry(m,
+				 strncmp(spec, "random:", 7) ||
+					 kvp_kv_geometry_preset(spec + 7, &pg)
+				     ? KVP_KV_FP32
+				     : pg.dtype,
+				 4, &g);
+	if (err)
+		goto out;
+	*kv_token = (double)kvp_kv_token_bytes(&g);
+	kvp_kvcache_opts_default(&co, &g);
+	co.backend = KVP_KVCACHE_RAM;
+	co.prefetch = false; /* all resident; and a 2-layer model has no depth 2 */
+	co.capacity_tokens = tokens + 8;
+	err = kvp_kvcache_create(&co, &c);
+	for (unsigned r = 0; !err && r <= repeat; r++) {
+		struct kvp_model_seq *ms = NULL;
+		double t0;
+
+		err = kvp_kvcache_seq_create(c, &id);
+		if (err)
+			break;
+		err = kvp_model_seq_create(m, c, id, 0, &ms);
+		t0 = kvpb_now();
+		if (!err)
+			err = kvp_model_prefill(ms, prompt, tokens);
+		if (!err && r)
+			rate[r - 1] = (double)tokens * *kv_token /
+				      (kvpb_now() - t0) / 1e9;
+		kvp_model_seq_destroy(ms);
+		kvp_kvcache_seq_free(c, id);
+	}
+	if (!err)
+		res = median(rate, repeat);
+out:
+	if (err)
+		fprintf(stderr, "kvpbench tier: recomputing %u tokens of %s "
+				"failed: %s\n", tokens, spec, strerror(-err));
+	kvp_kvcache_destroy(c);
+	free(prompt);
+	return res;
+}
+
 /* redis-benchmark's GET at @size bytes on @port: GB/s, or -1. */
 static double bench_rate(int port, uint64_t size, uint64_t n,
 			 const char *shape)
@@ -458,6 +536,10 @@ static const struct kvp_cli_opt topts_table[] = {
 	{ "dir", 'd', 0, "DIR",
 	  "where the local cache directory's figure puts its blocks "
 	  "($TMPDIR, /tmp)" },
+	{ "model", 'm', 0, "MODEL",
+	  "whose prefill the recompute column times (random:llama3-8b)" },
+	{ "recompute-tokens", 't', 0, "N",
+	  "tokens that prefill recomputes (16..65536; 256)" },
 	{ "json", 'j', 0, NULL, "one JSON object per line" },
 	{ "short", 'S', 0, NULL, "one size (64K), repeat 1" },
 	{ "quiet", 'q', 0, NULL, "no progress on stderr" },
@@ -471,9 +553,11 @@ static void tusage(FILE *f)
 	fprintf(f, "usage: kvpbench tier [options]\n");
 	kvp_cli_usage(f, topts_table);
 	fprintf(f,
-		"--repeat takes 1 to %u.  Fetching a KV block from RAM, Redis "
-		"(one server,\na 3-master cluster) and redis-benchmark's GET "
-		"at the same size; %llu MiB\nof blocks per size.\n",
+		"--repeat takes 1 to %u.  Fetching a KV block from RAM, the "
+		"local cache\ndirectory, Redis (one server, a 3-master "
+		"cluster) and redis-benchmark's GET at\nthe same size, "
+		"%llu MiB of blocks per size, against recomputing the KV\n"
+		"(the model's prefill into RAM).\n",
 		KVPB_MAX_REPEAT, (unsigned long long)(SET_BYTES >> 20));
 }
 
@@ -500,6 +584,12 @@ static int parse_sizes(const char *text, uint64_t *sizes, unsigned *n)
 	return *n ? 0 : -EINVAL;
 }
 
+/* @a over @b, -1 when either was not measured. */
+static double ratio(double a, double b)
+{
+	return a > 0 && b > 0 ? a / b : -1;
+}
+
 static void print_row(const struct trow *t, bool json)
 {
 	double best = t->bench_p > t->bench_c ? t->bench_p : t->bench_c;
@@ -511,18 +601,76 @@ static void print_row(const struct trow *t, bool json)
 		       "\"redis_gb_per_s\":%.3f,\"redis_cluster_gb_per_s\":"
 		       "%.3f,\"redis_benchmark_get_p_gb_per_s\":%.3f,"
 		       "\"redis_benchmark_get_c50_gb_per_s\":%.3f,"
-		       "\"redis_vs_benchmark\":%.3f}\n",
+		       "\"redis_vs_benchmark\":%.3f,"
+		       "\"recompute_gb_per_s\":%.6g,"
+		       "\"redis_vs_recompute\":%.3f}\n",
 		       (unsigned long long)t->size,
 		       (unsigned long long)t->blocks, t->ram, t->dir, t->redis,
 		       t->cluster, t->bench_p, t->bench_c,
-		       best > 0 && t->redis > 0 ? t->redis / best : -1);
+		       ratio(t->redis, best), t->recompute,
+		       ratio(t->redis, t->recompute));
 		return;
 	}
-	printf("%7lluK %10.2f %10.3f %10.3f %10.3f %10.3f %10.3f %10.2fx "
-	       "%9.0f\n",
+	printf("%7lluK %10.2f %10.3f %10.3f %10.3f %10.3g %10.3f %10.3f "
+	       "%10.2fx %9.0f\n",
 	       (unsigned long long)(t->size >> 10), t->ram, t->dir, t->redis,
-	       t->cluster, t->bench_p, t->bench_c,
-	       best > 0 && t->redis > 0 ? t->redis / best : -1, t->redis_us);
+	       t->cluster, t->recompute, t->bench_p, t->bench_c,
+	       ratio(t->redis, best), t->redis_us);
+}
+
+/* The rate of tier @col of row @t (the order of the summary's names). */
+static double tier_col(const struct trow *t, int col)
+{
+	const double v[] = { t->ram, t->dir, t->redis, t->cluster };
+
+	return v[col];
+}
+
+/* Where fetching from each tier stops paying against recomputing: the
+ * sizes at which it is slower than the model's prefill. */
+static void print_pays(const struct trow *rows, unsigned n)
+{
+	static const char *const names[] = { "ram", "cache-dir", "redis",
+					     "cluster" };
+
+	for (int col = 0; col < 4; col++) {
+		char pays[160] = "", not[160] = "";
+		size_t lp = 0, ln = 0;
+		unsigned long long kib;
+		double lo = -1;
+
+		for (unsigned i = 0; i < n; i++) {
+			double r = ratio(tier_col(&rows[i], col),
+					 rows[i].recompute);
+
+			if (r < 0)
+				continue;
+			if (lo < 0 || r < lo)
+				lo = r;
+			kib = (unsigned long long)(rows[i].size >> 10);
+			if (r > 1)
+				lp += (size_t)snprintf(pays + lp,
+						       sizeof(pays) - lp,
+						       " %lluK", kib);
+			else
+				ln += (size_t)snprintf(not + ln,
+						       sizeof(not) - ln,
+						       " %lluK", kib);
+			if (lp >= sizeof(pays) || ln >= sizeof(not))
+				break;
+		}
+		if (lo < 0)
+			printf("  %-9s not measured\n", names[col]);
+		else if (!ln)
+			printf("  %-9s pays at every size (at least %.1fx "
+			       "recomputing)\n", names[col], lo);
+		else if (!lp)
+			printf("  %-9s never pays (at most %.2fx recomputing: "
+			       "recompute instead)\n", names[col], lo);
+		else
+			printf("  %-9s pays at%s; stops paying at%s\n",
+			       names[col], pays, not);
+	}
 }
 
 int kvpbench_tier(int argc, char **argv)
@@ -534,7 +682,12 @@ int kvpbench_tier(int argc, char **argv)
 	unsigned nsizes = 4;
 	char url[256] = "", curl[512] = "";
 	bool json = false, no_cluster = false, quiet = false;
-	const char *dir = getenv("TMPDIR");
+	const char *dir = getenv("TMPDIR"), *model = "random:llama3-8b";
+	uint64_t rtokens = 256;
+	struct trow rows[MAX_SIZES];
+	struct kvp_model *m = NULL;
+	double rec, kv_token = 0;
+	char why[256];
 	int c, bench_port = 0, rc = 0;
 
 	if (kvp_cli_table_asked(argc, argv)) {
@@ -570,6 +723,14 @@ int kvpbench_tier(int argc, char **argv)
 			break;
 		case 'd':
 			dir = optarg;
+			break;
+		case 'm':
+			model = optarg;
+			break;
+		case 't':
+			if (kvpb_parse_opt("recompute-tokens", optarg, false,
+					   16, 65536, &rtokens))
+				return 2;
 			break;
 		case 'j':
 			json = true;
@@ -632,17 +793,33 @@ int kvpbench_tier(int argc, char **argv)
 			return 1;
 		}
 	}
+	if (kvp_model_open(model, NULL, &m, why, sizeof(why))) {
+		fprintf(stderr, "kvpbench tier: %s\n", why);
+		return 2; /* a bad --model; the servers stop at exit */
+	}
+	if (kvp_model_config(m)->seq_len &&
+	    rtokens > kvp_model_config(m)->seq_len)
+		rtokens = kvp_model_config(m)->seq_len;
+	if (!quiet)
+		fprintf(stderr, "kvpbench: tier: recomputing %llu tokens of "
+				"%s\n", (unsigned long long)rtokens, model);
+	rec = recompute_rate(m, model, (uint32_t)rtokens, (unsigned)repeat,
+			     &kv_token);
+	kvp_model_close(m);
+	if (rec < 0)
+		return 1;
 	if (!json)
 		printf("tier: fetching one KV block, GB/s (1e9 B/s), median of "
 		       "%llu; batches of %llu keys\n"
-		       "%8s %10s %10s %10s %10s %10s %10s %11s %9s\n",
+		       "%8s %10s %10s %10s %10s %10s %10s %10s %11s %9s\n",
 		       (unsigned long long)repeat, (unsigned long long)batch,
 		       "block", "ram", "cache-dir", "redis", "cluster",
-		       "bench-P", "bench-c50",
+		       "recompute", "bench-P", "bench-c50",
 		       "redis/bench", "us/batch");
 	for (unsigned i = 0; i < nsizes; i++) {
 		uint64_t blocks = SET_BYTES / sizes[i];
-		struct trow t = { .size = sizes[i], .redis = -1, .cluster = -1 };
+		struct trow t = { .size = sizes[i], .redis = -1, .cluster = -1,
+				  .recompute = rec };
 		struct kvp_progress pg;
 		char shape[64], what[48];
 
@@ -686,12 +863,19 @@ int kvpbench_tier(int argc, char **argv)
 			rc = 1;
 		print_row(&t, json);
 		fflush(stdout);
+		rows[i] = t;
 	}
-	if (!json)
-		printf("bench-P: redis-benchmark -t get -c 1 -P %llu (one "
-		       "connection, pipelined like our fetch); bench-c50: its "
-		       "default 50 clients; redis/bench: ours over the better "
-		       "of the two\n",
-		       (unsigned long long)batch);
+	if (json)
+		return rc;
+	printf("bench-P: redis-benchmark -t get -c 1 -P %llu (one "
+	       "connection, pipelined like our fetch); bench-c50: its "
+	       "default 50 clients; redis/bench: ours over the better of "
+	       "the two\n"
+	       "recompute: %s prefilling %llu tokens into RAM, GB/s of KV "
+	       "made (%.0f bytes of KV a token: %.3f ms a token); fetching "
+	       "from a tier pays where it is faster:\n",
+	       (unsigned long long)batch, model, (unsigned long long)rtokens,
+	       kv_token, kv_token / (rec * 1e9) * 1e3);
+	print_pays(rows, nsizes);
 	return rc;
 }
