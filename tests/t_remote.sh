@@ -95,7 +95,8 @@ KVP_FUSE_MOUNT=$view "$kvp" run --quiet --budget 8M --model random:tiny \
 	--remote "$url" --metrics-listen 127.0.0.1:0 >/dev/null 2>"$tmp/g.err" &
 vp=$!
 murl=""
-for _ in $(seq 600); do # the prefill has fetched 4 chunks (generous)
+end=$((SECONDS + 180)) # the prefill has fetched its 4 chunks (generous)
+while [ $SECONDS -lt $end ]; do
 	murl=$(sed -n 's/^kvpager: metrics at //p' "$tmp/g.err")
 	[ -n "$murl" ] && curl -sS --max-time 30 -o "$tmp/m" "$murl" 2>/dev/null &&
 		grep -q '^kvpager_remote_hits_total{pid="[0-9]*"} 4$' "$tmp/m" && break
