@@ -162,14 +162,6 @@ static void fetch(struct kvp_remote *r, uint64_t t, uint64_t k0, uint64_t n,
 	free(bufs);
 }
 
-static struct kvp_remote_stats stats(struct kvp_remote *r)
-{
-	struct kvp_remote_stats st;
-
-	kvp_remote_stats_read(r, &st);
-	return st;
-}
-
 static void setup(void)
 {
 	kvp_test_redis_start(&srv, NULL);
@@ -191,7 +183,7 @@ START_TEST(publish_then_fetch)
 	ck_assert_uint_eq(res[0], 300);
 	ck_assert_uint_eq(res[1], 100);
 	ck_assert_uint_eq(res[2], 0);
-	st = stats(r);
+	st = kvp_test_remote_stats(r);
 	ck_assert_uint_eq(st.hits_total, 300);
 	ck_assert_uint_eq(st.misses_total, 100);
 	ck_assert_uint_eq(st.publishes_total, 300);
@@ -243,10 +235,10 @@ START_TEST(bad_values_are_misses)
 	freeReplyObject(rep);
 	ck_assert_int_eq(kvp_remote_get_many(r, &g, 1), 0);
 	ck_assert_int_eq(g.status, -EIO);
-	ck_assert_uint_eq(stats(r).verify_failed_total, 2);
-	ck_assert_uint_eq(stats(r).oversize_total, 1);
-	ck_assert_uint_eq(stats(r).errors_total, 1);
-	ck_assert_uint_eq(stats(r).hits_total, 0);
+	ck_assert_uint_eq(kvp_test_remote_stats(r).verify_failed_total, 2);
+	ck_assert_uint_eq(kvp_test_remote_stats(r).oversize_total, 1);
+	ck_assert_uint_eq(kvp_test_remote_stats(r).errors_total, 1);
+	ck_assert_uint_eq(kvp_test_remote_stats(r).hits_total, 0);
 	kvp_remote_close(r);
 }
 END_TEST
@@ -274,7 +266,7 @@ START_TEST(two_tenants)
 	fetch(b, tenant_b.id, 0, 50, 1024, res);
 	ck_assert_uint_eq(res[0], 0);
 	ck_assert_uint_eq(res[2], 1);
-	ck_assert_uint_eq(stats(b).verify_failed_total, 1);
+	ck_assert_uint_eq(kvp_test_remote_stats(b).verify_failed_total, 1);
 	/* a still reads its own */
 	fetch(a, tenant_a.id, 0, 50, 1024, res);
 	ck_assert_uint_eq(res[0], 50);
@@ -293,14 +285,14 @@ START_TEST(absent_at_start)
 	kvp_test_redis_kill(&srv);
 	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
 	r = open_tier(url, ns_a, &tenant_a);
-	ck_assert_uint_ge(stats(r).connect_errors_total, 1);
+	ck_assert_uint_ge(kvp_test_remote_stats(r).connect_errors_total, 1);
 	fetch(r, tenant_a.id, 0, 20, 512, res);
 	ck_assert_uint_eq(res[2], 20);
-	ck_assert_uint_eq(stats(r).errors_total, 20);
+	ck_assert_uint_eq(kvp_test_remote_stats(r).errors_total, 20);
 	/* publishing goes nowhere, counted, and never blocks */
 	publish(r, tenant_a.id, 0, 10, 512);
-	ck_assert_uint_eq(stats(r).publish_errors_total, 10);
-	ck_assert_uint_eq(stats(r).publishes_total, 0);
+	ck_assert_uint_eq(kvp_test_remote_stats(r).publish_errors_total, 10);
+	ck_assert_uint_eq(kvp_test_remote_stats(r).publishes_total, 0);
 	kvp_remote_close(r);
 }
 END_TEST
@@ -333,12 +325,12 @@ START_TEST(killed_and_restarted)
 	/* backing off: the next call fails at once, counted again */
 	fetch(r, tenant_a.id, 0, 20, 512, res);
 	ck_assert_uint_eq(res[2], 20);
-	ck_assert_uint_eq(stats(r).errors_total, 40);
-	connects = stats(r).connects_total;
+	ck_assert_uint_eq(kvp_test_remote_stats(r).errors_total, 40);
+	connects = kvp_test_remote_stats(r).connects_total;
 	kvp_test_redis_restart(&srv); /* empty: it saved nothing */
 	until_served(r, tenant_a.id, 20, res);
 	ck_assert_uint_eq(res[1], 20);
-	ck_assert_uint_gt(stats(r).connects_total, connects);
+	ck_assert_uint_gt(kvp_test_remote_stats(r).connects_total, connects);
 	/* and publishing works again */
 	publish(r, tenant_a.id, 0, 20, 512);
 	fetch(r, tenant_a.id, 0, 20, 512, res);
@@ -360,7 +352,7 @@ START_TEST(hung_server_times_out)
 	/* a lower bound only: the timeout was waited, not skipped */
 	ck_assert_uint_ge(kvp_test_now_ns() - t0, 90000000u);
 	ck_assert_uint_eq(res[2], 20);
-	ck_assert_uint_ge(stats(r).timeouts_total, 1);
+	ck_assert_uint_ge(kvp_test_remote_stats(r).timeouts_total, 1);
 	kvp_test_redis_pause(&srv, false);
 	until_served(r, tenant_a.id, 20, res);
 	ck_assert_uint_eq(res[0], 20);
@@ -386,7 +378,7 @@ START_TEST(full_queue_skips)
 	}
 	ck_assert_uint_le(queued, 4 + 128); /* the queue and one batch */
 	ck_assert_uint_ge(skipped, 100 - 4 - 128 > 0 ? 100 - 4 - 128 : 1);
-	ck_assert_uint_eq(stats(r).publishes_skipped_total, skipped);
+	ck_assert_uint_eq(kvp_test_remote_stats(r).publishes_skipped_total, skipped);
 	kvp_test_redis_pause(&srv, false);
 	kvp_remote_close(r);
 }
@@ -407,7 +399,7 @@ START_TEST(full_server)
 	kvp_test_redis_start(&srv, noevict);
 	r = open_srv(NULL, ns_a, &tenant_a);
 	publish(r, tenant_a.id, 0, 200, 32768);
-	st = stats(r);
+	st = kvp_test_remote_stats(r);
 	ck_assert_uint_gt(st.publish_errors_total, 0);
 	ck_assert_uint_eq(st.publishes_total + st.publish_errors_total, 200);
 	fetch(r, tenant_a.id, 0, 200, 32768, res);
@@ -420,7 +412,7 @@ START_TEST(full_server)
 	kvp_test_redis_start(&srv, lru);
 	r = open_srv(NULL, ns_a, &tenant_a);
 	publish(r, tenant_a.id, 0, 200, 32768);
-	ck_assert_uint_eq(stats(r).publishes_total, 200);
+	ck_assert_uint_eq(kvp_test_remote_stats(r).publishes_total, 200);
 	fetch(r, tenant_a.id, 0, 200, 32768, res);
 	ck_assert_uint_gt(res[0], 0);
 	ck_assert_uint_gt(res[1], 0);
@@ -534,7 +526,8 @@ START_TEST(async_fetch_bounded)
 	/* the queue, plus the one the thread may have taken */
 	ck_assert_int_le(queued, KVP_REMOTE_MAX_FETCHES + 1);
 	ck_assert_int_ge(refused, 9);
-	ck_assert_uint_eq(stats(r).fetches_skipped_total, (unsigned)refused);
+	ck_assert_uint_eq(kvp_test_remote_stats(r).fetches_skipped_total,
+			  (unsigned)refused);
 	kvp_test_redis_pause(&srv, false);
 	kvp_remote_close(r);
 	ck_assert_int_eq(d.calls, queued);
@@ -579,8 +572,8 @@ START_TEST(encode_on_publisher)
 						    sizeof(payload)), 0);
 	}
 	ck_assert_int_eq(kvp_remote_flush(r, 30000), 0);
-	ck_assert_uint_eq(stats(r).publish_errors_total, 1);
-	ck_assert_uint_eq(stats(r).publishes_total, 19);
+	ck_assert_uint_eq(kvp_test_remote_stats(r).publish_errors_total, 1);
+	ck_assert_uint_eq(kvp_test_remote_stats(r).publishes_total, 19);
 	fetch(r, tenant_a.id, 0, 20, 512, res);
 	ck_assert_uint_eq(res[0], 19);
 	ck_assert_uint_eq(res[1], 1);
@@ -617,7 +610,8 @@ START_TEST(auth_and_db)
 	r = open_srv(NULL, ns_a, &tenant_a);
 	fetch(r, tenant_a.id, 0, 5, 64, res);
 	ck_assert_uint_eq(res[2], 5);
-	ck_assert_uint_eq(stats(r).errors_total, 5); /* NOAUTH replies */
+	/* NOAUTH replies */
+	ck_assert_uint_eq(kvp_test_remote_stats(r).errors_total, 5);
 	kvp_remote_close(r);
 	/* in the URL, database 2 */
 	snprintf(url, sizeof(url), "redis://s3cret@127.0.0.1:%d/2", srv.port);
@@ -712,15 +706,12 @@ END_TEST
 
 int main(void)
 {
-	const char *why = kvp_test_missing_redis();
-	Suite *s;
 	TCase *tc;
+	Suite *s = kvp_test_redis_suite("remote", "server", 120, setup,
+					teardown, &tc);
 
-	if (why)
-		return kvp_test_skip("%s", why);
-	s = suite_create("remote");
-	tc = kvp_test_tcase(s, "server", 120);
-	tcase_add_checked_fixture(tc, setup, teardown);
+	if (!s)
+		return 77; /* no redis-server: said why */
 	tcase_add_test(tc, publish_then_fetch);
 	tcase_add_test(tc, bad_values_are_misses);
 	tcase_add_test(tc, two_tenants);

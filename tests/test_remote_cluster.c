@@ -102,14 +102,6 @@ static void fetch(struct kvp_remote *r, uint64_t n, unsigned res[3])
 	free(bufs);
 }
 
-static struct kvp_remote_stats stats(struct kvp_remote *r)
-{
-	struct kvp_remote_stats st;
-
-	kvp_remote_stats_read(r, &st);
-	return st;
-}
-
 /* Keys of each node, by asking it (DBSIZE). */
 static long long dbsize(int i)
 {
@@ -173,8 +165,8 @@ START_TEST(spread_over_masters)
 	for (int i = 0; i < NODES; i++)
 		ck_assert_int_gt(dbsize(i), 100);
 	ck_assert_int_eq(dbsize(0) + dbsize(1) + dbsize(2), 600);
-	ck_assert_uint_ge(stats(r).slot_refreshes_total, 1);
-	ck_assert_uint_eq(stats(r).moved_total, 0);
+	ck_assert_uint_ge(kvp_test_remote_stats(r).slot_refreshes_total, 1);
+	ck_assert_uint_eq(kvp_test_remote_stats(r).moved_total, 0);
 	kvp_remote_close(r);
 }
 END_TEST
@@ -249,7 +241,7 @@ START_TEST(moved_is_followed)
 	/* the old owner answers MOVED; the new one has the value */
 	fetch(r, 50, res);
 	ck_assert_uint_eq(res[0], 50);
-	ck_assert_uint_ge(stats(r).moved_total, 1);
+	ck_assert_uint_ge(kvp_test_remote_stats(r).moved_total, 1);
 	kvp_remote_close(r);
 }
 END_TEST
@@ -269,8 +261,8 @@ START_TEST(ask_is_followed)
 	migrate(k, (owner(slot) + 2) % NODES, true, false);
 	fetch(r, 50, res);
 	ck_assert_uint_eq(res[0], 50);
-	ck_assert_uint_ge(stats(r).ask_total, 1);
-	ck_assert_uint_eq(stats(r).moved_total, 0);
+	ck_assert_uint_ge(kvp_test_remote_stats(r).ask_total, 1);
+	ck_assert_uint_eq(kvp_test_remote_stats(r).moved_total, 0);
 	kvp_remote_close(r);
 }
 END_TEST
@@ -294,25 +286,22 @@ START_TEST(master_killed_mid_run)
 		ck_assert_uint_eq(res[0], 300 - on_dead);
 		ck_assert_uint_eq(res[2], on_dead);
 	}
-	ck_assert_uint_eq(stats(r).errors_total, 2 * on_dead);
+	ck_assert_uint_eq(kvp_test_remote_stats(r).errors_total, 2 * on_dead);
 	/* publishing to the live masters goes on */
 	publish(r, 300);
-	ck_assert_uint_ge(stats(r).publish_errors_total, on_dead);
+	ck_assert_uint_ge(kvp_test_remote_stats(r).publish_errors_total, on_dead);
 	kvp_remote_close(r);
 }
 END_TEST
 
 int main(void)
 {
-	const char *why = kvp_test_missing_redis();
-	Suite *s;
 	TCase *tc;
+	Suite *s = kvp_test_redis_suite("remote_cluster", "cluster", 120,
+					setup, teardown, &tc);
 
-	if (why)
-		return kvp_test_skip("%s", why);
-	s = suite_create("remote_cluster");
-	tc = kvp_test_tcase(s, "cluster", 120);
-	tcase_add_checked_fixture(tc, setup, teardown);
+	if (!s)
+		return 77; /* no redis-server: said why */
 	tcase_add_test(tc, slots_match_the_server);
 	tcase_add_test(tc, spread_over_masters);
 	tcase_add_test(tc, moved_is_followed);

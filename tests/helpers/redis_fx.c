@@ -81,6 +81,23 @@ const char *kvp_test_missing_redis(void)
 	return NULL;
 }
 
+Suite *kvp_test_redis_suite(const char *name, const char *tcase,
+			    int timeout_s, void (*setup)(void),
+			    void (*teardown)(void), TCase **tc)
+{
+	const char *why = kvp_test_missing_redis();
+	Suite *s;
+
+	if (why) {
+		kvp_test_skip("%s", why);
+		return NULL;
+	}
+	s = suite_create(name);
+	*tc = kvp_test_tcase(s, tcase, timeout_s);
+	tcase_add_checked_fixture(*tc, setup, teardown);
+	return s;
+}
+
 static bool port_free(int port)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET,
@@ -335,4 +352,12 @@ void kvp_test_redis_url(char *buf, size_t len, const struct kvp_test_redis *s,
 	for (int i = 0; i < n && off < len; i++)
 		off += (size_t)snprintf(buf + off, len - off, "%s127.0.0.1:%d",
 					i ? "," : "", s[i].port);
+}
+
+struct kvp_remote_stats kvp_test_remote_stats(struct kvp_remote *r)
+{
+	struct kvp_remote_stats st;
+
+	kvp_remote_stats_read(r, &st);
+	return st;
 }

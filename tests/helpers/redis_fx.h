@@ -12,10 +12,13 @@
 #ifndef KVP_TEST_REDIS_FX_H
 #define KVP_TEST_REDIS_FX_H
 
+#include <check.h>
 #include <stdbool.h>
 #include <sys/types.h>
 
 #include <hiredis/hiredis.h>
+
+#include "lib/remote/remote.h"
 
 struct kvp_test_redis {
 	pid_t pid;	/* the server, 0 when not running */
@@ -27,6 +30,16 @@ struct kvp_test_redis {
 
 /* NULL when redis-server can be run, else why not (for kvp_test_skip). */
 const char *kvp_test_missing_redis(void);
+
+/*
+ * kvp_test_redis_suite - for main(): suite @name with one test case
+ * @tcase (@timeout_s a test; @setup and @teardown, which start and stop
+ * the servers, its checked fixture) into *@tc.  NULL when redis-server
+ * cannot run, the skip said (kvp_test_skip): main returns 77.
+ */
+Suite *kvp_test_redis_suite(const char *name, const char *tcase,
+			    int timeout_s, void (*setup)(void),
+			    void (*teardown)(void), TCase **tc);
 
 /*
  * kvp_test_redis_start - start a server with @extra (NULL-terminated
@@ -64,6 +77,9 @@ redisReply *kvp_test_redis_cmd(const struct kvp_test_redis *s,
  * on serving their slots.
  */
 void kvp_test_cluster_start(struct kvp_test_redis *nodes, int n);
+
+/* @r's statistics now (kvp_remote_stats_read), as a value. */
+struct kvp_remote_stats kvp_test_remote_stats(struct kvp_remote *r);
 
 /* The URL "redis://127.0.0.1:PORT" (or redis+cluster://, all nodes). */
 void kvp_test_redis_url(char *buf, size_t len, const struct kvp_test_redis *s,
