@@ -294,6 +294,7 @@ int main(void)
 
 	struct_begin("kvp_remote_stats", sizeof(struct kvp_remote_stats));
 	F(kvp_remote_stats, fetch_latency_us);
+	F(kvp_remote_stats, fetch_latency_sum_ns);
 	struct_end();
 	struct_begin("kvp_model_remote_opts",
 		     sizeof(struct kvp_model_remote_opts));

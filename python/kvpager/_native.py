@@ -373,7 +373,8 @@ class PrefixStats(Structure):
 class RemoteStats(Structure):
     _c_name_ = "kvp_remote_stats"
     _fields_ = _u64_fields(n for n, _ in _abi.REMOTE_STATS) + \
-        [("fetch_latency_us", c_uint64 * _abi.LATENCY_BUCKETS)]
+        [("fetch_latency_us", c_uint64 * _abi.LATENCY_BUCKETS),
+         ("fetch_latency_sum_ns", c_uint64)]
 
 
 class ModelRemoteOpts(Structure):
