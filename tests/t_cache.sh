@@ -123,8 +123,11 @@ if [ -c /dev/fuse ] && command -v fusermount3 >/dev/null; then
 	export KVP_RUNTIME_DIR=$tmp/reg
 	d="$tmp/viewed"
 	run --model random:tiny --prompt-tokens "@$tmp/p300" --generate 2 --cache-dir "$d" >/dev/null
-	KVP_FUSE_MOUNT=$tmp/mnt run --model random:tiny --prompt-tokens "@$tmp/p300" \
-		--generate 100000 --cache-dir "$d" >/dev/null 2>&1 &
+	# The program itself in the background, not the function: $! must
+	# be kvpager's pid, or the kill below leaves it decoding.
+	KVP_FUSE_MOUNT=$tmp/mnt "$kvp" run --quiet --budget 8M --model random:tiny \
+		--prompt-tokens "@$tmp/p300" --generate 100000 --cache-dir "$d" \
+		>/dev/null 2>&1 &
 	vp=$!
 	for i in $(seq 100); do
 		[ -f "$tmp/mnt/cache/hits_total" ] && break
