@@ -7,19 +7,9 @@
 # 2, and a run killed with SIGKILL takes its servers with it.
 #
 # Needs $BUILD/bin/kvpbench and redis-server (the build installs it).
-set -u
-BUILD=${BUILD:-build}
+. "$(dirname "$0")/helpers/counted.sh"
 B="$BUILD/bin/kvpbench"
-fails=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-fail() {
-	echo "FAIL: $*"
-	fails=$((fails + 1))
-}
-
-[ -x "$B" ] || { echo "t_tier: $B not built (make BUILD=$BUILD)"; exit 77; }
+need "$B"
 command -v redis-server >/dev/null ||
 	{ echo "t_tier: redis-server not found (apt-get install redis-server)"; exit 77; }
 
@@ -73,5 +63,4 @@ for k in $kids; do
 	alive "$k" && fail "redis-server $k outlived kvpbench"
 done
 
-[ $fails = 0 ] && echo "t_tier: ok"
-[ $fails = 0 ]
+finish t_tier
