@@ -129,8 +129,10 @@ if [ -c /dev/fuse ] && command -v fusermount3 >/dev/null; then
 		--prompt-tokens "@$tmp/p300" --generate 100000 --cache-dir "$d" \
 		>/dev/null 2>&1 &
 	vp=$!
-	for i in $(seq 100); do
-		[ -f "$tmp/mnt/cache/hits_total" ] && break
+	# The prefill's four hits are counted as its chunks arrive: wait
+	# for all of them (the file appears with the first), 60 s at most.
+	for i in $(seq 300); do
+		[ "$(cat "$tmp/mnt/cache/hits_total" 2>/dev/null)" = 4 ] && break
 		sleep 0.2
 	done
 	got=$(cat "$tmp/mnt/cache/hits_total" 2>&1)
