@@ -7,9 +7,9 @@
  * the hand clears it and takes the first block without it.  Active blocks
  * (the working set, core.c) and prefetched ones not used yet go last, and
  * never to evict ahead of need (the watermark) while the charge is within
- * the budget.  Pinned
- * blocks, blocks held by a flush or a peek, and blocks whose write-back
- * failed (their data exists only in RAM) are never taken.  A COLD hint
+ * the budget.  Pinned blocks, blocks held by a flush or a peek, blocks
+ * whose write-back failed (their data exists only in RAM) and blocks of a
+ * region being destroyed are never taken.  A COLD hint
  * puts a block just before the hand, so it goes next.
  *
  * Mechanism: a victim's pages are moved (UFFDIO_MOVE, through the landing context)
