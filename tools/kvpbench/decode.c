@@ -335,7 +335,7 @@ static int run_mode(const struct dopts *o, const struct dmode *m,
 static int decode_plot(const struct dopts *o, const struct dres *res,
 		       uint64_t kv)
 {
-	struct kvpb_plot p;
+	struct kvp_plot p;
 	char title[256];
 	unsigned i, n = 0;
 	FILE *f;
@@ -355,7 +355,7 @@ static int decode_plot(const struct dopts *o, const struct dres *res,
 		return -ENODATA;
 	}
 	n = 0;
-	err = kvpb_plot_begin(&p, o->plot, title);
+	err = kvp_plot_begin(&p, o->plot, title);
 	if (err)
 		return err;
 	f = p.f;
@@ -364,7 +364,7 @@ static int decode_plot(const struct dopts *o, const struct dres *res,
 		if (!res[i].ran)
 			continue;
 		fputs(n ? ", " : "", f);
-		kvpb_plot_str(f, dmodes[i].name);
+		kvp_plot_str(f, dmodes[i].name);
 		fprintf(f, " %u", n++);
 	}
 	fprintf(f, ")\nset xrange [-0.6:%u.6]\n$d << EOD\n", n ? n - 1 : 0);
@@ -380,7 +380,7 @@ static int decode_plot(const struct dopts *o, const struct dres *res,
 	}
 	fputs("EOD\n", f);
 	fprintf(f, "set multiplot layout 1,2 title ");
-	kvpb_plot_str(f, title);
+	kvp_plot_str(f, title);
 	fputs("\nset title 'tokens/s per mode'\nset ylabel 'tokens/s'\n"
 	      "plot $d using 1:2:(0.6) with boxes lc rgb '#1f77b4' "
 	      "title 'tokens/s', "
@@ -400,7 +400,7 @@ static int decode_plot(const struct dopts *o, const struct dres *res,
 	      "title 'max(T_compute, T_load)'\n"
 	      "unset multiplot\n",
 	      f);
-	return kvpb_plot_end(&p, "kvpbench decode");
+	return kvp_plot_end(&p, "kvpbench decode");
 }
 
 enum {
@@ -608,7 +608,7 @@ int kvpbench_decode(int argc, char **argv)
 		o.steps = 8;
 	}
 	/* before the runs: a plot that cannot be made is said now */
-	if (o.plot && kvpb_plot_check("kvpbench decode", o.plot))
+	if (o.plot && kvp_plot_check("kvpbench decode", o.plot))
 		return 2;
 	if (!o.modes)
 		o.modes = o.device ? DEV_MODES : CPU_MODES;

@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "lib/cli/plot.h"
 #include "pager/stats.h"
 
 #define KVPB_PAGE	 4096u
@@ -342,34 +343,10 @@ int kvpbench_compute(int argc, char **argv) __attribute__((weak));
 int kvpbench_tier(int argc, char **argv) __attribute__((weak));
 
 /*
- * plot.c: --plot FILE, drawn by gnuplot; SVG when FILE ends in .svg, PNG
- * when in .png.  The calls say what failed on stderr, naming @prog.
+ * plot.c: --plot FILE, drawn by the tools' gnuplot driver (lib/cli/plot.h:
+ * kvp_plot_check at start, kvp_plot_begin and kvp_plot_end around a
+ * chart's script).
  *
- * kvpb_plot_check - at start, before any run: whether FILE's name is one
- * of those, gnuplot is on PATH and FILE's folder is writable.  0, or
- * -EINVAL (the name), -ENOENT (no gnuplot: the remedy is said) or the
- * folder's -errno.  Nothing is created.
- */
-int kvpb_plot_check(const char *prog, const char *file);
-
-/* A gnuplot script being written: begin sets the terminal, the output
- * (FILE.tmp) and @title; the caller writes its datablocks and plot
- * command to ->f; end runs gnuplot on it and renames FILE.tmp to FILE
- * (0), or removes FILE.tmp and says why (-errno).  End frees the script
- * whatever happens. */
-struct kvpb_plot {
-	const char *file; /* FILE */
-	FILE *f;	  /* the script (a memstream) */
-	char *buf;	  /* its text */
-	size_t len;
-};
-int kvpb_plot_begin(struct kvpb_plot *p, const char *file, const char *title);
-int kvpb_plot_end(struct kvpb_plot *p, const char *prog);
-
-/* @s as a quoted gnuplot string (a label, a title) on @f. */
-void kvpb_plot_str(FILE *f, const char *s);
-
-/*
  * kvpb_plot_results - the chart of c->results (stream, random, install):
  * a cluster per job, a bar per kvpager mode with its GB/s, raw and mmap
  * as lines across their cluster, the depth-32 raw line across the

@@ -815,7 +815,7 @@ int main(int argc, char **argv)
 	if (!scen)
 		scen = SC_STREAM | SC_RANDOM;
 	/* before the runs: a plot that cannot be made is said now */
-	if (o->plot && kvpb_plot_check("kvpbench", o->plot))
+	if (o->plot && kvp_plot_check("kvpbench", o->plot))
 		return 2;
 	thp_off = o->no_thp;
 	if (o->no_thp && prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0)) {
