@@ -47,7 +47,7 @@ DEPS_PKGS := fuse3 liburing check libsodium hiredis libmicrohttpd
 # redis-server (and redis-tools: redis-cli, redis-benchmark) for the remote
 # tier's tests and kvpbench tier, which start their own servers; curl and
 # python3-prometheus-client for the /metrics tests; gnuplot-nox for
-# kvpbench --plot (run, not linked) and its test.
+# kvpbench's and kvpager run's --plot (run, not linked) and their test.
 DEBIAN_PKGS := libfuse3-dev fuse3 liburing-dev check pkg-config libsodium-dev \
 	python3-numpy python3-pytest libhiredis-dev redis-server redis-tools \
 	libmicrohttpd-dev curl python3-prometheus-client gnuplot-nox

@@ -1,13 +1,16 @@
 #!/bin/bash
 # t_plot.sh - kvpbench --plot: gnuplot draws what the run's table shows,
 # into an SVG or a PNG by the file's ending; the scenarios' chart names
-# each mode it ran, decode's its tokens/s and T_step panels.  A name that
-# is neither, gnuplot missing from PATH and a folder that cannot be
-# written are refused at start (exit 2, before any run), with a message
-# that says so and a remedy, and leave no file.  Figures are not judged.
+# each mode it ran, decode's its tokens/s and T_step panels.  kvpager run
+# --plot draws the decode's timeline: its four series, a point per step,
+# the faults and the warm-up.  A name that is neither, gnuplot missing
+# from PATH and a folder that cannot be written are refused at start
+# (exit 2, before any run), with a message that says so and a remedy, and
+# leave no file.  Figures are not judged.
 set -u
 BUILD=${BUILD:-build}
 B="$BUILD/bin/kvpbench"
+K="$BUILD/bin/kvpager"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fails=0
@@ -15,7 +18,7 @@ fail() {
 	echo "FAIL: $*"
 	fails=$((fails + 1))
 }
-[ -x "$B" ] || { echo "skipped: $B not built"; exit 77; }
+[ -x "$B" ] && [ -x "$K" ] || { echo "skipped: $B or $K not built"; exit 77; }
 # make installs gnuplot-nox with the other packages (the Makefile's deps)
 command -v gnuplot >/dev/null || { echo "FAIL: gnuplot not on PATH (apt-get install gnuplot-nox)"; exit 1; }
 
@@ -44,9 +47,25 @@ done
 $dec --plot "$tmp/decode.png" >"$tmp/out" 2>&1 || fail "decode --plot png exit $?: $(cat "$tmp/out")"
 [ "$(head -c 4 "$tmp/decode.png" 2>/dev/null | od -An -c | tr -d ' ')" = '211PNG' ] ||
 	fail "decode.png is not a PNG"
+
+# kvpager run: the timeline of 7 steps, 2 of them warm-up.
+run="$K run --preset tiny --context 1K --steps 7 --warmup 2 --quiet --path $tmp"
+$run --plot "$tmp/run.svg" >"$tmp/out" 2>&1 || fail "kvpager run --plot exit $?: $(cat "$tmp/out")"
+grep -q "tokens/s" "$tmp/out" || fail "kvpager run --plot printed no report: $(cat "$tmp/out")"
+for want in '<svg' T_compute T_load T_step 'max(T_compute, T_load)' \
+	'demand faults' 'warm-up (shaded)' 'decode step' 'kvpager run: tiny'; do
+	grep -qF "$want" "$tmp/run.svg" 2>/dev/null ||
+		fail "run.svg does not show '$want'"
+done
+# a dot per step on each of T_compute, T_load and T_step, and one in
+# each of their keys (gnuplot's SVG: point type 7 is #gpPt6)
+dots=$(grep -o "#gpPt6" "$tmp/run.svg" 2>/dev/null | wc -l)
+[ "$dots" = $((3 * 7 + 3)) ] || fail "run.svg has $dots step dots, want $((3 * 7 + 3))"
+[ -e "$tmp/run.svg.tmp" ] && fail "run.svg.tmp left behind"
 echo "ok: the charts are drawn"
 
-# Refused at start: exit 2, said, no file, nothing run (no table).
+# Refused at start: exit 2, said, no file, nothing run (no table, no
+# kvpager report).
 refused() { # what want_in_message command...
 	local what=$1 want=$2
 	shift 2
@@ -54,7 +73,7 @@ refused() { # what want_in_message command...
 	rc=$?
 	[ $rc = 2 ] || fail "$what: exit $rc, want 2"
 	grep -qF -- "$want" "$tmp/bad" || fail "$what: the message does not say '$want': $(cat "$tmp/bad")"
-	grep -q "^scenario\|^mode" "$tmp/bad" && fail "$what: it ran before refusing"
+	grep -q "^scenario\|^mode\|^phases\|^decode," "$tmp/bad" && fail "$what: it ran before refusing"
 }
 refused "--plot x.pdf" ".svg" "$B" stream --dir "$tmp" --plot "$tmp/x.pdf"
 refused "decode --plot x.pdf" ".svg" $dec --plot "$tmp/x.pdf"
@@ -65,6 +84,11 @@ refused "--plot without gnuplot" "gnuplot-nox" \
 	env PATH="$tmp/empty" "$B" stream --dir "$tmp" --plot "$tmp/x.svg"
 refused "decode --plot without gnuplot" "gnuplot-nox" \
 	env PATH="$tmp/empty" $dec --plot "$tmp/x.svg"
+refused "run --plot x.pdf" ".svg" $run --plot "$tmp/x.pdf"
+refused "run --plot in a missing folder" "cannot write" \
+	$run --plot "$tmp/none/x.svg"
+refused "run --plot without gnuplot" "gnuplot-nox" \
+	env PATH="$tmp/empty" $run --plot "$tmp/x.svg"
 ls "$tmp"/x.* >/dev/null 2>&1 && fail "a refused --plot left $(ls "$tmp"/x.*)"
 echo "ok: bad --plot refused at start"
 

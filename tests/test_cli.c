@@ -1,9 +1,12 @@
 /*
  * test_cli.c - lib/cli/cli.c: one option table makes the --help text,
  * getopt_long's tables and the lines the man pages and the completion
- * are made from.
+ * are made from; lib/cli/timeline.c: a decode's per-step figures kept in
+ * bounded memory, every step summed into exactly one point.
  */
 #include <check.h>
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +14,7 @@
 
 #include "lib/cli/cli.h"
 #include "lib/cli/progress.h"
+#include "lib/cli/timeline.h"
 #include "tests/helpers/helpers.h"
 
 static const struct kvp_cli_opt table[] = {
@@ -167,6 +171,66 @@ START_TEST(progress_lines_off_a_terminal)
 }
 END_TEST
 
+/* Step i of a run: T_step i ms, T_compute 2i, T_load 3i, i faults. */
+static void timeline_steps(struct kvp_timeline *t, uint64_t from, uint64_t to)
+{
+	for (uint64_t i = from; i < to; i++)
+		kvp_timeline_add(t, &(struct kvp_timeline_step){
+					.t_step_s = i * 1e-3,
+					.t_compute_s = 2 * i * 1e-3,
+					.t_load_s = 3 * i * 1e-3,
+					.demand_faults = i });
+}
+
+START_TEST(timeline_keeps_every_step_then_merges)
+{
+	struct kvp_timeline t;
+	uint64_t next = 0, faults = 0, i;
+	double tstep = 0;
+
+	ck_assert_int_eq(kvp_timeline_init(&t, 3), -EINVAL);
+	ck_assert_int_eq(kvp_timeline_init(&t, 0), -EINVAL);
+	ck_assert_int_eq(kvp_timeline_init(&t, 8), 0);
+	/* up to the cap, a point per step */
+	timeline_steps(&t, 0, 7);
+	ck_assert_uint_eq(t.n, 7);
+	ck_assert_uint_eq(t.per, 1);
+	ck_assert_uint_eq(t.pt[6].first, 6);
+	ck_assert_uint_eq(t.pt[6].demand_faults, 6);
+	/* the eighth fills it: pairs merge, 4 points of 2 steps */
+	timeline_steps(&t, 7, 8);
+	ck_assert_uint_eq(t.n, 4);
+	ck_assert_uint_eq(t.per, 2);
+	ck_assert_uint_eq(t.pt[1].first, 2);
+	ck_assert_uint_eq(t.pt[1].steps, 2);
+	ck_assert_uint_eq(t.pt[1].demand_faults, 2 + 3);
+	ck_assert_uint_eq(t.pt[4].steps, 0);
+	/* a long run stays within the cap; every step is in one point, in
+	 * order, and the sums are kept */
+	timeline_steps(&t, 8, 1001);
+	ck_assert_uint_eq(t.steps, 1001);
+	/* merged at 8, 16, ..., 512 steps: 7 points of 128, 105 filling */
+	ck_assert_uint_eq(t.per, 128);
+	ck_assert_uint_eq(t.n, 7);
+	ck_assert_uint_eq(t.pt[7].steps, 105);
+	for (i = 0; i <= t.n && t.pt[i].steps; i++) {
+		ck_assert_uint_eq(t.pt[i].first, next);
+		ck_assert(i == t.n ? t.pt[i].steps < t.per
+				   : t.pt[i].steps == t.per);
+		next += t.pt[i].steps;
+		faults += t.pt[i].demand_faults;
+		tstep += t.pt[i].t_step_s;
+		ck_assert(t.pt[i].t_load_s > 2.99 * t.pt[i].t_step_s &&
+			  t.pt[i].t_load_s < 3.01 * t.pt[i].t_step_s);
+	}
+	ck_assert_uint_eq(next, 1001);
+	ck_assert_uint_eq(faults, 1000 * 1001 / 2);
+	ck_assert(tstep > 500.49 && tstep < 500.51);
+	kvp_timeline_free(&t);
+	kvp_timeline_free(&t); /* twice is fine */
+}
+END_TEST
+
 static Suite *cli_suite(void)
 {
 	Suite *s = suite_create("cli");
@@ -178,6 +242,7 @@ static Suite *cli_suite(void)
 	tcase_add_test(tc, table_lines_for_the_build);
 	tcase_add_test(tc, table_asked_only_alone);
 	tcase_add_test(tc, progress_lines_off_a_terminal);
+	tcase_add_test(tc, timeline_keeps_every_step_then_merges);
 	return s;
 }
 

@@ -43,7 +43,9 @@
 #include <unistd.h>
 
 #include "lib/cli/cli.h"
+#include "lib/cli/plot.h"
 #include "lib/cli/progress.h"
+#include "lib/cli/timeline.h"
 #include "lib/instance/instance.h"
 #include "lib/kv/kvcache.h"
 #include "lib/model/model.h"
@@ -93,6 +95,7 @@ enum opt_id {
 	O_METRICS,
 	O_DEVICE,
 	O_DEVPOOL,
+	O_PLOT,
 	O_JSON,
 	O_QUIET,
 	O_HELP,
@@ -197,6 +200,10 @@ static const struct opt_spec opts[O_COUNT] = {
 			UINT64_MAX,
 			"the device block pool (default: two layers' chosen "
 			"blocks)" },
+	[O_PLOT] = { "plot", "FILE", NULL, 0, 0, 0,
+		     "draw the decode's per-step timeline (T_compute, T_load, "
+		     "T_step, demand faults) into FILE, an .svg or a .png "
+		     "(gnuplot)" },
 	[O_JSON] = { "json", NULL, NULL, 0, 0, 0, "one JSON object on stdout" },
 	[O_QUIET] = { "quiet", NULL, NULL, 0, 0, 0, "no progress on stderr" },
 	[O_HELP] = { "help", NULL, NULL, 0, 0, 0, "this text" },
@@ -233,6 +240,7 @@ struct run_opts {
 	double temperature;	/* 0: greedy */
 	struct kvp_model_cache_opts cache; /* --cache-*; dir NULL: none */
 	const char *device;	/* --device: NULL is the CPU */
+	const char *plot;	/* --plot FILE, or NULL */
 	uint64_t device_pool;	/* --device-pool bytes; 0: default */
 };
 
@@ -473,6 +481,9 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
 			continue;
 		case O_DEVICE:
 			o->device = a;
+			continue;
+		case O_PLOT:
+			o->plot = a;
 			continue;
 		case O_TEMP: {
 			char *end;
@@ -821,6 +832,32 @@ static void sub_stats(struct kvp_kvcache_step_stats *a,
 	a->reused_blocks -= b->reused_blocks;
 	a->flush_store -= b->flush_store;
 	a->flush_region -= b->flush_region;
+}
+
+/*
+ * --plot: the step just done into @tl, from the cache's totals now less
+ * @prev (then @prev = now), counted as the report counts the whole run: a
+ * model's step is @wall_s in all, of which all but the cache's own step
+ * is compute (its last layer, the logits, the sampling).
+ */
+static void timeline_step(struct kvp_timeline *tl, const struct kvp_kvcache *c,
+			  struct kvp_kvcache_stats *prev, double wall_s,
+			  bool model)
+{
+	struct kvp_kvcache_stats now;
+	struct kvp_kvcache_step_stats d;
+
+	kvp_kvcache_stats(c, &now);
+	d = now.sum;
+	sub_stats(&d, &prev->sum);
+	kvp_timeline_add(
+	    tl, &(struct kvp_timeline_step){
+		    .t_step_s = model ? wall_s : d.t_step_s,
+		    .t_compute_s = d.t_compute_s + d.t_predict_s + d.t_fill_s +
+				   (model ? wall_s - d.t_step_s : 0),
+		    .t_load_s = now.t_load_busy_s - prev->t_load_busy_s,
+		    .demand_faults = d.demand_faults });
+	*prev = now;
 }
 
 /* Prefetch outcomes over the measured steps, from the region's counters:
@@ -1334,15 +1371,21 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 	struct kvp_kvcache_step_stats d;
 	struct pf_counts pf_warm, pf_end;
 	struct kvp_progress bar = { 0 };
-	uint32_t *ids = NULL, i, done_steps = 0, changes = 0;
+	struct kvp_timeline tl = { 0 }; /* --plot's steps */
+	struct kvp_kvcache_stats s_prev;
+	char plot_title[320] = "";
+	uint32_t *ids = NULL, i, done_steps = 0, changes = 0, plot_warm = 0;
 	uint64_t kv_bytes;
-	double t_open, t_prefill, t_decode, t_quality = 0, t0, busy;
+	double t_open, t_prefill, t_decode, t_quality = 0, t0, t1, busy;
 	double recall = 0, rel = 0, mass = 0;
 	uint32_t nsamp = 0;
 	char h1[32], h2[32], h3[32], h4[32], h5[32];
 	int err, status = 1;
 
 	if (parse_args(argc, argv, &o))
+		return 2;
+	/* before the run: a plot that cannot be made is said now */
+	if (o.plot && kvp_plot_check("kvpager", o.plot))
 		return 2;
 	if (o.model) {
 		if (model_open(&o, mr, &g))
@@ -1477,7 +1520,7 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 						      kvp_model_cache_remote(mr->mc)));
 	}
 	ids = calloc(o.batch, sizeof(*ids));
-	if (!ids) {
+	if (!ids || (o.plot && kvp_timeline_init(&tl, KVP_TIMELINE_POINTS))) {
 		fprintf(stderr, "kvpager: out of memory\n");
 		goto out;
 	}
@@ -1525,12 +1568,14 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 	kvp_progress_start(&bar, "kvpager", "decode", o.quiet);
 	memset(&s_warm, 0, sizeof(s_warm));
 	memset(&pf_warm, 0, sizeof(pf_warm));
+	kvp_kvcache_stats(c, &s_prev);
 	for (i = 0; i < o.steps && !stopped(); i++) {
 		if (i == o.warmup) {
 			kvp_kvcache_stats(c, &s_warm);
 			pf_snapshot(c, &s_warm, &pf_warm);
 		}
 		changes += live_take(&lv, view, i, &kv);
+		t1 = now_s();
 		if (mr->m)
 			err = model_next(&o, mr, i, i >= o.warmup);
 		else
@@ -1541,6 +1586,9 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 				i, kvp_strerror(err));
 			goto out;
 		}
+		if (o.plot)
+			timeline_step(&tl, c, &s_prev, now_s() - t1,
+				      mr->m != NULL);
 		done_steps = i + 1;
 		kvp_progress_update(&bar, i + 1, o.steps, "steps");
 	}
@@ -1598,6 +1646,16 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 		mx = tcomp > tload ? tcomp : tload;
 		eff = tstep > 0 ? mx / tstep : 0;
 		tps = tstep > 0 ? d.tokens / n / tstep : 0;
+		plot_warm = warm;
+		snprintf(plot_title, sizeof(plot_title),
+			 "kvpager run: %s, context %" PRIu64 " x %u, predictor "
+			 "%s, prefetch depth %" PRIu64 ", budget %s of %s of "
+			 "%s KV: %.2f tokens/s",
+			 o.preset, o.context, o.batch, pk,
+			 kv.prefetch_depth_layers,
+			 human((double)cfg.ram_budget_bytes, h1, sizeof(h1)),
+			 human((double)kv_bytes, h2, sizeof(h2)),
+			 mr->m ? "the model's" : "synthetic", tps);
 
 		if (o.json) {
 			putchar('{');
@@ -1790,6 +1848,12 @@ out:
 	kvp_instance_close(inst);
 	kvp_kv_synth_destroy(sy);
 	free(ids);
+	/* drawn once the pager is gone, its threads and files with it; a
+	 * plot that failed says so, the figures above stand */
+	if (!status && o.plot &&
+	    kvp_timeline_plot(&tl, o.plot, plot_title, plot_warm, "kvpager"))
+		status = 1;
+	kvp_timeline_free(&tl);
 	fflush(stdout);
 	if (stopped())
 		return 128 + atomic_load(&stop_signal);
