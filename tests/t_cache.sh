@@ -102,14 +102,43 @@ chmod 644 "$tmp/key"
 c=$(run --model random:tiny --generate 2 --cache-dir "$d" --cache-key-file "$tmp/key" 2>&1)
 [ $? = 2 ] && grep -q "chmod 600" <<<"$c" || { echo "FAIL: a key file others read: $c"; fail=1; }
 
-# a corrupt block: dropped, counted, the same tokens
+# a corrupt block, mapped (random:tiny's prompt attends to itself, so its
+# chunks are not read at the hit): found when the decode first reads it,
+# dropped, counted, and the run stops with an error, never a wrong
+# token; the next run computes that chunk again: the same tokens
 d="$tmp/corrupt"
 a=$(run --model random:tiny --prompt-tokens "@$tmp/p300" --generate 4 --json --cache-dir "$d")
-f=$(ls "$d"/*.kvb | head -n 1)
-printf 'XXXX' | dd of="$f" bs=1 seek=300 conv=notrunc status=none
+b=$(run --model random:tiny --prompt-tokens "@$tmp/p300" --generate 4 --json --cache-dir "$d")
+check "mapped: tokens" "$(field prefix_mapped_tokens <<<"$b")" 256
+check "mapped: verified" "$(field cache_mapped_verified <<<"$b")" 4
+# the scan's 4 KiB per block at open and each mapped chunk's 128-byte
+# header, not one byte of a payload
+check "mapped: headers read at the hit" "$(field cache_bytes_read <<<"$b")" 16896
+for f in "$d"/*.kvb; do
+	printf 'XXXX' | dd of="$f" bs=1 seek=300 conv=notrunc status=none
+	break
+done
+c=$(KVP_CACHE_DIR="$d" run --model random:tiny --prompt-tokens "@$tmp/p300" --generate 4 --json 2>&1)
+rc=$?
+[ $rc != 0 ] && grep -q "failed verification when read" <<<"$c" ||
+	{ echo "FAIL: a corrupt mapped block: exit $rc: $c"; fail=1; }
 c=$(KVP_CACHE_DIR="$d" run --model random:tiny --prompt-tokens "@$tmp/p300" --generate 4 --json)
-check "corrupt: torn" "$(field cache_dropped_torn <<<"$c")" 1
-check "corrupt: tokens" "$(tokens <<<"$c")" "$(tokens <<<"$a")"
+check "corrupt, next run: torn" "$(field cache_dropped_torn <<<"$c")" 0
+check "corrupt, next run: tokens" "$(tokens <<<"$c")" "$(tokens <<<"$a")"
+check "corrupt, next run: blocks" "$(field cache_blocks <<<"$c")" 4
+# a corrupt block read at the hit (stories260K attends to its prompt: each
+# chunk is read into the prefill's history): a miss, counted, same tokens
+if [ -f "$model" ]; then
+	d="$tmp/corrupt2"
+	a=$(run --model "$model" --prompt-tokens "@$tmp/p448" --generate 4 --json --cache-dir "$d")
+	for f in "$d"/*.kvb; do
+		printf 'XXXX' | dd of="$f" bs=1 seek=300 conv=notrunc status=none
+		break
+	done
+	c=$(run --model "$model" --prompt-tokens "@$tmp/p448" --generate 4 --json --cache-dir "$d")
+	check "corrupt, read: torn" "$(field cache_dropped_torn <<<"$c")" 1
+	check "corrupt, read: tokens" "$(tokens <<<"$c")" "$(tokens <<<"$a")"
+fi
 
 # another format version: refused with the remedy
 echo "kvpager-cache 9" >"$d/kvpcache"

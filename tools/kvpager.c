@@ -42,6 +42,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lib/cache/cache_store.h"
 #include "lib/cli/cli.h"
 #include "lib/cli/plot.h"
 #include "lib/cli/progress.h"
@@ -939,6 +940,7 @@ struct model_run {
 	double t_model_s;	  /* measured steps: the model's own math */
 	double t_wall_s;	  /* measured steps: whole kvp_model_step */
 	struct kvp_model_cache *mc; /* --cache-dir, or NULL */
+	struct kvp_store *kv_store; /* the KV cache's store with mc */
 	double ttft_s;		  /* prefill start to the first token */
 };
 
@@ -1124,6 +1126,27 @@ static int model_cache_open(struct run_opts *o, struct model_run *mr,
 	return err;
 }
 
+/* The KV cache's store with a prefix cache: its backing file (in
+ * co->dir) behind the prefix cache's store, so that the prefill maps the
+ * chunks it finds instead of copying them (model_cache.h). */
+static int cache_kv_store(struct kvp_kvcache_opts *co, struct model_run *mr,
+			  struct kvp_store **out)
+{
+	struct kvp_kv_layout l;
+	struct kvp_store *inner;
+	int err = kvp_kvcache_layout_for(co, &l);
+
+	if (!err)
+		err = kvp_store_file_temp(co->dir, l.region_bytes, &inner);
+	if (!err)
+		err = kvp_model_cache_store(mr->mc, inner, l.block_stride, out);
+	if (!err) {
+		co->store = *out;
+		mr->kv_store = *out;
+	}
+	return err;
+}
+
 /* The cache's lines of the report (text, or JSON fields with a comma
  * after each).  tokens: generated tokens. */
 static void cache_report(const struct run_opts *o, const struct model_run *mr,
@@ -1131,15 +1154,24 @@ static void cache_report(const struct run_opts *o, const struct model_run *mr,
 {
 	struct kvp_cache_stats cs;
 	struct kvp_prefix_stats ps;
+	struct kvp_cache_store_stats ss = { 0 };
 	double wa, per_tok;
 
 	if (!mr->mc)
 		return;
 	kvp_model_cache_stats(mr->mc, &cs, &ps);
+	if (mr->kv_store)
+		kvp_cache_store_stats(mr->kv_store, &ss);
 	wa = cs.payload_written ? (double)cs.bytes_written / cs.payload_written
 				: 0;
 	per_tok = tokens ? (double)cs.bytes_written / tokens : 0;
 	if (o->json) {
+		printf("\"prefix_mapped_tokens\":%" PRIu64
+		       ",\"cache_mapped_bytes_read\":%" PRIu64
+		       ",\"cache_mapped_verified\":%" PRIu64
+		       ",\"cache_mapped_rejected\":%" PRIu64 ",",
+		       kvp_model_cache_mapped_tokens(mr->mc), ss.bound_bytes,
+		       ss.verified, ss.rejected);
 		printf("\"prefix_hit_tokens\":%" PRIu64 ",\"ttft_s\":%.6f,"
 		       "\"cache_hits\":%" PRIu64 ",\"cache_misses\":%" PRIu64
 		       ",\"cache_bytes_read\":%" PRIu64
@@ -1165,6 +1197,13 @@ static void cache_report(const struct run_opts *o, const struct model_run *mr,
 	printf("prefix cache: %" PRIu64 " of %u prompt tokens read from the "
 	       "cache, time to first token %.3f s\n",
 	       kvp_model_cache_hit_tokens(mr->mc), mr->nprompt, mr->ttft_s);
+	if (kvp_model_cache_mapped_tokens(mr->mc))
+		printf("  mapped: %" PRIu64 " tokens' chunk files serve the KV "
+		       "cache's store: %" PRIu64 " bytes read from them, %"
+		       PRIu64 " chunks verified when first read, %" PRIu64
+		       " failed\n",
+		       kvp_model_cache_mapped_tokens(mr->mc), ss.bound_bytes,
+		       ss.verified, ss.rejected);
 	printf("  cache: %" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64
 	       " bytes read, %" PRIu64 " written (%" PRIu64
 	       " of KV: write amplification %.3f, %.0f bytes per generated "
@@ -1361,6 +1400,7 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 	struct kvp_config cfg;
 	struct kvp_kv_config kv, kv_start;
 	struct kvp_kvcache *c = NULL;
+	struct kvp_store *kv_store = NULL; /* with a prefix cache */
 	struct kvp_instance *inst = NULL;
 	struct kvp_fuse_view *view = NULL;
 	struct kvp_view *tree = NULL;
@@ -1489,9 +1529,12 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 		fprintf(stderr, "kvpager: metrics at %s\n",
 			kvp_instance_metrics_url(inst));
 	co.pager = kvp_instance_pager(inst);
-	err = kvp_kvcache_create(&co, &c);
+	err = mr->mc ? cache_kv_store(&co, mr, &kv_store) : 0;
+	if (!err)
+		err = kvp_kvcache_create(&co, &c);
 	t_open = now_s() - t0;
 	if (err) {
+		kvp_store_destroy(kv_store);
 		fprintf(stderr,
 			"kvpager: cannot set up the KV cache (%s of KV for "
 			"%" PRIu64 " tokens in %s): %s\n",
@@ -1845,6 +1888,7 @@ out:
 		kvp_view_set_remote(tree, NULL);
 	}
 	kvp_kvcache_destroy(c);
+	kvp_store_destroy(kv_store); /* after the region it backs */
 	kvp_instance_close(inst);
 	kvp_kv_synth_destroy(sy);
 	free(ids);

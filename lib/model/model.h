@@ -170,22 +170,37 @@ int kvp_model_prefill(struct kvp_model_seq *s, const uint32_t *tokens,
  * A prefix store for kvp_model_prefill (kvp_model_seq_set_prefix): the
  * prompt's K and V in chunks of chunk_tokens tokens (a power of two, 1 ..
  * 256), chunk i holding tokens [i * chunk_tokens, (i + 1) * chunk_tokens).
- * A chunk's payload (kvp_model_prefix_bytes) is, for each layer and each
- * of its tokens, that token's K then V (kv_heads * head_dim elements
- * each) in the cache's dtype.  The store names chunks by the prompt's
- * tokens (lib/cache/prefix.h does, with chained keys); the model only
- * numbers them.
- *   get: chunk i's payload into buf (len bytes): 0, or any error (a miss:
- *        the prefill computes from there on);
- *   put: chunk i, computed, may be stored (payload valid for the call).
- * hit_tokens is set by each prefill: the tokens read from the store.
+ * A chunk's payload (kvp_model_prefix_bytes), when chunk_tokens is a
+ * multiple of the cache's G, is its KV blocks in the cache's block format
+ * (kv_geometry.h), each kvp_kv_block_stride bytes (padding zeroed),
+ * layer by layer and in token order within a layer: the bytes the KV
+ * cache's region holds for them.  Otherwise it is, for each layer and
+ * each of its tokens, that token's K then V (kv_heads * head_dim
+ * elements each).  Both in the cache's dtype.  The store names chunks by
+ * the prompt's tokens (lib/cache/prefix.h does, with chained keys); the
+ * model only numbers them.
+ *   get:  chunk i's payload into buf (len bytes): 0, or any error (a
+ *         miss: the prefill computes from there on);
+ *   put:  chunk i, computed, may be stored (payload valid for the call);
+ *   bind: optional, with bind_arg: make the KV cache's store hold chunk
+ *         i's payload at the n KV blocks' store offsets offs (in the
+ *         payload's order) without reading it now, as
+ *         kvp_kvcache_prefill_stored's bind does (lib/cache/cache_store.h
+ *         maps the chunk's file): 0, or any error (the chunk is read
+ *         with get instead, and so are the chunks after it).
+ * hit_tokens is set by each prefill: the tokens taken from the store;
+ * mapped_tokens: those of them bound, not read and copied.
  */
 struct kvp_model_prefix {
 	uint32_t chunk_tokens;
 	int (*get)(void *arg, uint32_t chunk, void *buf, size_t len);
 	void (*put)(void *arg, uint32_t chunk, const void *payload, size_t len);
 	void *arg;
+	int (*bind)(void *bind_arg, uint32_t chunk, const uint64_t *offs,
+		    size_t n);
+	void *bind_arg;
 	uint64_t hit_tokens;
+	uint64_t mapped_tokens;
 };
 
 /* Bytes of one chunk's payload of chunk_tokens tokens for s's model. */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/cache/cache_store.h"
 #include "lib/model/model_cache.h"
 #include "lib/model/model_i.h"
 #include "lib/tunables/tunables.h"
@@ -17,6 +18,7 @@ struct kvp_model_cache {
 	struct kvp_model_remote *remote; /* below the directory, or NULL */
 	struct kvp_model_prefix mp; /* what the sequence calls */
 	uint32_t chunk_tokens;
+	struct kvp_store *store;    /* kvp_model_cache_store's, or NULL */
 };
 
 static const char *env_or(const char *v, const char *name)
@@ -60,6 +62,26 @@ static int model_hash(const struct kvp_model *m, const char *model_id,
 	if (m->map)
 		return kvp_rec_hash(m->map, m->map_len, out);
 	return kvp_rec_hash(m->alloc, m->bytes, out);
+}
+
+/* struct kvp_model_prefix's bind: chunk's file, if the directory has it,
+ * becomes the KV cache's store for its blocks. */
+static int model_cache_bind(void *arg, uint32_t chunk, const uint64_t *offs,
+			    size_t n)
+{
+	struct kvp_model_cache *mc = arg;
+	struct kvp_rec_key k;
+	int err;
+
+	if (!mc->store)
+		return -EOPNOTSUPP;
+	err = kvp_prefix_key(mc->prefix, chunk, &k);
+	if (err)
+		return err;
+	/* a miss is counted once, by the get that follows */
+	if (!kvp_cache_contains(mc->cache, &k))
+		return -ENOENT;
+	return kvp_cache_store_bind(mc->store, &k, offs, n);
 }
 
 int kvp_model_cache_open(const struct kvp_model_cache_opts *o,
@@ -111,7 +133,8 @@ int kvp_model_cache_open(const struct kvp_model_cache_opts *o,
 	po.ctx.geo[3] = g->head_dim;
 	po.ctx.geo[4] = (uint32_t)g->dtype;
 	po.ctx.geo[5] = g->block_tokens;
-	po.ctx.geo[6] = C;
+	/* bit 16: the payload is whole KV blocks (model.h), not tokens */
+	po.ctx.geo[6] = C | (C % g->block_tokens ? 0 : 1u << 16);
 	po.ctx.geo[7] = m->cfg.prefill_window;
 	if (!e)
 		e = kvp_prefix_create(&po, &mc->prefix);
@@ -123,6 +146,8 @@ int kvp_model_cache_open(const struct kvp_model_cache_opts *o,
 	mc->mp.get = kvp_prefix_get;
 	mc->mp.put = kvp_prefix_put;
 	mc->mp.arg = mc->prefix;
+	mc->mp.bind = model_cache_bind;
+	mc->mp.bind_arg = mc;
 	if (o->remote_url) {
 		struct kvp_model_remote_opts ro = { .url = o->remote_url,
 						    .prefix = mc->prefix,
@@ -158,6 +183,26 @@ int kvp_model_cache_attach(struct kvp_model_cache *mc,
 uint64_t kvp_model_cache_hit_tokens(const struct kvp_model_cache *mc)
 {
 	return mc->mp.hit_tokens;
+}
+
+uint64_t kvp_model_cache_mapped_tokens(const struct kvp_model_cache *mc)
+{
+	return mc->mp.mapped_tokens;
+}
+
+int kvp_model_cache_store(struct kvp_model_cache *mc, struct kvp_store *inner,
+			  size_t granule, struct kvp_store **out)
+{
+	int err;
+
+	if (mc->store) {
+		kvp_store_destroy(inner);
+		return -EBUSY;
+	}
+	err = kvp_cache_store_create(inner, mc->cache, granule, out);
+	if (!err)
+		mc->store = *out;
+	return err;
 }
 
 void kvp_model_cache_drain(struct kvp_model_cache *mc)

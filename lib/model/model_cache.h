@@ -13,6 +13,10 @@
  *     ...
  *     kvp_model_cache_close(mc);               // waits for the writes
  *
+ * With kvp_model_cache_store's store under the KV cache, a prefill maps
+ * the chunks it finds (their files become the cache's store for those
+ * blocks, verified when first read) instead of reading and copying them.
+ *
  * KEYS bind the model's identity (BLAKE2b-256 of its weights: the whole
  * checkpoint file, or the random weights as drawn; or model_id when given),
  * the KV geometry and dtype, the tokens per KV block and per chunk, the
@@ -81,6 +85,22 @@ int kvp_model_cache_attach(struct kvp_model_cache *mc,
 
 /* Tokens the last attached prefill read from the cache. */
 uint64_t kvp_model_cache_hit_tokens(const struct kvp_model_cache *mc);
+
+/* Of those, the tokens mapped (their chunk files serve the KV cache's
+ * store), not read and copied. */
+uint64_t kvp_model_cache_mapped_tokens(const struct kvp_model_cache *mc);
+
+/*
+ * kvp_model_cache_store - a store in front of inner (lib/cache/
+ * cache_store.h; inner is owned by it from then on, also on failure) for
+ * the KV cache that the attached sequences use (kvp_kvcache_opts.store),
+ * in granules of the cache's KV block stride (kvp_kvcache_layout_for):
+ * with it, a prefill maps the chunks it finds instead of copying them.
+ * The caller destroys *out (kvp_store_destroy) after the KV cache and
+ * before kvp_model_cache_close.  One per mc: 0, -EBUSY, -EINVAL, -ENOMEM.
+ */
+int kvp_model_cache_store(struct kvp_model_cache *mc, struct kvp_store *inner,
+			  size_t granule, struct kvp_store **out);
 
 /* Wait for the chunks being written (kvp_prefix_drain). */
 void kvp_model_cache_drain(struct kvp_model_cache *mc);

@@ -322,9 +322,20 @@ static bool past_context(const struct kvp_model_seq *s, uint64_t n)
 
 /* ---- the prefix store ------------------------------------------------------ */
 
+/* A chunk of C tokens is whole KV blocks: its payload is in their format
+ * (model.h), so that a store may serve it as the region's own bytes. */
+static bool prefix_in_blocks(const struct kvp_model_seq *s, uint32_t C)
+{
+	return C % s->g.block_tokens == 0;
+}
+
 size_t kvp_model_prefix_bytes(const struct kvp_model_seq *s,
 			      uint32_t chunk_tokens)
 {
+	if (prefix_in_blocks(s, chunk_tokens))
+		return (size_t)s->cfg->layers *
+		       (chunk_tokens / s->g.block_tokens) *
+		       kvp_kv_block_stride(&s->g);
 	return (size_t)s->cfg->layers * chunk_tokens * 2 * s->kvd *
 	       kvp_kv_dtype_size(s->g.dtype);
 }
@@ -339,15 +350,50 @@ int kvp_model_seq_set_prefix(struct kvp_model_seq *s,
 	return 0;
 }
 
+/* K and V of one token from slot of a KV block into k, v (kvd floats). */
+static void take_token(const struct kvp_kv_geometry *g, const void *blk,
+		       uint32_t slot, float *k, float *v)
+{
+	uint32_t h;
+
+	for (h = 0; h < g->kv_heads; h++) {
+		kvp_kv_to_f32(g->dtype,
+			      (const char *)blk + kvp_kv_k_offset(g, h, slot),
+			      k + (size_t)h * g->head_dim, g->head_dim);
+		kvp_kv_to_f32(g->dtype,
+			      (const char *)blk + kvp_kv_v_offset(g, h, slot),
+			      v + (size_t)h * g->head_dim, g->head_dim);
+	}
+}
+
 /* Tokens [first, first + n) of every layer between the history and a
- * chunk's payload p (see struct kvp_model_prefix): in when to_hist. */
+ * chunk's payload p (see struct kvp_model_prefix): in when to_hist.
+ * first is a multiple of n. */
 static void prefix_copy(struct kvp_model_seq *s, uint64_t first, uint32_t n,
 			void *p, bool to_hist)
 {
 	size_t step = s->kvd * kvp_kv_dtype_size(s->g.dtype);
+	size_t stride = kvp_kv_block_stride(&s->g);
+	uint32_t G = s->g.block_tokens, l, t;
 	char *b = p;
-	uint32_t l, t;
 
+	if (prefix_in_blocks(s, n)) {
+		if (!to_hist) /* the padding of each block, if any */
+			memset(p, 0, kvp_model_prefix_bytes(s, n));
+		for (l = 0; l < s->cfg->layers; l++)
+			for (t = 0; t < n; t++) {
+				char *blk = b + ((size_t)l * (n / G) + t / G) *
+						    stride;
+				float *k = hist_k(s, l, first + t);
+				float *v = hist_v(s, l, first + t);
+
+				if (to_hist)
+					take_token(&s->g, blk, t % G, k, v);
+				else
+					put_token(&s->g, blk, t % G, k, v);
+			}
+		return;
+	}
 	for (l = 0; l < s->cfg->layers; l++)
 		for (t = 0; t < n; t++) {
 			float *k = hist_k(s, l, first + t);
@@ -365,11 +411,41 @@ static void prefix_copy(struct kvp_model_seq *s, uint64_t first, uint32_t n,
 		}
 }
 
+struct bind_chunk {
+	struct kvp_model_prefix *px;
+	uint32_t chunk;
+};
+
+static int bind_chunk(void *arg, const uint64_t *offs, size_t n)
+{
+	const struct bind_chunk *b = arg;
+
+	return b->px->bind(b->px->bind_arg, b->chunk, offs, n);
+}
+
+/* Chunk i mapped as the KV cache's store (no copy): 0 or -errno. */
+static int prefix_map(struct kvp_model_seq *s, uint32_t i)
+{
+	struct bind_chunk b = { s->px, i };
+	uint32_t C = s->px->chunk_tokens;
+	int err = kvp_kvcache_prefill_stored(s->c, s->seq, C, bind_chunk, &b);
+
+	if (!err) {
+		s->pos += C;
+		s->px->mapped_tokens += C;
+	}
+	return err;
+}
+
 /*
  * Read the prompt's leading chunks from the store while it has them,
- * never the chunk of the last token (its logits are computed), each into
- * the history and through kvp_kvcache_prefill as if computed.  *hit gets
- * the tokens read.  buf: one chunk's payload.  0 or the cache's error.
+ * never the chunk of the last token (its logits are computed), and put
+ * each into the KV cache as if computed: mapped (px->bind: the store's
+ * file becomes the cache's store for its blocks, nothing is read now),
+ * else read (px->get) and written through kvp_kvcache_prefill.  A prompt
+ * whose later tokens attend to earlier ones (prefill_window not 1) reads
+ * every chunk into the history, mapped or not.  *hit gets the tokens
+ * taken.  buf: one chunk's payload.  0 or the cache's error.
  */
 static int prefix_restore(struct kvp_model_seq *s, uint32_t n, void *buf,
 			  uint32_t *hit)
@@ -377,12 +453,25 @@ static int prefix_restore(struct kvp_model_seq *s, uint32_t n, void *buf,
 	struct kvp_model_prefix *px = s->px;
 	uint32_t C = px->chunk_tokens, i, max = (n - 1) / C;
 	size_t len = kvp_model_prefix_bytes(s, C);
+	bool hist = s->cfg->prefill_window != 1;
+	bool map = px->bind && prefix_in_blocks(s, C);
 	int err = 0;
 
+	px->mapped_tokens = 0;
 	for (i = 0; i < max; i++) {
+		if (map && !hist) {
+			if (!prefix_map(s, i))
+				continue;
+			map = false; /* read from here on */
+		}
 		if (px->get(px->arg, i, buf, len))
 			break;
 		prefix_copy(s, (uint64_t)i * C, C, buf, true);
+		if (map && hist) {
+			if (!prefix_map(s, i))
+				continue;
+			map = false;
+		}
 		s->mode = MODE_PREFILL;
 		err = kvp_kvcache_prefill(s->c, s->seq, C, &s->src, NULL,
 					  NULL);
