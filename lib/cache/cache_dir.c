@@ -59,6 +59,9 @@ struct kvp_cache {
 	uint64_t bytes;		   /* their file bytes */
 	uint64_t tick;		   /* last recency handed out */
 	uint64_t seq;		   /* tmp names of this process */
+	void *putbuf;		   /* a put's record, kept for the next:
+				      its pages are touched already */
+	uint64_t putbuf_bytes;	   /* bytes of putbuf */
 	struct kvp_cache_stats st; /* counters (blocks, bytes filled in) */
 };
 
@@ -608,6 +611,7 @@ void kvp_cache_close(struct kvp_cache *c)
 	if (c->dirfd >= 0)
 		close(c->dirfd);
 	free(c->ents);
+	free(c->putbuf);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 }
@@ -715,8 +719,15 @@ int kvp_cache_put(struct kvp_cache *c, const struct kvp_rec_key *key,
 	if (c->o.capacity_bytes && file_bytes > c->o.capacity_bytes)
 		goto fail;
 	err = -ENOMEM;
-	if (posix_memalign(&buf, ALIGN, file_bytes))
-		goto fail;
+	if (c->putbuf_bytes < file_bytes) {
+		free(c->putbuf);
+		c->putbuf = NULL;
+		c->putbuf_bytes = 0;
+		if (posix_memalign(&c->putbuf, ALIGN, file_bytes))
+			goto fail;
+		c->putbuf_bytes = file_bytes;
+	}
+	buf = c->putbuf;
 	memset((char *)buf + rec_bytes, 0, file_bytes - rec_bytes);
 	err = kvp_rec_seal(key, payload, len, c->o.cipher, buf);
 	if (err)
@@ -735,7 +746,6 @@ fail:
 	c->st.put_errors++;
 out:
 	pthread_mutex_unlock(&c->lock);
-	free(buf);
 	return err;
 }
 

@@ -22,10 +22,13 @@ struct ra_slot {
 	void *buf; /* ra_len bytes */
 };
 
+#define SPARE_JOBS 8 /* payload buffers kept for the next puts */
+
 struct job {
 	struct job *next;
 	struct kvp_rec_key key;
 	size_t len;
+	size_t cap;	      /* bytes of data */
 	unsigned char data[]; /* the payload */
 };
 
@@ -39,6 +42,10 @@ struct kvp_prefix {
 	struct job *head, *tail;
 	uint64_t queued_bytes;
 	bool busy;		   /* the writer holds a job */
+	struct job *spare;	   /* done jobs kept for reuse: a fresh
+				      buffer's pages cost a first touch
+				      each, in the putting thread */
+	unsigned nspare;	   /* entries of spare */
 	bool stop;
 	pthread_t writer;
 	struct kvp_prefix_stats st; /* under lock */
@@ -80,7 +87,13 @@ static void *writer_main(void *arg)
 			p->st.stored++;
 		p->queued_bytes -= j->len;
 		p->busy = false;
-		free(j);
+		if (p->nspare < SPARE_JOBS) {
+			j->next = p->spare;
+			p->spare = j;
+			p->nspare++;
+		} else {
+			free(j);
+		}
 		pthread_cond_broadcast(&p->cond);
 	}
 	pthread_mutex_unlock(&p->lock);
@@ -215,6 +228,12 @@ void kvp_prefix_destroy(struct kvp_prefix *p)
 	pthread_join(p->reader, NULL);
 	for (int i = 0; i < RA_SLOTS; i++)
 		free(p->ra[i].buf);
+	while (p->spare) {
+		struct job *j = p->spare;
+
+		p->spare = j->next;
+		free(j);
+	}
 	pthread_cond_destroy(&p->cond);
 	pthread_mutex_destroy(&p->lock);
 	free(p->keys);
@@ -328,17 +347,31 @@ int kvp_prefix_get(void *arg, uint32_t chunk, void *buf, size_t len)
 	return err;
 }
 
+/* A spare job of at least len bytes, or NULL.  Under lock. */
+static struct job *take_spare(struct kvp_prefix *p, size_t len)
+{
+	struct job **at;
+
+	for (at = &p->spare; *at; at = &(*at)->next)
+		if ((*at)->cap >= len) {
+			struct job *j = *at;
+
+			*at = j->next;
+			p->nspare--;
+			return j;
+		}
+	return NULL;
+}
+
 void kvp_prefix_put(void *arg, uint32_t chunk, const void *payload,
 		    size_t len)
 {
 	struct kvp_prefix *p = arg;
 	struct job *j = NULL;
 
-	if (chunk < p->nkeys)
-		j = malloc(sizeof(*j) + len);
 	pthread_mutex_lock(&p->lock);
 	p->st.queued++;
-	if (!j) {
+	if (chunk >= p->nkeys) {
 		p->st.failed++;
 		pthread_mutex_unlock(&p->lock);
 		return;
@@ -350,7 +383,18 @@ void kvp_prefix_put(void *arg, uint32_t chunk, const void *payload,
 			pthread_cond_wait(&p->cond, &p->lock);
 	}
 	p->queued_bytes += len; /* reserved while the copy is made */
+	j = take_spare(p, len);
 	pthread_mutex_unlock(&p->lock);
+	if (!j && (j = malloc(sizeof(*j) + len)))
+		j->cap = len;
+	if (!j) {
+		pthread_mutex_lock(&p->lock);
+		p->st.failed++;
+		p->queued_bytes -= len;
+		pthread_cond_broadcast(&p->cond);
+		pthread_mutex_unlock(&p->lock);
+		return;
+	}
 	j->next = NULL;
 	j->key = p->keys[chunk];
 	j->len = len;

@@ -21,7 +21,9 @@
  * into a queue and returns; the writer thread stores it (kvp_cache_put,
  * with its syncs).  Only when the queue holds queue_bytes does put wait
  * for room (counted in queue_waits).  kvp_prefix_drain waits until all
- * queued chunks are stored or failed.
+ * queued chunks are stored or failed.  Up to 8 buffers of stored chunks
+ * are kept for the next puts (a fresh buffer's pages are first touched
+ * by the copy, in the putting thread: the prefill's).
  *
  * Locking: the prompt (set_prompt) and get come from one thread; put may
  * come from any; the queue and the read-ahead share one lock, the cache
