@@ -17,6 +17,7 @@
 #include "lib/cache/cache_dir.h"
 #include "lib/cache/prefix.h"
 #include "lib/kvpager.h"
+#include "lib/model/model.h"
 #include "lib/model/model_remote.h"
 #include "lib/synth/kv_synth.h"
 
@@ -36,6 +37,27 @@ static void struct_end(void)
 }
 
 #define F(type, f) field(#f, offsetof(struct type, f))
+
+/*
+ * The KV block format (kv_geometry.h's kvp_kv_k_offset, kvp_kv_v_offset:
+ * inline, so the binding cannot call them) at a probe geometry whose
+ * sizes are all distinct: the byte offsets of K and V of (KV head 1,
+ * slot 2, element 3), which the binding's views of a block ([2,
+ * kv_heads, G, head_dim]: KVCache.kv_block, PrefixCache.chunk_kv) must
+ * give too.
+ */
+static void kv_block_order(void)
+{
+	struct kvp_kv_geometry g = { .layers = 2, .q_heads = 6, .kv_heads = 3,
+				     .head_dim = 8, .dtype = KVP_KV_FP16,
+				     .block_tokens = 5 };
+	size_t es = 2; /* fp16 (gen_abi links nothing: no dtype_size) */
+
+	printf("KV_BLOCK_PROBE = ((%u, %u, %u, %u, %u, %u), %zu, %zu)\n",
+	       g.layers, g.q_heads, g.kv_heads, g.head_dim, (unsigned)g.dtype,
+	       g.block_tokens, kvp_kv_k_offset(&g, 1, 2) + 3 * es,
+	       kvp_kv_v_offset(&g, 1, 2) + 3 * es);
+}
 
 int main(void)
 {
@@ -74,6 +96,9 @@ int main(void)
 	printf("REC_KEY_BYTES = %u\n", KVP_REC_KEY_BYTES);
 	printf("REC_HEADER_BYTES = %u\n", KVP_REC_HEADER_BYTES);
 	printf("MODEL_REMOTE_MAX_WINDOW = %u\n", KVP_MODEL_REMOTE_MAX_WINDOW);
+
+	printf("MODEL_CHUNK_BLOCKS = %u\n", KVP_MODEL_CHUNK_BLOCKS);
+	kv_block_order();
 
 	printf("REGION_FROM_STORE = %u\n", KVP_REGION_FROM_STORE);
 	printf("STORE_CREATE = %u\n", KVP_STORE_CREATE);

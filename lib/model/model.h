@@ -208,6 +208,31 @@ size_t kvp_model_prefix_bytes(const struct kvp_model_seq *s,
 			      uint32_t chunk_tokens);
 
 /*
+ * The chunk format's one definition, for every writer and reader of
+ * chunks (the model, lib/model/model_cache.c, the Python binding's
+ * PrefixCache, which calls these rather than restating them):
+ *
+ * kvp_model_chunk_in_blocks - true when chunk_tokens is a multiple of g's
+ * G: the payload is then whole KV blocks (above), else per token.
+ * kvp_model_chunk_bytes - bytes of one chunk's payload (all g->layers).
+ * kvp_model_chunk_keygeo - the geometry words of a chunk key's context
+ * (struct kvp_rec_keyctx's geo, lib/cache/block_record.h): layers,
+ * q_heads, kv_heads, head_dim, dtype, G, chunk_tokens with
+ * KVP_MODEL_CHUNK_BLOCKS when in blocks, prefill_window.  A change of the
+ * payload's format changes the keys, so that chunks in another format are
+ * misses, never read in the wrong order.
+ */
+#define KVP_MODEL_CHUNK_BLOCKS (1u << 16)
+
+bool kvp_model_chunk_in_blocks(const struct kvp_kv_geometry *g,
+			       uint32_t chunk_tokens);
+size_t kvp_model_chunk_bytes(const struct kvp_kv_geometry *g,
+			     uint32_t chunk_tokens);
+void kvp_model_chunk_keygeo(const struct kvp_kv_geometry *g,
+			    uint32_t chunk_tokens, uint32_t prefill_window,
+			    uint32_t geo[8]);
+
+/*
  * kvp_model_seq_set_prefix - the next prefills of s read the prompt's
  * leading chunks from px (as long as every one is there, and never the
  * chunk of the prompt's last token, whose logits must be computed)

@@ -127,15 +127,7 @@ int kvp_model_cache_open(const struct kvp_model_cache_opts *o,
 	e = model_hash(m, o->model_id, po.ctx.model);
 	if (!e && o->salt)
 		e = kvp_rec_hash(o->salt, strlen(o->salt), po.ctx.salt);
-	po.ctx.geo[0] = g->layers;
-	po.ctx.geo[1] = g->q_heads;
-	po.ctx.geo[2] = g->kv_heads;
-	po.ctx.geo[3] = g->head_dim;
-	po.ctx.geo[4] = (uint32_t)g->dtype;
-	po.ctx.geo[5] = g->block_tokens;
-	/* bit 16: the payload is whole KV blocks (model.h), not tokens */
-	po.ctx.geo[6] = C | (C % g->block_tokens ? 0 : 1u << 16);
-	po.ctx.geo[7] = m->cfg.prefill_window;
+	kvp_model_chunk_keygeo(g, C, m->cfg.prefill_window, po.ctx.geo);
 	if (!e)
 		e = kvp_prefix_create(&po, &mc->prefix);
 	if (e) {

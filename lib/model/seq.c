@@ -322,22 +322,49 @@ static bool past_context(const struct kvp_model_seq *s, uint64_t n)
 
 /* ---- the prefix store ------------------------------------------------------ */
 
-/* A chunk of C tokens is whole KV blocks: its payload is in their format
- * (model.h), so that a store may serve it as the region's own bytes. */
+bool kvp_model_chunk_in_blocks(const struct kvp_kv_geometry *g,
+			       uint32_t chunk_tokens)
+{
+	/* whole KV blocks: a store may serve the payload as the region's
+	 * own bytes (model.h) */
+	return g->block_tokens && chunk_tokens % g->block_tokens == 0;
+}
+
+size_t kvp_model_chunk_bytes(const struct kvp_kv_geometry *g,
+			     uint32_t chunk_tokens)
+{
+	if (kvp_model_chunk_in_blocks(g, chunk_tokens))
+		return (size_t)g->layers * (chunk_tokens / g->block_tokens) *
+		       kvp_kv_block_stride(g);
+	return (size_t)g->layers * chunk_tokens * 2 * g->kv_heads *
+	       g->head_dim * kvp_kv_dtype_size(g->dtype);
+}
+
+void kvp_model_chunk_keygeo(const struct kvp_kv_geometry *g,
+			    uint32_t chunk_tokens, uint32_t prefill_window,
+			    uint32_t geo[8])
+{
+	geo[0] = g->layers;
+	geo[1] = g->q_heads;
+	geo[2] = g->kv_heads;
+	geo[3] = g->head_dim;
+	geo[4] = (uint32_t)g->dtype;
+	geo[5] = g->block_tokens;
+	geo[6] = chunk_tokens | (kvp_model_chunk_in_blocks(g, chunk_tokens)
+					 ? KVP_MODEL_CHUNK_BLOCKS
+					 : 0);
+	geo[7] = prefill_window;
+}
+
 static bool prefix_in_blocks(const struct kvp_model_seq *s, uint32_t C)
 {
-	return C % s->g.block_tokens == 0;
+	return kvp_model_chunk_in_blocks(&s->g, C);
 }
 
 size_t kvp_model_prefix_bytes(const struct kvp_model_seq *s,
 			      uint32_t chunk_tokens)
 {
-	if (prefix_in_blocks(s, chunk_tokens))
-		return (size_t)s->cfg->layers *
-		       (chunk_tokens / s->g.block_tokens) *
-		       kvp_kv_block_stride(&s->g);
-	return (size_t)s->cfg->layers * chunk_tokens * 2 * s->kvd *
-	       kvp_kv_dtype_size(s->g.dtype);
+	return kvp_model_chunk_bytes(&s->g, chunk_tokens);
 }
 
 int kvp_model_seq_set_prefix(struct kvp_model_seq *s,

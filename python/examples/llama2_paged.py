@@ -85,20 +85,35 @@ class PagedKV:
     def _slots(self, first, n):
         return np.divmod(np.arange(first, first + n), self.g.block_tokens)
 
-    def save_chunk(self, first, out):
-        """Tokens [first, first + C) into a PrefixCache payload @out
-        ([layers, C, 2, kv_heads, head_dim]), read through the region."""
-        b, s = self._slots(first, out.shape[1])
+    def save_chunk(self, px, first, out):
+        """Tokens [first, first + C) into @out, a PrefixCache payload
+        (px.chunk_array()), read through the region: whole KV blocks
+        (px.in_blocks, G divides C) are the region's own bytes."""
+        k, v = px.chunk_kv(out)
+        if px.in_blocks:
+            b = first // self.g.block_tokens
+            for l, kv in enumerate(self.kv):
+                k[l] = kv[b:b + k.shape[1], 0]
+                v[l] = kv[b:b + k.shape[1], 1]
+            return
+        b, s = self._slots(first, k.shape[1])
         for l, kv in enumerate(self.kv):
-            out[l, :, 0] = kv[b, 0, :, s]
-            out[l, :, 1] = kv[b, 1, :, s]
+            k[l] = kv[b, 0, :, s]
+            v[l] = kv[b, 1, :, s]
 
-    def load_chunk(self, first, buf):
+    def load_chunk(self, px, first, buf):
         """The inverse: a payload's K and V at tokens [first, first + C)."""
-        b, s = self._slots(first, buf.shape[1])
+        k, v = px.chunk_kv(buf)
+        if px.in_blocks:
+            b = first // self.g.block_tokens
+            for l, kv in enumerate(self.kv):
+                kv[b:b + k.shape[1], 0] = k[l]
+                kv[b:b + k.shape[1], 1] = v[l]
+            return
+        b, s = self._slots(first, k.shape[1])
         for l, kv in enumerate(self.kv):
-            kv[b, 0, :, s] = buf[l, :, 0]
-            kv[b, 1, :, s] = buf[l, :, 1]
+            kv[b, 0, :, s] = k[l]
+            kv[b, 1, :, s] = v[l]
 
     def close(self):
         self.attn.close()
@@ -142,12 +157,12 @@ def main():
             buf = px.chunk_array()
             C = a.chunk_tokens
             while hit // C < px.restorable and px.get(hit // C, buf):
-                kv.load_chunk(hit, buf)
+                kv.load_chunk(px, hit, buf)
                 hit += C
         logits = model.prefill(prompt, start=hit)
         if px:  # offer what was computed, stored behind the decode
             for i in range(hit // C, px.chunks):
-                kv.save_chunk(i * C, buf)
+                kv.save_chunk(px, i * C, buf)
                 px.put(i, buf)
         tokens, _ = model.decode(logits, len(prompt), a.generate)
         st = kv.region.stats()

@@ -562,6 +562,11 @@ _PROTOS = {
     "kvp_prefix_put": (None, [_P, c_uint32, c_void_p, c_size_t]),
     "kvp_prefix_drain": (None, [_P]),
     "kvp_prefix_stats": (None, [_P, POINTER(PrefixStats)]),
+    # lib/model/model.h: the chunk format (one definition, the C tools')
+    "kvp_model_chunk_in_blocks": (c_bool, [POINTER(Geometry), c_uint32]),
+    "kvp_model_chunk_bytes": (c_size_t, [POINTER(Geometry), c_uint32]),
+    "kvp_model_chunk_keygeo": (None, [POINTER(Geometry), c_uint32, c_uint32,
+                                      u32p]),
     # lib/model/model_remote.h (over lib/remote/remote.h)
     "kvp_model_remote_open": (c_int, [POINTER(ModelRemoteOpts), POINTER(_P),
                                       c_char_p, c_size_t]),

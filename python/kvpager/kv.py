@@ -91,6 +91,31 @@ class KVGeometry:
         return lib.kvp_kv_block_stride(byref(self.c()))
 
 
+def block_view_shape(g: KVGeometry) -> tuple:
+    """The numpy shape of one KV block as the binding views it (K then V,
+    [2, kv_heads, G, head_dim]): KVCache.kv_block's, PrefixCache.chunk_kv's."""
+    return (2, g.kv_heads, g.block_tokens, g.head_dim)
+
+
+def _check_block_order() -> None:
+    """block_view_shape() against the C block format (kv_geometry.h's
+    offsets, printed into _abi by gen_abi.c at a probe geometry): a
+    changed format fails the import instead of misreading K and V."""
+    geo, k_off, v_off = _abi.KV_BLOCK_PROBE
+    g = KVGeometry(*geo[:4], dtype=DTYPES[geo[4]], block_tokens=geo[5])
+    shape, es = block_view_shape(g), g.np_dtype.itemsize
+    mine = (int(np.ravel_multi_index((0, 1, 2, 3), shape)) * es,
+            int(np.ravel_multi_index((1, 1, 2, 3), shape)) * es)
+    if mine != (k_off, v_off):
+        raise ImportError(f"the binding's KV block view {shape} gives "
+                          f"offsets {mine}, the C block format "
+                          f"{(k_off, v_off)}: update python/kvpager/kv.py "
+                          f"with lib/kv/kv_geometry.h")
+
+
+_check_block_order()
+
+
 def to_kv_dtype(g: KVGeometry, a: np.ndarray, what: str) -> np.ndarray:
     """@a in the geometry's element type, C-contiguous: as it is when it
     already is (no copy), else converted by the library's own conversion
@@ -392,7 +417,7 @@ class KVCache(Handle, Viewed):
         g = self.geometry
         off = layer * lay.layer_bytes + pblock * lay.block_stride
         return view(self, base + off, g.block_bytes, g.np_dtype,
-                    (2, g.kv_heads, g.block_tokens, g.head_dim))
+                    block_view_shape(g))
 
     def _base(self) -> int:
         r = lib.kvp_kvcache_region(self._live())

@@ -19,13 +19,19 @@ URL]` uses (lib/model/model_cache.c), for an engine written in Python:
 
 Chunk i holds tokens [i * C, (i + 1) * C) of the prompt; its key (a
 BLAKE2b-256 hash, block_record.h) binds the model's identity, the
-geometry, the chunk size, the namespace salt and every token before it,
-so a chunk is found only under the same model, salt and prefix.  Its
-payload is, for each layer and each of its tokens, that token's K then V
-([layers, C, 2, kv_heads, head_dim] in the geometry's type), the layout of
-`kvpager run --model`'s chunks.  What was stored is verified when it is
-read (checksum, or authentication when encrypted): a torn, tampered or
-foreign chunk is a counted miss, never served.
+geometry, the chunk size and the payload's format, the namespace salt
+and every token before it, so a chunk is found only under the same model,
+salt and prefix.  Its payload is `kvpager run --model`'s chunk format
+(lib/model/model.h), asked of the library, never restated here: when G
+(the geometry's block_tokens) divides C, the chunk's C / G KV blocks per
+layer in the KV cache's block format, the bytes a KV cache's region holds
+for them ([layers, C / G, block_stride] bytes; each block K then V of G
+tokens of every KV head, [2, kv_heads, G, head_dim], padded with zeros to
+the stride); otherwise, per layer and token, K then V ([layers, C, 2,
+kv_heads, head_dim]).  chunk_kv() views either as K and V.  What was
+stored is verified when it is read (checksum, or authentication when
+encrypted): a torn, tampered or foreign chunk is a counted miss, never
+served.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ from ._native import (CacheOpts, CacheStats, Handle, KvpagerError,
                       ModelRemoteOpts, ModelRemoteStats, PrefixOpts,
                       PrefixStats, RecCipher, RecKey, RecKeyCtx, RemoteStats,
                       address, as_dict, check, invalid, lib)
-from .kv import DTYPES, KVGeometry
+from .kv import DTYPES, KVGeometry, block_view_shape
 
 ERR_MAX = 512
 
@@ -161,8 +167,12 @@ class PrefixCache(Handle):
         ctx.model[:] = ident
         if salt is not None:
             ctx.salt[:] = _hash(salt.encode(), "salt")
-        ctx.geo[:] = (g.layers, g.q_heads, g.kv_heads, g.head_dim, g.dtype,
-                      g.block_tokens, C, int(prefill_window))
+        if not 0 <= int(prefill_window) < 1 << 32:
+            raise invalid(call, f"prefill_window {prefill_window}: 0 .. "
+                          f"2^32-1")
+        # the chunk format's words, as kvpager run --model makes them
+        lib.kvp_model_chunk_keygeo(byref(g), C, int(prefill_window),
+                                   ctx.geo)
         if isinstance(capacity, str):
             v = ctypes.c_uint64()
             check(lib.kvp_parse_bytes(capacity.encode(), byref(v)), call,
@@ -221,8 +231,11 @@ class PrefixCache(Handle):
             (lib.kvp_model_remote_get, lib.kvp_model_remote_put,
              self._remote) if self._remote else \
             (lib.kvp_prefix_get, lib.kvp_prefix_put, self._prefix)
-        self.chunk_bytes = (geometry.layers * C * 2 * geometry.kv_heads *
-                            geometry.head_dim * geometry.np_dtype.itemsize)
+        #: bytes of one chunk's payload
+        self.chunk_bytes = lib.kvp_model_chunk_bytes(byref(g), C)
+        #: True: a payload is whole KV blocks in their format (G divides
+        #: C); False: per token, K then V
+        self.in_blocks = bool(lib.kvp_model_chunk_in_blocks(byref(g), C))
         self._tokens = np.empty(0, dtype=np.uint32)
 
     # --- the prompt ---------------------------------------------------------
@@ -301,12 +314,36 @@ class PrefixCache(Handle):
 
     # --- chunks in and out --------------------------------------------------
 
-    def chunk_array(self) -> np.ndarray:
-        """An empty payload of one chunk: [layers, C, 2, kv_heads,
-        head_dim] in the geometry's type (bf16 as uint16)."""
+    def _shape(self) -> tuple:
         g = self.geometry
-        return np.empty((g.layers, self.chunk_tokens, 2, g.kv_heads,
-                         g.head_dim), dtype=g.np_dtype)
+        if self.in_blocks:
+            return (g.layers, self.chunk_tokens // g.block_tokens,
+                    g.block_stride // g.np_dtype.itemsize)
+        return (g.layers, self.chunk_tokens, 2, g.kv_heads, g.head_dim)
+
+    def chunk_array(self) -> np.ndarray:
+        """A zeroed payload of one chunk in the geometry's type (bf16 as
+        uint16): [layers, C / G, block_stride / itemsize], a KV block per
+        row, when in_blocks; else [layers, C, 2, kv_heads, head_dim].
+        chunk_kv() views its K and V."""
+        return np.zeros(self._shape(), dtype=self.geometry.np_dtype)
+
+    def chunk_kv(self, payload: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Views (no copy) of the K and V in @payload (a C-contiguous
+        array of chunk_bytes in the geometry's type: chunk_array()'s):
+        each [layers, C / G, kv_heads, G, head_dim], a KV block's order,
+        when in_blocks; else [layers, C, kv_heads, head_dim]."""
+        g = self.geometry
+        self._buffer("PrefixCache.chunk_kv", payload, False)
+        if payload.dtype != g.np_dtype:
+            raise invalid("PrefixCache.chunk_kv", f"a payload of "
+                          f"{payload.dtype}: the geometry's is {g.np_dtype}")
+        a = payload.reshape(self._shape())
+        if not self.in_blocks:
+            return a[:, :, 0], a[:, :, 1]
+        n = g.block_bytes // g.np_dtype.itemsize  # the padding left out
+        b = a[:, :, :n].reshape(a.shape[:2] + block_view_shape(g))
+        return b[:, :, 0], b[:, :, 1]
 
     def get(self, chunk: int, out: np.ndarray) -> bool:
         """Read chunk @chunk's payload into @out (any C-contiguous array

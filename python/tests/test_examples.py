@@ -114,9 +114,10 @@ def c_run(*args):
 
 
 def test_python_reads_the_chunks_kvpager_run_stored(tmp_path):
-    """The keys and the payload layout are the C tools': a PrefixCache
+    """The keys and the payload format are the C tools': a PrefixCache
     with kvpager run's geometry (fp32, G = 4, chunks of 64) finds the
-    chunk it stored, and it holds the K and V numpy computes."""
+    chunk it stored, its KV blocks in the KV cache's format, holding the
+    K and V numpy computes."""
     need_model()
     import numpy as np
 
@@ -135,10 +136,18 @@ def test_python_reads_the_chunks_kvpager_run_stored(tmp_path):
         assert px.cached_chunks() == 1
         buf = px.chunk_array()
         assert px.get(0, buf)
+        assert px.in_blocks  # G = 4 divides 64: the KV blocks' format
+        k, v = px.chunk_kv(buf)  # [layers, 16 blocks, kv_heads, 4, dim]
     m = llama2_ref.Model(w, capacity=64)
     m.prefill(prompt[:64])
-    np.testing.assert_allclose(buf[:, :, 0], m.kv.k, rtol=1e-3, atol=1e-4)
-    np.testing.assert_allclose(buf[:, :, 1], m.kv.v, rtol=1e-3, atol=1e-4)
+
+    def tokens_major(a):  # [layers, 64 tokens, kv_heads, head_dim]
+        return a.transpose(0, 1, 3, 2, 4).reshape(m.kv.k.shape)
+
+    np.testing.assert_allclose(tokens_major(k), m.kv.k, rtol=1e-3,
+                               atol=1e-4)
+    np.testing.assert_allclose(tokens_major(v), m.kv.v, rtol=1e-3,
+                               atol=1e-4)
 
 
 def test_kvpager_run_reads_the_chunks_python_stored(tmp_path):

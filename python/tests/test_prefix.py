@@ -200,7 +200,7 @@ def test_errors_carry_errno(tmp_path):
         px.set_prompt(PROMPT)
         refused(errno.EINVAL, px.get, 5, px.chunk_array())
         refused(errno.EINVAL, px.get, 0, np.empty(10, np.uint8))
-        refused(errno.EINVAL, px.put, 0, px.chunk_array()[:, :8])
+        refused(errno.EINVAL, px.put, 0, px.chunk_array()[:, :2])
         refused(errno.EINVAL, px.set_prompt, [1, -2])
     refused(errno.EBADF, px.get, 0, px.chunk_array())
     (tmp_path / "b").mkdir()
@@ -217,3 +217,30 @@ def test_errors_carry_errno(tmp_path):
             geometry=GEO)  # no model named
     refused(errno.ENOENT, kvpager.PrefixCache, str(tmp_path / "d"),
             geometry=GEO, model_file=str(tmp_path / "absent"))
+
+
+def test_chunk_format_is_the_c_tools(tmp_path):
+    """The payload's format comes from lib/model/model.h: whole KV blocks
+    when G divides C (the key says so), else per token; chunk_kv views
+    either (python/tests/test_examples.py: kvpager run reads them)."""
+    with open_px(tmp_path / "a") as px:  # G = 4 divides 16
+        assert px.in_blocks
+        a = px.chunk_array()
+        assert a.shape == (2, 4, GEO.block_stride // 2) and not a.any()
+        assert a.nbytes == px.chunk_bytes == 2 * 4 * GEO.block_stride
+        k, v = px.chunk_kv(a)
+        assert k.shape == v.shape == (2, 4, 2, 4, 8)
+        k[1, 2, 1, 3, 5] = 7  # layer 1, block 2 (token 11), head 1, dim 5
+        blk = a[1, 2].view(np.uint8)
+        off = ((1 * 4 + 3) * 8 + 5) * 2  # K[head][slot][dim], fp16
+        assert np.frombuffer(blk[off:off + 2], np.float16)[0] == 7
+        v[0, 0, 0, 0, 0] = 9  # V follows K: half a block in
+        assert a[0, 0, GEO.block_bytes // 4] == 9
+    with open_px(tmp_path / "b", chunk_tokens=2) as px:  # G = 4 does not
+        assert not px.in_blocks
+        a = px.chunk_array()
+        assert a.shape == (2, 2, 2, 2, 8) and a.nbytes == px.chunk_bytes
+        k, v = px.chunk_kv(a)
+        assert k.shape == (2, 2, 2, 8)
+        with pytest.raises(KvpagerError):
+            px.chunk_kv(np.zeros(a.shape, np.float32))
