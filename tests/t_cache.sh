@@ -110,6 +110,9 @@ d="$tmp/corrupt"
 a=$(run --model random:tiny --prompt-tokens "@$tmp/p300" --generate 4 --json --cache-dir "$d")
 b=$(run --model random:tiny --prompt-tokens "@$tmp/p300" --generate 4 --json --cache-dir "$d")
 check "mapped: tokens" "$(field prefix_mapped_tokens <<<"$b")" 256
+# the prefill's breakdown: the 44 tokens after the 4 chunks computed
+check "prefill: computed" "$(field prefill_computed_tokens <<<"$b")" 44
+check "prefill, first run: computed" "$(field prefill_computed_tokens <<<"$a")" 300
 check "mapped: verified" "$(field cache_mapped_verified <<<"$b")" 4
 # the scan's 4 KiB per block at open and each mapped chunk's 128-byte
 # header, not one byte of a payload

@@ -942,6 +942,7 @@ struct model_run {
 	struct kvp_model_cache *mc; /* --cache-dir, or NULL */
 	struct kvp_store *kv_store; /* the KV cache's store with mc */
 	double ttft_s;		  /* prefill start to the first token */
+	struct kvp_model_prefill_times pt; /* where the prefill's went */
 };
 
 static void model_run_free(struct model_run *mr)
@@ -1359,13 +1360,22 @@ static void model_report(const struct run_opts *o, const struct model_run *mr)
 		printf(",\"prompt_tokens\":%u,\"tokens\":[", mr->nprompt);
 		for (i = 0; i < o->steps; i++)
 			printf("%s%u", i ? "," : "", mr->out[i]);
-		printf("],");
+		printf("],\"prefill_restore_s\":%.6f,\"prefill_math_s\":%.6f,"
+		       "\"prefill_offer_s\":%.6f,\"prefill_kv_s\":%.6f,"
+		       "\"prefill_computed_tokens\":%u,",
+		       mr->pt.restore_s, mr->pt.math_s, mr->pt.offer_s,
+		       mr->pt.kv_s, mr->pt.computed_tokens);
 		return;
 	}
 	printf("tokens:");
 	for (i = 0; i < o->steps; i++)
 		printf(" %u", mr->out[i]);
 	printf("\n");
+	printf("prefill: %u tokens computed: model %.3f s, into the KV cache "
+	       "%.3f s, offered to the prefix cache %.3f s; %u taken from the "
+	       "prefix cache in %.3f s\n",
+	       mr->pt.computed_tokens, mr->pt.math_s, mr->pt.kv_s,
+	       mr->pt.offer_s, mr->pt.restored_tokens, mr->pt.restore_s);
 	if (mr->tok) {
 		printf("text: ");
 		for (i = 0; i < o->steps; i++)
@@ -1584,6 +1594,8 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 							mr->nprompt);
 			/* its logits give the first token */
 			mr->ttft_s = now_s() - t0;
+			if (mr->seq)
+				kvp_model_seq_prefill_times(mr->seq, &mr->pt);
 		} else if (!err)
 			err = kvp_kvcache_prefill(
 			    c, ids[i], o.context, &src,

@@ -265,6 +265,23 @@ uint64_t kvp_model_seq_tokens(const struct kvp_model_seq *s);
 double kvp_model_seq_compute_s(const struct kvp_model_seq *s);
 
 /*
+ * Where the last kvp_model_prefill's time went (its wall time is their
+ * sum, but for allocation): what a prefix cache's hit costs beside the
+ * tokens it leaves to compute.
+ */
+struct kvp_model_prefill_times {
+	double restore_s;	/* taking the stored chunks (bind or read) */
+	double math_s;		/* the model's math over computed tokens */
+	double offer_s;		/* computed chunks copied and queued */
+	double kv_s;		/* computed tokens into the KV cache */
+	uint32_t restored_tokens; /* taken from the store */
+	uint32_t computed_tokens; /* computed */
+};
+
+void kvp_model_seq_prefill_times(const struct kvp_model_seq *s,
+				 struct kvp_model_prefill_times *out);
+
+/*
  * kvp_model_text - n tokens of the model's own text: BOS (1), then tokens
  * sampled at temperature from seed (a xorshift state, 0 taken as 1), with
  * the KV all in RAM.  A prompt with the attention of what the model was

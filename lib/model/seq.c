@@ -61,6 +61,7 @@ struct kvp_model_seq {
 	float *hk, *hv;		   /* layers x hcap x kvd */
 	uint64_t hcap;
 	double compute_s;	   /* the model's own math */
+	struct kvp_model_prefill_times pt; /* the last prefill's */
 	struct kvp_model_prefix *px; /* the prefix store, or NULL */
 };
 
@@ -313,6 +314,12 @@ uint64_t kvp_model_seq_tokens(const struct kvp_model_seq *s)
 double kvp_model_seq_compute_s(const struct kvp_model_seq *s)
 {
 	return s->compute_s;
+}
+
+void kvp_model_seq_prefill_times(const struct kvp_model_seq *s,
+				 struct kvp_model_prefill_times *out)
+{
+	*out = s->pt;
 }
 
 static bool past_context(const struct kvp_model_seq *s, uint64_t n)
@@ -611,7 +618,7 @@ int kvp_model_prefill(struct kvp_model_seq *s, const uint32_t *tokens,
 	float *Q = NULL, *K = NULL, *V = NULL, *ATT = NULL, *SC = NULL;
 	void *PX = NULL; /* one chunk of the prefix store */
 	uint32_t hit = 0;
-	double t0 = now_s();
+	double t0 = now_s(), t1, t2;
 	int err = -EINVAL;
 
 	if (!n || s->pos || past_context(s, n))
@@ -643,12 +650,16 @@ int kvp_model_prefill(struct kvp_model_seq *s, const uint32_t *tokens,
 	if (!s->hk || !s->hv || !X || !XB || !XB2 || !H1 || !H3 || !Q || !K ||
 	    !V || !ATT || !SC || (s->px && !PX))
 		goto out;
+	memset(&s->pt, 0, sizeof(s->pt));
 	if (s->px) {
 		err = prefix_restore(s, n, PX, &hit);
+		s->pt.restore_s = now_s() - t0;
+		s->pt.restored_tokens = hit;
 		t0 = now_s(); /* reading is not the model's math */
 		if (err)
 			goto out;
 	}
+	s->pt.computed_tokens = n - hit;
 	/* pieces start at hit, a multiple of the chunk, which divides T
 	 * (or T is all that is left): a store's chunk is never split */
 	for (a = hit; a < n; a += T) {
@@ -700,14 +711,19 @@ int kvp_model_prefill(struct kvp_model_seq *s, const uint32_t *tokens,
 		}
 		if (a + nt == n)
 			final_logits(s, X + (size_t)(nt - 1) * D);
+		t1 = now_s();
+		s->pt.math_s += t1 - t0;
 		if (s->px && s->px->put)
 			prefix_offer(s, a, nt, PX);
-		s->compute_s += now_s() - t0;
+		t2 = now_s();
+		s->pt.offer_s += t2 - t1;
+		s->compute_s += t2 - t0;
 		s->mode = MODE_PREFILL;
 		err = kvp_kvcache_prefill(s->c, s->seq, nt, &s->src, NULL,
 					  NULL);
 		s->mode = MODE_IDLE;
 		t0 = now_s();
+		s->pt.kv_s += t0 - t2;
 		if (err)
 			goto out;
 		s->pos += nt;
