@@ -28,7 +28,9 @@
  * service thread), with ordinary pread(2) of the file (the page cache:
  * payloads start at byte 128 of a record, not aligned for O_DIRECT); other
  * I/O goes to the inner store's queue as it came.  Records stay open
- * while any of their granules is bound.
+ * while any of their granules is bound.  Up to 2 buffers of a record's
+ * size are kept for the next verifications (a fresh buffer's pages each
+ * cost a first touch), outside the pager's budget, until destroy.
  *
  * Locking: one mutex guards the bindings; I/O runs outside it.  Every
  * call may come from any thread.

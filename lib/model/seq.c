@@ -412,8 +412,13 @@ static void prefix_copy(struct kvp_model_seq *s, uint64_t first, uint32_t n,
 	char *b = p;
 
 	if (prefix_in_blocks(s, n)) {
-		if (!to_hist) /* the padding of each block, if any */
-			memset(p, 0, kvp_model_prefix_bytes(s, n));
+		size_t bb = kvp_kv_block_bytes(&s->g), i;
+
+		/* the padding of each block, if any: put_token fills the rest
+		 * (a memset of the whole chunk was 8 MiB a chunk for nothing) */
+		for (i = 0; !to_hist && bb < stride &&
+		     i < (size_t)s->cfg->layers * (n / G); i++)
+			memset(b + i * stride + bb, 0, stride - bb);
 		for (l = 0; l < s->cfg->layers; l++)
 			for (t = 0; t < n; t++) {
 				char *blk = b + ((size_t)l * (n / G) + t / G) *
