@@ -26,6 +26,12 @@ int kvp_config_check(const struct kvp_config *cfg, const char **bad)
 	}
 	KVP_PAGER_TUNABLES(X)
 #undef X
+	if (cfg->fault_around_bytes &&
+	    (cfg->fault_around_bytes < 4096 ||
+	     (cfg->fault_around_bytes & (cfg->fault_around_bytes - 1)))) {
+		*bad = "fault_around_bytes";
+		return -EINVAL;
+	}
 	if (cfg->evict_low_watermark_percent >=
 	    cfg->evict_high_watermark_percent) {
 		*bad = "evict_low_watermark_percent";

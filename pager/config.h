@@ -49,6 +49,9 @@ enum kvp_install_mode {
 	X(readahead_bytes, KVP_T_BYTES, 0, 1ULL << 30, 32ULL << 20, true,      \
 	  NULL,                                                                \
 	  "most bytes loaded ahead of a sequential run of faults (0: none)")   \
+	X(fault_around_bytes, KVP_T_BYTES, 0, 1ULL << 22, 0, true, NULL,       \
+	  "bytes a read fault loads around itself when faults do not run "    \
+	  "on from the last (0: the whole block; a power of two from 4K)")   \
 	X(install_mode, KVP_T_CHOICE, 0, 2, KVP_INSTALL_AUTO, true,            \
 	  "auto move copy",                                                    \
 	  "how a loaded block enters the region: UFFDIO_MOVE or UFFDIO_COPY")  \

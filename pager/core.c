@@ -14,6 +14,8 @@
  *   RESIDENT --kvp_blk_written (first write, a WP fault)--> RESIDENT (dirty)
  *   RESIDENT --kvp_blk_write_begin / kvp_blk_write_done (flush)--> RESIDENT
  *   RESIDENT --kvp_blk_write_retry (the store takes writes again)--> RESIDENT
+ *   RESIDENT --kvp_blk_begin_fill (more of a block resident in part, or
+ *             all of it before a write or a drop: load.c)--> LOADING
  *   RESIDENT --kvp_blk_begin_evict--> EVICTING
  *   EVICTING --kvp_blk_evicted (detached; written back if dirty)--> ABSENT
  *   EVICTING --kvp_blk_evict_aborted (pages busy, write-back failed,
@@ -46,7 +48,8 @@
  * per load; a dirty block's data reaches its store before its frame is
  * reused (eviction of a dirty block passes through a write-back operation
  * that holds the frame); in_use counts the bytes of LOADING, RESIDENT and
- * EVICTING blocks.
+ * EVICTING blocks, but a block resident in part (BLK_PARTIAL) counts only
+ * the pages it holds.
  *
  * Known window: a block installed by UFFDIO_MOVE arrives writable and is
  * write-protected just after (the kernel does not carry the uffd-wp bit
@@ -101,6 +104,7 @@ struct kvp_op *kvp_op_new(enum kvp_op_kind kind, struct kvp_region *r,
 	op->r = r;
 	op->blk = blk;
 	op->io.cookie = op;
+	op->win_len = (uint32_t)r->block_bytes;
 	return op;
 }
 
@@ -117,17 +121,31 @@ void kvp_op_note_drop(struct kvp_op *op, uint32_t lo, uint32_t hi)
 
 bool kvp_op_zero_dropped(struct kvp_op *op)
 {
+	uint32_t first = op->win_off / KVP_PAGE_BYTES;
+	uint32_t end = first + op->win_len / KVP_PAGE_BYTES;
 	uint32_t pages = (uint32_t)(op->r->block_bytes / KVP_PAGE_BYTES);
+	bool any = false, left = false;
 
 	if (!op->rm_any)
 		return false;
-	for (uint32_t pg = 0; pg < pages; pg++)
-		if (op->rm_pages[pg / 64] & (1ull << (pg % 64)))
-			memset((char *)op->slot + (size_t)pg * KVP_PAGE_BYTES,
-			       0, KVP_PAGE_BYTES);
-	memset(op->rm_pages, 0, sizeof(op->rm_pages));
-	op->rm_any = false;
-	return true;
+	/* The slot holds the op's window: pages dropped outside it stay
+	 * noted (a window load makes the block whole for them next). */
+	for (uint32_t pg = 0; pg < pages; pg++) {
+		uint64_t bit = 1ull << (pg % 64);
+
+		if (!(op->rm_pages[pg / 64] & bit))
+			continue;
+		if (pg < first || pg >= end) {
+			left = true;
+			continue;
+		}
+		memset((char *)op->slot + (size_t)(pg - first) * KVP_PAGE_BYTES,
+		       0, KVP_PAGE_BYTES);
+		op->rm_pages[pg / 64] &= ~bit;
+		any = true;
+	}
+	op->rm_any = left;
+	return any;
 }
 
 void kvp_op_free(struct kvp_op *op)
@@ -343,12 +361,57 @@ void kvp_blk_begin_load(struct kvp_region *r, struct kvp_block *b,
 	r->inflight++;
 }
 
+size_t kvp_blk_charge(const struct kvp_region *r, const struct kvp_block *b)
+{
+	if (b->flags & BLK_PARTIAL)
+		return (size_t)b->present * KVP_PAGE_BYTES;
+	return r->block_bytes;
+}
+
+void kvp_blk_begin_fill(struct kvp_region *r, struct kvp_block *b,
+			struct kvp_op *op)
+{
+	assert(b->state == KVP_BLOCK_RESIDENT && kvp_blk_sane(r, b));
+	kvp_clock_del(r->p, b);
+	b->state = KVP_BLOCK_LOADING;
+	b->op = op;
+	if (!(b->flags & BLK_PARTIAL)) {
+		/* Counted whole already (see kvp_blk_installed). */
+		b->flags |= BLK_PARTIAL;
+		b->present = (uint16_t)(r->block_bytes / KVP_PAGE_BYTES);
+	}
+	r->inflight++;
+}
+
+/* Its charge leaves with it (evicted, forgotten, a fill given up); call
+ * before its state changes. */
+static void uncharge(struct kvp_region *r, struct kvp_block *b)
+{
+	if (b->state == KVP_BLOCK_RESIDENT || b->state == KVP_BLOCK_EVICTING ||
+	    (b->flags & BLK_PARTIAL))
+		KVP_STAT_SUB(r, resident_bytes, kvp_blk_charge(r, b));
+	b->flags &= ~BLK_PARTIAL;
+	b->present = 0;
+}
+
 bool kvp_blk_installed(struct kvp_region *r, struct kvp_block *b, bool dirty,
-		       bool split)
+		       bool split, bool whole, uint32_t placed, size_t *grew)
 {
 	bool drop = b->flags & BLK_DROP;
+	size_t was = (b->flags & BLK_PARTIAL) ? kvp_blk_charge(r, b) : 0;
+	uint32_t pages = (uint32_t)(r->block_bytes / KVP_PAGE_BYTES);
 
 	assert(b->state == KVP_BLOCK_LOADING && b->op != NULL);
+	if (!whole && b->present + placed < pages) {
+		b->flags |= BLK_PARTIAL;
+		b->present = (uint16_t)(b->present + placed);
+	} else {
+		b->flags &= ~BLK_PARTIAL;
+		b->present = 0;
+	}
+	*grew = kvp_blk_charge(r, b) - was;
+	if (!whole || was)
+		b->flags |= BLK_PAGES;
 	b->state = KVP_BLOCK_RESIDENT;
 	b->op = NULL;
 	b->flags &= ~(BLK_HOLES | BLK_DROP);
@@ -359,7 +422,7 @@ bool kvp_blk_installed(struct kvp_region *r, struct kvp_block *b, bool dirty,
 	r->inflight--;
 	kvp_clock_add(r->p, b);
 	kvp_blk_touch(r->p, b);
-	KVP_STAT_ADD(r, resident_bytes, r->block_bytes);
+	KVP_STAT_ADD(r, resident_bytes, *grew);
 	assert(kvp_blk_sane(r, b));
 	return drop;
 }
@@ -367,6 +430,7 @@ bool kvp_blk_installed(struct kvp_region *r, struct kvp_block *b, bool dirty,
 void kvp_blk_load_failed(struct kvp_region *r, struct kvp_block *b)
 {
 	assert(b->state == KVP_BLOCK_LOADING);
+	uncharge(r, b); /* a fill's pages stay mapped, uncounted: rare */
 	b->state = KVP_BLOCK_POISONED;
 	b->op = NULL;
 	b->flags &= ~(BLK_PREFETCHED | BLK_READAHEAD | BLK_WAITERS |
@@ -379,6 +443,7 @@ void kvp_blk_load_failed(struct kvp_region *r, struct kvp_block *b)
 void kvp_blk_load_dropped(struct kvp_region *r, struct kvp_block *b)
 {
 	assert(b->state == KVP_BLOCK_LOADING);
+	uncharge(r, b);
 	readahead_wasted(r, b);
 	if (b->flags & BLK_DROP)
 		kvp_blk_contents_gone(b); /* all of it dropped meanwhile */
@@ -403,6 +468,7 @@ void kvp_blk_begin_evict(struct kvp_region *r, struct kvp_block *b,
 	kvp_clock_del(r->p, b);
 	b->state = KVP_BLOCK_EVICTING;
 	b->op = op;
+	op->held = kvp_blk_charge(r, b);
 	r->inflight++;
 	assert(kvp_blk_sane(r, b));
 }
@@ -410,6 +476,7 @@ void kvp_blk_begin_evict(struct kvp_region *r, struct kvp_block *b,
 void kvp_blk_evicted(struct kvp_region *r, struct kvp_block *b, bool stored)
 {
 	assert(b->state == KVP_BLOCK_EVICTING);
+	uncharge(r, b);
 	b->state = KVP_BLOCK_ABSENT;
 	b->op = NULL;
 	if (stored)
@@ -422,7 +489,6 @@ void kvp_blk_evicted(struct kvp_region *r, struct kvp_block *b, bool stored)
 	b->flags &= ~(BLK_DIRTY | BLK_REF | BLK_PREFETCHED | BLK_READAHEAD |
 		      BLK_DROP | BLK_HOLES | BLK_ACTIVE);
 	r->inflight--;
-	KVP_STAT_SUB(r, resident_bytes, r->block_bytes);
 	assert(kvp_blk_sane(r, b));
 }
 
@@ -482,14 +548,13 @@ void kvp_blk_forget(struct kvp_region *r, struct kvp_block *b)
 {
 	assert(b->state == KVP_BLOCK_RESIDENT || b->state == KVP_BLOCK_ABSENT ||
 	       b->state == KVP_BLOCK_POISONED);
-	if (b->state == KVP_BLOCK_RESIDENT) {
+	if (b->state == KVP_BLOCK_RESIDENT)
 		kvp_clock_del(r->p, b);
-		KVP_STAT_SUB(r, resident_bytes, r->block_bytes);
-	}
+	uncharge(r, b);
 	if (b->state == KVP_BLOCK_POISONED)
 		KVP_STAT_SUB(r, poisoned_blocks, 1);
 	set_wb_failed(r, b, false);
 	b->state = KVP_BLOCK_ABSENT;
-	b->flags &= BLK_GONE | BLK_SPLIT;
+	b->flags &= BLK_GONE | BLK_SPLIT | BLK_PAGES;
 	assert(kvp_blk_sane(r, b));
 }

@@ -2,7 +2,8 @@
  * events.c - what each userfaultfd message asks for, decided under p->lock.
  *
  * A missing fault on an ABSENT block starts a load (and read-ahead when the
- * faults run sequentially); on a LOADING block it joins that load, and on
+ * faults run sequentially), or with fault-around a window of it when they
+ * do not (load.c); on a LOADING block it joins that load, and on
  * a staged read-ahead block it has it installed now; on a RESIDENT block
  * (another thread's fault installed it) it only wakes the thread.  A
  * write-protect fault marks a block dirty and lifts the protection.  A
@@ -77,6 +78,24 @@ static void readahead(struct kvp_service *s, struct kvp_region *r, uint64_t blk,
 	r->ra_next = blk + 1 + r->ra_window;
 }
 
+/* Under p->lock: is a fault at byte @off of ABSENT block @blk part of a
+ * run, to be loaded whole?  Yes when the faults go on from the last one
+ * (readahead's test), or when it begins the block after one resident
+ * whole: a stream of another thread, whose faults interleave. */
+static bool run_fault(const struct kvp_region *r, uint64_t blk, uint32_t off)
+{
+	const struct kvp_block *prev = blk ? &r->blocks[blk - 1] : NULL;
+
+	if (blk > r->ra_last && blk <= r->ra_next)
+		return true;
+	if (!prev || off >= r->p->cfg.fault_around_bytes)
+		return false;
+	if (prev->state == KVP_BLOCK_RESIDENT)
+		return !(prev->flags & BLK_PARTIAL);
+	return prev->state == KVP_BLOCK_LOADING &&
+	       prev->op->win_len == r->block_bytes;
+}
+
 static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 {
 	struct kvp_pager *p = s->p;
@@ -102,6 +121,10 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 	if (flags & UFFD_PAGEFAULT_FLAG_WP) {
 		switch (b->state) {
 		case KVP_BLOCK_RESIDENT:
+			/* Resident in part: whole first, then dirty. */
+			if ((b->flags & BLK_PARTIAL) &&
+			    kvp_load_complete(s, r, blk, true, NULL) == 0)
+				break;
 			kvp_blk_written(r, b);
 			kvp_blk_used(r, b);
 			kvp_blk_touch(p, b);
@@ -109,6 +132,12 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 			break;
 		case KVP_BLOCK_EVICTING:
 			kvp_blk_wait(b); /* woken when detached */
+			break;
+		case KVP_BLOCK_LOADING:
+			/* Resident in part and loading more: it is made whole
+			 * and dirty when installed, and the writer woken. */
+			b->op->dirty = true;
+			kvp_blk_wait(b);
 			break;
 		default:
 			act = WAKE_PAGE;
@@ -120,6 +149,17 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 	case KVP_BLOCK_ABSENT:
 		if (b->flags & BLK_GONE)
 			break;
+		if (!(flags & UFFD_PAGEFAULT_FLAG_WRITE) &&
+		    kvp_fault_around(r, b) &&
+		    !run_fault(r, blk, (uint32_t)(page - baddr))) {
+			/* Not a run: a window around the fault. */
+			r->ra_window = 0;
+			r->ra_last = blk;
+			r->ra_next = blk + 1;
+			(void)kvp_load_window(s, r, blk,
+					      (uint32_t)(page - baddr));
+			break;
+		}
 		if (kvp_load_start(s, r, blk, LOAD_FAULT, NULL,
 				   flags & UFFD_PAGEFAULT_FLAG_WRITE))
 			break; /* no memory: the fault is retried on wake */
@@ -140,6 +180,20 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 	case KVP_BLOCK_RESIDENT:
 		kvp_blk_used(r, b);
 		kvp_blk_touch(p, b);
+		if (b->flags & BLK_PARTIAL) {
+			/* A page it lacks (or one a fill placed meanwhile:
+			 * the window keeps it). */
+			r->ra_last = blk;
+			r->ra_next = blk + 1;
+			if (flags & UFFD_PAGEFAULT_FLAG_WRITE
+				? kvp_load_complete(s, r, blk, true, NULL) == 0
+				: kvp_load_window(s, r, blk,
+						  (uint32_t)(page - baddr)) ==
+				      0)
+				break;
+			act = WAKE_PAGE; /* no memory: it faults again */
+			break;
+		}
 		act = (b->flags & BLK_HOLES) ? HOLE : WAKE_PAGE;
 		break;
 	case KVP_BLOCK_EVICTING:
@@ -167,6 +221,21 @@ out:
 		kvp_uffd_poison_range(p, page, KVP_PAGE_BYTES);
 		break;
 	}
+}
+
+/* Under p->lock: the program dropped [lo, hi) of a block resident in part:
+ * the pages it lacks there are zeros now, not the store's, and a block
+ * resident in part is always clean: load the rest, that part zeroed, and
+ * it is whole and dirty. */
+static int drop_into_partial(struct kvp_service *s, struct kvp_region *r,
+			     uint64_t blk, uint32_t lo, uint32_t hi)
+{
+	uint64_t drops[KVP_BLOCK_PAGES_MAX / 64] = { 0 };
+
+	for (uint32_t pg = lo / KVP_PAGE_BYTES;
+	     pg < (hi + KVP_PAGE_BYTES - 1) / KVP_PAGE_BYTES; pg++)
+		drops[pg / 64] |= 1ull << (pg % 64);
+	return kvp_load_complete(s, r, blk, true, drops);
 }
 
 /*
@@ -206,8 +275,13 @@ static void handle_drop(struct kvp_service *s, uint64_t start, uint64_t end,
 						KVP_STAT_ADD(
 						    r, prefetch_wasted_total,
 						    1);
+					kvp_frame_unuse(p,
+							kvp_blk_charge(r, b));
 					kvp_blk_forget(r, b);
-					kvp_frame_unuse(p, r->block_bytes);
+				} else if ((b->flags & BLK_PARTIAL) &&
+					   drop_into_partial(s, r, blk, lo,
+							     hi) == 0) {
+					/* Loading the rest now. */
 				} else {
 					kvp_blk_holes(b, gone);
 				}

@@ -25,6 +25,7 @@
  * fails puts the pages back and keeps the block resident and dirty.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +62,27 @@ struct kvp_block *kvp_clock_victim(struct kvp_pager *p, struct kvp_region **rp,
 		if (b == start && ++rounds == 3)
 			return NULL;
 	}
+}
+
+/* The empty slot to detach @b into, and its return once done: the pages
+ * of a block with a page table (BLK_PAGES) come one by one, and a frame
+ * made of them would pass them on to the next block it loads (and that
+ * block's range would keep a page table too), so they are freed and the
+ * slot kept for such blocks. */
+static void *detach_slot(struct kvp_pager *p, struct kvp_region *r,
+			 struct kvp_block *b)
+{
+	return (b->flags & BLK_PAGES) ? kvp_frame_paged_slot(p, r->block_bytes)
+				      : kvp_frame_empty_slot(p, r->block_bytes);
+}
+
+static void detached_slot_put(struct kvp_pager *p, struct kvp_region *r,
+			      struct kvp_block *b, void *slot)
+{
+	if (b->flags & BLK_PAGES)
+		kvp_frame_put_paged(p, slot, r->block_bytes);
+	else
+		kvp_frame_put(p, slot, r->block_bytes, true);
 }
 
 int kvp_detach(struct kvp_pager *p, struct kvp_region *r, uint64_t blk,
@@ -163,13 +185,13 @@ int kvp_evict_one(struct kvp_service *s, bool take_prefetched)
 			    (uint32_t)(r->block_bytes / KVP_PAGE_BYTES);
 			kvp_blk_begin_evict(r, b, op);
 			p->leaving++;
-			p->leaving_bytes += r->block_bytes;
+			p->leaving_bytes += op->held;
 			kvp_zap_queue(p, op);
 			pthread_mutex_unlock(&p->lock);
 			return 0;
 		}
 	}
-	slot = op ? kvp_frame_empty_slot(p, r->block_bytes) : NULL;
+	slot = op ? detach_slot(p, r, b) : NULL;
 	if (!slot) {
 		pthread_mutex_unlock(&p->lock);
 		kvp_op_free(op);
@@ -211,6 +233,13 @@ int kvp_evict_move(struct kvp_service *s, struct kvp_op *op)
 		if (slot)
 			kvp_frame_put_undone(p, slot, r->block_bytes);
 		kvp_blk_evict_aborted(r, b, ABORT_BUSY);
+		/* Resident in part and now dirty: made whole before its
+		 * write-back could write the pages it lacks. */
+		if ((b->flags & BLK_PARTIAL) &&
+		    kvp_load_complete(s, r, blk, true, NULL))
+			fprintf(stderr, "kvpager: out of memory making block "
+					"%" PRIu64 " of %s whole\n",
+				blk, r->name);
 		waiters = kvp_blk_take_waiters(b);
 		pthread_mutex_unlock(&p->lock);
 		kvp_op_free(op);
@@ -222,7 +251,29 @@ int kvp_evict_move(struct kvp_service *s, struct kvp_op *op)
 	if (b->flags & BLK_PREFETCHED)
 		KVP_STAT_ADD(r, prefetch_wasted_total, 1);
 	/* The program dropped part of it while it moved (handle_drop): the
-	 * slot may hold the old bytes there, and the store certainly does. */
+	 * slot may hold the old bytes there, and the store certainly does.
+	 * A block resident in part is loaded again whole with those pages
+	 * zeroed instead (its write-back would write the pages it lacks). */
+	if ((b->flags & BLK_PARTIAL) && op->rm_any &&
+	    !(b->flags & BLK_DROP)) {
+		uint64_t drops[KVP_BLOCK_PAGES_MAX / 64];
+
+		memcpy(drops, op->rm_pages, sizeof(drops));
+		waiters = kvp_blk_take_waiters(b);
+		kvp_blk_evicted(r, b, false);
+		kvp_frame_unuse(p, op->held);
+		detached_slot_put(p, r, b, slot);
+		if (kvp_load_start(s, r, blk, LOAD_FAULT, NULL, true) == 0) {
+			memcpy(b->op->rm_pages, drops, sizeof(drops));
+			b->op->rm_any = true;
+		}
+		pthread_mutex_unlock(&p->lock);
+		kvp_op_free(op);
+		if (waiters)
+			(void)kvp_uffd_wake(&p->uffd, kvp_blk_addr(r, blk),
+					    r->block_bytes);
+		return 0;
+	}
 	if (kvp_op_zero_dropped(op))
 		dirty = true;
 	if (dirty && !(b->flags & BLK_DROP)) {
@@ -233,7 +284,7 @@ int kvp_evict_move(struct kvp_service *s, struct kvp_op *op)
 		op->io.off = kvp_blk_store_off(r, blk);
 		kvp_io_queue(s, op);
 		p->leaving++;
-		p->leaving_bytes += r->block_bytes;
+		p->leaving_bytes += op->held;
 		pthread_mutex_unlock(&p->lock);
 		return 0;
 	}
@@ -241,8 +292,8 @@ int kvp_evict_move(struct kvp_service *s, struct kvp_op *op)
 		KVP_STAT_ADD(r, evictions_clean_total, 1);
 	waiters = kvp_blk_take_waiters(b);
 	kvp_blk_evicted(r, b, false);
-	kvp_frame_unuse(p, r->block_bytes);
-	kvp_frame_put(p, slot, r->block_bytes, true);
+	kvp_frame_unuse(p, op->held);
+	detached_slot_put(p, r, b, slot);
 	if (r->dying)
 		pthread_cond_broadcast(&p->idle);
 	pthread_mutex_unlock(&p->lock);
@@ -312,7 +363,7 @@ void kvp_writeback_done(struct kvp_service *s, struct kvp_op *op)
 		return;
 	}
 	p->leaving--;
-	p->leaving_bytes -= len;
+	p->leaving_bytes -= op->held;
 	if (!(b->flags & BLK_DROP))
 		kvp_writeback_result(r, ok		    ? 0
 					: op->io.result < 0 ? (int)op->io.result
@@ -337,8 +388,8 @@ void kvp_writeback_done(struct kvp_service *s, struct kvp_op *op)
 		}
 		waiters = kvp_blk_take_waiters(b);
 		kvp_blk_evicted(r, b, ok);
-		kvp_frame_unuse(p, len);
-		kvp_frame_put(p, op->slot, len, true);
+		kvp_frame_unuse(p, op->held);
+		detached_slot_put(p, r, b, op->slot);
 	}
 	pthread_cond_broadcast(&p->idle);
 	pthread_mutex_unlock(&p->lock);
@@ -354,7 +405,7 @@ void kvp_discard_resident(struct kvp_region *r, uint64_t blk)
 	struct kvp_op *op = kvp_op_new(OP_WRITEBACK, r, blk);
 	void *slot;
 
-	slot = op ? kvp_frame_empty_slot(p, r->block_bytes) : NULL;
+	slot = op ? detach_slot(p, r, b) : NULL;
 	if (!slot) {
 		/* No slot: keep it, dirty contents dropped is all we can't
 		 * do; mark it so that it is never written back. */
@@ -377,8 +428,8 @@ void kvp_discard_resident(struct kvp_region *r, uint64_t blk)
 		bool waiters = kvp_blk_take_waiters(b);
 
 		kvp_blk_evicted(r, b, false);
-		kvp_frame_unuse(p, r->block_bytes);
-		kvp_frame_put(p, slot, r->block_bytes, true);
+		kvp_frame_unuse(p, op->held);
+		detached_slot_put(p, r, b, slot);
 		if (waiters) {
 			pthread_mutex_unlock(&p->lock);
 			(void)kvp_uffd_wake(&p->uffd, kvp_blk_addr(r, blk),

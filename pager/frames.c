@@ -167,6 +167,7 @@ void kvp_frames_fini(struct kvp_pager *p)
 	for (unsigned c = 0; c < KVP_SIZE_CLASSES; c++) {
 		free(f->full[c].v);
 		free(f->empty[c].v);
+		free(f->paged[c].v);
 	}
 	kvp_uffd_close(&f->land);
 	f->arena = NULL;
@@ -217,6 +218,32 @@ void *kvp_frame_empty_slot(struct kvp_pager *p, size_t bytes)
 	return f->arena + at;
 }
 
+static void pretouched_give_back(struct kvp_pager *p, uint64_t want);
+
+/* Give back pre-touched memory not carved yet (a huge page at least) for
+ * a frame that cannot come from it; false when none is left. */
+static bool pretouched_give(struct kvp_pager *p, uint64_t want)
+{
+	uint64_t before = p->frames.charged;
+
+	pretouched_give_back(p, want);
+	return p->frames.charged < before;
+}
+
+void *kvp_frame_paged_slot(struct kvp_pager *p, size_t bytes)
+{
+	void *slot = stack_pop(&p->frames.paged[kvp_size_class(bytes)]);
+
+	return slot ? slot : kvp_frame_empty_slot(p, bytes);
+}
+
+void kvp_frame_put_paged(struct kvp_pager *p, void *slot, size_t bytes)
+{
+	(void)kvp_mem_advise(slot, bytes, MADV_DONTNEED);
+	/* On failure the slot's address range is lost, not memory. */
+	(void)stack_push(&p->frames.paged[kvp_size_class(bytes)], slot);
+}
+
 /* A frame while the charge stays within @limit. */
 static void *frame_get(struct kvp_pager *p, size_t bytes, uint64_t limit)
 {
@@ -238,8 +265,11 @@ static void *frame_get(struct kvp_pager *p, size_t bytes, uint64_t limit)
 		assert(budget_sane(p, false));
 		return slot;
 	}
+	/* The pre-touched part is huge pages: a smaller frame (a
+	 * fault-around window) carved there would split one, and every
+	 * block later moved from it would go page by page. */
 	at = (f->pre_bump + bytes - 1) & ~(bytes - 1);
-	if (at + bytes <= f->prefault_end) {
+	if (bytes >= KVP_HUGE_SIZE && at + bytes <= f->prefault_end) {
 		/* A pre-touched frame, charged since open. */
 		f->pre_bump = at + bytes;
 		f->in_use += bytes;
@@ -247,7 +277,7 @@ static void *frame_get(struct kvp_pager *p, size_t bytes, uint64_t limit)
 		return f->arena + at;
 	}
 	while (f->charged + bytes > limit)
-		if (!drop_one_full(p, (int)c))
+		if (!drop_one_full(p, (int)c) && !pretouched_give(p, bytes))
 			return NULL;
 	slot = kvp_frame_empty_slot(p, bytes);
 	if (!slot)

@@ -49,19 +49,28 @@ void kvp_load_arm(struct kvp_service *s, struct kvp_op *op, void *slot)
 	if (!op->zero) {
 		op->io.op = KVP_IO_READ;
 		op->io.buf = slot;
-		op->io.len = r->block_bytes;
-		op->io.off = kvp_blk_store_off(r, op->blk);
+		op->io.len = op->win_len;
+		op->io.off = kvp_blk_store_off(r, op->blk) + op->win_off;
 	}
 	kvp_io_queue(s, op);
+}
+
+/* A load's frame now, or its place in the queue for one. */
+static void load_frame(struct kvp_service *s, struct kvp_op *op)
+{
+	void *slot = s->want_frame ? NULL : kvp_frame_get(s->p, op->win_len);
+
+	if (slot)
+		kvp_load_arm(s, op, slot);
+	else
+		want_frame_push(s, op);
 }
 
 int kvp_load_start(struct kvp_service *s, struct kvp_region *r, uint64_t blk,
 		   enum kvp_load_why why, struct kvp_prefetch *pf, bool write)
 {
-	struct kvp_pager *p = r->p;
 	struct kvp_block *b = &r->blocks[blk];
 	struct kvp_op *op = kvp_op_new(OP_LOAD, r, blk);
-	void *slot;
 
 	if (!op)
 		return -ENOMEM;
@@ -85,28 +94,138 @@ int kvp_load_start(struct kvp_service *s, struct kvp_region *r, uint64_t blk,
 		KVP_STAT_ADD(r, readahead_blocks_total, 1);
 	if (!(b->flags & BLK_IN_STORE) && why == LOAD_FAULT)
 		KVP_STAT_ADD(r, zero_fills_total, 1);
-	slot = s->want_frame ? NULL : kvp_frame_get(p, r->block_bytes);
-	if (slot)
-		kvp_load_arm(s, op, slot);
-	else
-		want_frame_push(s, op);
+	load_frame(s, op);
 	return 0;
 }
 
 /*
- * Move a block's frame into its region.  Returns 0, or -ENOENT when none of
- * it is mapped any more.  A block the program unmapped in part (the range
- * crosses a hole, which the ioctls refuse as a whole) is installed page by
- * page, skipping the hole, and *split is set: its write protection cannot
- * be set over the hole, so the caller counts it dirty.
+ * Fault-around.  A block is the unit of eviction and of a sequential
+ * stream's reads (a 2 MiB block is one huge page to install), but a program
+ * that touches pages at random would read a whole block for each page.  So
+ * a read fault that does not continue a run loads only fault_around_bytes
+ * around itself (the kernel's read-around does the same), and the block
+ * becomes RESIDENT in part (BLK_PARTIAL): a fault on a page it lacks loads
+ * another window.  Faults that run on from the last window double it, so a
+ * stream's first block is read in a few growing windows and its next ones
+ * whole (readahead takes over).  A block resident in part is always clean:
+ * its missing pages are the store's, so a write-back, which writes the
+ * block whole, would overwrite them with nothing.  A write to it, or a
+ * drop in it, first makes it whole (kvp_load_complete).  Its charge against
+ * the budget is the pages it holds.  It needs write protection (to see the
+ * write) and the zapper (its eviction drops the pages it has, where a move
+ * that fails would put them back writable).
  */
-static int install(struct kvp_pager *p, struct kvp_region *r, uint64_t blk,
-		   void *slot, bool wp, bool *slot_full, bool *split)
+bool kvp_fault_around(const struct kvp_region *r, const struct kvp_block *b)
 {
-	char *addr = kvp_blk_addr(r, blk);
-	size_t len = r->block_bytes, off = 0, mapped = 0;
+	const struct kvp_pager *p = r->p;
+	uint64_t fa = p->cfg.fault_around_bytes;
+
+	return fa && fa < r->block_bytes && p->have_wp && p->zapper_running &&
+	       (b->flags & BLK_IN_STORE) &&
+	       !(b->flags & (BLK_SPLIT | BLK_HOLES | BLK_DROP | BLK_GONE));
+}
+
+/* Under p->lock: begin a fill of RESIDENT @b, [off, off + len), with @op
+ * (NULL: a new one). */
+static int fill_start(struct kvp_service *s, struct kvp_region *r,
+		      uint64_t blk, uint32_t off, uint32_t len, bool dirty,
+		      struct kvp_op *op)
+{
+	if (!op)
+		op = kvp_op_new(OP_LOAD, r, blk);
+	if (!op)
+		return -ENOMEM;
+	op->win_off = off;
+	op->win_len = len;
+	op->dirty = dirty;
+	kvp_blk_begin_fill(r, &r->blocks[blk], op);
+	load_frame(s, op);
+	return 0;
+}
+
+int kvp_load_window(struct kvp_service *s, struct kvp_region *r, uint64_t blk,
+		    uint32_t off)
+{
+	struct kvp_block *b = &r->blocks[blk];
+	uint32_t fa = (uint32_t)r->p->cfg.fault_around_bytes;
+	uint32_t have = (b->flags & BLK_PARTIAL) ? b->present * KVP_PAGE_BYTES
+						 : 0;
+	uint32_t len = fa, start, left;
+
+	if (have >= fa && off == have) {
+		/* The block was read from its start up to this fault (a
+		 * stream, whichever thread): as much again, from here.
+		 * Told by the block alone, so that streams of several
+		 * threads are each seen. */
+		len = have;
+		start = off;
+	} else {
+		start = off & ~(len - 1);
+	}
+	/* A power of two (the frame's size class), within the block. */
+	len = 1u << (31 - __builtin_clz(len));
+	left = (uint32_t)r->block_bytes - start;
+	while (len > left)
+		len /= 2;
+	KVP_STAT_ADD(r, demand_faults_total, 1);
+	if (b->state == KVP_BLOCK_RESIDENT)
+		return fill_start(s, r, blk, start, len, false, NULL);
+
+	struct kvp_op *op = kvp_op_new(OP_LOAD, r, blk);
+
+	if (!op)
+		return -ENOMEM;
+	op->win_off = start;
+	op->win_len = len;
+	kvp_blk_begin_load(r, b, op, LOAD_FAULT);
+	load_frame(s, op);
+	return 0;
+}
+
+/* Under p->lock: kvp_load_complete with @op (NULL: a new one). */
+static int complete_with(struct kvp_service *s, struct kvp_region *r,
+			 uint64_t blk, bool dirty, const uint64_t *drops,
+			 struct kvp_op *op)
+{
+	int err;
+
+	if (!op)
+		op = kvp_op_new(OP_LOAD, r, blk);
+	if (!op)
+		return -ENOMEM;
+	for (size_t i = 0; drops && i < KVP_BLOCK_PAGES_MAX / 64; i++) {
+		op->rm_pages[i] = drops[i];
+		op->rm_any = op->rm_any || drops[i];
+	}
+	err = fill_start(s, r, blk, 0, (uint32_t)r->block_bytes, dirty, op);
+	return err;
+}
+
+int kvp_load_complete(struct kvp_service *s, struct kvp_region *r,
+		      uint64_t blk, bool dirty, const uint64_t *drops)
+{
+	return complete_with(s, r, blk, dirty, drops, NULL);
+}
+
+/*
+ * Move a load's frame into its region (the op's window of its block).
+ * Returns 0, or -ENOENT when none of it is mapped any more.  A block the
+ * program unmapped in part (the range crosses a hole, which the ioctls
+ * refuse as a whole) is installed page by page, skipping the hole, and
+ * *split is set: its write protection cannot be set over the hole, so the
+ * caller counts it dirty.  A page already there (a hole refilled, or one a
+ * block resident in part has) is kept; *placed counts the pages that
+ * arrived.
+ */
+static int install(struct kvp_pager *p, struct kvp_op *op, bool wp,
+		   bool paged, bool *slot_full, bool *split, uint32_t *placed)
+{
+	struct kvp_region *r = op->r;
+	char *addr = kvp_blk_addr(r, op->blk) + op->win_off;
+	void *slot = op->slot;
+	size_t len = op->win_len, off = 0, mapped = 0, arrived = 0;
 	bool skipped = false, pagewise = false;
-	bool move = r->install == KVP_INSTALL_MOVE, copied = !move;
+	bool move = r->install == KVP_INSTALL_MOVE && !paged, copied = !move;
 	int err = 0;
 
 	*split = false;
@@ -123,6 +242,7 @@ static int install(struct kvp_pager *p, struct kvp_region *r, uint64_t blk,
 					    &done);
 		off += done;
 		mapped += done;
+		arrived += done;
 		if (err == -EEXIST) {
 			/* A page already there (a hole refilled): keep it. */
 			off += KVP_PAGE_BYTES;
@@ -149,9 +269,10 @@ static int install(struct kvp_pager *p, struct kvp_region *r, uint64_t blk,
 			break;
 		err = 0;
 	}
+	*placed = (uint32_t)(arrived / KVP_PAGE_BYTES);
 	if (*split && mapped == 0)
 		return -ENOENT;
-	if (r->install == KVP_INSTALL_MOVE) {
+	if (r->install == KVP_INSTALL_MOVE && !paged) {
 		KVP_STAT_ADD(r, installs_move_total, 1);
 		/* Moved pages arrive writable (and, after a fallback to
 		 * copy, the part moved first). */
@@ -187,11 +308,22 @@ static void finish_pfs(struct kvp_pager *p, struct kvp_op *op, bool failed)
 		kvp_prefetch_block_done(p, ref->pf, failed);
 }
 
+/* Under p->lock: a fill that ends without its install gives up the
+ * charge of the pages the block had (they are gone: unmapped, dropped,
+ * the region dying, or poisoned out of use). */
+static void fill_release(struct kvp_pager *p, struct kvp_region *r,
+			 struct kvp_block *b)
+{
+	if (b->flags & BLK_PARTIAL)
+		kvp_frame_unuse(p, kvp_blk_charge(r, b));
+}
+
 void kvp_load_abandon(struct kvp_service *s, struct kvp_op *op)
 {
 	struct kvp_pager *p = s->p;
 	struct kvp_region *r = op->r;
 
+	fill_release(p, r, &r->blocks[op->blk]);
 	kvp_blk_load_dropped(r, &r->blocks[op->blk]);
 	finish_pfs(p, op, false);
 	pthread_cond_broadcast(&p->idle);
@@ -209,6 +341,7 @@ static void poison_load(struct kvp_service *s, struct kvp_op *op)
 	struct kvp_pager *p = s->p;
 	struct kvp_region *r = op->r;
 
+	fill_release(p, r, &r->blocks[op->blk]);
 	kvp_blk_load_failed(r, &r->blocks[op->blk]);
 	finish_pfs(p, op, true);
 	pthread_cond_broadcast(&p->idle);
@@ -232,7 +365,7 @@ void kvp_load_past_budget(struct kvp_service *s, struct kvp_op *op)
 		kvp_load_abandon(s, op);
 		return;
 	}
-	slot = kvp_frame_get_overdraft(p, r->block_bytes);
+	slot = kvp_frame_get_overdraft(p, op->win_len);
 	if (slot) {
 		KVP_STAT_ADD(r, overdraft_loads_total, 1);
 		kvp_want_frame_pop(s);
@@ -280,8 +413,8 @@ void kvp_stage_drop(struct kvp_pager *p, struct kvp_op *op)
 	unstage(p, op);
 	kvp_blk_load_dropped(r, &r->blocks[op->blk]);
 	finish_pfs(p, op, false);
-	kvp_frame_unuse(p, r->block_bytes);
-	kvp_frame_put(p, op->slot, r->block_bytes, true);
+	kvp_frame_unuse(p, op->win_len);
+	kvp_frame_put(p, op->slot, op->win_len, true);
 	pthread_cond_broadcast(&p->idle);
 	kvp_op_free(op);
 }
@@ -321,11 +454,17 @@ void kvp_load_install(struct kvp_service *s, struct kvp_op *op)
 	struct kvp_pager *p = s->p;
 	struct kvp_region *r = op->r;
 	struct kvp_block *b = &r->blocks[op->blk];
-	size_t len = r->block_bytes;
-	bool drop, dirty, full = true, split;
+	size_t len = op->win_len, grew = 0;
+	bool whole = len == r->block_bytes;
+	bool drop, dirty, fill, paged, full = true, split, more;
+	struct kvp_op *next = NULL;
+	uint32_t placed = 0;
 	int err;
 
 	pthread_mutex_lock(&p->lock);
+	fill = b->flags & BLK_PARTIAL;
+	/* Into a range with a page table, or a window: by copy (BLK_PAGES). */
+	paged = fill || !whole || (b->flags & BLK_PAGES);
 	drop = b->flags & BLK_DROP;
 	if (drop)
 		kvp_blk_contents_gone(b);
@@ -336,7 +475,15 @@ void kvp_load_install(struct kvp_service *s, struct kvp_op *op)
 		memset(op->slot, 0, len);
 	else
 		(void)kvp_op_zero_dropped(op);
-	err = install(p, r, op->blk, op->slot, !dirty, &full, &split);
+	/* A window that a write joined, or with drops outside it, is
+	 * installed and the block made whole at once (always clean in
+	 * part): dropped bits left are those outside the window. */
+	more = !whole && !drop && (dirty || op->rm_any);
+	if (more)
+		next = kvp_op_new(OP_LOAD, r, op->blk);
+	err = more && !next ? -ENOMEM
+			    : install(p, op, !dirty, paged, &full, &split,
+				      &placed);
 
 	if (err && err != -ENOENT) {
 		/* Could not map it (out of memory): keep it loading and try
@@ -345,15 +492,25 @@ void kvp_load_install(struct kvp_service *s, struct kvp_op *op)
 		op->next = s->ready;
 		s->ready = op;
 		pthread_mutex_unlock(&p->lock);
+		kvp_op_free(next);
 		return;
 	}
+	/* A fill for a write: the pages it had are still write-protected. */
+	if (err == 0 && whole && dirty && fill)
+		(void)kvp_uffd_protect(p, kvp_blk_addr(r, op->blk),
+				       r->block_bytes, false);
 	pthread_mutex_lock(&p->lock);
 	if (err == -ENOENT) {
+		fill_release(p, r, b);
 		kvp_blk_load_unmapped(r, b);
 		kvp_frame_unuse(p, len);
 		full = true;
 	} else {
-		drop = kvp_blk_installed(r, b, dirty, split);
+		drop = kvp_blk_installed(r, b, dirty, split, whole, placed,
+					 &grew);
+		/* The frame was charged for the window; the block for what
+		 * arrived. */
+		kvp_frame_unuse(p, len - grew);
 	}
 	finish_pfs(p, op, false);
 	kvp_frame_put(p, op->slot, len, full);
@@ -361,10 +518,16 @@ void kvp_load_install(struct kvp_service *s, struct kvp_op *op)
 		/* Discarded while it was being installed: drop it now.  The
 		 * waiters are woken by the discard (they read zeros). */
 		kvp_discard_resident(r, op->blk);
+	else if (err == 0 && more && !drop) {
+		(void)complete_with(s, r, op->blk, true, op->rm_pages, next);
+		next = NULL; /* complete_with cannot fail with an op */
+	}
 	pthread_cond_broadcast(&p->idle);
 	pthread_mutex_unlock(&p->lock);
 	/* Only now: a woken thread finds the block RESIDENT. */
-	(void)kvp_uffd_wake(&p->uffd, kvp_blk_addr(r, op->blk), len);
+	(void)kvp_uffd_wake(&p->uffd, kvp_blk_addr(r, op->blk),
+			    r->block_bytes);
+	kvp_op_free(next);
 	kvp_op_free(op);
 }
 
@@ -382,7 +545,7 @@ void kvp_load_done(struct kvp_service *s, struct kvp_op *op)
 	struct kvp_pager *p = s->p;
 	struct kvp_region *r = op->r;
 	struct kvp_block *b = &r->blocks[op->blk];
-	size_t len = r->block_bytes;
+	size_t len = op->win_len;
 	bool ok = op->zero || op->io.result == (int64_t)len;
 
 	if (!op->zero) {

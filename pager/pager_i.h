@@ -40,6 +40,17 @@ enum {
 	BLK_ACTIVE = 1u << 12,	  /* working set: loaded again soon after
 				     it was evicted (a refault); the clock
 				     takes it only when nothing else goes */
+	BLK_PARTIAL = 1u << 13,	  /* resident in part (fault-around): the
+				     pages it lacks are in the store, a
+				     fault there loads a window more
+				     (load.c); always clean */
+	BLK_PAGES = 1u << 14,	  /* a window went in (fault-around): its
+				     range has a page table, so a block
+				     moved in whole would be split into
+				     pages, and a slot it is moved out to
+				     would keep them: it is installed by
+				     copy and detached into paged slots;
+				     for the region's life */
 };
 
 struct kvp_op;
@@ -50,6 +61,9 @@ struct kvp_block {
 	uint16_t flags; /* BLK_* */
 	uint16_t pins;
 	uint8_t holds; /* transient: a flush or peek copying it out */
+	uint16_t present; /* BLK_PARTIAL: pages installed (an upper bound
+			     once the program drops some: those make it
+			     whole again at once, events.c) */
 	uint64_t last_use;
 	struct kvp_block *next, *prev; /* clock list, while RESIDENT */
 	struct kvp_op *op;	       /* while LOADING or EVICTING */
@@ -115,6 +129,11 @@ struct kvp_op {
 	enum kvp_op_kind kind;
 	struct kvp_region *r;
 	uint64_t blk;
+	uint32_t win_off, win_len; /* the bytes of the block it moves: all
+				      of it, or a fault-around window (a
+				      load's slot holds only those) */
+	size_t held;		   /* eviction: bytes the block held when it
+				      began (kvp_blk_charge) */
 	void *slot;		   /* frame slot in the arena */
 	bool zero;		   /* load: no read, zero-fill the frame */
 	bool staged;		   /* load: read, waiting for a fault to be
@@ -156,6 +175,10 @@ struct kvp_frames {
 	size_t prefault_end; /* end of the pre-touched part */
 	struct kvp_slot_stack full[KVP_SIZE_CLASSES];  /* pages present */
 	struct kvp_slot_stack empty[KVP_SIZE_CLASSES]; /* no pages */
+	struct kvp_slot_stack paged[KVP_SIZE_CLASSES]; /* no pages, but a
+				     page table: slots that took a block
+				     moved out page by page (BLK_PAGES),
+				     kept for such blocks only */
 	uint64_t charged; /* bytes of frames holding pages: in use
 				     by blocks or free in the pool */
 	uint64_t in_use;  /* bytes held by LOADING, RESIDENT and
@@ -292,6 +315,11 @@ void *kvp_frame_get(struct kvp_pager *p, size_t bytes);
 /* An empty slot to move a block's pages into (eviction): never fails but
  * for address space, NULL then. */
 void *kvp_frame_empty_slot(struct kvp_pager *p, size_t bytes);
+/* An empty slot for detaching a block with BLK_PAGES, and its return
+ * (pages freed): a slot that took pages one by one keeps a page table,
+ * and a huge page moved into it later would be split. */
+void *kvp_frame_paged_slot(struct kvp_pager *p, size_t bytes);
+void kvp_frame_put_paged(struct kvp_pager *p, void *slot, size_t bytes);
 /* Give back a slot: @full if pages are present in it. */
 void kvp_frame_put(struct kvp_pager *p, void *slot, size_t bytes, bool full);
 /* Give back the slot of an eviction undone, which may still hold pages
@@ -371,10 +399,18 @@ void kvp_blk_load_keep(struct kvp_block *b);
 /* State changes. */
 void kvp_blk_begin_load(struct kvp_region *r, struct kvp_block *b,
 			struct kvp_op *op, enum kvp_load_why why);
-/* Returns true when the block was dropped while loading: the caller
- * discards it at once. */
+/* A RESIDENT block gets more pages (fault-around, or made whole before a
+ * write or a drop): LOADING again, its pages still mapped. */
+void kvp_blk_begin_fill(struct kvp_region *r, struct kvp_block *b,
+			struct kvp_op *op);
+/* Bytes of frames a block's pages hold: the block, or the pages of a
+ * BLK_PARTIAL one (also while a fill loads more). */
+size_t kvp_blk_charge(const struct kvp_region *r, const struct kvp_block *b);
+/* Installed: @whole, or @placed pages of a window; *grew receives the
+ * bytes its charge grew by.  Returns true when the block was dropped while
+ * loading: the caller discards it at once. */
 bool kvp_blk_installed(struct kvp_region *r, struct kvp_block *b, bool dirty,
-		       bool split);
+		       bool split, bool whole, uint32_t placed, size_t *grew);
 void kvp_blk_load_failed(struct kvp_region *r, struct kvp_block *b);
 void kvp_blk_load_dropped(struct kvp_region *r, struct kvp_block *b);
 void kvp_blk_load_unmapped(struct kvp_region *r, struct kvp_block *b);
@@ -481,6 +517,19 @@ void kvp_discard_resident(struct kvp_region *r, uint64_t blk);
 /* Start loading ABSENT block @blk; 0 or -ENOMEM. */
 int kvp_load_start(struct kvp_service *s, struct kvp_region *r, uint64_t blk,
 		   enum kvp_load_why why, struct kvp_prefetch *pf, bool write);
+/* Fault-around: may a read fault on @b (ABSENT, or RESIDENT in part) load
+ * a window of it rather than all of it? */
+bool kvp_fault_around(const struct kvp_region *r, const struct kvp_block *b);
+/* A read fault at byte @off of block @blk that kvp_fault_around allows:
+ * load a window around it (sequential faults double the window); 0 or
+ * -ENOMEM. */
+int kvp_load_window(struct kvp_service *s, struct kvp_region *r, uint64_t blk,
+		    uint32_t off);
+/* Make RESIDENT block @blk whole: load what it lacks (a write to a block
+ * resident in part, a drop in one); @dirty installs it writable and
+ * dirty; @drops (or NULL): pages dropped, one bit each, to zero. */
+int kvp_load_complete(struct kvp_service *s, struct kvp_region *r,
+		      uint64_t blk, bool dirty, const uint64_t *drops);
 /* The oldest load waiting for a frame, off the queue. */
 struct kvp_op *kvp_want_frame_pop(struct kvp_service *s);
 /* Give a load its frame and queue its read (or zero fill). */

@@ -321,7 +321,7 @@ int kvp_region_destroy(struct kvp_region *r)
 
 		if (b->state == KVP_BLOCK_RESIDENT) {
 			kvp_clock_del(p, b);
-			kvp_frame_unuse(p, r->block_bytes);
+			kvp_frame_unuse(p, kvp_blk_charge(r, b));
 		}
 		if (b->pins)
 			p->pinned_bytes -= r->block_bytes;

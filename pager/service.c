@@ -206,7 +206,7 @@ static void frame_stage(struct kvp_service *s)
 			kvp_load_abandon(s, op);
 			continue;
 		}
-		slot = kvp_frame_get(p, op->r->block_bytes);
+		slot = kvp_frame_get(p, op->win_len);
 		if (slot) {
 			kvp_want_frame_pop(s);
 			kvp_load_arm(s, op, slot);
@@ -266,7 +266,7 @@ static void zap_settle(struct kvp_service *s, struct kvp_op *op)
 	struct kvp_region *r = op->r;
 	struct kvp_block *b = &r->blocks[op->blk];
 	size_t len = r->block_bytes, pages = len / KVP_PAGE_BYTES;
-	size_t dropped = 0;
+	size_t held = op->held, dropped = 0;
 	bool waiters;
 
 	pthread_mutex_lock(&p->lock);
@@ -277,13 +277,15 @@ static void zap_settle(struct kvp_service *s, struct kvp_op *op)
 		return;
 	}
 	p->leaving--;
-	p->leaving_bytes -= len;
+	p->leaving_bytes -= held;
 	if (!op->zapped && !(b->flags & BLK_GONE)) {
 		/* The move ignores op->cover: a drop by the program that
 		 * raced this cut-short zap (it needs a partial munmap of the
 		 * block too) is not seen, and that part reads the store. */
 		op->kind = OP_WRITEBACK;
-		op->slot = kvp_frame_empty_slot(p, len);
+		op->slot = (b->flags & BLK_PAGES)
+			       ? kvp_frame_paged_slot(p, len)
+			       : kvp_frame_empty_slot(p, len);
 		pthread_mutex_unlock(&p->lock);
 		if (op->slot) {
 			(void)kvp_evict_move(s, op);
@@ -294,7 +296,7 @@ static void zap_settle(struct kvp_service *s, struct kvp_op *op)
 		pthread_mutex_lock(&p->lock);
 		op->kind = OP_ZAP;
 		p->leaving++;
-		p->leaving_bytes += len;
+		p->leaving_bytes += held;
 		kvp_zap_queue(p, op);
 		pthread_mutex_unlock(&p->lock);
 		return;
@@ -310,7 +312,7 @@ static void zap_settle(struct kvp_service *s, struct kvp_op *op)
 	KVP_STAT_ADD(r, evictions_zap_total, 1);
 	waiters = kvp_blk_take_waiters(b);
 	kvp_blk_evicted(r, b, false);
-	kvp_frame_unuse(p, len);
+	kvp_frame_unuse(p, held);
 	if (dropped && dropped < pages && (b->flags & BLK_IN_STORE) &&
 	    !r->dying &&
 	    kvp_load_start(s, r, op->blk, LOAD_FAULT, NULL, true) == 0) {

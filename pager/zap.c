@@ -55,8 +55,13 @@
 bool kvp_zap_eligible(const struct kvp_pager *p, const struct kvp_region *r,
 		      const struct kvp_block *b, bool dirty)
 {
-	return p->zapper_running && r->install == KVP_INSTALL_COPY && !dirty &&
-	       !(b->flags & (BLK_SPLIT | BLK_HOLES | BLK_DROP));
+	/* A block resident in part leaves by a zap in move mode too: a move
+	 * that fails puts its pages back writable (kvp_evict_move).  So does
+	 * one with a page table (BLK_PAGES): the zap frees it. */
+	return p->zapper_running &&
+	       (r->install == KVP_INSTALL_COPY ||
+		(b->flags & (BLK_PARTIAL | BLK_PAGES))) &&
+	       !dirty && !(b->flags & (BLK_SPLIT | BLK_HOLES | BLK_DROP));
 }
 
 void kvp_zap_queue(struct kvp_pager *p, struct kvp_op *op)

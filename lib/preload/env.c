@@ -265,6 +265,9 @@ void kvp_preload_env_load(void)
 	kvp_env.backing_dir = read_path("KVP_BACKING_DIR");
 	kvp_env.fuse_mount = read_path("KVP_FUSE_MOUNT");
 	kvp_config_defaults(&kvp_env.cfg);
+	/* A program's pages are touched at random as often as in order:
+	 * read what a fault needs, not the shim's whole 2 MiB block. */
+	kvp_env.cfg.fault_around_bytes = KVP_PRELOAD_FAULT_AROUND;
 	load_engine_vars();
 	warn_unknown_vars();
 	__atomic_store_n(&kvp_env.loaded, true, __ATOMIC_RELEASE);

@@ -98,6 +98,7 @@ void open_pager(const struct popts *o)
 	c.ram_budget_bytes = o->budget;
 	c.install_mode = o->mode;
 	c.readahead_bytes = o->readahead;
+	c.fault_around_bytes = o->fault_around;
 	if (o->threads)
 		c.service_threads = o->threads;
 	if (o->no_prefault)

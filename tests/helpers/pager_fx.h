@@ -41,6 +41,7 @@ struct popts {
 	unsigned threads;
 	bool exact_budget; /* watermarks 100/99: evict on demand only */
 	bool no_prefault;  /* pool_prefault_bytes 0: every frame fresh */
+	uint64_t fault_around; /* fault_around_bytes (0: whole blocks) */
 };
 
 /* The checked fixture: handles reset; whatever a test left open closed. */
