@@ -73,6 +73,11 @@ struct kvp_config {
 
 #undef KVP_CONFIG_FIELD
 
+/* fault_around_bytes for memory a program touches as it likes (the preload
+ * shim's default; kvpbench touch's region follows it): a 4 KiB page at
+ * random reads 64 KiB, as the kernel's mmap read-around reads 128 KiB. */
+#define KVP_FAULT_AROUND_PROGRAM (64u << 10)
+
 /* kvp_config_defaults - fill @cfg with every tunable's default. */
 void kvp_config_defaults(struct kvp_config *cfg);
 

@@ -267,7 +267,7 @@ void kvp_preload_env_load(void)
 	kvp_config_defaults(&kvp_env.cfg);
 	/* A program's pages are touched at random as often as in order:
 	 * read what a fault needs, not the shim's whole 2 MiB block. */
-	kvp_env.cfg.fault_around_bytes = KVP_PRELOAD_FAULT_AROUND;
+	kvp_env.cfg.fault_around_bytes = KVP_FAULT_AROUND_PROGRAM;
 	load_engine_vars();
 	warn_unknown_vars();
 	__atomic_store_n(&kvp_env.loaded, true, __ATOMIC_RELEASE);

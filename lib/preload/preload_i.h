@@ -111,7 +111,6 @@ void kvp_preload_say(const char *fmt, ...)
 
 #define KVP_PRELOAD_MAX_RECS   1024 /* served allocations alive at once */
 #define KVP_PRELOAD_MAX_PIECES 8    /* mapped pieces of one (partial munmap) */
-#define KVP_PRELOAD_FAULT_AROUND (64u << 10) /* fault_around_bytes default */
 
 enum kvp_rec_kind { KVP_REC_MALLOC, KVP_REC_MMAP };
 

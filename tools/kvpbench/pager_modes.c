@@ -23,12 +23,13 @@
 #define RA_DEFAULT UINT64_MAX /* leave readahead_bytes as it is */
 
 /*
- * Open a pager: tunables from the environment, then the budget, the install
+ * Open a pager: tunables from the environment (over the fault-around of a
+ * program's memory, for @program's touches), then the budget, the install
  * mode and (unless RA_DEFAULT) readahead_bytes forced.  readahead_bytes is
  * set by name through the registry, so that a pager without it still runs.
  */
 static int pager_open(struct kvpb_ctx *c, uint64_t budget, unsigned install,
-		      uint64_t ra_bytes, struct kvp_pager **out)
+		      uint64_t ra_bytes, bool program, struct kvp_pager **out)
 {
 	struct kvp_config cfg;
 	struct kvp_tunable_target tg = { .pager = &cfg };
@@ -38,6 +39,9 @@ static int pager_open(struct kvpb_ctx *c, uint64_t budget, unsigned install,
 	int err;
 
 	kvp_config_defaults(&cfg);
+	/* A program's touches: the shim's fault-around, unless set. */
+	if (program)
+		cfg.fault_around_bytes = KVP_FAULT_AROUND_PROGRAM;
 	if (kvp_tunables_load_env(&tg, msg, sizeof(msg))) {
 		fprintf(stderr, "kvpbench: %s\n", msg);
 		return -EINVAL;
@@ -141,7 +145,7 @@ int kvpb_pager_run(struct kvpb_ctx *c, const struct kvpb_job *j,
 			 j->order || j->region_block
 			     ? RA_DEFAULT
 			     : (uint64_t)j->depth * j->block,
-			 &p);
+			 !strcmp(j->scenario, "touch"), &p);
 	if (err)
 		return err;
 	err = kvp_store_file_open(c->file.path, 0, 0, &s);
@@ -217,7 +221,7 @@ static int install_once(struct kvpb_ctx *c, struct kvp_store *s,
 	int err;
 
 	/* No readahead: one fault, one install. */
-	err = pager_open(c, budget, install, 0, &p);
+	err = pager_open(c, budget, install, 0, false, &p);
 	if (err)
 		return err;
 	err = kvp_region_create(p, &ro, &reg);

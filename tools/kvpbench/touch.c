@@ -16,7 +16,8 @@
  *            where a v2 memory controller is there, else v1
  *            memory.limit_in_bytes); skipped, with the reason, without.
  *   kvpager  a region over the file (KVP_REGION_FROM_STORE) in
- *            --touch-block blocks, the pager's own read-ahead.
+ *            --touch-block blocks, the pager's own read-ahead and the
+ *            shim's fault-around (KVP_FAULT_AROUND_BYTES sets another).
  *   preload  tests/progs/touch_pages under LD_PRELOAD of the shim, on a
  *            malloc'd buffer it fills first (not timed), with the shim's
  *            defaults (its block size unless --touch-block is given).
@@ -785,11 +786,15 @@ int kvpb_touch(struct kvpb_ctx *c)
 		printf("kvpbench touch: buffer %llu MiB (8 x the budget), "
 		       "%llu random touches per line, sequential: every page; "
 		       "mmap in %s (limit: budget + %llu MiB), disk "
-		       "read_ahead_kb %ld\n",
+		       "read_ahead_kb %ld; kvpager and preload fault-around "
+		       "%s\n",
 		       (unsigned long long)(s.size >> 20),
 		       (unsigned long long)rand_touches,
 		       s.no_cgroup[0] ? "no cgroup (skipped)" : s.cgroup,
-		       CGROUP_SLACK >> 20, ra_kb);
+		       CGROUP_SLACK >> 20, ra_kb,
+		       getenv("KVP_FAULT_AROUND_BYTES")
+			   ? getenv("KVP_FAULT_AROUND_BYTES")
+			   : "64K");
 	for (p = 0; p < 2; p++) {
 		for (t = 0; t < o->nthreads; t++) {
 			s.pattern = patterns[p];
