@@ -85,6 +85,16 @@ static void detached_slot_put(struct kvp_pager *p, struct kvp_region *r,
 		kvp_frame_put(p, slot, r->block_bytes, true);
 }
 
+/* The same for a detach undone (the pages put back, or some left). */
+static void undone_slot_put(struct kvp_pager *p, struct kvp_region *r,
+			    struct kvp_block *b, void *slot)
+{
+	if (b->flags & BLK_PAGES)
+		kvp_frame_put_paged(p, slot, r->block_bytes);
+	else
+		kvp_frame_put_undone(p, slot, r->block_bytes);
+}
+
 int kvp_detach(struct kvp_pager *p, struct kvp_region *r, uint64_t blk,
 	       void **slot)
 {
@@ -231,7 +241,7 @@ int kvp_evict_move(struct kvp_service *s, struct kvp_op *op)
 		 * resident, try another.  Pages put back arrive writable:
 		 * dirty, so that no write goes unseen. */
 		if (slot)
-			kvp_frame_put_undone(p, slot, r->block_bytes);
+			undone_slot_put(p, r, b, slot);
 		kvp_blk_evict_aborted(r, b, ABORT_BUSY);
 		/* Resident in part and now dirty: made whole before its
 		 * write-back could write the pages it lacks. */
@@ -379,7 +389,7 @@ void kvp_writeback_done(struct kvp_service *s, struct kvp_op *op)
 		pthread_mutex_lock(&p->lock);
 		kvp_blk_evict_aborted(r, b, ABORT_WRITE_FAILED);
 		if (back) /* else the data lives in the slot: keep it */
-			kvp_frame_put_undone(p, op->slot, len);
+			undone_slot_put(p, r, b, op->slot);
 		waiters = true;
 	} else {
 		if (ok) {
@@ -422,7 +432,7 @@ void kvp_discard_resident(struct kvp_region *r, uint64_t blk)
 	pthread_mutex_lock(&p->lock);
 	if (err && err != -ENOENT) {
 		if (slot)
-			kvp_frame_put_undone(p, slot, r->block_bytes);
+			undone_slot_put(p, r, b, slot);
 		kvp_blk_evict_aborted(r, b, ABORT_DISCARD);
 	} else {
 		bool waiters = kvp_blk_take_waiters(b);
