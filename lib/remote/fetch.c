@@ -25,23 +25,45 @@ static void take_reply(struct kvp_remote *r, struct kvp_remote_get *g,
 	} else if (rep->type != REDIS_REPLY_STRING) {
 		g->status = -EIO; /* an error reply: CLUSTERDOWN, LOADING... */
 		RSTAT_ADD(r, errors_total, 1);
-	} else if (rep->len > g->buf_len) {
+	} else if (!op->sunk && rep->len > g->buf_len) {
 		g->status = -EMSGSIZE;
 		RSTAT_ADD(r, oversize_total, 1);
 	} else {
-		/* copied first: the hook may open the record in place */
-		memcpy(g->buf, rep->str, rep->len);
-		if (r->verify(r->verify_arg, g->key, g->key_len, g->buf,
-			      rep->len)) {
+		size_t len = op->sunk ? op->dst_len : rep->len;
+
+		/* at buf before the hook (link.c put it there, else here):
+		 * the hook may open the record in place */
+		if (!op->sunk && len)
+			memcpy(g->buf, rep->str, len);
+		if (r->verify(r->verify_arg, g->key, g->key_len, g->buf, len)) {
 			g->status = -EBADMSG;
 			RSTAT_ADD(r, verify_failed_total, 1);
 			return;
 		}
-		g->len = rep->len;
+		g->len = len;
 		g->status = 0;
 		RSTAT_ADD(r, hits_total, 1);
-		RSTAT_ADD(r, bytes_read_total, rep->len);
+		RSTAT_ADD(r, bytes_read_total, len);
 	}
+}
+
+struct take_ctx {
+	struct kvp_remote *r;
+	struct rop *ops;	     /* fetch_many's, in the order of gets */
+	struct kvp_remote_get *gets;
+};
+
+/* link_run's take hook: a value verified as it comes, while its bytes
+ * are still in the CPU's cache; its reply freed at once. */
+static void take_one(void *arg, struct rop *op)
+{
+	struct take_ctx *t = arg;
+	struct kvp_remote_get *g = &t->gets[op - t->ops];
+
+	g->len = 0;
+	take_reply(t->r, g, op);
+	freeReplyObject(op->reply);
+	op->reply = NULL;
 }
 
 static int check_gets(const struct kvp_remote_get *gets, size_t n)
@@ -56,6 +78,7 @@ static int check_gets(const struct kvp_remote_get *gets, size_t n)
 
 int fetch_many(struct kvp_remote *r, struct kvp_remote_get *gets, size_t n)
 {
+	struct take_ctx tc = { r, NULL, gets };
 	struct rop *ops;
 	char *rkeys;
 	int hits = 0;
@@ -81,11 +104,16 @@ int fetch_many(struct kvp_remote *r, struct kvp_remote_get *gets, size_t n)
 		ops[i].rkey = rkey;
 		ops[i].rkey_len = (size_t)remote_rkey(r, gets[i].key,
 						      gets[i].key_len, rkey);
+		ops[i].dst = gets[i].buf;
+		ops[i].dst_cap = gets[i].buf_len;
 	}
-	link_run(&r->fetch, ops, n);
+	tc.ops = ops;
+	link_run(&r->fetch, ops, n, take_one, &tc);
 	for (i = 0; i < n; i++) {
-		gets[i].len = 0;
-		take_reply(r, &gets[i], &ops[i]);
+		if (!ops[i].taken) { /* not sent, failed, or redirected */
+			gets[i].len = 0;
+			take_reply(r, &gets[i], &ops[i]);
+		}
 		hits += gets[i].status == 0;
 		if (ops[i].reply)
 			freeReplyObject(ops[i].reply);

@@ -102,6 +102,41 @@ static bool command_ok(redisContext *c, int argc, const char **argv,
 	return ok;
 }
 
+/*
+ * The reader's string constructor: a GET's value goes straight from the
+ * reader's buffer to the op's dst (its reply an empty string), so that a
+ * large value is copied once, not into a reply of its own size first and
+ * then again (a fresh allocation per value: at 1 MiB and up, pages the
+ * kernel faults in and zeroes, a batch's worth held at once).  Everything
+ * else is hiredis' own reply.
+ */
+static void *sink_string(const redisReadTask *t, char *str, size_t len)
+{
+	struct rnode *n = t->privdata;
+	struct rop *op = n->sink;
+
+	if (op && t->type == REDIS_REPLY_STRING && !t->parent && op->dst &&
+	    len <= op->dst_cap) {
+		memcpy(op->dst, str, len);
+		op->dst_len = len;
+		op->sunk = true;
+		len = 0;
+	}
+	return n->plain_string(t, str, len);
+}
+
+/* @c's reader: replies through sink_string, its buffer kept. */
+static void reader_setup(struct rnode *n, redisContext *c)
+{
+	n->fns = *c->reader->fn;
+	n->plain_string = n->fns.createString;
+	n->fns.createString = sink_string;
+	n->sink = NULL;
+	c->reader->fn = &n->fns;
+	c->reader->privdata = n;
+	c->reader->maxbuf = READER_KEEP_BYTES;
+}
+
 /* @n's open connection, or NULL with -ENOTCONN (backing off, or the
  * connection, AUTH or SELECT failed: the back-off starts). */
 static redisContext *node_conn(struct rlink *l, struct rnode *n)
@@ -118,6 +153,7 @@ static redisContext *node_conn(struct rlink *l, struct rnode *n)
 	if (!c || c->err)
 		goto fail;
 	n->ctx = c;
+	reader_setup(n, c);
 	if (redisSetTimeout(c, ms_tv(u->timeout_ms)) != REDIS_OK)
 		goto fail;
 	if (u->password[0]) {
@@ -259,8 +295,17 @@ static int append(redisContext *c, const struct rop *op)
 	return 0;
 }
 
-/* Send the @n ops of @g to node @ni, LINK_PIPELINE per round trip. */
-static void node_pipeline(struct rlink *l, int ni, struct rop **g, size_t n)
+/* A MOVED or ASK error (a cluster's): link_run follows it. */
+static bool is_redirect(const struct rlink *l, const redisReply *rep)
+{
+	return l->slot_node && rep->type == REDIS_REPLY_ERROR && rep->str &&
+	       (!strncmp(rep->str, "MOVED ", 6) || !strncmp(rep->str, "ASK ", 4));
+}
+
+/* Send the @n ops of @g to node @ni, LINK_PIPELINE per round trip; each
+ * final reply to @take (if any) as it comes. */
+static void node_pipeline(struct rlink *l, int ni, struct rop **g, size_t n,
+			  link_take_fn take, void *arg)
 {
 	struct rnode *nd = &l->nodes[ni];
 	bool reused = nd->ctx != NULL, retried = false;
@@ -289,10 +334,19 @@ again:
 					goto io_error;
 				freeReplyObject(rep);
 			}
-			if (redisGetReply(c, &rep) != REDIS_OK)
+			op->sunk = false;
+			nd->sink = op->dst ? op : NULL;
+			if (redisGetReply(c, &rep) != REDIS_OK) {
+				nd->sink = NULL;
 				goto io_error;
+			}
+			nd->sink = NULL;
 			op->reply = rep;
 			op->status = 0;
+			if (take && !is_redirect(l, rep)) {
+				op->taken = true;
+				take(arg, op);
+			}
 		}
 		if (l->fetch)
 			latency(l->r, remote_now_ns() - t0);
@@ -360,7 +414,8 @@ static bool redirect(struct rlink *l, const redisReply *rep, bool *ask,
 	return *idx >= 0;
 }
 
-void link_run(struct rlink *l, struct rop *ops, size_t n)
+void link_run(struct rlink *l, struct rop *ops, size_t n, link_take_fn take,
+	      void *arg)
 {
 	struct rop **group = malloc((n ? n : 1) * sizeof(*group));
 	sigset_t pipe_set, old;
@@ -384,6 +439,8 @@ void link_run(struct rlink *l, struct rop *ops, size_t n)
 		ops[i].target = -1;
 		ops[i].asking = false;
 		ops[i].reply = NULL;
+		ops[i].sunk = false;
+		ops[i].taken = false;
 		ops[i].slot = l->slot_node ? kvp_remote_key_slot(ops[i].rkey,
 								 ops[i].rkey_len)
 					   : 0;
@@ -420,14 +477,15 @@ void link_run(struct rlink *l, struct rop *ops, size_t n)
 				if (ops[i].status == 1 && ops[i].target == ni)
 					group[k++] = &ops[i];
 			if (k)
-				node_pipeline(l, ni, group, k);
+				node_pipeline(l, ni, group, k, take, arg);
 		}
 		for (i = 0; i < n; i++) {
 			struct rop *op = &ops[i];
 			bool ask;
 			int idx;
 
-			if (op->status || op->reply->type != REDIS_REPLY_ERROR ||
+			if (op->status || op->taken ||
+			    op->reply->type != REDIS_REPLY_ERROR ||
 			    !l->slot_node || !redirect(l, op->reply, &ask, &idx))
 				continue;
 			freeReplyObject(op->reply);

@@ -87,7 +87,7 @@ static void publish_batch(struct kvp_remote *r, struct pub_entry *list,
 		k++;
 	}
 	n = k;
-	link_run(&r->pub, ops, n);
+	link_run(&r->pub, ops, n, NULL, NULL);
 	for (i = 0; i < n; i++) {
 		redisReply *rep = ops[i].reply;
 

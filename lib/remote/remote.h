@@ -26,7 +26,8 @@
  *
  * Fetches (kvp_remote_get_many, or kvp_remote_fetch_submit on the tier's
  * fetch thread, behind the caller) are pipelined, batch by batch, on the
- * fetch link; publishes (kvp_remote_publish) go into a bounded queue that
+ * fetch link; each value goes from the connection's buffer straight to
+ * the caller's and is verified as it comes; publishes (kvp_remote_publish) go into a bounded queue that
  * a thread of the tier drains on a link of its own; a full queue skips
  * the publish and counts it, the caller never waits.  A link that fails
  * (refused, reset, past its timeout) is closed and tried again after a
@@ -103,9 +104,10 @@ uint16_t kvp_remote_crc16(const void *buf, size_t len);
  * view's remote/ files, the kvpager_remote_* Prometheus series and
  * kvpctl's remote/ lines come from it.  X(name, kind, doc) as
  * pager/stats.h (a counter's name ends in _total).  Beside them, the
- * latency histogram counts fetch round trips (one pipelined batch each)
- * by the microseconds they took: bucket i holds [2^i, 2^(i+1)), the last
- * also everything longer; fetch_latency_sum_ns sums them.
+ * latency histogram counts fetch round trips (one pipelined batch each,
+ * the verification of its values included) by the microseconds they
+ * took: bucket i holds [2^i, 2^(i+1)), the last also everything longer;
+ * fetch_latency_sum_ns sums them.
  */
 #define KVP_REMOTE_STATS(X)                                                    \
 	X(lookups_total, KVP_COUNTER,                                          \

@@ -10,7 +10,9 @@
  *
  * Lock rule: a link's lock is held for a whole link_run (one caller's
  * pipelines at a time on a link); the queue lock and the fetch lock only
- * to push or pop; no callback runs under any of them.
+ * to push or pop.  The caller's verify hook runs under the fetch link's
+ * lock (as each value comes, while it is in the cache): it must not call
+ * the tier; no other callback runs under any of them.
  * Statistics are atomic counters, taken under neither.
  */
 #ifndef KVP_REMOTE_I_H
@@ -30,6 +32,12 @@
 #define LINK_MAX_ROUNDS 5    /* redirections followed per command */
 #define BACKOFF_FIRST_MS 100 /* a failed link's first wait */
 #define BACKOFF_MAX_MS 5000  /* ... doubling up to this */
+/* A connection's reader keeps a buffer with up to this much room when it
+ * runs empty (hiredis frees one past 16K): large values do not grow a
+ * fresh buffer, through every doubling, at each batch. */
+#define READER_KEEP_BYTES (8u << 20)
+
+struct rop;
 
 /* One server a link speaks to. */
 struct rnode {
@@ -38,6 +46,11 @@ struct rnode {
 	redisContext *ctx;	/* NULL while not connected */
 	uint64_t retry_at_ns;	/* no connection tried before this */
 	unsigned backoff_ms;	/* the next failure's wait; 0 after success */
+	/* ctx's reader builds replies with fns: hiredis' own, but for a
+	 * string that the op being read wants at its dst (link.c) */
+	redisReplyObjectFunctions fns;
+	void *(*plain_string)(const redisReadTask *t, char *str, size_t len);
+	struct rop *sink;	/* the op whose reply is read now, or NULL */
 };
 
 /* A connection set with its routing: the fetch link or the publish link. */
@@ -66,7 +79,20 @@ struct rop {
 	bool asking;		/* send ASKING first (an ASK redirection) */
 	int status;		/* 0 replied; -errno not; 1 still to send */
 	redisReply *reply;	/* with status 0: the reply, the caller frees */
+	void *dst;		/* GET: where a string reply of at most
+				   dst_cap bytes goes, straight from the
+				   reader's buffer; NULL: in the reply */
+	size_t dst_cap;
+	size_t dst_len;		/* with sunk: the string's bytes at dst */
+	bool sunk;		/* the reply is an empty string, the value
+				   went to dst */
+	bool taken;		/* the take hook had the final reply */
 };
+
+/* A link_run's hook: called as op's final reply comes (status 0, not a
+ * redirection), under the link's lock; it may free op->reply (and set it
+ * NULL).  What the fetch link verifies values with, while they are hot. */
+typedef void (*link_take_fn)(void *arg, struct rop *op);
 
 struct kvp_remote {
 	struct kvp_remote_url url;	/* parsed, password included */
@@ -144,10 +170,12 @@ void link_warm(struct rlink *l);
  * link_run - send the @n ops, pipelined by node, following MOVED and ASK
  * (a cluster), and set each op's status: 0 with its reply (a non-redirect
  * error reply included), or -ENOTCONN (link down or backing off),
- * -ETIMEDOUT, -EIO (connection lost, too many redirections).  Takes the
- * link's lock.
+ * -ETIMEDOUT, -EIO (connection lost, too many redirections).  @take (may
+ * be NULL) sees each final reply as it comes, and marks the op taken.
+ * Takes the link's lock.
  */
-void link_run(struct rlink *l, struct rop *ops, size_t n);
+void link_run(struct rlink *l, struct rop *ops, size_t n, link_take_fn take,
+	      void *arg);
 
 /* fetch.c */
 int fetch_many(struct kvp_remote *r, struct kvp_remote_get *gets, size_t n);
