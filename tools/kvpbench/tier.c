@@ -29,8 +29,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <hiredis/hiredis.h>
@@ -111,6 +113,46 @@ static redisReply *cmd(int port, const char *fmt, ...)
 		redisFree(c);
 	return rep;
 }
+
+/* CPU seconds the server on @port has used (INFO cpu: user + sys), or
+ * -1 when it does not say. */
+static double srv_cpu(int port)
+{
+	redisReply *rep = port ? cmd(port, "INFO cpu") : NULL;
+	const char *u, *y;
+	double res = -1;
+
+	if (rep && rep->type == REDIS_REPLY_STRING &&
+	    (u = strstr(rep->str, "used_cpu_user:")) &&
+	    (y = strstr(rep->str, "used_cpu_sys:")))
+		res = strtod(u + 14, NULL) + strtod(y + 13, NULL);
+	if (rep)
+		freeReplyObject(rep);
+	return res;
+}
+
+/* CPU seconds of this thread, or of the children waited for. */
+static double thread_cpu(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static double children_cpu(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_CHILDREN, &ru);
+	return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+	       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+/* CPU seconds per GB of values moved: the client's and the server's. */
+struct cpu_cost {
+	double client, server; /* < 0: not measured */
+};
 
 /* Start a server (cluster mode if @cluster) on a free port below the
  * ephemeral range whose +10000 (cluster bus) is free too. */
@@ -227,6 +269,8 @@ struct trow {
 	double cluster;
 	double bench_p;	     /* redis-benchmark -c 1 -P batch, GB/s */
 	double bench_c;	     /* redis-benchmark -c 50, GB/s */
+	struct cpu_cost cpu_redis;   /* CPU s/GB of our fetches */
+	struct cpu_cost cpu_bench_p; /* ... of redis-benchmark -P's GETs */
 	double redis_us;     /* mean microseconds per batch (redis) */
 	double recompute;    /* GB/s of KV the model's prefill makes */
 };
@@ -357,8 +401,10 @@ out:
 /* Publish the blocks, then fetch them all @repeat times: GB/s, or -1
  * (said on stderr) when a block was missing or wrong. */
 static double redis_rate(const char *url, uint64_t size, uint64_t blocks,
-			 unsigned batch, unsigned repeat, double *us_batch)
+			 unsigned batch, unsigned repeat, double *us_batch,
+			 int port, struct cpu_cost *cpu)
 {
+	double c0, s0;
 	uint64_t sz = size;
 	struct kvp_remote_config cfg = { .url = url, .ns = "kvpbench",
 					 .ns_len = 8, .verify = verify,
@@ -386,6 +432,9 @@ static double redis_rate(const char *url, uint64_t size, uint64_t blocks,
 			url);
 		goto out;
 	}
+	memset(bufs, 0, size * batch); /* first touches: not the fetch's */
+	c0 = thread_cpu();
+	s0 = srv_cpu(port);
 	for (unsigned rep = 0; rep < repeat; rep++) {
 		double t0 = kvpb_now();
 
@@ -420,6 +469,13 @@ static double redis_rate(const char *url, uint64_t size, uint64_t blocks,
 	}
 	res = median(rate, repeat);
 	*us_batch = (double)batch * (double)size / (res * 1e9) * 1e6;
+	{
+		double gb = (double)(size * blocks * repeat) / 1e9;
+		double s1 = srv_cpu(port);
+
+		cpu->client = (thread_cpu() - c0) / gb;
+		cpu->server = s0 >= 0 && s1 >= 0 ? (s1 - s0) / gb : -1;
+	}
 out:
 	kvp_remote_close(r);
 	free(g);
@@ -501,18 +557,39 @@ out:
 	return res;
 }
 
-/* redis-benchmark's GET at @size bytes on @port: GB/s, or -1. */
-static double bench_rate(int port, uint64_t size, uint64_t n,
-			 const char *shape)
+/*
+ * redis-benchmark's SETs of @keys keys of @size bytes on @port, drawn at
+ * random (-r) 8 times as often as there are keys: about keys * e^-8 of
+ * them stay unset, so that its GETs read as many distinct values as our
+ * fetches do (without -r it sets and gets one key, whose value stays in
+ * the server's CPU cache).  0, or -1 if it failed.
+ */
+static int bench_fill(int port, uint64_t size, uint64_t keys)
+{
+	char cmdline[256];
+
+	snprintf(cmdline, sizeof(cmdline),
+		 "redis-benchmark -h 127.0.0.1 -p %d -t set -d %llu -r %llu "
+		 "-n %llu -P 16 -q >/dev/null 2>&1",
+		 port, (unsigned long long)size, (unsigned long long)keys,
+		 (unsigned long long)(8 * keys));
+	return system(cmdline) ? -1 : 0;
+}
+
+/* redis-benchmark's GET of @n values of @size bytes on @port, drawn from
+ * the @keys keys bench_fill set: GB/s, or -1. */
+static double bench_rate(int port, uint64_t size, uint64_t keys, uint64_t n,
+			 const char *shape, struct cpu_cost *cpu)
 {
 	char line[512], cmdline[256];
-	double rps = -1;
+	double rps = -1, c0 = children_cpu(), s0 = srv_cpu(port), s1;
 	FILE *p;
 
 	snprintf(cmdline, sizeof(cmdline),
-		 "redis-benchmark -h 127.0.0.1 -p %d -t set,get -d %llu "
+		 "redis-benchmark -h 127.0.0.1 -p %d -t get -d %llu -r %llu "
 		 "-n %llu %s --csv 2>/dev/null",
-		 port, (unsigned long long)size, (unsigned long long)n, shape);
+		 port, (unsigned long long)size, (unsigned long long)keys,
+		 (unsigned long long)n, shape);
 	p = popen(cmdline, "r");
 	if (!p)
 		return -1;
@@ -520,6 +597,13 @@ static double bench_rate(int port, uint64_t size, uint64_t n,
 		if (!strncmp(line, "\"GET\",\"", 7))
 			rps = strtod(line + 7, NULL);
 	pclose(p);
+	s1 = srv_cpu(port);
+	if (cpu) {
+		double gb = (double)(size * n) / 1e9;
+
+		cpu->client = (children_cpu() - c0) / gb;
+		cpu->server = s0 >= 0 && s1 >= 0 ? (s1 - s0) / gb : -1;
+	}
 	return rps > 0 ? rps * (double)size / 1e9 : -1;
 }
 
@@ -603,12 +687,18 @@ static void print_row(const struct trow *t, bool json)
 		       "\"redis_benchmark_get_c50_gb_per_s\":%.3f,"
 		       "\"redis_vs_benchmark\":%.3f,"
 		       "\"recompute_gb_per_s\":%.6g,"
-		       "\"redis_vs_recompute\":%.3f}\n",
+		       "\"redis_vs_recompute\":%.3f,"
+		       "\"redis_cpu_client_s_per_gb\":%.3f,"
+		       "\"redis_cpu_server_s_per_gb\":%.3f,"
+		       "\"redis_benchmark_p_cpu_client_s_per_gb\":%.3f,"
+		       "\"redis_benchmark_p_cpu_server_s_per_gb\":%.3f}\n",
 		       (unsigned long long)t->size,
 		       (unsigned long long)t->blocks, t->ram, t->dir, t->redis,
 		       t->cluster, t->bench_p, t->bench_c,
 		       ratio(t->redis, best), t->recompute,
-		       ratio(t->redis, t->recompute));
+		       ratio(t->redis, t->recompute), t->cpu_redis.client,
+		       t->cpu_redis.server, t->cpu_bench_p.client,
+		       t->cpu_bench_p.server);
 		return;
 	}
 	printf("%7lluK %10.2f %10.3f %10.3f %10.3f %10.3g %10.3f %10.3f "
@@ -616,6 +706,25 @@ static void print_row(const struct trow *t, bool json)
 	       (unsigned long long)(t->size >> 10), t->ram, t->dir, t->redis,
 	       t->cluster, t->recompute, t->bench_p, t->bench_c,
 	       ratio(t->redis, best), t->redis_us);
+}
+
+/* The CPU each GB of values cost, ours against redis-benchmark -P's: a
+ * figure that a busy machine's other work changes far less than a rate
+ * (time waiting for a CPU is not counted). */
+static void print_cpu(const struct trow *rows, unsigned n)
+{
+	printf("cpu: CPU seconds per GB fetched, client + server (Redis' "
+	       "INFO cpu), ours against bench-P's:\n");
+	for (unsigned i = 0; i < n; i++) {
+		const struct cpu_cost *a = &rows[i].cpu_redis;
+		const struct cpu_cost *b = &rows[i].cpu_bench_p;
+
+		printf("  %7lluK ours %.3f + %.3f, bench-P %.3f + %.3f "
+		       "(ours/bench %.2fx)\n",
+		       (unsigned long long)(rows[i].size >> 10), a->client,
+		       a->server, b->client, b->server,
+		       ratio(a->client + a->server, b->client + b->server));
+	}
 }
 
 /* The rate of tier @col of row @t (the order of the summary's names). */
@@ -819,7 +928,9 @@ int kvpbench_tier(int argc, char **argv)
 	for (unsigned i = 0; i < nsizes; i++) {
 		uint64_t blocks = SET_BYTES / sizes[i];
 		struct trow t = { .size = sizes[i], .redis = -1, .cluster = -1,
-				  .recompute = rec };
+				  .recompute = rec,
+				  .cpu_redis = { -1, -1 },
+				  .cpu_bench_p = { -1, -1 } };
 		struct kvp_progress pg;
 		char shape[64], what[48];
 
@@ -840,23 +951,29 @@ int kvpbench_tier(int argc, char **argv)
 				 (unsigned)repeat);
 		kvp_progress_update(&pg, 2, TIER_FIGURES, "figures");
 		t.redis = redis_rate(url, sizes[i], blocks, (unsigned)batch,
-				     (unsigned)repeat, &t.redis_us);
+				     (unsigned)repeat, &t.redis_us, bench_port,
+				     &t.cpu_redis);
 		kvp_progress_update(&pg, 3, TIER_FIGURES, "figures");
 		if (curl[0]) {
+			struct cpu_cost cc;
 			double us;
 
 			t.cluster = redis_rate(curl, sizes[i], blocks,
 					       (unsigned)batch,
-					       (unsigned)repeat, &us);
+					       (unsigned)repeat, &us, 0, &cc);
 		}
 		kvp_progress_update(&pg, 4, TIER_FIGURES, "figures");
 		snprintf(shape, sizeof(shape), "-c 1 -P %llu",
 			 (unsigned long long)batch);
-		t.bench_p = bench_rate(bench_port, sizes[i], blocks * repeat,
-				       shape);
+		if (bench_fill(bench_port, sizes[i], blocks))
+			fprintf(stderr, "kvpbench tier: redis-benchmark's "
+					"SETs failed (is redis-tools "
+					"installed?)\n");
+		t.bench_p = bench_rate(bench_port, sizes[i], blocks,
+				       blocks * repeat, shape, &t.cpu_bench_p);
 		kvp_progress_update(&pg, 5, TIER_FIGURES, "figures");
-		t.bench_c = bench_rate(bench_port, sizes[i], blocks * repeat,
-				       "-c 50");
+		t.bench_c = bench_rate(bench_port, sizes[i], blocks,
+				       blocks * repeat, "-c 50", NULL);
 		kvp_progress_update(&pg, TIER_FIGURES, TIER_FIGURES, "figures");
 		kvp_progress_done(&pg, TIER_FIGURES, TIER_FIGURES, "figures");
 		if (t.redis < 0 || t.dir < 0 || (curl[0] && t.cluster < 0))
@@ -869,13 +986,15 @@ int kvpbench_tier(int argc, char **argv)
 		return rc;
 	printf("bench-P: redis-benchmark -t get -c 1 -P %llu (one "
 	       "connection, pipelined like our fetch); bench-c50: its "
-	       "default 50 clients; redis/bench: ours over the better of "
-	       "the two\n"
+	       "default 50 clients; both GET as many bytes as our fetch, "
+	       "drawn at random (-r) from as many keys as it has blocks; "
+	       "redis/bench: ours over the better of the two\n"
 	       "recompute: %s prefilling %llu tokens into RAM, GB/s of KV "
 	       "made (%.0f bytes of KV a token: %.3f ms a token); fetching "
 	       "from a tier pays where it is faster:\n",
 	       (unsigned long long)batch, model, (unsigned long long)rtokens,
 	       kv_token, kv_token / (rec * 1e9) * 1e3);
 	print_pays(rows, nsizes);
+	print_cpu(rows, nsizes);
 	return rc;
 }
