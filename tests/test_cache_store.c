@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "lib/cache/cache_store.h"
@@ -283,6 +284,82 @@ START_TEST(bind_errors)
 }
 END_TEST
 
+/* A memfd holding the record of block n (ngran granules); byte @flip of
+ * it flipped when not negative. */
+static int memfd_n(uint32_t n, uint32_t ngran, long flip)
+{
+	size_t len = (size_t)ngran * GRAN;
+	void *p = malloc(len), *rec = malloc(kvp_rec_size(len));
+	struct kvp_rec_key k;
+	int fd = memfd_create("test-record", MFD_CLOEXEC);
+
+	ck_assert_int_ge(fd, 0);
+	kvp_test_fill(p, len, 100 + n, 0);
+	key_n(&k, n);
+	ck_assert_int_eq(kvp_rec_seal(&k, p, len, NULL, rec), 0);
+	if (flip >= 0)
+		((char *)rec)[flip] ^= 1;
+	ck_assert_int_eq(write(fd, rec, kvp_rec_size(len)),
+			 (ssize_t)kvp_rec_size(len));
+	free(p);
+	free(rec);
+	return fd;
+}
+
+/* A record that is in no block file (the remote tier's, in a memfd):
+ * served as a file's; verified when first read unless the caller says
+ * it did; a bad one fails its reads but is not the directory's to drop. */
+START_TEST(bound_from_fd)
+{
+	const uint64_t offs[2] = { 3 * GRAN, GRAN };
+	struct kvp_cache_store_stats ss;
+	struct kvp_cache_stats cst;
+	struct kvp_rec_key k;
+	char *buf = malloc(NGRAN * GRAN);
+
+	key_n(&k, 11);
+	ck_assert_int_eq(kvp_cache_store_bind_fd(st, &k, memfd_n(11, 2, -1),
+						 2 * GRAN, false, offs, 2),
+			 0);
+	ck_assert_int_eq(kvp_store_pread(st, buf, NGRAN * GRAN, 0), 0);
+	check_granule(buf, 0, -1, 0);
+	check_granule(buf, 1, 11, 1);
+	check_granule(buf, 3, 11, 0);
+	kvp_cache_store_stats(st, &ss);
+	ck_assert_uint_eq(ss.verified, 1);
+	/* taken as verified: not read whole again */
+	key_n(&k, 12);
+	ck_assert_int_eq(kvp_cache_store_bind_fd(st, &k, memfd_n(12, 1, -1),
+						 GRAN, true, offs, 1),
+			 0);
+	ck_assert_int_eq(kvp_store_pread(st, buf, GRAN, 3 * GRAN), 0);
+	check_granule(buf, 0, 12, 0);
+	/* a bad one: its reads fail; the directory counts nothing */
+	key_n(&k, 13);
+	ck_assert_int_eq(kvp_cache_store_bind_fd(st, &k,
+						 memfd_n(13, 1, KVP_REC_HEADER_BYTES + 9),
+						 GRAN, false, offs + 1, 1),
+			 0);
+	ck_assert_int_eq(kvp_store_pread(st, buf, GRAN, GRAN), -EBADMSG);
+	kvp_cache_store_stats(st, &ss);
+	ck_assert_uint_eq(ss.records, 3);
+	ck_assert_uint_eq(ss.verified, 2);
+	ck_assert_uint_eq(ss.rejected, 1);
+	kvp_cache_stats(cache, &cst);
+	ck_assert_uint_eq(cst.dropped_torn, 0);
+	/* bad input: the descriptor is closed, nothing bound */
+	ck_assert_int_eq(kvp_cache_store_bind_fd(st, &k, memfd_n(13, 1, -1),
+						 2 * GRAN, true, offs, 1),
+			 -EMSGSIZE);
+	ck_assert_int_eq(kvp_cache_store_bind_fd(inner, &k, memfd_n(13, 1, -1),
+						 GRAN, true, offs, 1),
+			 -EINVAL);
+	kvp_cache_store_stats(st, &ss);
+	ck_assert_uint_eq(ss.records, 3);
+	free(buf);
+}
+END_TEST
+
 /* A cache that encrypts at rest does not map: its reader copies. */
 START_TEST(sealed_not_mapped)
 {
@@ -323,6 +400,7 @@ int main(void)
 	tcase_add_test(tc, corrupt_refused);
 	tcase_add_test(tc, bind_errors);
 	tcase_add_test(tc, sealed_not_mapped);
+	tcase_add_test(tc, bound_from_fd);
 	failed = kvp_test_run(s);
 	kvp_test_rm_tree(root);
 	return failed;

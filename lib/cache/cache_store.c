@@ -28,6 +28,8 @@ struct record {
 	uint64_t refs;	/* granules bound to it */
 	bool verified;	/* read whole and verified once */
 	bool bad;	/* failed verification: its reads fail */
+	bool detached;	/* not the directory's (kvp_cache_store_bind_fd):
+			   a failure is not reported to it */
 };
 
 #define VBUFS 2 /* verification buffers kept (one per service thread) */
@@ -119,23 +121,26 @@ static bool any_bound(struct cache_store *cs, uint64_t off, uint64_t len)
 	return false;
 }
 
-int kvp_cache_store_bind(struct kvp_store *s, const struct kvp_rec_key *key,
-			 const uint64_t *offs, size_t n)
+static int check_offs(struct kvp_store *s, const uint64_t *offs, size_t n)
 {
 	struct cache_store *cs = to_cs(s);
-	struct record *r;
-	uint64_t len;
-	size_t i;
-	int fd, err;
 
 	if (!kvp_cache_store_is(s) || !n)
 		return -EINVAL;
-	for (i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++)
 		if (offs[i] % cs->granule || offs[i] / cs->granule >= cs->nmap)
 			return -EINVAL;
-	err = kvp_cache_open_block(cs->cache, key, &fd, &len);
-	if (err)
-		return err;
+	return 0;
+}
+
+/* Bind the record at fd (payload len bytes; owned, closed on failure). */
+static int bind_record(struct cache_store *cs, const struct kvp_rec_key *key,
+		       int fd, uint64_t len, bool detached, bool verified,
+		       const uint64_t *offs, size_t n)
+{
+	struct record *r;
+	size_t i;
+
 	if (len != (uint64_t)n * cs->granule) {
 		close(fd);
 		return -EMSGSIZE;
@@ -154,7 +159,10 @@ int kvp_cache_store_bind(struct kvp_store *s, const struct kvp_rec_key *key,
 		cs->recs_cap = ncap;
 	}
 	r = &cs->recs[cs->nrecs++];
-	*r = (struct record){ .key = *key, .fd = fd, .len = len };
+	*r = (struct record){ .key = *key, .fd = fd, .len = len,
+			      .detached = detached, .verified = verified };
+	if (verified)
+		cs->st.verified++;
 	for (i = 0; i < n; i++) {
 		uint64_t g = offs[i] / cs->granule;
 
@@ -167,6 +175,32 @@ int kvp_cache_store_bind(struct kvp_store *s, const struct kvp_rec_key *key,
 	cs->st.records++;
 	pthread_mutex_unlock(&cs->lock);
 	return 0;
+}
+
+int kvp_cache_store_bind(struct kvp_store *s, const struct kvp_rec_key *key,
+			 const uint64_t *offs, size_t n)
+{
+	uint64_t len;
+	int fd, err = check_offs(s, offs, n);
+
+	if (!err)
+		err = kvp_cache_open_block(to_cs(s)->cache, key, &fd, &len);
+	if (err)
+		return err;
+	return bind_record(to_cs(s), key, fd, len, false, false, offs, n);
+}
+
+int kvp_cache_store_bind_fd(struct kvp_store *s, const struct kvp_rec_key *key,
+			    int fd, uint64_t len, bool verified,
+			    const uint64_t *offs, size_t n)
+{
+	int err = check_offs(s, offs, n);
+
+	if (err) {
+		close(fd);
+		return err;
+	}
+	return bind_record(to_cs(s), key, fd, len, true, verified, offs, n);
 }
 
 /* ---- reads -------------------------------------------------------------- */
@@ -265,6 +299,7 @@ static int verify_record(struct cache_store *cs, uint32_t ri, int fd,
 	pthread_mutex_lock(&cs->lock);
 	r = &cs->recs[ri];
 	if (err && err != -ENOMEM && !r->bad) {
+		bool detached = r->detached;
 		char hex[65];
 
 		r->bad = true;
@@ -272,14 +307,16 @@ static int verify_record(struct cache_store *cs, uint32_t ri, int fd,
 		pthread_mutex_unlock(&cs->lock);
 		if (err == -EIO)
 			err = -EINVAL; /* shorter than its header: torn */
-		kvp_cache_reject(cs->cache, &key, err);
+		if (!detached)
+			kvp_cache_reject(cs->cache, &key, err);
 		kvp_rec_key_hex(&key, hex);
 		/* once per record: the pager sees only a read error */
 		fprintf(stderr,
 			"kvpager: cache: block %.16s... failed verification "
-			"when read (%s): dropped; the KV it maps cannot be "
+			"when read (%s): %sthe KV it maps cannot be "
 			"served, and the next run computes it again\n",
-			hex, kvp_rec_strerror(err));
+			hex, kvp_rec_strerror(err),
+			detached ? "" : "dropped; ");
 		pthread_mutex_lock(&cs->lock);
 	} else if (!err && !r->verified) {
 		r->verified = true;

@@ -79,6 +79,21 @@ int kvp_cache_store_create(struct kvp_store *inner, struct kvp_cache *cache,
 int kvp_cache_store_bind(struct kvp_store *s, const struct kvp_rec_key *key,
 			 const uint64_t *offs, size_t n);
 
+/*
+ * kvp_cache_store_bind_fd - kvp_cache_store_bind for a record that is not
+ * (yet) a block file of the directory: fd holds it from offset 0, laid
+ * out as a block file is (kvp_rec_size(len) bytes for a payload of len:
+ * a memfd with a record fetched from the remote tier, say).  The store
+ * owns fd from then on, also on failure.  verified: the caller opened
+ * this very record with kvp_rec_open against key (not read again when
+ * first read); else it is verified then, as a block file is, but a
+ * failure is not reported to the directory.  Returns 0, -EINVAL,
+ * -EMSGSIZE, -ENOMEM; on failure nothing is bound.
+ */
+int kvp_cache_store_bind_fd(struct kvp_store *s, const struct kvp_rec_key *key,
+			    int fd, uint64_t len, bool verified,
+			    const uint64_t *offs, size_t n);
+
 /* Is s a cache store (made by kvp_cache_store_create)? */
 bool kvp_cache_store_is(const struct kvp_store *s);
 
