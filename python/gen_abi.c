@@ -335,6 +335,7 @@ int main(void)
 	F(kvp_model_remote_stats, chunks_missed);
 	F(kvp_model_remote_stats, chunks_published);
 	F(kvp_model_remote_stats, publish_skipped);
+	F(kvp_model_remote_stats, chunks_mapped);
 	struct_end();
 	printf("}\n");
 	return 0;

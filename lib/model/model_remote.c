@@ -7,7 +7,9 @@
  * (waiting for the fetch if it is still running) and, when the window
  * after it is not yet asked for, submits it; a chunk in no window starts
  * one at that chunk.  A window's keys are compared with the prompt's at
- * each get, so a new prompt never takes an old prompt's chunk.
+ * each get, so a new prompt never takes an old prompt's chunk.  A bind
+ * takes its chunk the same way, then hands the record to the KV cache's
+ * store in a memfd.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -15,7 +17,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include "lib/cache/cache_store.h"
 #include "lib/model/model_remote.h"
 
 struct window {
@@ -215,16 +220,18 @@ static bool window_has(struct kvp_model_remote *mr, const struct window *w,
 	       !memcmp(&k, &w->keys[chunk - w->first], sizeof(k));
 }
 
-/* Chunk @chunk from Redis into @buf (@len bytes of payload). */
-static int remote_get(struct kvp_model_remote *mr, uint32_t chunk, void *buf,
-		      size_t len)
+/*
+ * Under mr->lock: chunk's record (rec_len bytes) from its window, the
+ * window after it asked for meanwhile (read-ahead); waits for the fetch.
+ * The verified record, opened in place, or NULL (a miss).  It stays
+ * valid until the next call: only the prefilling thread submits.
+ */
+static const unsigned char *window_take(struct kvp_model_remote *mr,
+					uint32_t chunk, size_t rec_len)
 {
-	size_t rec_len = kvp_rec_size(len);
 	struct window *w = NULL, *other;
 	struct kvp_remote_get *g;
-	int err = -ENOENT;
 
-	pthread_mutex_lock(&mr->lock);
 	for (int i = 0; i < 2 && !w; i++)
 		if (window_has(mr, &mr->win[i], chunk, rec_len))
 			w = &mr->win[i];
@@ -233,7 +240,7 @@ static int remote_get(struct kvp_model_remote *mr, uint32_t chunk, void *buf,
 		w = mr->win[0].busy ? &mr->win[1] : &mr->win[0];
 		window_wait(mr, w);
 		if (!window_submit(mr, w, chunk, rec_len))
-			goto out;
+			return NULL;
 	}
 	other = w == &mr->win[0] ? &mr->win[1] : &mr->win[0];
 	/* read ahead: the window after this one, fetched meanwhile */
@@ -241,18 +248,88 @@ static int remote_get(struct kvp_model_remote *mr, uint32_t chunk, void *buf,
 		window_submit(mr, other, w->first + w->n, rec_len);
 	window_wait(mr, w);
 	g = &w->gets[chunk - w->first];
-	if (!g->status && g->len == rec_len) {
+	return !g->status && g->len == rec_len ? g->buf : NULL;
+}
+
+/* Chunk @chunk from Redis into @buf (@len bytes of payload). */
+static int remote_get(struct kvp_model_remote *mr, uint32_t chunk, void *buf,
+		      size_t len)
+{
+	const unsigned char *rec;
+	int err = -ENOENT;
+
+	pthread_mutex_lock(&mr->lock);
+	rec = window_take(mr, chunk, kvp_rec_size(len));
+	if (rec) {
 		/* verify opened the record: its payload follows the header */
-		memcpy(buf, (unsigned char *)g->buf + KVP_REC_HEADER_BYTES, len);
+		memcpy(buf, rec + KVP_REC_HEADER_BYTES, len);
 		err = 0;
 	}
-out:
 	if (err)
 		mr->st.chunks_missed++;
 	else
 		mr->st.chunks_fetched++;
 	pthread_mutex_unlock(&mr->lock);
 	return err;
+}
+
+static int write_all(int fd, const void *buf, size_t len)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t n = write(fd, (const char *)buf + done, len - done);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		done += (size_t)n;
+	}
+	return 0;
+}
+
+int kvp_model_remote_bind(struct kvp_model_remote *mr, uint32_t chunk,
+			  struct kvp_store *store, size_t len,
+			  const uint64_t *offs, size_t n)
+{
+	size_t rec_len = kvp_rec_size(len);
+	const unsigned char *rec;
+	struct kvp_rec_key k;
+	int fd, err;
+
+	/* a sealed record is decrypted whole: read and copied (get) */
+	if (mr->has_cipher)
+		return -EOPNOTSUPP;
+	err = kvp_prefix_key(mr->prefix, chunk, &k);
+	if (err)
+		return err;
+	pthread_mutex_lock(&mr->lock);
+	rec = window_take(mr, chunk, rec_len);
+	pthread_mutex_unlock(&mr->lock);
+	if (!rec)
+		return -ENOENT; /* counted by the get that follows */
+	/* its window is not asked for again until this thread's next
+	 * call: the record is read outside the lock */
+	fd = memfd_create("kvp-remote-chunk", MFD_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	err = write_all(fd, rec, rec_len);
+	if (err) {
+		close(fd);
+		return err;
+	}
+	/* verified by the tier's hook (kvp_rec_open against k) */
+	err = kvp_cache_store_bind_fd(store, &k, fd, len, true, offs, n);
+	if (err)
+		return err;
+	/* next time from the directory */
+	kvp_prefix_put(mr->prefix, chunk, rec + KVP_REC_HEADER_BYTES, len);
+	pthread_mutex_lock(&mr->lock);
+	mr->st.chunks_fetched++;
+	mr->st.chunks_mapped++;
+	pthread_mutex_unlock(&mr->lock);
+	return 0;
 }
 
 int kvp_model_remote_get(void *arg, uint32_t chunk, void *buf, size_t len)

@@ -7,6 +7,8 @@
  * As a struct kvp_model_prefix (model.h) in front of the directory's
  * (lib/cache/prefix.h):
  *
+ *   bind chunk i, when the directory lacks it, from Redis on the mapped
+ *        path (kvp_model_remote_bind below).
  *   get  chunk i from the directory; on a miss, from Redis under the same
  *        key (the chunk's record, block_record.h, verified by kvp_rec_open
  *        against the key and the cache's cipher: a foreign, torn or
@@ -33,6 +35,7 @@
 #include "lib/cache/block_record.h"
 #include "lib/cache/prefix.h"
 #include "lib/remote/remote.h"
+#include "pager/store.h"
 
 #define KVP_MODEL_REMOTE_WINDOW 4u	/* chunks read ahead, default */
 #define KVP_MODEL_REMOTE_MAX_WINDOW 16u
@@ -51,6 +54,8 @@ struct kvp_model_remote_stats {
 	uint64_t chunks_missed;    /* asked of Redis, not served */
 	uint64_t chunks_published; /* offered to Redis (queued) */
 	uint64_t publish_skipped;  /* not queued: the queue was full */
+	uint64_t chunks_mapped;	   /* of chunks_fetched, bound as the KV
+				      cache's store, not copied into it */
 };
 
 struct kvp_model_remote;
@@ -76,6 +81,24 @@ void kvp_model_remote_close(struct kvp_model_remote *mr, unsigned flush_ms);
 int kvp_model_remote_get(void *arg, uint32_t chunk, void *buf, size_t len);
 void kvp_model_remote_put(void *arg, uint32_t chunk, const void *payload,
 			  size_t len);
+
+/*
+ * kvp_model_remote_bind - what a local miss does on the mapped path
+ * (struct kvp_model_prefix's bind, model_cache.c): chunk's record from
+ * Redis, taken from the read-ahead window (fetched on the tier's thread
+ * while the prefill binds the chunks before it) and verified there, is
+ * bound as @store's (lib/cache/cache_store.h) @n granules at @offs from
+ * a memfd, so that the prefill neither copies it into the KV cache nor
+ * waits for a disk; it is also queued for the directory (a local hit
+ * next time).  @len: the chunk's payload bytes.  Returns 0, or an error
+ * and nothing bound: -ENOENT (Redis has no good record: the get that
+ * follows counts the miss), -EOPNOTSUPP (the cache encrypts: the get
+ * reads it), memfd's and the store's errors.  From the prefilling
+ * thread, as get.
+ */
+int kvp_model_remote_bind(struct kvp_model_remote *mr, uint32_t chunk,
+			  struct kvp_store *store, size_t len,
+			  const uint64_t *offs, size_t n);
 
 /* The glue's counters and (if @rs) the tier's. */
 void kvp_model_remote_stats(struct kvp_model_remote *mr,

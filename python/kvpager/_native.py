@@ -387,7 +387,8 @@ class ModelRemoteOpts(Structure):
 class ModelRemoteStats(Structure):
     _c_name_ = "kvp_model_remote_stats"
     _fields_ = _u64_fields(("chunks_fetched", "chunks_missed",
-                            "chunks_published", "publish_skipped"))
+                            "chunks_published", "publish_skipped",
+                            "chunks_mapped"))
 
 
 STRUCTS = (Config, KvConfig, Stats, RegionOpts, BlockInfo, FaultPlan,
