@@ -92,6 +92,8 @@ row kvpbench decode --quiet --path "$dir" -- --budget-tokens 0 4294967297
 row kvpbench decode --quiet --path "$dir" -- --steps 0 4294967297
 row kvpbench decode --quiet --path "$dir" -- --warmup 4294967297
 row kvpbench decode --quiet --path "$dir" -- --budget 0 1 2P
+row kvpbench decode --quiet --path "$dir" -- --ram 0 1 2P
+row kvpbench decode --quiet --path "$dir" -- --rank 0 4097 4294967297
 row kvpbench decode --quiet --path "$dir" -- --block 0 2G
 row kvpbench decode --quiet --path "$dir" -- --depth 0 1025 4294967297
 row kvpbench compute -- --repeat 0 16 4294967297

@@ -617,6 +617,22 @@ START_TEST(lowrank_heavy_hitters)
 			  kvp_kvcache_layout(c)->pager_block_bytes);
 	ck_assert_uint_eq(ram.total, ram.frames + ram.metadata + ram.rolling +
 					 ram.staging);
+	/* All of it within a total: too little is refused and changes
+	 * nothing; enough makes the frames what the rest leaves, the
+	 * prefill's staging given back, and decode goes on. */
+	ck_assert_int_eq(kvp_kvcache_fit_ram(c, ram.metadata + ram.rolling),
+			 -ENOSPC);
+	ck_assert_uint_eq(kvp_kvcache_budget_bytes(c), 16u << 20);
+	uint64_t other = ram.metadata + ram.rolling +
+			 kvp_kvcache_layout(c)->pager_block_bytes;
+
+	ck_assert_int_eq(kvp_kvcache_fit_ram(c, other + (8u << 20)), 0);
+	ck_assert_uint_eq(kvp_kvcache_budget_bytes(c), 8u << 20);
+	kvp_kvcache_ram(c, &ram);
+	ck_assert_uint_eq(ram.total, other + (8u << 20));
+	for (step = 0; step < 2; step++)
+		ck_assert_int_eq(kvp_kvcache_step(c, &id, 1, &src, NULL, NULL),
+				 0);
 	ck_assert_int_eq(kvp_kvcache_seq_free(c, id), 0);
 	kvp_kvcache_ram(c, &ram);
 	ck_assert_uint_eq(ram.rolling, 0);

@@ -332,6 +332,33 @@ void kvp_kvcache_ram(const struct kvp_kvcache *c, struct kvp_kvcache_ram *out)
 	out->total = out->frames + out->metadata + out->rolling + out->staging;
 }
 
+int kvp_kvcache_fit_ram(struct kvp_kvcache *c, uint64_t total)
+{
+	struct kvp_kvcache_ram ram;
+	struct kvp_config cfg;
+	uint64_t other;
+	int err;
+
+	if (c->o.backend != KVP_KVCACHE_PAGER || !c->pager)
+		return -EINVAL;
+	kvp_kvcache_ram(c, &ram);
+	/* Staging without the prefill's area, which goes back (a prefill
+	 * takes it again). */
+	other = ram.metadata + ram.rolling + ram.staging - c->stage_cap;
+	if (other + (2u << 20) > total)
+		return -ENOSPC;
+	if (c->stage)
+		munmap(c->stage, c->stage_cap);
+	c->stage = NULL;
+	c->stage_cap = 0;
+	kvp_pager_config(c->pager, &cfg);
+	cfg.ram_budget_bytes = total - other;
+	err = kvp_pager_reconfigure(c->pager, &cfg, NULL);
+	if (!err)
+		c->budget = cfg.ram_budget_bytes;
+	return err;
+}
+
 uint64_t kvp_kvcache_kv_bytes(const struct kvp_kvcache *c)
 {
 	uint64_t t = 0;

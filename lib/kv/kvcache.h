@@ -419,6 +419,17 @@ struct kvp_kvcache_ram {
 	uint64_t frames, metadata, rolling, staging, total;
 };
 void kvp_kvcache_ram(const struct kvp_kvcache *c, struct kvp_kvcache_ram *out);
+/*
+ * kvp_kvcache_fit_ram - make the cache's RAM, all parts counted, @total
+ * bytes: the prefill's staging area is given back (the next prefill takes
+ * it again), and the pager's budget (frames) becomes what the predictor's
+ * metadata, the rolling buffers and staging leave of it now.  Call when
+ * those have grown (after a prefill: the metadata grows with the context,
+ * by a token's worth a step after).  Pager backend only (-EINVAL else);
+ * -ENOSPC when they leave less than 2 MiB for frames (nothing changes);
+ * -EBUSY when more is pinned than that.
+ */
+int kvp_kvcache_fit_ram(struct kvp_kvcache *c, uint64_t total);
 /* Bytes of K and V held by live sequences (full and partial blocks). */
 uint64_t kvp_kvcache_kv_bytes(const struct kvp_kvcache *c);
 const char *kvp_kvcache_backend_name(enum kvp_kvcache_backend b);

@@ -93,7 +93,9 @@ struct dres {
 struct dopts {
 	const char *preset, *path;
 	uint64_t context, budget, block;
+	uint64_t ram; /* --ram: every part counted (0: --budget is frames) */
 	uint32_t batch, steps, warmup, depth, M;
+	uint32_t rank; /* --rank: lowrank r (0: the predictor's) */
 	enum kvp_predictor_kind pred;
 	int install;
 	bool json, quiet;
@@ -170,6 +172,32 @@ static void device_name(const char *dev, char *buf, size_t len)
 	kvp_device_close(d);
 }
 
+/* --ram: the pager's budget is what the rest leaves (after the prefill,
+ * when the predictor's metadata holds the context). */
+static int fit_ram(const struct dopts *o, const struct dmode *m,
+		   struct kvp_kvcache *c)
+{
+	struct kvp_kvcache_ram ram;
+	int err = kvp_kvcache_fit_ram(c, o->ram);
+
+	if (err == -ENOSPC) {
+		kvp_kvcache_ram(c, &ram);
+		fprintf(stderr,
+			"kvpbench decode: %s: --ram %.0f MiB leaves no frames: "
+			"predictor metadata %.1f MiB, rolling %.1f, staging "
+			"%.1f; give a larger --ram, or a smaller --rank (the "
+			"metadata is rank / (kv_heads * head_dim) of the "
+			"keys)\n",
+			m->name, o->ram / 1048576.0, ram.metadata / 1048576.0,
+			ram.rolling / 1048576.0, ram.staging / 1048576.0);
+	} else if (err) {
+		fprintf(stderr, "kvpbench decode: %s: cannot set the budget "
+				"--ram leaves: %s\n",
+			m->name, strerror(-err));
+	}
+	return err;
+}
+
 static int run_mode(const struct dopts *o, const struct dmode *m,
 		    const struct kvp_kv_geometry *g, struct kvp_kv_synth *sy,
 		    const uint32_t *forced, struct dres *r)
@@ -201,7 +229,9 @@ static int run_mode(const struct dopts *o, const struct dmode *m,
 	kvp_predictor_opts_default(&co.pred, m->exact ? KVP_PREDICTOR_EXACT
 						     : o->pred);
 	co.pred.budget_tokens = o->M;
-	if (co.pred.rank > kvp_predictor_max_rank(g))
+	if (o->rank)
+		co.pred.rank = o->rank;
+	else if (co.pred.rank > kvp_predictor_max_rank(g))
 		co.pred.rank = kvp_predictor_max_rank(g) / 2;
 	co.sample_every = 4;
 	co.sample_layers = 2;
@@ -237,6 +267,8 @@ static int run_mode(const struct dopts *o, const struct dmode *m,
 	}
 	if (!err && m->dev == 1 && !o->model)
 		err = kvp_kvcache_device_preload(c);
+	if (!err && o->ram && kvp_kvcache_pager(c))
+		err = fit_ram(o, m, c);
 	r->t_prefill = kvpb_now() - t0;
 	snprintf(what, sizeof(what), "decode %s", m->name);
 	kvp_progress_start(&pg, "kvpbench", what, o->quiet || o->model);
@@ -424,7 +456,9 @@ enum {
 	D_MODEL,
 	D_DEVICE,
 	D_DEVPOOL,
-	D_PLOT
+	D_PLOT,
+	D_RAM,
+	D_RANK
 };
 
 /* The numeric options: whole values, range checked before they reach a
@@ -437,6 +471,8 @@ static const struct kvpb_num_opt num_opts[] = {
 	{ D_STEPS, "steps", false, 1, UINT32_MAX, FIELD(steps) },
 	{ D_WARMUP, "warmup", false, 0, UINT32_MAX, FIELD(warmup) },
 	{ D_BUDGET, "budget", true, 2u << 20, 1ull << 50, FIELD(budget) },
+	{ D_RAM, "ram", true, 4u << 20, 1ull << 50, FIELD(ram) },
+	{ D_RANK, "rank", false, 1, 4096, FIELD(rank) },
 	{ D_BLOCK, "block", true, 4096, 1u << 30, FIELD(block) },
 	{ D_DEPTH, "depth", false, 1, 1024, FIELD(depth) },
 	{ D_DEVPOOL, "device-pool", true, 4096, 1ull << 50,
@@ -454,6 +490,11 @@ static const struct kvp_cli_opt dopts_table[] = {
 	{ "steps", D_STEPS, 0, "N", "decode steps per mode (12)" },
 	{ "warmup", D_WARMUP, 0, "N", "steps left out (2)" },
 	{ "budget", D_BUDGET, 0, "BYTES", "RAM budget (a quarter of the KV)" },
+	{ "ram", D_RAM, 0, "BYTES",
+	  "kvpager modes: all the RAM, counted whole (frames,\n"
+	  "predictor metadata, rolling, staging); the budget is\n"
+	  "what the rest leaves after the prefill" },
+	{ "rank", D_RANK, 0, "R", "lowrank: the projection's rank (128 on llama3-8b)" },
 	{ "block", D_BLOCK, 0, "BYTES", "pager block (exact: 2M, sparse: one KV block)" },
 	{ "depth", D_DEPTH, 0, "D", "prefetch depth in layers (2)" },
 	{ "install", D_INSTALL, 0, "M", "auto | move | copy (copy: see the report)" },
@@ -685,6 +726,19 @@ int kvpbench_decode(int argc, char **argv)
 			o.preset);
 		return 2;
 	}
+	if (o.ram && o.model) {
+		fprintf(stderr, "kvpbench decode: --ram is for the synthetic "
+				"KV (the model's prefill runs inside its decode); "
+				"use --budget with --model\n");
+		return 2;
+	}
+	if (o.rank > kvp_predictor_max_rank(&g)) {
+		fprintf(stderr,
+			"kvpbench decode: --rank %u: at most %u for this "
+			"geometry (kv_heads * head_dim)\n",
+			o.rank, kvp_predictor_max_rank(&g));
+		return 2;
+	}
 	if (o.depth >= g.layers)
 		o.depth = g.layers - 1;
 	if (!o.depth)
@@ -736,8 +790,16 @@ int kvpbench_decode(int argc, char **argv)
 				   : "random tokens");
 		char mtok[32] = "";
 
-		if (o.pred != KVP_PREDICTOR_EXACT)
+		if (o.pred != KVP_PREDICTOR_EXACT && o.rank)
+			snprintf(mtok, sizeof(mtok), " (M=%u, r=%u)", o.M,
+				 o.rank);
+		else if (o.pred != KVP_PREDICTOR_EXACT)
 			snprintf(mtok, sizeof(mtok), " (M=%u)", o.M);
+		if (o.ram)
+			printf("kvpbench decode: --ram %.0f MiB: kvpager modes "
+			       "hold that in all, frames what the rest leaves "
+			       "(RAM lines below)\n",
+			       o.ram / 1048576.0);
 		printf("kvpbench decode: %s, context %" PRIu64
 		       ", batch %u, predictor %s%s, budget %.0f MiB of %.0f "
 		       "MiB of KV, %u steps (%u warm-up left out); %s KV\n",
