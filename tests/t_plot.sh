@@ -1,7 +1,9 @@
 #!/bin/bash
 # t_plot.sh - kvpbench --plot: gnuplot draws what the run's table shows,
 # into an SVG or a PNG by the file's ending; the scenarios' chart names
-# each mode it ran, decode's its tokens/s and T_step panels.  kvpager run
+# each mode it ran, decode's its tokens/s and T_step panels, touch's a bar
+# per mode that ran (mmap and preload, programs of their own, too),
+# beside the others' chart when it ran with them.  kvpager run
 # --plot draws the decode's timeline: its four series, a point per step,
 # the faults and the warm-up.  A name that is neither, gnuplot missing
 # from PATH and a folder that cannot be written are refused at start
@@ -47,6 +49,31 @@ done
 $dec --plot "$tmp/decode.png" >"$tmp/out" 2>&1 || fail "decode --plot png exit $?: $(cat "$tmp/out")"
 [ "$(head -c 4 "$tmp/decode.png" 2>/dev/null | od -An -c | tr -d ' ')" = '211PNG' ] ||
 	fail "decode.png is not a PNG"
+
+# touch: a bar for every mode its table shows run, the mmap and preload
+# lines (programs of their own) included; with another scenario, its
+# chart goes to FILE-touch.png beside FILE.
+"$B" touch --budget 8M --touches 128 --threads 1 --quiet --dir "$tmp" \
+	--plot "$tmp/touch.svg" >"$tmp/out" 2>&1 || fail "touch --plot exit $?: $(cat "$tmp/out")"
+ran=0
+for m in raw mmap kvpager preload; do
+	grep -q "^random *ro *1 $m  *[0-9]" "$tmp/out" || continue # skipped
+	grep -qF ">$m" "$tmp/touch.svg" 2>/dev/null || fail "touch.svg does not show $m"
+	ran=$((ran + 1))
+done
+[ $ran -ge 3 ] || fail "touch ran $ran modes of 4: $(cat "$tmp/out")"
+for want in '<svg' 'random touches' 'sequential touches' 'ro, 1 thr' \
+	'rw, 1 thr' GB/s; do
+	grep -qF "$want" "$tmp/touch.svg" 2>/dev/null || fail "touch.svg does not show '$want'"
+done
+"$B" stream touch --budget 8M --touches 128 --threads 1 --repeat 1 \
+	--modes raw,mmap,kvpager-copy,preload --quiet --dir "$tmp" \
+	--plot "$tmp/both.png" >"$tmp/out" 2>&1 ||
+	fail "stream touch --plot exit $?: $(cat "$tmp/out")"
+for f in both.png both-touch.png; do
+	[ "$(head -c 4 "$tmp/$f" 2>/dev/null | od -An -c | tr -d ' ')" = '211PNG' ] ||
+		fail "stream touch --plot made no PNG $f"
+done
 
 # kvpager run: the timeline of 7 steps, 2 of them warm-up.
 run="$K run --preset tiny --context 1K --steps 7 --warmup 2 --quiet --path $tmp"

@@ -312,6 +312,12 @@ int kvpb_random(struct kvpb_ctx *c);
 /* touch.c: the touch scenario, its own table or JSON lines, printed. */
 int kvpb_touch(struct kvpb_ctx *c);
 
+/* kvpb_touch_plot - --plot of the last kvpb_touch: a cluster per line of
+ * its table (pattern, access, threads), a bar per mode that ran with its
+ * GB/s: raw, mmap and preload (programs of their own) beside kvpager.
+ * 0, or -errno (said on stderr). */
+int kvpb_touch_plot(const struct kvpb_ctx *c, const char *file);
+
 /* Modes of io.c, also used by the pager modes' reporting. */
 int kvpb_raw_run(struct kvpb_ctx *c, const struct kvpb_job *j,
 		 struct kvpb_result *r);

@@ -541,7 +541,9 @@ static const struct kvp_cli_opt opts[] = {
 	  "thread on every CPU meanwhile (load)" },
 	{ "plot", 'G', 0, "FILE",
 	  "also draw the GB/s per mode into FILE,\n"
-	  "an .svg or a .png (gnuplot)" },
+	  "an .svg or a .png (gnuplot); touch's\n"
+	  "into FILE-touch.svg (.png) when it ran\n"
+	  "with other scenarios" },
 	{ "quiet", 'q', 'q', NULL, "no progress on stderr" },
 	{ "help", 'h', 'h', NULL, "this text" },
 	{ 0 },
@@ -882,7 +884,19 @@ int main(int argc, char **argv)
 	if (!o->json)
 		print_targets(c);
 	/* a plot that failed says so; the figures above stand */
-	err = o->plot ? kvpb_plot_results(c, o->plot) : 0;
+	err = o->plot && (scen & ~SC_TOUCH) ? kvpb_plot_results(c, o->plot)
+					     : 0;
+	if (o->plot && (scen & SC_TOUCH)) {
+		/* touch's lines are a chart of their own: FILE when touch
+		 * ran alone, else FILE-touch.svg (kvp_plot_check took only
+		 * names ending in .svg or .png) */
+		size_t n = strlen(o->plot) - 4;
+		char tf[PATH_MAX];
+
+		snprintf(tf, sizeof(tf), "%.*s%s%s", (int)n, o->plot,
+			 scen == SC_TOUCH ? "" : "-touch", o->plot + n);
+		err = kvpb_touch_plot(c, tf) || err;
+	}
 	if (c->failures)
 		fprintf(stderr,
 			"kvpbench: %d mode%s failed or read wrong "

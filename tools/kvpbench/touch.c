@@ -81,6 +81,7 @@ struct touch_result {
 #define MAX_TOUCH_RESULTS (2 * 8 * 2 * TOUCH_MODES)
 static struct touch_result res[MAX_TOUCH_RESULTS];
 static unsigned nres;
+static uint64_t buffer_bytes; /* the last run's buffer, for its chart */
 
 /* The same page sequence as tests/progs/touch_pages' touch_page(). */
 static uint64_t touch_page(unsigned t, uint64_t i, uint64_t pages)
@@ -745,6 +746,128 @@ static void print_targets(void)
 	}
 }
 
+/* Whether res[i] begins a line of the table (its results are
+ * consecutive: pattern, access and threads change between lines). */
+static bool line_starts(unsigned i)
+{
+	return !i || res[i].pattern != res[i - 1].pattern ||
+	       res[i].access != res[i - 1].access ||
+	       res[i].threads != res[i - 1].threads;
+}
+
+/* A panel of the touch chart: @pattern's lines, a cluster each, a bar
+ * per mode of @ran, @nmodes of them; @key: this panel shows the key. */
+static void touch_panel(FILE *f, const char *pattern, const bool *ran,
+			unsigned nmodes, bool key)
+{
+	static const char *const colors[TOUCH_MODES] = { "#555555", "#d62728",
+							 "#1f77b4", "#2ca02c" };
+	static const char *const titles[TOUCH_MODES] = {
+		"raw (io_uring O_DIRECT)", "mmap (own program, cgroup)",
+		"kvpager", "preload (own program, the shim)"
+	};
+	double w = 0.8 / nmodes;
+	unsigned i, m, k, g = 0, first = 0;
+	char label[64];
+
+	/* room above the bars for their labels */
+	fprintf(f, "set title '%s touches'\nset %skey\nset offsets 0, 0, "
+		"graph 0.12, 0\nset xtics (", pattern, key ? "" : "no");
+	for (i = 0; i < nres; i++) {
+		if (!line_starts(i) || strcmp(res[i].pattern, pattern))
+			continue;
+		snprintf(label, sizeof(label), "%s, %u thr", res[i].access,
+			 res[i].threads);
+		fputs(g ? ", " : "", f);
+		kvp_plot_str(f, label);
+		fprintf(f, " %u", g++);
+	}
+	fprintf(f, ")\nset xrange [-0.6:%u.6]\n", g ? g - 1 : 0);
+	/* $mK: x y width of mode K's bars, its datablock made anew */
+	for (m = 0, k = 0; m < TOUCH_MODES; m++) {
+		if (!ran[m])
+			continue;
+		fprintf(f, "$m%u << EOD\n", m);
+		for (i = 0, g = 0; i < nres; i++) {
+			if (strcmp(res[i].pattern, pattern))
+				continue;
+			if (line_starts(i) && i && !strcmp(res[i - 1].pattern,
+							   pattern))
+				g++;
+			if (!res[i].skipped[0] &&
+			    !strcmp(res[i].mode, mode_names[m]))
+				fprintf(f, "%.4f %.5f %.4f\n",
+					g - 0.4 + w * (k + 0.5),
+					res[i].gb_per_s, w);
+		}
+		fputs("EOD\n", f);
+		k++;
+	}
+	for (m = 0; m < TOUCH_MODES; m++) {
+		if (!ran[m])
+			continue;
+		fprintf(f, "%s$m%u using 1:2:3 with boxes lc rgb '%s' title ",
+			first++ ? ", " : "plot ", m, colors[m]);
+		kvp_plot_str(f, titles[m]);
+		fprintf(f,
+			", $m%u using 1:2:(sprintf('%%.3g', $2)) with labels "
+			"rotate by 90 left offset 0,0.3 font ',9' notitle",
+			m);
+	}
+	fputc('\n', f);
+}
+
+int kvpb_touch_plot(const struct kvpb_ctx *c, const char *file)
+{
+	static const char *const patterns[] = { "random", "sequential" };
+	bool ran[TOUCH_MODES] = { false }, has[2] = { false };
+	unsigned i, m, p, nmodes = 0, npanels = 0, drawn = 0;
+	char title[256];
+	struct kvp_plot pl;
+	FILE *f;
+	int err;
+
+	for (i = 0; i < nres; i++) {
+		for (m = 0; m < TOUCH_MODES; m++)
+			if (!res[i].skipped[0] &&
+			    !strcmp(res[i].mode, mode_names[m]))
+				ran[m] = true;
+		for (p = 0; p < 2; p++)
+			if (!res[i].skipped[0] &&
+			    !strcmp(res[i].pattern, patterns[p]))
+				has[p] = true;
+	}
+	for (m = 0; m < TOUCH_MODES; m++)
+		nmodes += ran[m];
+	npanels = has[0] + has[1];
+	if (!nmodes) {
+		fprintf(stderr, "kvpbench: --plot %s: no touch line ran, "
+				"nothing to draw\n", file);
+		return -ENODATA;
+	}
+	snprintf(title, sizeof(title),
+		 "kvpbench touch: GB/s of 4 KiB touches per mode; buffer %llu "
+		 "MiB, budget %llu MiB",
+		 (unsigned long long)(buffer_bytes >> 20),
+		 (unsigned long long)(c->opts.budget >> 20));
+	err = kvp_plot_begin(&pl, file, title);
+	if (err)
+		return err;
+	f = pl.f;
+	/* a panel per pattern, each on its own scale (random's GB/s are
+	 * a hundredth of sequential's); the same bottom margin in each,
+	 * so that the key under the first leaves their plots one size */
+	fputs("set ylabel 'GB/s'\nset bmargin 6\nset multiplot layout 1,", f);
+	fprintf(f, "%u title ", npanels);
+	kvp_plot_str(f, title);
+	fputc('\n', f);
+	for (p = 0; p < 2; p++)
+		if (has[p])
+			touch_panel(f, patterns[p], ran, nmodes, !drawn++);
+	fputs("unset multiplot\n", f);
+	return kvp_plot_end(&pl, "kvpbench touch");
+}
+
 int kvpb_touch(struct kvpb_ctx *c)
 {
 	static const char *const patterns[] = { "random", "sequential" };
@@ -762,6 +885,7 @@ int kvpb_touch(struct kvpb_ctx *c)
 		s.size = c->file.size;
 	s.size -= s.size % (o->block > (2u << 20) ? o->block : (2u << 20));
 	s.pages = s.size / KVPB_PAGE;
+	buffer_bytes = s.size;
 	if (!s.pages || s.pages > UINT32_MAX) {
 		fprintf(stderr, "kvpbench: touch: a buffer of %llu bytes is "
 				"out of range (2 MiB .. 16 TiB)\n",
