@@ -76,6 +76,10 @@ keys_a=$(redis-cli -p "$port" --scan --pattern 'kvp:1:*')
 b=$(KVP_REMOTE_URL="$url" run "${P[@]}" --logits-out "$tmp/lb" --cache-dir "$tmp/B")
 check "B: hit" "$(field prefix_hit_tokens <<<"$b")" 256
 check "B: fetched" "$(field remote_chunks_fetched <<<"$b")" 4
+# random:tiny's prompt attends to itself: B maps the chunks it fetched
+# (a memfd each, the KV cache's store), none copied into its region
+check "B: mapped from Redis" "$(field remote_chunks_mapped <<<"$b")" 4
+check "B: mapped tokens" "$(field prefix_mapped_tokens <<<"$b")" 256
 check "B: tokens" "$(tokens <<<"$b")" "$(tokens <<<"$ref")"
 cmp -s "$tmp/l0" "$tmp/lb" || { echo "FAIL: B's logits differ"; fail=1; }
 # B stored what it fetched: its own directory serves it now
@@ -140,6 +144,7 @@ k=$(head -n 1 <<<"$keys_a") # A's, not the other tenant's
 redis-cli -p "$port" setrange "$k" 200 XXXX >/dev/null
 c=$(run "${P[@]}" --cache-dir "$tmp/D" --remote "$url")
 check "tampered: failed verification" "$(field remote_verify_failed <<<"$c")" 1
+[ "$(field remote_chunks_mapped <<<"$c")" -lt 4 ] || { echo "FAIL: a tampered chunk was mapped"; fail=1; }
 check "tampered: tokens" "$(tokens <<<"$c")" "$(tokens <<<"$ref")"
 [ "$(field prefix_hit_tokens <<<"$c")" -lt 256 ] || { echo "FAIL: a tampered chunk was served"; fail=1; }
 

@@ -19,6 +19,7 @@ struct kvp_model_cache {
 	struct kvp_model_prefix mp; /* what the sequence calls */
 	uint32_t chunk_tokens;
 	struct kvp_store *store;    /* kvp_model_cache_store's, or NULL */
+	size_t granule;		    /* its granule: a KV block's stride */
 };
 
 static const char *env_or(const char *v, const char *name)
@@ -65,7 +66,8 @@ static int model_hash(const struct kvp_model *m, const char *model_id,
 }
 
 /* struct kvp_model_prefix's bind: chunk's file, if the directory has it,
- * becomes the KV cache's store for its blocks. */
+ * becomes the KV cache's store for its blocks; else, with a remote tier,
+ * the record that Redis has (kvp_model_remote_bind). */
 static int model_cache_bind(void *arg, uint32_t chunk, const uint64_t *offs,
 			    size_t n)
 {
@@ -80,7 +82,11 @@ static int model_cache_bind(void *arg, uint32_t chunk, const uint64_t *offs,
 		return err;
 	/* a miss is counted once, by the get that follows */
 	if (!kvp_cache_contains(mc->cache, &k))
-		return -ENOENT;
+		return mc->remote ? kvp_model_remote_bind(mc->remote, chunk,
+							  mc->store,
+							  n * mc->granule,
+							  offs, n)
+				  : -ENOENT;
 	return kvp_cache_store_bind(mc->store, &k, offs, n);
 }
 
@@ -192,8 +198,10 @@ int kvp_model_cache_store(struct kvp_model_cache *mc, struct kvp_store *inner,
 		return -EBUSY;
 	}
 	err = kvp_cache_store_create(inner, mc->cache, granule, out);
-	if (!err)
+	if (!err) {
 		mc->store = *out;
+		mc->granule = granule;
+	}
 	return err;
 }
 
