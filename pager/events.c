@@ -16,39 +16,80 @@
 
 #include "pager/pager_i.h"
 
+/* Under p->lock: the stream a fault at @blk continues (past its last fault,
+ * no further than the block after its window: a read-ahead block installed
+ * before it was touched takes no fault), or -1. */
+static int ra_match(const struct kvp_region *r, uint64_t blk)
+{
+	for (int i = 0; i < KVP_RA_STREAMS; i++)
+		if (r->ra[i].seen && blk > r->ra[i].last &&
+		    blk <= r->ra[i].next)
+			return i;
+	return -1;
+}
+
+/* Under p->lock: a fault at @blk that may begin a run: in its own stream's
+ * slot, or in the one seen least recently. */
+static int ra_begin(struct kvp_region *r, uint64_t blk)
+{
+	int old = 0;
+
+	for (int i = 0; i < KVP_RA_STREAMS; i++) {
+		if (r->ra[i].seen && r->ra[i].last == blk)
+			return i;
+		if (r->ra[i].seen < r->ra[old].seen)
+			old = i;
+	}
+	r->ra[old] = (struct kvp_ra_stream){ .last = blk,
+					     .next = blk + 1,
+					     .seen = ++r->ra_tick };
+	return old;
+}
+
+/* Streams seen within the last faults: they share the read-ahead cap. */
+static unsigned ra_active(const struct kvp_region *r)
+{
+	unsigned n = 0;
+
+	for (int i = 0; i < KVP_RA_STREAMS; i++)
+		n += r->ra[i].seen && r->ra[i].seen + 64 > r->ra_tick;
+	return n ? n : 1;
+}
+
 /*
  * Under p->lock: load ahead of a sequential run of faults at @blk.
  *
- * A fault on an absent block just past the last one (within the window read
- * ahead) starts a window of read-ahead after it; a fault on a staged
- * read-ahead block (@staged) slides the window along.  The window doubles
- * only when the reader reaches its marker, the last block of the window
- * it grew to, so once per window consumed (as the kernel's read-ahead
- * ramps), never once per block used: a short ascending run of blocks (a
- * predictor's chosen blocks) reads at most a small window it does not use.
+ * A fault on an absent block just past a stream's last one (within the
+ * window read ahead) starts a window of read-ahead after it; a fault on a
+ * staged read-ahead block of stream @slot (-1: a demand fault) slides its
+ * window along.  The window doubles only when the reader reaches its
+ * marker, the last block of the window it grew to, so once per window
+ * consumed (as the kernel's read-ahead ramps), never once per block used:
+ * a short ascending run of blocks (a predictor's chosen blocks) reads at
+ * most a small window it does not use.  Streams share a quarter of the
+ * budget.
  */
 static void readahead(struct kvp_service *s, struct kvp_region *r, uint64_t blk,
-		      bool staged)
+		      int slot)
 {
 	struct kvp_pager *p = r->p;
 	uint64_t max = p->cfg.readahead_bytes >> r->block_shift;
-	uint64_t cap = (kvp_budget(p) / 4) >> r->block_shift;
+	uint64_t cap = (kvp_budget(p) / 4 / ra_active(r)) >> r->block_shift;
+	struct kvp_ra_stream *ra;
 
 	if (max > cap)
 		max = cap;
 	max = r->ra_shrink < 63 ? max >> r->ra_shrink : 0;
-	/* Sequential: the fault is past the last one and no further than
-	 * the block after the window read ahead (a read-ahead block that
-	 * was installed before it was touched takes no fault). */
-	if (!staged && !(blk > r->ra_last && blk <= r->ra_next)) {
-		r->ra_window = 0;
-		r->ra_last = blk;
-		r->ra_next = blk + 1;
-		r->ra_mark = 0;
+	if (slot < 0)
+		slot = ra_match(r, blk);
+	if (slot < 0) {
+		(void)ra_begin(r, blk);
 		return;
 	}
-	r->ra_last = blk;
-	r->ra_next = blk + 1;
+	ra = &r->ra[slot];
+	ra->last = blk;
+	ra->next = blk + 1;
+	ra->seen = ++r->ra_tick;
 	if (max == 0 && r->ra_shrink) {
 		/* Shrunk to none by waste, and the faults run on: try a
 		 * little again. */
@@ -57,15 +98,15 @@ static void readahead(struct kvp_service *s, struct kvp_region *r, uint64_t blk,
 	}
 	if (max == 0)
 		return;
-	if (!r->ra_window || blk >= r->ra_mark) {
-		r->ra_window = r->ra_window ? r->ra_window * 2 : 2;
-		if (r->ra_window > max)
-			r->ra_window = (unsigned)max;
-		r->ra_mark = blk + r->ra_window;
-	} else if (r->ra_window > max) {
-		r->ra_window = (unsigned)max; /* shrunk meanwhile */
+	if (!ra->window || blk >= ra->mark) {
+		ra->window = ra->window ? ra->window * 2 : 2;
+		if (ra->window > max)
+			ra->window = (unsigned)max;
+		ra->mark = blk + ra->window;
+	} else if (ra->window > max) {
+		ra->window = (unsigned)max; /* shrunk meanwhile */
 	}
-	for (uint64_t i = blk + 1; i <= blk + r->ra_window && i < r->nblocks;
+	for (uint64_t i = blk + 1; i <= blk + ra->window && i < r->nblocks;
 	     i++) {
 		struct kvp_block *b = &r->blocks[i];
 
@@ -74,8 +115,9 @@ static void readahead(struct kvp_service *s, struct kvp_region *r, uint64_t blk,
 			continue;
 		if (kvp_load_start(s, r, i, LOAD_READAHEAD, NULL, false))
 			break;
+		b->op->ra_slot = (uint8_t)slot;
 	}
-	r->ra_next = blk + 1 + r->ra_window;
+	ra->next = blk + 1 + ra->window;
 }
 
 /* Under p->lock: is a fault at byte @off of ABSENT block @blk part of a
@@ -86,7 +128,7 @@ static bool run_fault(const struct kvp_region *r, uint64_t blk, uint32_t off)
 {
 	const struct kvp_block *prev = blk ? &r->blocks[blk - 1] : NULL;
 
-	if (blk > r->ra_last && blk <= r->ra_next)
+	if (ra_match(r, blk) >= 0)
 		return true;
 	if (!prev || off >= r->p->cfg.fault_around_bytes)
 		return false;
@@ -153,9 +195,7 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 		    kvp_fault_around(r, b) &&
 		    !run_fault(r, blk, (uint32_t)(page - baddr))) {
 			/* Not a run: a window around the fault. */
-			r->ra_window = 0;
-			r->ra_last = blk;
-			r->ra_next = blk + 1;
+			(void)ra_begin(r, blk);
 			(void)kvp_load_window(s, r, blk,
 					      (uint32_t)(page - baddr));
 			break;
@@ -164,17 +204,18 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 				   flags & UFFD_PAGEFAULT_FLAG_WRITE))
 			break; /* no memory: the fault is retried on wake */
 		if (b->flags & BLK_IN_STORE)
-			readahead(s, r, blk, false);
+			readahead(s, r, blk, -1);
 		break;
 	case KVP_BLOCK_LOADING: {
 		bool ra = kvp_blk_joined(r, b);
+		int slot = b->op->ra_slot;
 
 		if (flags & UFFD_PAGEFAULT_FLAG_WRITE)
 			b->op->dirty = true;
 		if (b->op->staged)
 			kvp_stage_release(s, b->op);
 		if (ra)
-			readahead(s, r, blk, true);
+			readahead(s, r, blk, slot);
 		break;
 	}
 	case KVP_BLOCK_RESIDENT:
@@ -183,8 +224,7 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 		if (b->flags & BLK_PARTIAL) {
 			/* A page it lacks (or one a fill placed meanwhile:
 			 * the window keeps it). */
-			r->ra_last = blk;
-			r->ra_next = blk + 1;
+			(void)ra_begin(r, blk);
 			if (flags & UFFD_PAGEFAULT_FLAG_WRITE
 				? kvp_load_complete(s, r, blk, true, NULL) == 0
 				: kvp_load_window(s, r, blk,

@@ -435,7 +435,7 @@ void kvp_stage_drop_passed(struct kvp_pager *p)
 {
 	for (struct kvp_op *op = p->staged, *next; op; op = next) {
 		next = op->next;
-		if (op->blk < op->r->ra_last)
+		if (op->blk < op->r->ra[op->ra_slot].last)
 			kvp_stage_drop(p, op);
 	}
 }

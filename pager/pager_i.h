@@ -79,6 +79,19 @@ struct kvp_astats {
 };
 #undef KVP_ASTAT_FIELD
 
+/* One sequential run of faults that read-ahead follows.  Several at once
+ * (a region's threads each streaming their own part) each keep their
+ * window: one state for the region took their interleaved faults for
+ * random ones. */
+#define KVP_RA_STREAMS 4
+struct kvp_ra_stream {
+	uint64_t last;	 /* block of its last fault */
+	uint64_t next;	 /* block after its window */
+	uint64_t mark;	 /* the window doubles when the faults reach it */
+	uint64_t seen;	 /* ra_tick when it last went on (0: never) */
+	unsigned window; /* blocks ahead */
+};
+
 struct kvp_region {
 	struct kvp_pager *p;
 	char name[64];
@@ -97,11 +110,8 @@ struct kvp_region {
 	unsigned inflight; /* ops of this region in flight */
 	unsigned pf_reqs;  /* prefetch requests not yet run */
 	bool dying;
-	uint64_t ra_next;   /* readahead: block after the window */
-	uint64_t ra_last;   /* readahead: block of the last fault */
-	uint64_t ra_mark;   /* readahead: the window doubles when the
-			       faults reach this block */
-	unsigned ra_window; /* readahead: blocks ahead */
+	struct kvp_ra_stream ra[KVP_RA_STREAMS]; /* readahead (events.c) */
+	uint64_t ra_tick;   /* readahead: faults seen, for ra[].seen */
 	unsigned ra_shrink; /* readahead: its most is readahead_bytes >>
 			       ra_shrink; one more per read-ahead block
 			       wasted, one less per one used or per
@@ -138,6 +148,7 @@ struct kvp_op {
 	bool zero;		   /* load: no read, zero-fill the frame */
 	bool staged;		   /* load: read, waiting for a fault to be
 				      installed (read-ahead), on p->staged */
+	uint8_t ra_slot;	   /* load by read-ahead: its stream (ra[]) */
 	bool dirty;		   /* load: install writable and dirty (a
 				      write fault is waiting) */
 	bool forced_retry;	   /* load: past the budget and its
