@@ -163,10 +163,13 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 	if (flags & UFFD_PAGEFAULT_FLAG_WP) {
 		switch (b->state) {
 		case KVP_BLOCK_RESIDENT:
-			/* Resident in part: whole first, then dirty. */
-			if ((b->flags & BLK_PARTIAL) &&
-			    kvp_load_complete(s, r, blk, true, NULL) == 0)
+			/* Resident in part: whole first, then dirty (with
+			 * no memory for that, it faults again). */
+			if (b->flags & BLK_PARTIAL) {
+				if (kvp_load_complete(s, r, blk, true, NULL))
+					act = WAKE_PAGE;
 				break;
+			}
 			kvp_blk_written(r, b);
 			kvp_blk_used(r, b);
 			kvp_blk_touch(p, b);
@@ -178,8 +181,17 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 		case KVP_BLOCK_LOADING:
 			/* Resident in part and loading more: it is made whole
 			 * and dirty when installed, and the writer woken. */
-			b->op->dirty = true;
-			kvp_blk_wait(b);
+			if (b->flags & BLK_PARTIAL) {
+				b->op->dirty = true;
+				kvp_blk_wait(b);
+			} else {
+				act = WAKE_PAGE; /* stale: it faults again */
+			}
+			break;
+		case KVP_BLOCK_POISONED:
+			/* A page a failed fill left: nothing of the block is
+			 * ever written back, the write may go on. */
+			act = UNPROTECT;
 			break;
 		default:
 			act = WAKE_PAGE;

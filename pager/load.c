@@ -120,7 +120,11 @@ bool kvp_fault_around(const struct kvp_region *r, const struct kvp_block *b)
 	const struct kvp_pager *p = r->p;
 	uint64_t fa = p->cfg.fault_around_bytes;
 
+	/* Four blocks of budget at least: a fill holds its block's pages
+	 * while it waits for a frame (service.c lets it past the budget
+	 * when nothing else can leave). */
 	return fa && fa < r->block_bytes && p->have_wp && p->zapper_running &&
+	       kvp_budget(p) >= 4 * (uint64_t)r->block_bytes &&
 	       (b->flags & BLK_IN_STORE) &&
 	       !(b->flags & (BLK_SPLIT | BLK_HOLES | BLK_DROP | BLK_GONE));
 }
@@ -152,7 +156,11 @@ int kvp_load_window(struct kvp_service *s, struct kvp_region *r, uint64_t blk,
 						 : 0;
 	uint32_t len = fa, start, left;
 
-	if (have >= fa && off == have) {
+	if (!fa || fa >= r->block_bytes) {
+		/* Fault-around turned off meanwhile: the rest, whole. */
+		len = (uint32_t)r->block_bytes;
+		start = 0;
+	} else if (have >= fa && off == have) {
 		/* The block was read from its start up to this fault (a
 		 * stream, whichever thread): as much again, from here.
 		 * Told by the block alone, so that streams of several
@@ -270,7 +278,9 @@ static int install(struct kvp_pager *p, struct kvp_op *op, bool wp,
 		err = 0;
 	}
 	*placed = (uint32_t)(arrived / KVP_PAGE_BYTES);
-	if (*split && mapped == 0)
+	/* Nothing of a window mapped is not nothing of its block: the
+	 * caller makes the rest whole around the hole. */
+	if (*split && mapped == 0 && len == r->block_bytes)
 		return -ENOENT;
 	if (r->install == KVP_INSTALL_MOVE && !paged) {
 		KVP_STAT_ADD(r, installs_move_total, 1);
@@ -340,6 +350,7 @@ static void poison_load(struct kvp_service *s, struct kvp_op *op)
 {
 	struct kvp_pager *p = s->p;
 	struct kvp_region *r = op->r;
+	bool fill = r->blocks[op->blk].flags & BLK_PARTIAL;
 
 	fill_release(p, r, &r->blocks[op->blk]);
 	kvp_blk_load_failed(r, &r->blocks[op->blk]);
@@ -349,6 +360,12 @@ static void poison_load(struct kvp_service *s, struct kvp_op *op)
 	if (p->have_poison)
 		kvp_uffd_poison_range(p, kvp_blk_addr(r, op->blk),
 				      r->block_bytes);
+	/* A fill's block keeps the pages it had (the poison skips them):
+	 * threads waiting on those (a write) are woken here; they find it
+	 * POISONED and write on (events.c). */
+	if (fill)
+		(void)kvp_uffd_wake(&p->uffd, kvp_blk_addr(r, op->blk),
+				    r->block_bytes);
 	kvp_op_free(op);
 }
 
@@ -456,7 +473,7 @@ void kvp_load_install(struct kvp_service *s, struct kvp_op *op)
 	struct kvp_block *b = &r->blocks[op->blk];
 	size_t len = op->win_len, grew = 0;
 	bool whole = len == r->block_bytes;
-	bool drop, dirty, fill, paged, full = true, split, more;
+	bool drop, dirty, fill, paged, full = true, split, more = false;
 	struct kvp_op *next = NULL;
 	uint32_t placed = 0;
 	int err;
@@ -475,15 +492,14 @@ void kvp_load_install(struct kvp_service *s, struct kvp_op *op)
 		memset(op->slot, 0, len);
 	else
 		(void)kvp_op_zero_dropped(op);
-	/* A window that a write joined, or with drops outside it, is
-	 * installed and the block made whole at once (always clean in
-	 * part): dropped bits left are those outside the window. */
-	more = !whole && !drop && (dirty || op->rm_any);
-	if (more)
+	/* A window may have to make its block whole at once (see below):
+	 * its op is ready before the install, which cannot be undone. */
+	if (!whole)
 		next = kvp_op_new(OP_LOAD, r, op->blk);
-	err = more && !next ? -ENOMEM
-			    : install(p, op, !dirty, paged, &full, &split,
-				      &placed);
+	err = !whole && !next ? -ENOMEM
+			      : install(p, op, !dirty, paged, &full, &split,
+					&placed);
+	op->placed += placed;
 
 	if (err && err != -ENOENT) {
 		/* Could not map it (out of memory): keep it loading and try
@@ -506,8 +522,14 @@ void kvp_load_install(struct kvp_service *s, struct kvp_op *op)
 		kvp_frame_unuse(p, len);
 		full = true;
 	} else {
-		drop = kvp_blk_installed(r, b, dirty, split, whole, placed,
-					 &grew);
+		/* A window that a write joined, that the program dropped into
+		 * (before or during the install: the bits left are outside
+		 * it), or that crossed a hole it unmapped, is dirty: its block
+		 * is made whole at once, always clean in part. */
+		more = !whole && !(b->flags & BLK_DROP) &&
+		       (op->dirty || op->rm_any || split);
+		drop = kvp_blk_installed(r, b, dirty || more, split, whole,
+					 op->placed, &grew);
 		/* The frame was charged for the window; the block for what
 		 * arrived. */
 		kvp_frame_unuse(p, len - grew);
@@ -518,7 +540,7 @@ void kvp_load_install(struct kvp_service *s, struct kvp_op *op)
 		/* Discarded while it was being installed: drop it now.  The
 		 * waiters are woken by the discard (they read zeros). */
 		kvp_discard_resident(r, op->blk);
-	else if (err == 0 && more && !drop) {
+	else if (err == 0 && !whole && more && !drop) {
 		(void)complete_with(s, r, op->blk, true, op->rm_pages, next);
 		next = NULL; /* complete_with cannot fail with an op */
 	}

@@ -149,6 +149,8 @@ struct kvp_op {
 	bool staged;		   /* load: read, waiting for a fault to be
 				      installed (read-ahead), on p->staged */
 	uint8_t ra_slot;	   /* load by read-ahead: its stream (ra[]) */
+	uint32_t placed;	   /* load: pages its installs placed (an
+				      install retried counts on) */
 	bool dirty;		   /* load: install writable and dirty (a
 				      write fault is waiting) */
 	bool forced_retry;	   /* load: past the budget and its

@@ -200,8 +200,12 @@ static void frame_stage(struct kvp_service *s)
 			pthread_mutex_unlock(&p->lock);
 			return;
 		}
+		/* A fill's block has pages mapped: given up, they would
+		 * stay, uncounted (a dropped one installs zeros instead). */
 		if (op->r->dying ||
-		    (op->r->blocks[op->blk].flags & (BLK_GONE | BLK_DROP))) {
+		    (op->r->blocks[op->blk].flags & BLK_GONE) ||
+		    ((op->r->blocks[op->blk].flags & BLK_DROP) &&
+		     !(op->r->blocks[op->blk].flags & BLK_PARTIAL))) {
 			kvp_want_frame_pop(s);
 			kvp_load_abandon(s, op);
 			continue;
@@ -246,6 +250,20 @@ static void frame_stage(struct kvp_service *s)
 		 * write again): the fault is served past the budget, or
 		 * gets SIGBUS, now. */
 		pthread_mutex_lock(&p->lock);
+		if (s->want_frame == op && !p->leaving &&
+		    (op->r->blocks[op->blk].flags & BLK_PARTIAL)) {
+			/* A fill holds its block's pages while it waits, and
+			 * nothing else can leave: past the budget by one
+			 * block at most, or it would wait for ever. */
+			slot = kvp_frame_get_overdraft(p, op->win_len);
+			if (slot) {
+				KVP_STAT_ADD(op->r, overdraft_loads_total, 1);
+				kvp_want_frame_pop(s);
+				kvp_load_arm(s, op, slot);
+				pthread_mutex_unlock(&p->lock);
+				continue;
+			}
+		}
 		if (!p->wb_failed_bytes || p->leaving || s->want_frame != op) {
 			pthread_mutex_unlock(&p->lock);
 			return;
