@@ -213,6 +213,36 @@ int kvp_evict_one(struct kvp_service *s, bool take_prefetched)
 	return kvp_evict_move(s, op);
 }
 
+/* Under p->lock, which it releases: @op's block has left clean, its pages
+ * in @slot (dropped); with @drops (a block resident in part that the
+ * program dropped into meanwhile) it is loaded again whole at once, those
+ * pages zeroed. */
+static int evicted_clean(struct kvp_service *s, struct kvp_op *op, void *slot,
+			 const uint64_t *drops)
+{
+	struct kvp_pager *p = s->p;
+	struct kvp_region *r = op->r;
+	uint64_t blk = op->blk;
+	struct kvp_block *b = &r->blocks[blk];
+	bool waiters = kvp_blk_take_waiters(b);
+
+	kvp_blk_evicted(r, b, false);
+	kvp_frame_unuse(p, op->held);
+	detached_slot_put(p, r, b, slot);
+	if (drops && kvp_load_start(s, r, blk, LOAD_FAULT, NULL, true) == 0) {
+		memcpy(b->op->rm_pages, drops, sizeof(b->op->rm_pages));
+		b->op->rm_any = true;
+	}
+	if (r->dying)
+		pthread_cond_broadcast(&p->idle);
+	pthread_mutex_unlock(&p->lock);
+	kvp_op_free(op);
+	if (waiters)
+		(void)kvp_uffd_wake(&p->uffd, kvp_blk_addr(r, blk),
+				    r->block_bytes);
+	return 0;
+}
+
 int kvp_evict_move(struct kvp_service *s, struct kvp_op *op)
 {
 	struct kvp_pager *p = s->p;
@@ -269,20 +299,7 @@ int kvp_evict_move(struct kvp_service *s, struct kvp_op *op)
 		uint64_t drops[KVP_BLOCK_PAGES_MAX / 64];
 
 		memcpy(drops, op->rm_pages, sizeof(drops));
-		waiters = kvp_blk_take_waiters(b);
-		kvp_blk_evicted(r, b, false);
-		kvp_frame_unuse(p, op->held);
-		detached_slot_put(p, r, b, slot);
-		if (kvp_load_start(s, r, blk, LOAD_FAULT, NULL, true) == 0) {
-			memcpy(b->op->rm_pages, drops, sizeof(drops));
-			b->op->rm_any = true;
-		}
-		pthread_mutex_unlock(&p->lock);
-		kvp_op_free(op);
-		if (waiters)
-			(void)kvp_uffd_wake(&p->uffd, kvp_blk_addr(r, blk),
-					    r->block_bytes);
-		return 0;
+		return evicted_clean(s, op, slot, drops);
 	}
 	if (kvp_op_zero_dropped(op))
 		dirty = true;
@@ -300,18 +317,7 @@ int kvp_evict_move(struct kvp_service *s, struct kvp_op *op)
 	}
 	if (!(b->flags & BLK_DROP))
 		KVP_STAT_ADD(r, evictions_clean_total, 1);
-	waiters = kvp_blk_take_waiters(b);
-	kvp_blk_evicted(r, b, false);
-	kvp_frame_unuse(p, op->held);
-	detached_slot_put(p, r, b, slot);
-	if (r->dying)
-		pthread_cond_broadcast(&p->idle);
-	pthread_mutex_unlock(&p->lock);
-	kvp_op_free(op);
-	if (waiters)
-		(void)kvp_uffd_wake(&p->uffd, kvp_blk_addr(r, blk),
-				    r->block_bytes);
-	return 0;
+	return evicted_clean(s, op, slot, NULL);
 }
 
 #define BACKOFF_MIN_MS 10
