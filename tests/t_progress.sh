@@ -4,7 +4,8 @@
 # returns when stderr is a file (a line every few seconds instead, which
 # these short runs do not reach), and nothing with --quiet.  Covered:
 # kvpager run, kvpbench decode, kvpbench's fill and the runs of its
-# stream, random and touch scenarios (each mode's own bar), and kvpbench
+# stream, random and touch scenarios (each mode's own bar, touch's preload
+# child's too), and kvpbench
 # tier (a bar per block size; when redis-server is there).
 set -u
 BUILD=${BUILD:-build}
@@ -25,8 +26,12 @@ fill="$BUILD/bin/kvpbench --short --modes raw --repeat 1 stream"
 rnd="$BUILD/bin/kvpbench --budget 8M --modes raw,kvpager-copy --repeat 1 --threads 1 --ref-depth 0 random"
 tch="$BUILD/bin/kvpbench touch --budget 8M --touches 128 --threads 1 --modes raw,kvpager"
 tier="$BUILD/bin/kvpbench tier --short --no-cluster"
+# touch's preload line runs a child program: its bar comes from the
+# child's progress lines (skipped in sanitizer builds: no shim there).
+tchp="$BUILD/bin/kvpbench touch --budget 8M --touches 4096 --threads 1 --modes preload"
 cmds=("$dec" "$run" "$fill" "$rnd" "$tch")
 command -v redis-server >/dev/null && cmds+=("$tier")
+$tchp --quiet 2>/dev/null | grep -q "preload *[0-9]" && cmds+=("$tchp")
 
 for cmd in "${cmds[@]}"; do
 	$cmd >/dev/null 2>"$tmp/err" || fail "$cmd failed: $(cat "$tmp/err")"
@@ -45,6 +50,7 @@ declare -A bars=(
 	["$rnd"]="random raw|random kvpager-copy"
 	["$tch"]="touch raw|touch kvpager"
 	["$tier"]="tier 65536-byte blocks"
+	["$tchp"]="touch preload"
 )
 if command -v script >/dev/null; then
 	for cmd in "${cmds[@]}"; do

@@ -26,6 +26,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,6 +57,8 @@ static uint64_t touch_page(unsigned t, uint64_t i, uint64_t pages)
 
 static uint8_t *buf;
 static uint64_t pages, per_thread;
+static _Atomic uint64_t touched;   /* touches done, all threads */
+static _Atomic unsigned finished; /* threads done */
 static unsigned nthreads;
 static int random_order, writes;
 
@@ -80,8 +83,34 @@ static void *worker(void *arg)
 		w->bad += v != pattern(p * PAGE);
 		if (writes)
 			*word = v;
+		if ((i & 255) == 255)
+			atomic_fetch_add_explicit(&touched, 256,
+						  memory_order_relaxed);
 	}
+	atomic_fetch_add(&finished, 1);
 	return NULL;
+}
+
+/* With TOUCH_PAGES_PROGRESS set (kvpbench does), a "progress DONE TOTAL"
+ * line on stdout every second until the threads end, before the result
+ * line: the parent draws its bar from them. */
+static void report_progress(void)
+{
+	struct timespec tick = { 0, 100000000 };
+	unsigned ticks = 0;
+
+	if (!getenv("TOUCH_PAGES_PROGRESS"))
+		return;
+	while (atomic_load(&finished) < nthreads) {
+		nanosleep(&tick, NULL);
+		if (++ticks % 10)
+			continue;
+		printf("progress %llu %llu\n",
+		       (unsigned long long)atomic_load_explicit(
+			   &touched, memory_order_relaxed),
+		       (unsigned long long)(per_thread * nthreads));
+		fflush(stdout);
+	}
 }
 
 static int io_counts(uint64_t *rd, uint64_t *wr)
@@ -197,6 +226,7 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
+	report_progress();
 	for (t = 0; t < nthreads; t++) {
 		pthread_join(tid[t], NULL);
 		bad += w[t].bad;

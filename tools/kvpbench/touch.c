@@ -46,6 +46,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "lib/cli/progress.h"
+
 #define TOUCH_MODES 4
 #define CHILD_TIMEOUT_S 900 /* a child's fill and touches, at most */
 /* The mmap line's cgroup holds the budget for the file's pages plus this
@@ -238,6 +240,8 @@ struct child_spec {
 	uint64_t size, touches, budget, block;
 	unsigned threads;
 	const char *pattern, *access, *dir;
+	const char *what; /* the progress bar's phase */
+	bool quiet;	  /* --quiet: no bar */
 };
 
 /* In the child, between fork and exec: only what async-signal-safe
@@ -286,10 +290,27 @@ static void child_exec(const struct child_spec *s, int out)
 	if (s->file)
 		argv[i++] = (char *)s->file;
 	argv[i] = NULL;
+	setenv("TOUCH_PAGES_PROGRESS", "1", 1);
 	execv(s->prog, argv);
 	fprintf(stderr, "kvpbench: cannot run %s: %s\n", s->prog,
 		strerror(errno));
 	_exit(127);
+}
+
+/* A complete line of the child's output: a progress line draws the bar;
+ * the result line stays in @line.  Returns bytes consumed from @line. */
+static size_t child_line(char *line, size_t got, struct kvp_progress *pg)
+{
+	char *nl = memchr(line, '\n', got);
+	unsigned long long done, total;
+	size_t len;
+
+	if (!nl || strncmp(line, "progress ", 9))
+		return 0;
+	len = (size_t)(nl - line) + 1;
+	if (sscanf(line, "progress %llu %llu", &done, &total) == 2)
+		kvp_progress_update(pg, done, total, "touches");
+	return len;
 }
 
 /* Run the child and read its line into @r.  0, or -errno. */
@@ -297,9 +318,10 @@ static int child_run(const struct child_spec *s, struct touch_result *r)
 {
 	char line[512] = "";
 	unsigned long long touches, rd, wr, bad;
-	size_t got = 0;
+	size_t got = 0, used;
 	int pfd[2], status, err = 0;
 	double deadline = kvpb_now() + CHILD_TIMEOUT_S;
+	struct kvp_progress pg;
 	pid_t pid;
 
 	pid = kvpb_fork_pipe(pfd);
@@ -308,6 +330,7 @@ static int child_run(const struct child_spec *s, struct touch_result *r)
 	if (!pid)
 		child_exec(s, pfd[1]);
 	close(pfd[1]);
+	kvp_progress_start(&pg, "kvpbench", s->what, s->quiet);
 	for (;;) {
 		struct pollfd p = { .fd = pfd[0], .events = POLLIN };
 		ssize_t n;
@@ -327,9 +350,14 @@ static int child_run(const struct child_spec *s, struct touch_result *r)
 		if (n <= 0)
 			break;
 		got += (size_t)n;
+		while ((used = child_line(line, got, &pg)) != 0) {
+			memmove(line, line + used, got - used);
+			got -= used;
+		}
 		if (got == sizeof(line) - 1)
 			break;
 	}
+	kvp_progress_done(&pg, s->touches, s->touches, "touches");
 	line[got] = 0;
 	close(pfd[0]);
 	waitpid(pid, &status, 0);
@@ -453,6 +481,8 @@ static int run_child(struct touch_set *s, struct touch_result *r, bool mmap)
 		.pattern = s->pattern,
 		.access = s->access,
 		.dir = o->dir,
+		.what = mmap ? "touch mmap" : "touch preload",
+		.quiet = o->quiet,
 	};
 	int err;
 
