@@ -218,16 +218,28 @@ void *kvp_frame_empty_slot(struct kvp_pager *p, size_t bytes)
 	return f->arena + at;
 }
 
-static void pretouched_give_back(struct kvp_pager *p, uint64_t want);
-
-/* Give back pre-touched memory not carved yet (a huge page at least) for
- * a frame that cannot come from it; false when none is left. */
-static bool pretouched_give(struct kvp_pager *p, uint64_t want)
+/* Free pre-touched memory not carved yet, from its end, in huge pages:
+ * at least @want bytes where there are that many; returns the bytes freed
+ * (0: none is left). */
+static uint64_t pretouched_give_back(struct kvp_pager *p, uint64_t want)
 {
-	uint64_t before = p->frames.charged;
+	struct kvp_frames *f = &p->frames;
+	uint64_t from = (f->pre_bump + KVP_HUGE_SIZE - 1) &
+			~(uint64_t)(KVP_HUGE_SIZE - 1);
+	uint64_t have = f->prefault_end > from ? f->prefault_end - from : 0;
+	uint64_t give = (want + KVP_HUGE_SIZE - 1) &
+			~(uint64_t)(KVP_HUGE_SIZE - 1);
 
-	pretouched_give_back(p, want);
-	return p->frames.charged < before;
+	if (give > have)
+		give = have;
+	if (!give)
+		return 0;
+	(void)kvp_mem_advise(f->arena + f->prefault_end - give, give,
+			     MADV_DONTNEED);
+	f->prefault_end -= give;
+	f->charged -= give;
+	assert(budget_sane(p, false));
+	return give;
 }
 
 void *kvp_frame_paged_slot(struct kvp_pager *p, size_t bytes)
@@ -277,7 +289,8 @@ static void *frame_get(struct kvp_pager *p, size_t bytes, uint64_t limit)
 		return f->arena + at;
 	}
 	while (f->charged + bytes > limit)
-		if (!drop_one_full(p, (int)c) && !pretouched_give(p, bytes))
+		if (!drop_one_full(p, (int)c) &&
+		    !pretouched_give_back(p, bytes))
 			return NULL;
 	slot = kvp_frame_empty_slot(p, bytes);
 	if (!slot)
@@ -298,27 +311,6 @@ void *kvp_frame_get_overdraft(struct kvp_pager *p, size_t bytes)
 	return frame_get(p, bytes, kvp_budget(p) + kvp_overdraft_cap(p));
 }
 
-/* Free pre-touched memory not carved yet, from its end, in huge pages:
- * at least @want bytes where there are that many. */
-static void pretouched_give_back(struct kvp_pager *p, uint64_t want)
-{
-	struct kvp_frames *f = &p->frames;
-	uint64_t from = (f->pre_bump + KVP_HUGE_SIZE - 1) &
-			~(uint64_t)(KVP_HUGE_SIZE - 1);
-	uint64_t have = f->prefault_end > from ? f->prefault_end - from : 0;
-	uint64_t give = (want + KVP_HUGE_SIZE - 1) &
-			~(uint64_t)(KVP_HUGE_SIZE - 1);
-
-	if (give > have)
-		give = have;
-	if (!give)
-		return;
-	(void)kvp_mem_advise(f->arena + f->prefault_end - give, give,
-			     MADV_DONTNEED);
-	f->prefault_end -= give;
-	f->charged -= give;
-	assert(budget_sane(p, false));
-}
 
 void kvp_frame_put(struct kvp_pager *p, void *slot, size_t bytes, bool full)
 {

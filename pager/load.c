@@ -195,8 +195,6 @@ static int complete_with(struct kvp_service *s, struct kvp_region *r,
 			 uint64_t blk, bool dirty, const uint64_t *drops,
 			 struct kvp_op *op)
 {
-	int err;
-
 	if (!op)
 		op = kvp_op_new(OP_LOAD, r, blk);
 	if (!op)
@@ -205,8 +203,7 @@ static int complete_with(struct kvp_service *s, struct kvp_region *r,
 		op->rm_pages[i] = drops[i];
 		op->rm_any = op->rm_any || drops[i];
 	}
-	err = fill_start(s, r, blk, 0, (uint32_t)r->block_bytes, dirty, op);
-	return err;
+	return fill_start(s, r, blk, 0, (uint32_t)r->block_bytes, dirty, op);
 }
 
 int kvp_load_complete(struct kvp_service *s, struct kvp_region *r,
