@@ -233,6 +233,7 @@ int main(void)
 	F(kvp_kvcache_opts, max_samples);
 	F(kvp_kvcache_opts, device);
 	F(kvp_kvcache_opts, device_pool_bytes);
+	F(kvp_kvcache_opts, reuse_slots);
 	struct_end();
 
 	struct_begin("kvp_kvcache_step_stats",
@@ -267,6 +268,8 @@ int main(void)
 	F(kvp_kvcache_stats, discarded_pager_blocks);
 	F(kvp_kvcache_stats, pin_failures);
 	F(kvp_kvcache_stats, mmap_dropped_bytes);
+	F(kvp_kvcache_stats, slot_reads);
+	F(kvp_kvcache_stats, slot_read_errors);
 	struct_end();
 	struct_begin("kvp_kv_synth_opts", sizeof(struct kvp_kv_synth_opts));
 	F(kvp_kv_synth_opts, seed);

@@ -29,6 +29,9 @@ struct count_store {
 	struct kvp_store *inner;
 	pthread_mutex_t lock;
 	uint32_t *writes; /* per unit: whole-unit writes seen */
+	uint8_t *reads;	  /* per unit: queued reads reaped (fail_first) */
+	unsigned fail_first; /* non-0: on queues this deep, the first read
+				of each unit fails */
 	uint64_t nunits;
 	uint64_t async_writes, sync_writes;
 };
@@ -36,6 +39,7 @@ struct count_store {
 struct kvp_store_queue {
 	struct count_store *cs;
 	struct kvp_store_queue *inner;
+	unsigned depth;
 };
 
 static void count_range(struct count_store *cs, uint64_t off, size_t len)
@@ -74,6 +78,7 @@ static int cs_queue_create(struct kvp_store *s, unsigned depth,
 	if (!cq)
 		return -ENOMEM;
 	cq->cs = cs;
+	cq->depth = depth;
 	err = cs->inner->ops->queue_create(cs->inner, depth, &cq->inner);
 	if (err) {
 		free(cq);
@@ -108,7 +113,20 @@ static int cs_submit(struct kvp_store_queue *q, struct kvp_io *const *ios,
 static int cs_reap(struct kvp_store_queue *q, struct kvp_io **out, unsigned max,
 		   bool wait)
 {
-	return q->cs->inner->ops->reap(q->inner, out, max, wait);
+	struct count_store *cs = q->cs;
+	int n = cs->inner->ops->reap(q->inner, out, max, wait), i;
+
+	for (i = 0; cs->fail_first == q->depth && i < n; i++) {
+		uint64_t u = out[i]->off / UNIT;
+
+		if (out[i]->op != KVP_IO_READ || u >= cs->nunits)
+			continue;
+		pthread_mutex_lock(&cs->lock);
+		if (!cs->reads[u]++)
+			out[i]->result = -EIO;
+		pthread_mutex_unlock(&cs->lock);
+	}
+	return n;
 }
 
 static int cs_queue_fd(struct kvp_store_queue *q)
@@ -131,6 +149,7 @@ static void cs_destroy(struct kvp_store *s)
 
 	kvp_store_destroy(cs->inner);
 	free(cs->writes);
+	free(cs->reads);
 	pthread_mutex_destroy(&cs->lock);
 	free(cs);
 }
@@ -160,7 +179,9 @@ static struct count_store *count_store_new(uint64_t size)
 		 cs->inner->desc);
 	cs->nunits = size / UNIT;
 	cs->writes = calloc(cs->nunits, sizeof(uint32_t));
+	cs->reads = calloc(cs->nunits, 1);
 	ck_assert_ptr_nonnull(cs->writes);
+	ck_assert_ptr_nonnull(cs->reads);
 	pthread_mutex_init(&cs->lock, NULL);
 	return cs;
 }
@@ -403,6 +424,121 @@ END_TEST
 START_TEST(exact_bit_for_bit_32k)
 {
 	bit_for_bit(32768);
+}
+END_TEST
+
+/*
+ * Two sequences decode with the window predictor, one is freed and its
+ * blocks are refilled with other KV (another seed) for a new one, which
+ * decodes with the first: through the pager with reuse slots the output
+ * is all in RAM's, bit for bit.  A slot still holding a freed block's old
+ * KV would differ; so would a slot whose read failed (fail_first: the
+ * first read of each block by the slots' queue, 64 deep where the pager's
+ * are 16, fails, and the region must read the block itself).
+ */
+static void slots_script(struct kvp_kvcache *c,
+			 const struct kvp_kv_source *src,
+			 const struct kvp_kv_source *src2, float *out,
+			 size_t per_step, struct kvp_kvcache_stats *st)
+{
+	uint32_t a, d, pair[2], step;
+
+	ck_assert_int_eq(kvp_kvcache_seq_create(c, &a), 0);
+	ck_assert_int_eq(kvp_kvcache_prefill(c, a, 3001, src, NULL, NULL), 0);
+	ck_assert_int_eq(kvp_kvcache_seq_create(c, &d), 0);
+	ck_assert_int_eq(kvp_kvcache_prefill(c, d, 3000, src, NULL, NULL), 0);
+	pair[0] = a;
+	pair[1] = d;
+	for (step = 0; step < 6; step++)
+		ck_assert_int_eq(kvp_kvcache_step(c, pair, 2, src,
+						  out + step * per_step, NULL),
+				 0);
+	ck_assert_int_eq(kvp_kvcache_seq_free(c, d), 0);
+	ck_assert_int_eq(kvp_kvcache_seq_create(c, &d), 0);
+	ck_assert_int_eq(kvp_kvcache_prefill(c, d, 3004, src2, NULL, NULL), 0);
+	pair[1] = d;
+	for (; step < 12; step++)
+		ck_assert_int_eq(kvp_kvcache_step(c, pair, 2, src2,
+						  out + step * per_step, NULL),
+				 0);
+	kvp_kvcache_stats(c, st);
+}
+
+static void slots_bit_for_bit(bool fail_first)
+{
+	struct kvp_kv_synth_opts so;
+	struct kvp_kv_geometry g;
+	struct kvp_kv_synth *sy, *sy2;
+	struct kvp_kv_source src, src2;
+	struct kvp_kvcache_opts o;
+	struct kvp_config cfg;
+	struct kvp_kvcache_ram ram_parts;
+	struct kvp_kvcache *c;
+	struct kvp_kvcache_stats st;
+	struct count_store *cs;
+	size_t per_step, n;
+	float *ram, *pag;
+
+	kvp_kv_geometry_preset("tiny", &g);
+	g.head_dim = 64; /* 4 KiB KV blocks */
+	sy = synth(&g);
+	kvp_kv_synth_opts_default(&so);
+	so.seed += 7;
+	ck_assert_int_eq(kvp_kv_synth_create(&g, &so, &sy2), 0);
+	kvp_kv_source_synth(&src, sy);
+	kvp_kv_source_synth(&src2, sy2);
+	per_step = 2 * (size_t)g.layers * g.q_heads * g.head_dim;
+	n = per_step * 12;
+	ram = calloc(n, sizeof(float));
+	pag = calloc(n, sizeof(float));
+	ck_assert(ram && pag);
+
+	opts(&o, &g, KVP_KVCACHE_RAM, 2, 7000, 4096, KVP_PREDICTOR_WINDOW);
+	o.pred.budget_tokens = 64;
+	ck_assert_int_eq(kvp_kvcache_create(&o, &c), 0);
+	slots_script(c, &src, &src2, ram, per_step, &st);
+	kvp_kvcache_destroy(c);
+
+	opts(&o, &g, KVP_KVCACHE_PAGER, 2, 7000, 4096, KVP_PREDICTOR_WINDOW);
+	o.pred.budget_tokens = 64;
+	o.budget_bytes = 3u << 20; /* the region's 2 MiB, 1 MiB of slots */
+	kvp_config_defaults(&cfg);
+	cfg.io_depth = 16;
+	o.cfg = &cfg;
+	cs = count_store_new(16u << 20);
+	cs->fail_first = fail_first ? 64 : 0;
+	o.store = &cs->base;
+	ck_assert_int_eq(kvp_kvcache_create(&o, &c), 0);
+	kvp_kvcache_ram(c, &ram_parts);
+	ck_assert_uint_eq(ram_parts.slots, 1u << 20);
+	ck_assert_uint_eq(ram_parts.frames, 3u << 20);
+	slots_script(c, &src, &src2, pag, per_step, &st);
+	kvp_kvcache_destroy(c);
+	kvp_store_destroy(&cs->base);
+	ck_assert_uint_gt(st.slot_reads, 0);
+	/* the window chooses most of its blocks again each step */
+	ck_assert_uint_gt(st.sum.reused_blocks, st.sum.chosen_blocks / 2);
+	if (fail_first)
+		ck_assert_uint_gt(st.slot_read_errors, 0);
+	else
+		ck_assert_uint_eq(st.slot_read_errors, 0);
+	ck_assert_msg(!memcmp(ram, pag, n * sizeof(float)),
+		      "output through reuse slots differs from RAM's");
+	free(ram);
+	free(pag);
+	kvp_kv_synth_destroy(sy);
+	kvp_kv_synth_destroy(sy2);
+}
+
+START_TEST(slots_bit_for_bit_rewrite)
+{
+	slots_bit_for_bit(false);
+}
+END_TEST
+
+START_TEST(slots_bit_for_bit_failed_reads)
+{
+	slots_bit_for_bit(true);
 }
 END_TEST
 
@@ -755,6 +891,8 @@ int main(void)
 	tcase_add_test(tc, discard_on_free);
 	tcase_add_test(tc, exact_bit_for_bit_4k);
 	tcase_add_test(tc, exact_bit_for_bit_32k);
+	tcase_add_test(tc, slots_bit_for_bit_rewrite);
+	tcase_add_test(tc, slots_bit_for_bit_failed_reads);
 	tcase_add_test(tc, lowrank_heavy_hitters);
 	tcase_add_test(tc, retune_between_steps);
 	return kvp_test_run(s);

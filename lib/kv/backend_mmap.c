@@ -290,7 +290,7 @@ static void mm_step_end(struct kvp_kvcache *c,
 
 	if (completed)
 		mm_sweep(c);
-	st->bytes_read = proc_read_bytes() - m->read0;
+	st->bytes_read += proc_read_bytes() - m->read0;
 	st->demand_faults = majflt() - m->majflt0;
 }
 

@@ -296,13 +296,18 @@ static void pg_step_end(struct kvp_kvcache *c,
 	struct kvp_stats s1;
 
 	kvp_region_stats(c->region, &s1);
-	st->bytes_read = s1.bytes_read_total - s0->bytes_read_total;
+	st->bytes_read += s1.bytes_read_total - s0->bytes_read_total;
 	st->bytes_written += s1.bytes_written_total - s0->bytes_written_total;
 	st->demand_faults = s1.demand_faults_total - s0->demand_faults_total;
 	st->prefetch_hit = s1.prefetch_hit_total - s0->prefetch_hit_total;
 	st->prefetch_late = s1.prefetch_late_total - s0->prefetch_late_total;
 	st->prefetch_wasted =
 	    s1.prefetch_wasted_total - s0->prefetch_wasted_total;
+}
+
+static struct kvp_store *pg_store(struct kvp_kvcache *c)
+{
+	return ((struct pg_state *)c->bs)->store;
 }
 
 static const char *pg_where(struct kvp_kvcache *c, uint64_t pb)
@@ -330,5 +335,6 @@ const struct kvc_backend_ops kvc_backend_pager = {
 	.discard = pg_discard,
 	.step_begin = pg_step_begin,
 	.step_end = pg_step_end,
+	.store = pg_store,
 	.where = pg_where,
 };

@@ -83,11 +83,14 @@ struct kvc_backend_ops {
 	void (*layer_done)(struct kvp_kvcache *c, const struct kvc_plan *pl);
 	/*
 	 * Optional: a step ends, completed (every layer computed) or not:
-	 * fill st's bytes_read, bytes_written (add), demand_faults and
+	 * add to st's bytes_read and bytes_written; fill demand_faults and
 	 * prefetch_hit / late / wasted since step_begin.
 	 */
 	void (*step_end)(struct kvp_kvcache *c,
 			 struct kvp_kvcache_step_stats *st, bool completed);
+	/* Optional: the store that holds absent, clean blocks (in_store),
+	 * which reuse slots read (slots.c). */
+	struct kvp_store *(*store)(struct kvp_kvcache *c);
 	/* Where pager block pb is, for the block table text: a word. */
 	const char *(*where)(struct kvp_kvcache *c, uint64_t pb);
 };

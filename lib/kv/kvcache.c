@@ -45,6 +45,7 @@ void kvp_kvcache_opts_default(struct kvp_kvcache_opts *o,
 	kvp_predictor_opts_default(&o->pred,
 				   (enum kvp_predictor_kind)kvdef_predictor);
 	o->attn_threads = (unsigned)kvdef_attention_threads;
+	o->reuse_slots = true;
 }
 
 /* ---- growable scratch ---------------------------------------------- */
@@ -105,6 +106,7 @@ int kvp_kvcache_create(const struct kvp_kvcache_opts *o,
 		       struct kvp_kvcache **out)
 {
 	struct kvp_kvcache *c;
+	uint64_t slot_bytes;
 	size_t pbb;
 	int err;
 
@@ -137,6 +139,13 @@ int kvp_kvcache_create(const struct kvp_kvcache_opts *o,
 	c->qfloats = (size_t)c->g.q_heads * c->g.head_dim;
 	c->npb = c->l.region_bytes / pbb;
 	c->budget = o->budget_bytes ? o->budget_bytes : c->l.region_bytes / 4;
+	/* reuse slots take the frames the region's floor leaves */
+	slot_bytes = 0;
+	if (kvc_slots_wanted(c) &&
+	    c->budget >= kvc_slots_region_floor(c) + 16 * (uint64_t)pbb) {
+		slot_bytes = c->budget - kvc_slots_region_floor(c);
+		c->budget = kvc_slots_region_floor(c);
+	}
 	c->cold = o->cold_after < 0 ? o->pred.kind == KVP_PREDICTOR_EXACT
 				    : o->cold_after > 0;
 	err = -ENOMEM;
@@ -170,6 +179,11 @@ int kvp_kvcache_create(const struct kvp_kvcache_opts *o,
 	err = c->be->open(c);
 	if (err)
 		goto fail;
+	if (slot_bytes) {
+		err = kvc_slots_init(c, slot_bytes);
+		if (err)
+			goto fail;
+	}
 	err = kvc_plans_init(c);
 	if (err)
 		goto fail;
@@ -194,6 +208,7 @@ void kvp_kvcache_destroy(struct kvp_kvcache *c)
 		if (c->seqs[i].live)
 			kvc_seq_drop(c, i, false);
 	kvc_dev_fini(c);
+	kvc_slots_fini(c);
 	c->be->close(c);
 	kvc_samples_free(c);
 	kvp_attn_pool_destroy(c->pool);
@@ -313,7 +328,7 @@ struct kvp_predictor *kvp_kvcache_predictor(const struct kvp_kvcache *c)
 
 uint64_t kvp_kvcache_budget_bytes(const struct kvp_kvcache *c)
 {
-	return c->budget;
+	return c->budget + kvc_slots_bytes(c);
 }
 
 void kvp_kvcache_ram(const struct kvp_kvcache *c, struct kvp_kvcache_ram *out)
@@ -322,8 +337,9 @@ void kvp_kvcache_ram(const struct kvp_kvcache *c, struct kvp_kvcache_ram *out)
 	uint32_t i;
 
 	memset(out, 0, sizeof(*out));
+	out->slots = kvc_slots_bytes(c);
 	out->frames = c->o.backend == KVP_KVCACHE_RAM ? c->l.region_bytes
-						      : c->budget;
+						      : c->budget + out->slots;
 	out->metadata = kvp_predictor_metadata_bytes(c->pred);
 	for (i = 0; i < c->o.max_seqs; i++)
 		if (c->seqs[i].live)
@@ -336,7 +352,7 @@ int kvp_kvcache_fit_ram(struct kvp_kvcache *c, uint64_t total)
 {
 	struct kvp_kvcache_ram ram;
 	struct kvp_config cfg;
-	uint64_t other;
+	uint64_t other, frames;
 	int err;
 
 	if (c->o.backend != KVP_KVCACHE_PAGER || !c->pager)
@@ -351,12 +367,21 @@ int kvp_kvcache_fit_ram(struct kvp_kvcache *c, uint64_t total)
 		munmap(c->stage, c->stage_cap);
 	c->stage = NULL;
 	c->stage_cap = 0;
+	frames = total - other;
 	kvp_pager_config(c->pager, &cfg);
-	cfg.ram_budget_bytes = total - other;
+	cfg.ram_budget_bytes = frames;
+	if (c->sl_of) {
+		/* the region keeps its floor, the slots take the rest */
+		uint64_t floor = kvc_slots_region_floor(c);
+
+		cfg.ram_budget_bytes = floor < frames ? floor : frames;
+		kvp_kvcache_drain(c);
+	}
 	err = kvp_pager_reconfigure(c->pager, &cfg, NULL);
-	if (!err)
-		c->budget = cfg.ram_budget_bytes;
-	return err;
+	if (err)
+		return err;
+	c->budget = cfg.ram_budget_bytes;
+	return c->sl_of ? kvc_slots_resize(c, frames - c->budget) : 0;
 }
 
 uint64_t kvp_kvcache_kv_bytes(const struct kvp_kvcache *c)

@@ -37,6 +37,24 @@
  * is always a single store write.  Prefill writes whole runs of KV blocks
  * the same way, so it faults nothing in and reads nothing.
  *
+ * READING INTO SLOTS (opts reuse_slots, the default, with a sparse
+ * predictor on the pager backend and CPU attention): a plan's chosen
+ * blocks that are absent from the region and clean in the store are read
+ * from the store into reuse slots, pager blocks of memory the cache owns
+ * and touched once at creation, rather than faulted into the region;
+ * attention reads them there.  Faulting a sparse choice in costs a
+ * userfaultfd install per block and, where the host shadows the guest's
+ * page tables, a first touch per page of each install (kvp-probe's `page
+ * first touch`), which can exceed the block's read; a read into a slot
+ * maps nothing.  A block chosen again while its slot holds it is not read
+ * again (reuse; KVSwap keeps such a buffer).  The budget's frames are
+ * split: the region keeps a floor (2 MiB or four pager blocks, for
+ * the rolling flushes and the blocks the slots do not take), the slots
+ * the rest; kvp_kvcache_ram counts both as frames.  A read that fails, or
+ * a block written while its read is in flight, leaves the slot unused:
+ * that block is read through the region, so a stale or failed slot is
+ * never served.  slots.c has the states.
+ *
  * Freeing a sequence drops its block table; physical blocks that became
  * free and fill whole pager blocks are DISCARDed (kvp_region_advise), so
  * they are not written back.
@@ -120,6 +138,7 @@ struct kvp_kvcache_opts {
 	const char *device;	    /* "cuda"; "emu": a CPU emulation */
 	uint64_t device_pool_bytes; /* the device block pool; 0: room for
 				       two layers' chosen blocks */
+	bool reuse_slots; /* READING INTO SLOTS above (default true) */
 };
 
 /* Defaults: one sequence, exact predictor, pager backend, depth from the
@@ -164,6 +183,8 @@ struct kvp_kvcache_stats {
 	uint64_t discarded_pager_blocks; /* DISCARDed on free */
 	uint64_t pin_failures;	     /* pins refused (-ENOSPC): unpinned run */
 	uint64_t mmap_dropped_bytes; /* mmap: dropped to keep the budget */
+	uint64_t slot_reads;	     /* blocks read into reuse slots */
+	uint64_t slot_read_errors;   /* of those, failed: the region read them */
 };
 
 /*
@@ -407,7 +428,8 @@ uint64_t kvp_kvcache_budget_bytes(const struct kvp_kvcache *c);
 
 /*
  * What the cache holds in RAM now, part by part.  frames: the blocks'
- * budget (pager: the pager's RAM budget, which only its frames count;
+ * budget (pager: the pager's RAM budget, which only its frames count, and
+ * the reuse slots, also in slots;
  * mmap: the emulated budget; RAM backend: the whole region).  The rest is
  * outside that budget: metadata, the predictor's
  * (kvp_predictor_metadata_bytes); rolling, the rolling buffers of the live
@@ -417,13 +439,15 @@ uint64_t kvp_kvcache_budget_bytes(const struct kvp_kvcache *c);
  */
 struct kvp_kvcache_ram {
 	uint64_t frames, metadata, rolling, staging, total;
+	uint64_t slots; /* of frames, reuse slots (READING INTO SLOTS) */
 };
 void kvp_kvcache_ram(const struct kvp_kvcache *c, struct kvp_kvcache_ram *out);
 /*
  * kvp_kvcache_fit_ram - make the cache's RAM, all parts counted, @total
  * bytes: the prefill's staging area is given back (the next prefill takes
- * it again), and the pager's budget (frames) becomes what the predictor's
- * metadata, the rolling buffers and staging leave of it now.  Call when
+ * it again), and the frames become what the predictor's metadata, the
+ * rolling buffers and staging leave of it now (with reuse slots: the
+ * region its floor, the slots the rest; plans ahead are drained).  Call when
  * those have grown (after a prefill: the metadata grows with the context,
  * by a token's worth a step after).  Pager backend only (-EINVAL else);
  * -ENOSPC when they leave less than 2 MiB for frames (nothing changes);

@@ -8,6 +8,8 @@
  *                    backend_mmap.c
  *   plan.c           the prefetch plans (a ring of depth + 1) and the
  *                    waiter thread that records their completion
+ *   slots.c          reuse slots: the sparse decode's chosen blocks read
+ *                    from the store into the cache's own memory
  *   seq.c            sequences, the rolling buffer, prefill
  *   step.c           the decode step
  *   quality.c        quality samples and their scoring
@@ -33,6 +35,7 @@
 #include <time.h>
 
 #include "lib/kv/kv_backend_i.h"
+#include "pager/store.h"
 #include "lib/device/devattn.h"
 #include "lib/kv/kvcache.h"
 
@@ -67,6 +70,21 @@ struct kvc_plan {
 	bool done;		 /* the waiter is done with it (mu) */
 	bool pinned;		 /* pb pinned for the compute */
 	int err;		 /* pf's result (mu) */
+	/* reuse slots (slots.c), when the cache has them */
+	int32_t *slot;	     /* per pb: its slot, or -1 (the region) */
+	struct kvp_io *io;   /* the slots' reads this plan started */
+	size_t nio, io_cap;  /* entries of io, allocated */
+	size_t io_sub;	     /* of io, submitted (waiter) */
+	size_t io_done;	     /* of io, completed (waiter; mu for others) */
+	bool settled;	     /* io's results are in the slots' states */
+};
+
+/* A reuse slot (slots.c): one pager block of c->sl_mem. */
+struct kvc_slot {
+	uint64_t pb;   /* the pager block it holds or loads, or ~0 */
+	uint32_t refs; /* plans holding it */
+	uint8_t state; /* slots.c: FREE, LOADING, VALID, DEAD */
+	bool used;     /* CLOCK's reference bit */
 };
 
 /* One recorded (sequence, layer) of a sampled step, for quality. */
@@ -130,6 +148,15 @@ struct kvp_kvcache {
 	uint32_t wq_len;      /* queued (mu) */
 	double busy_end;      /* end of the union of loads so far (mu) */
 	double busy_s;	      /* that union's length (mu) */
+	/* reuse slots (slots.c); sl_of NULL: none */
+	struct kvc_slot *sl;	    /* sl_n of them */
+	uint32_t sl_n;		    /* slots */
+	uint32_t sl_hand;	    /* CLOCK's hand */
+	char *sl_mem;		    /* sl_n pager blocks */
+	int32_t *sl_of;		    /* per pager block: its slot, or -1 */
+	struct kvp_store *sl_store; /* read from (the region's store) */
+	struct kvp_store_queue *sl_q; /* its queue: the waiter's */
+	unsigned sl_inflight;	      /* reads in flight (waiter) */
 	/* samples */
 	struct kvc_sample *samples; /* recorded */
 	uint32_t nsamples;	    /* entries of samples */
@@ -188,11 +215,39 @@ struct kvc_plan *kvc_plan_get(struct kvp_kvcache *c, uint64_t gl, int *err);
 void kvc_plan_wait(struct kvp_kvcache *c, struct kvc_plan *pl);
 /* Whether kvc_plan_wait(pl) would return at once. */
 bool kvc_plan_done(struct kvp_kvcache *c, struct kvc_plan *pl);
+/* The index of pager block pb in pl->pb, or pl->npb if it is not there. */
+size_t kvc_plan_find(const struct kvc_plan *pl, uint64_t pb);
 /* Pin (all or none: -ENOSPC) or unpin (and advise cold) pl's blocks. */
 int kvc_plan_pin(struct kvp_kvcache *c, struct kvc_plan *pl, bool pin);
 /* Wait, unpin and free pl's prefetch; the slot is free again. */
 void kvc_plan_release(struct kvp_kvcache *c, struct kvc_plan *pl);
 
+/* slots.c */
+/* Should c read its plans into reuse slots (opts, backend, predictor)? */
+bool kvc_slots_wanted(const struct kvp_kvcache *c);
+/* The region's budget when slots take the rest of the frames. */
+uint64_t kvc_slots_region_floor(const struct kvp_kvcache *c);
+/* Slots of bytes (whole pager blocks) reading from the backend's store;
+ * none, and 0, when the store has no queue.  0 or -ENOMEM / the queue's. */
+int kvc_slots_init(struct kvp_kvcache *c, uint64_t bytes);
+void kvc_slots_fini(struct kvp_kvcache *c);
+/* Make the slots bytes, dropping what they hold: -EBUSY while a plan
+ * holds one, -ENOMEM (unchanged). */
+int kvc_slots_resize(struct kvp_kvcache *c, uint64_t bytes);
+uint64_t kvc_slots_bytes(const struct kvp_kvcache *c);
+/* Give pl's pager blocks slots (pl->slot, pl->res, the reads in pl->io). */
+int kvc_slots_plan(struct kvp_kvcache *c, struct kvc_plan *pl);
+/* The waiter: until pl's reads completed, submitting the queue's. */
+void kvc_slots_wait(struct kvp_kvcache *c, struct kvc_plan *pl);
+/* After the wait: pl's read results into the slots' states. */
+void kvc_slots_settle(struct kvp_kvcache *c, struct kvc_plan *pl);
+/* pl lets go of its slots (settling first). */
+void kvc_slots_release(struct kvp_kvcache *c, struct kvc_plan *pl);
+/* Where pl's pager block pb is in a VALID slot, or NULL (the region). */
+const char *kvc_slots_addr(const struct kvp_kvcache *c,
+			   const struct kvc_plan *pl, uint64_t pb);
+/* Pager blocks [pb, pb + n) change in the region or the store. */
+void kvc_slots_forget(struct kvp_kvcache *c, uint64_t pb, uint64_t n);
 /* seq.c */
 /* A source with fill and query. */
 bool kvc_source_ok(const struct kvp_kv_source *src);

@@ -15,7 +15,8 @@
  * (kvc_plan_release, also from any state by kvp_kvcache_drain).
  *
  * The waiter thread, when the backend prefetches asynchronously, waits
- * for each queued prefetch in submit order and records when it completed,
+ * for each queued prefetch (and reads into reuse slots, slots.c) in
+ * submit order and records when it completed,
  * so that the step's wait is only for what is not done, and the union of
  * the loads' [submit, done] intervals (T_load) is measured where the loads
  * happen.  It shares only what c->mu guards (kvcache_i.h).
@@ -39,7 +40,9 @@ static void *waiter_main(void *arg)
 			break;
 		pl = c->wq[c->wq_head];
 		pthread_mutex_unlock(&c->mu);
-		err = kvp_prefetch_wait(pl->pf, -1);
+		err = pl->pf ? kvp_prefetch_wait(pl->pf, -1) : 0;
+		if (pl->nio)
+			kvc_slots_wait(c, pl);
 		pthread_mutex_lock(&c->mu);
 		pl->t_done = kvc_now_s();
 		pl->err = err;
@@ -81,16 +84,38 @@ bool kvc_plan_done(struct kvp_kvcache *c, struct kvc_plan *pl)
 	return done;
 }
 
-/* Pin or unpin a plan's pager blocks, run by run. */
+/* Is pl's pb[i] read from the region (not from a reuse slot)? */
+static bool in_region(const struct kvp_kvcache *c, const struct kvc_plan *pl,
+		      size_t i)
+{
+	return !c->sl_of || pl->slot[i] < 0;
+}
+
+/* The end of the run of region blocks that starts at pl->pb[i]. */
+static size_t run_end(const struct kvp_kvcache *c, const struct kvc_plan *pl,
+		      size_t i, size_t end)
+{
+	size_t j;
+
+	for (j = i + 1; j < end && pl->pb[j] == pl->pb[j - 1] + 1 &&
+			in_region(c, pl, j);
+	     j++)
+		;
+	return j;
+}
+
+/* Pin or unpin a plan's pager blocks in the region, run by run. */
 int kvc_plan_pin(struct kvp_kvcache *c, struct kvc_plan *pl, bool pin)
 {
 	size_t i = 0, j;
 	int err;
 
 	while (i < pl->npb) {
-		for (j = i + 1; j < pl->npb && pl->pb[j] == pl->pb[j - 1] + 1;
-		     j++)
-			;
+		if (!in_region(c, pl, i)) {
+			i++;
+			continue;
+		}
+		j = run_end(c, pl, i, pl->npb);
 		err = 0;
 		if (pin)
 			err = c->be->pin(c, pl->pb[i], j - i);
@@ -101,10 +126,11 @@ int kvc_plan_pin(struct kvp_kvcache *c, struct kvc_plan *pl, bool pin)
 			size_t k = 0, m;
 
 			while (k < i) {
-				for (m = k + 1;
-				     m < i && pl->pb[m] == pl->pb[m - 1] + 1;
-				     m++)
-					;
+				if (!in_region(c, pl, k)) {
+					k++;
+					continue;
+				}
+				m = run_end(c, pl, k, i);
 				c->be->unpin(c, pl->pb[k], m - k);
 				k = m;
 			}
@@ -128,6 +154,8 @@ void kvc_plan_release(struct kvp_kvcache *c, struct kvc_plan *pl)
 	if (pl->pf)
 		kvp_prefetch_release(pl->pf);
 	pl->pf = NULL;
+	if (c->sl_of)
+		kvc_slots_release(c, pl);
 	pl->used = pl->queued = pl->done = false;
 }
 
@@ -157,7 +185,7 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static bool pb_resident(const struct kvc_plan *pl, uint64_t pb)
+size_t kvc_plan_find(const struct kvc_plan *pl, uint64_t pb)
 {
 	size_t lo = 0, hi = pl->npb;
 
@@ -169,7 +197,14 @@ static bool pb_resident(const struct kvc_plan *pl, uint64_t pb)
 		else
 			hi = mid;
 	}
-	return lo < pl->npb && pl->pb[lo] == pb && pl->res[lo];
+	return lo < pl->npb && pl->pb[lo] == pb ? lo : pl->npb;
+}
+
+static bool pb_resident(const struct kvc_plan *pl, uint64_t pb)
+{
+	size_t i = kvc_plan_find(pl, pb);
+
+	return i < pl->npb && pl->res[i];
 }
 
 /*
@@ -231,10 +266,15 @@ int kvc_plan_make(struct kvp_kvcache *c, uint64_t gl)
 	{
 		size_t oc = pl->pb_cap;
 		bool *nr = realloc(pl->res, sizeof(bool) * oc);
+		int32_t *ns;
 
 		if (!nr)
 			return -ENOMEM;
 		pl->res = nr;
+		ns = realloc(pl->slot, sizeof(int32_t) * oc);
+		if (!ns)
+			return -ENOMEM;
+		pl->slot = ns;
 	}
 	for (i = 0, k = 0; i < pl->nseq; i++) {
 		struct kvc_seq *s = &c->seqs[c->step_seqs[i]];
@@ -252,9 +292,17 @@ int kvc_plan_make(struct kvp_kvcache *c, uint64_t gl)
 		if (!w || pl->pb[w - 1] != pl->pb[i])
 			pl->pb[w++] = pl->pb[i];
 	pl->npb = w;
-	/* reuse: chosen blocks already resident, before anything is read */
-	for (i = 0; i < pl->npb; i++)
-		pl->res[i] = c->be->resident(c, pl->pb[i]);
+	/* reuse: chosen blocks already resident (in the region or a slot),
+	 * before anything is read */
+	pl->settled = false;
+	if (c->sl_of) {
+		err = kvc_slots_plan(c, pl);
+		if (err)
+			return err;
+	} else {
+		for (i = 0; i < pl->npb; i++)
+			pl->res[i] = c->be->resident(c, pl->pb[i]);
+	}
 	for (i = 0; i < pl->nseq; i++) {
 		struct kvc_seq *s = &c->seqs[c->step_seqs[i]];
 		const uint32_t *map = kvp_block_table_map(s->bt);
@@ -272,9 +320,17 @@ int kvc_plan_make(struct kvp_kvcache *c, uint64_t gl)
 	pl->err = 0;
 	if (!c->o.prefetch || !pl->npb || !c->be->prefetch)
 		return 0;
-	err = c->be->prefetch(c, pl);
-	if (err || !pl->pf)
-		return err;
+	if (c->sl_of) {
+		/* the slots' reads; the region's blocks fault if evicted */
+		if (!pl->nio)
+			return 0;
+		pl->t_submit = kvc_now_s();
+		c->cur.prefetch_issued += pl->nio;
+	} else {
+		err = c->be->prefetch(c, pl);
+		if (err || !pl->pf)
+			return err;
+	}
 	pthread_mutex_lock(&c->mu);
 	c->wq[(c->wq_head + c->wq_len) % c->nplans] = pl;
 	c->wq_len++;
@@ -339,6 +395,8 @@ void kvc_plans_fini(struct kvp_kvcache *c)
 		free(c->plans[i].off);
 		free(c->plans[i].pb);
 		free(c->plans[i].res);
+		free(c->plans[i].slot);
+		free(c->plans[i].io);
 	}
 	free(c->plans);
 	free(c->wq);

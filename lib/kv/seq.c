@@ -44,8 +44,11 @@ static int stage_reserve(struct kvp_kvcache *c, size_t bytes)
 static int write_blocks(struct kvp_kvcache *c, uint32_t layer, uint32_t p,
 			uint32_t n, const char *data, bool flush)
 {
-	return c->be->write(c, kvp_kv_layout_offset(&c->l, layer, p), data,
-			    (size_t)n * c->stride, flush);
+	uint64_t off = kvp_kv_layout_offset(&c->l, layer, p);
+	size_t len = (size_t)n * c->stride, pbb = c->l.pager_block_bytes;
+
+	kvc_slots_forget(c, off / pbb, (off + len + pbb - 1) / pbb - off / pbb);
+	return c->be->write(c, off, data, len, flush);
 }
 
 /* Logical block lb of seq in layer as it is now (rolling or backing). */
@@ -220,6 +223,7 @@ void kvc_seq_drop(struct kvp_kvcache *c, uint32_t id, bool discard)
 				uint64_t pb = kvp_kv_layout_pager_block(
 				    &c->l, layer, spans[i]);
 
+				kvc_slots_forget(c, pb, 1);
 				if (!c->be->discard(c, pb))
 					c->st.discarded_pager_blocks++;
 			}
@@ -526,6 +530,13 @@ int kvp_kvcache_prefill_stored(struct kvp_kvcache *c, uint32_t id,
 				err = -EOPNOTSUPP;
 			offs[(size_t)l * nb + b] = c->o.store_offset + off;
 		}
+	for (l = 0; l < c->g.layers && !err; l++)
+		for (b = 0; b < nb; b++)
+			kvc_slots_forget(c,
+					 (offs[(size_t)l * nb + b] -
+					  c->o.store_offset) /
+					     c->l.pager_block_bytes,
+					 1);
 	if (!err)
 		err = bind(arg, offs, (size_t)nb * c->g.layers);
 	if (err) {

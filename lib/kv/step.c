@@ -8,7 +8,8 @@
  *                  submitted; the waiter thread records its completion
  *   fill(l)        the new token's K and V from the source into the
  *                  rolling block (seq.c), observe
- *   wait(l)        on the waiter's record of plan l; pin its pager blocks
+ *   wait(l)        on the waiter's record of plan l; settle its reuse
+ *                  slots' reads (slots.c); pin its region's pager blocks
  *   compute(l)     the source's query, attention over plan l's blocks +
  *                  the rolling block, the output to the source (attended)
  *   unpin(l)       (COLD for a scan), flush rolling blocks that filled
@@ -40,6 +41,7 @@ static int compute_layer(struct kvp_kvcache *c, struct kvc_plan *pl,
 			 const struct kvp_kv_source *src, float *out)
 {
 	uint32_t layer = pl->layer, G = c->g.block_tokens, i;
+	size_t pbb = c->l.pager_block_bytes;
 	bool sample = kvc_layer_sampled(c, layer);
 	int err;
 
@@ -67,9 +69,12 @@ static int compute_layer(struct kvp_kvcache *c, struct kvc_plan *pl,
 			c->ntok = nt;
 		}
 		for (k = 0; k < n; k++) {
-			c->ptrs[k] = c->base + kvp_kv_layout_offset(
-						   &c->l, layer,
-						   map[pl->lb[pl->off[i] + k]]);
+			uint64_t off = kvp_kv_layout_offset(
+			    &c->l, layer, map[pl->lb[pl->off[i] + k]]);
+			const char *sa =
+			    c->sl_of ? kvc_slots_addr(c, pl, off / pbb) : NULL;
+
+			c->ptrs[k] = sa ? sa + off % pbb : c->base + off;
 			c->ntok[k] = G;
 		}
 		c->ptrs[n] = s->rb + (size_t)layer * c->stride;
@@ -166,6 +171,8 @@ int kvp_kvcache_step(struct kvp_kvcache *c, const uint32_t *seqs, uint32_t n,
 			err = pl->err;
 			goto out;
 		}
+		if (c->sl_of)
+			kvc_slots_settle(c, pl);
 		if (c->o.prefetch && pl->npb && c->be->pin && !pl->pinned) {
 			if (kvc_plan_pin(c, pl, true))
 				c->st.pin_failures++;

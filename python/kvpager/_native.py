@@ -293,7 +293,8 @@ class KvcacheOpts(Structure):
                 ("cold_after", c_int), ("pred", PredictorOpts),
                 ("attn_threads", c_uint), ("sample_every", c_uint32),
                 ("sample_layers", c_uint32), ("max_samples", c_uint32),
-                ("device", c_char_p), ("device_pool_bytes", c_uint64)]
+                ("device", c_char_p), ("device_pool_bytes", c_uint64),
+                ("reuse_slots", c_bool)]
 
 
 class StepStats(Structure):
@@ -315,7 +316,8 @@ class KvcacheStats(Structure):
                 ("t_prefill_s", c_double), ("prefill_tokens", c_uint64),
                 ("prefill_bytes", c_uint64), ("cow_copies", c_uint64),
                 ("discarded_pager_blocks", c_uint64),
-                ("pin_failures", c_uint64), ("mmap_dropped_bytes", c_uint64)]
+                ("pin_failures", c_uint64), ("mmap_dropped_bytes", c_uint64),
+                ("slot_reads", c_uint64), ("slot_read_errors", c_uint64)]
 
 
 class SynthOpts(Structure):

@@ -86,6 +86,10 @@ struct dres {
 	double dev_mib;	   /* --device: MiB to the device per step */
 	double stage_s;	   /* --device: host staging copy per step */
 	uint64_t hit, late, wasted;
+	double t_attn, t_pred, t_fill, t_wait; /* parts of T_step */
+	double raw_gbps; /* pager modes: random reads of a pager block from
+			    the same store at RAW_DEPTH, GB/s (0: none) */
+	size_t raw_block; /* their size */
 	char install[8];
 	struct kvp_kvcache_ram ram; /* what the cache held at the end */
 };
@@ -196,6 +200,77 @@ static int fit_ram(const struct dopts *o, const struct dmode *m,
 			m->name, strerror(-err));
 	}
 	return err;
+}
+
+#define RAW_DEPTH 64    /* reads in flight of the raw anchor */
+#define RAW_READS 4096u /* reads it times */
+
+/*
+ * The disk's random-read rate at the pager block, on the store the mode
+ * decoded from (written whole by the prefill): RAW_READS reads of block
+ * bytes at random block offsets below len, RAW_DEPTH in flight, through
+ * the store's queue (io_uring, O_DIRECT).  GB/s, or 0 if it cannot run.
+ */
+static double raw_rate(struct kvp_store *st, size_t block, uint64_t len)
+{
+	struct kvp_io ios[RAW_DEPTH], *q[RAW_DEPTH], *done[RAW_DEPTH];
+	uint64_t nblk = len / block, seed = 0x9e3779b97f4a7c15ull, i;
+	unsigned issued = 0, completed = 0, free_n = RAW_DEPTH, k;
+	struct kvp_store_queue *sq = NULL;
+	char *buf;
+	double t0, rate = 0;
+	int n;
+
+	if (!st || !st->ops->queue_create || nblk < 2 ||
+	    st->ops->queue_create(st, RAW_DEPTH, &sq))
+		return 0;
+	buf = aligned_alloc(4096, block);
+	if (!buf) {
+		st->ops->queue_destroy(sq);
+		return 0;
+	}
+	for (k = 0; k < RAW_DEPTH; k++)
+		q[k] = &ios[k];
+	t0 = kvpb_now();
+	while (completed < RAW_READS) {
+		unsigned want = 0;
+
+		while (free_n && issued + want < RAW_READS) {
+			struct kvp_io *io = q[--free_n];
+
+			seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+			i = (seed >> 17) % nblk;
+			memset(io, 0, sizeof(*io));
+			io->op = KVP_IO_READ;
+			io->buf = buf; /* the data is not looked at */
+			io->len = block;
+			io->off = i * block;
+			q[RAW_DEPTH - 1 - want] = io;
+			want++;
+		}
+		if (want) {
+			n = st->ops->submit(sq, &q[RAW_DEPTH - want], want);
+			if (n < 0)
+				break;
+			issued += (unsigned)n;
+			for (k = (unsigned)n; k < want; k++)
+				q[free_n++] = q[RAW_DEPTH - want + k];
+		}
+		n = st->ops->reap(sq, done, RAW_DEPTH, true);
+		if (n < 0)
+			break;
+		for (k = 0; k < (unsigned)n; k++) {
+			if (done[k]->result != (int64_t)block)
+				completed = RAW_READS + 1; /* failed: none */
+			q[free_n++] = done[k];
+		}
+		completed += (unsigned)n;
+	}
+	if (completed == RAW_READS)
+		rate = (double)RAW_READS * block / (kvpb_now() - t0) / 1e9;
+	st->ops->queue_destroy(sq); /* waits for what is in flight */
+	free(buf);
+	return rate;
 }
 
 static int run_mode(const struct dopts *o, const struct dmode *m,
@@ -314,10 +389,11 @@ static int run_mode(const struct dopts *o, const struct dmode *m,
 		if (!o->model)
 			r->tps = (d.tokens - s0.sum.tokens) /
 				 (d.t_step_s - s0.sum.t_step_s);
-		r->t_compute = (d.t_compute_s + d.t_predict_s + d.t_fill_s -
-				s0.sum.t_compute_s - s0.sum.t_predict_s -
-				s0.sum.t_fill_s) /
-			       n;
+		r->t_attn = (d.t_compute_s - s0.sum.t_compute_s) / n;
+		r->t_pred = (d.t_predict_s - s0.sum.t_predict_s) / n;
+		r->t_fill = (d.t_fill_s - s0.sum.t_fill_s) / n;
+		r->t_wait = (d.t_wait_s - s0.sum.t_wait_s) / n;
+		r->t_compute = r->t_attn + r->t_pred + r->t_fill;
 		if (o->model && r->tps > 0) {
 			/* the model's last layer and logits run outside
 			 * the cache's step: a token is the whole step */
@@ -352,6 +428,12 @@ static int run_mode(const struct dopts *o, const struct dmode *m,
 			     ? kvp_region_install_mode(kvp_kvcache_region(c))
 			     : "-");
 		kvp_kvcache_ram(c, &r->ram);
+		if (m->be == KVP_KVCACHE_PAGER && !m->dev) {
+			r->raw_block = kvp_kvcache_layout(c)->pager_block_bytes;
+			r->raw_gbps = raw_rate(
+			    kvp_region_store(kvp_kvcache_region(c)),
+			    r->raw_block, kvp_kvcache_layout(c)->region_bytes);
+		}
 		r->ran = true;
 	}
 	free(ids);
@@ -853,7 +935,9 @@ int kvpbench_decode(int argc, char **argv)
 			       "\"staging_copy_s_per_step\":%.6f,"
 			       "\"ratio_vs_device\":%.4f,"
 			       "\"t_step_over_max_gpu_load\":%.4f,"
+			       "\"raw_random_gbps\":%.4f,"
 			       "\"ram_frames_bytes\":%" PRIu64
+			       ",\"ram_slots_bytes\":%" PRIu64
 			       ",\"ram_metadata_bytes\":%" PRIu64
 			       ",\"ram_rolling_bytes\":%" PRIu64
 			       ",\"ram_staging_bytes\":%" PRIu64
@@ -870,8 +954,8 @@ int kvpbench_decode(int argc, char **argv)
 			       r->t_prefill, r->install, rr, rw,
 			       dmodes[i].dev ? o.device : "cpu", r->t_gpu,
 			       r->dev_reuse, r->dev_mib, r->stage_s, rd, sm,
-			       r->ram.frames, r->ram.metadata, r->ram.rolling,
-			       r->ram.staging, r->ram.total);
+			       r->raw_gbps, r->ram.frames, r->ram.slots, r->ram.metadata,
+			       r->ram.rolling, r->ram.staging, r->ram.total);
 		} else {
 			printf("%-15s %9.3f %9.4f %9.4f %9.4f %11.2f %9.1f "
 			       "%7.3f %7.4f %8.3f %8.3f",
@@ -887,12 +971,34 @@ int kvpbench_decode(int argc, char **argv)
 		}
 	}
 	for (i = 0; i < NDMODES && !o.json; i++)
+		if (res[i].ran && !o.model)
+			printf("STEP %-14s %.4f s = attention %.4f + predictor "
+			       "%.4f + new K/V %.4f + waiting on loads %.4f + "
+			       "the rest %.4f\n",
+			       dmodes[i].name, res[i].t_step, res[i].t_attn,
+			       res[i].t_pred, res[i].t_fill, res[i].t_wait,
+			       res[i].t_step - res[i].t_attn - res[i].t_pred -
+				   res[i].t_fill - res[i].t_wait);
+	for (i = 0; i < NDMODES && !o.json; i++)
+		if (res[i].ran && res[i].raw_gbps > 0)
+			printf("DISK %-14s %.2f GB/s raw: random %zu KiB reads, "
+			       "%d in flight, from its file after the run; the "
+			       "decode read %.2f GB/s while loading (MiB "
+			       "read/st over T_load)\n",
+			       dmodes[i].name, res[i].raw_gbps,
+			       res[i].raw_block >> 10, RAW_DEPTH,
+			       res[i].t_load > 0 ? res[i].bytes_read /
+						       res[i].t_load / 1e9
+						 : 0);
+	for (i = 0; i < NDMODES && !o.json; i++)
 		if (res[i].ran)
 			printf("RAM %-15s %8.1f MiB: frames %.1f (the budget, "
-			       "or the KV in RAM), predictor metadata %.1f, "
-			       "rolling %.1f, staging %.1f\n",
+			       "or the KV in RAM; reuse slots %.1f of it), "
+			       "predictor metadata %.1f, rolling %.1f, staging "
+			       "%.1f\n",
 			       dmodes[i].name, res[i].ram.total / 1048576.0,
 			       res[i].ram.frames / 1048576.0,
+			       res[i].ram.slots / 1048576.0,
 			       res[i].ram.metadata / 1048576.0,
 			       res[i].ram.rolling / 1048576.0,
 			       res[i].ram.staging / 1048576.0);

@@ -1,0 +1,367 @@
+/*
+ * slots.c - reuse slots: the sparse decode's chosen blocks read from the
+ * store into memory the cache owns, not faulted into the region
+ * (READING INTO SLOTS in kvcache.h; kvcache_i.h).
+ *
+ * A slot is one pager block of memory, touched once when the slots are
+ * made.  Reading a block into it with the store's queue (O_DIRECT on the
+ * file store) maps nothing, so the attention that reads it takes no fault
+ * and no first touch, and a block the predictor picks again while its
+ * slot still holds it is not read again (KVSwap's reuse buffer).
+ *
+ * Which blocks: a plan's pager block that is absent from the region, clean
+ * and in the store (be->in_store: the store's copy is the block) gets a
+ * slot; a block resident in the region is read there; any other, or one
+ * for which no slot is free, is left to the region's fault path.
+ *
+ * STATES OF A SLOT (driving thread; sl_of[pb] names the slot of pb):
+ *
+ *   FREE --a plan wants an absent, stored block--> LOADING (read queued)
+ *   LOADING --its plan settles, read whole--> VALID
+ *   LOADING --its plan settles, read failed--> DEAD
+ *   VALID --chosen again--> VALID (reused: not read again)
+ *   VALID --CLOCK victim, no plan holds it--> FREE
+ *   LOADING, VALID --the block is written or discarded--> DEAD
+ *   DEAD --the last plan holding it lets go--> FREE
+ *
+ * Only VALID slots are read by attention; a plan whose block's slot is not
+ * VALID at its compute reads the block through the region, whose fault path
+ * serves it (and reports a failing store), so a failed or stale slot is
+ * never served.  DEAD slots are out of sl_of, so a later plan reads again.
+ *
+ * The reads: the waiter thread (plan.c) owns the store queue, submits the
+ * queued plans' reads in order, as deep as the queue goes, and reaps them;
+ * it touches only the plans' I/O records and their counts.  Settling (the
+ * results into the slots' states) is the driving thread's, after the wait.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "lib/kv/kvcache_i.h"
+
+#define SLOT_QUEUE_DEPTH 64 /* reads in flight at most */
+
+enum { SLOT_FREE, SLOT_LOADING, SLOT_VALID, SLOT_DEAD };
+
+bool kvc_slots_wanted(const struct kvp_kvcache *c)
+{
+	return c->o.reuse_slots && c->o.backend == KVP_KVCACHE_PAGER &&
+	       c->o.prefetch && c->o.pred.kind != KVP_PREDICTOR_EXACT &&
+	       !(c->o.device && strcmp(c->o.device, "cpu"));
+}
+
+uint64_t kvc_slots_region_floor(const struct kvp_kvcache *c)
+{
+	uint64_t f = 4 * (uint64_t)c->l.pager_block_bytes;
+
+	return f > (2u << 20) ? f : (2u << 20);
+}
+
+static void slots_free_mem(struct kvp_kvcache *c)
+{
+	if (c->sl_mem)
+		munmap(c->sl_mem, (size_t)c->sl_n * c->l.pager_block_bytes);
+	free(c->sl);
+	c->sl_mem = NULL;
+	c->sl = NULL;
+	c->sl_n = 0;
+	c->sl_hand = 0;
+}
+
+int kvc_slots_resize(struct kvp_kvcache *c, uint64_t bytes)
+{
+	size_t pbb = c->l.pager_block_bytes, i;
+	uint32_t n = (uint32_t)(bytes / pbb);
+	char *mem;
+	struct kvc_slot *sl;
+
+	for (i = 0; i < c->sl_n; i++)
+		if (c->sl[i].refs)
+			return -EBUSY;
+	if (n == c->sl_n)
+		return 0;
+	sl = n ? calloc(n, sizeof(*sl)) : NULL;
+	mem = n ? kvc_big_alloc((size_t)n * pbb) : NULL;
+	if (n && (!sl || !mem)) {
+		free(sl);
+		if (mem)
+			munmap(mem, (size_t)n * pbb);
+		return -ENOMEM;
+	}
+	/* one touch of every page now, none on the decode's path */
+	for (i = 0; i < (size_t)n * pbb; i += 4096)
+		mem[i] = 0;
+	if (c->sl_of)
+		for (i = 0; i < c->npb; i++)
+			c->sl_of[i] = -1;
+	slots_free_mem(c);
+	for (i = 0; i < n; i++)
+		sl[i].pb = UINT64_MAX;
+	c->sl = sl;
+	c->sl_mem = mem;
+	c->sl_n = n;
+	return 0;
+}
+
+int kvc_slots_init(struct kvp_kvcache *c, uint64_t bytes)
+{
+	struct kvp_store *st = c->be->store ? c->be->store(c) : NULL;
+	size_t i;
+	int err;
+
+	if (!st || !st->ops->queue_create ||
+	    c->l.pager_block_bytes % (st->offset_align ? st->offset_align : 1))
+		return 0; /* no queue to read with: the region serves all */
+	c->sl_of = malloc(sizeof(int32_t) * c->npb);
+	if (!c->sl_of)
+		return -ENOMEM;
+	for (i = 0; i < c->npb; i++)
+		c->sl_of[i] = -1;
+	err = kvc_slots_resize(c, bytes);
+	if (err)
+		return err;
+	err = st->ops->queue_create(st, SLOT_QUEUE_DEPTH, &c->sl_q);
+	if (err)
+		return err;
+	c->sl_store = st;
+	return 0;
+}
+
+void kvc_slots_fini(struct kvp_kvcache *c)
+{
+	if (c->sl_q)
+		c->sl_store->ops->queue_destroy(c->sl_q);
+	c->sl_q = NULL;
+	slots_free_mem(c);
+	free(c->sl_of);
+	c->sl_of = NULL;
+}
+
+/* A slot no plan holds, by CLOCK over the reference bits; -1: none. */
+static int32_t slot_victim(struct kvp_kvcache *c)
+{
+	uint32_t k;
+
+	for (k = 0; k < 2 * c->sl_n; k++) {
+		uint32_t i = c->sl_hand;
+		struct kvc_slot *s = &c->sl[i];
+
+		c->sl_hand = (i + 1) % c->sl_n;
+		if (s->refs || s->state == SLOT_LOADING || s->state == SLOT_DEAD)
+			continue;
+		if (s->state == SLOT_VALID && s->used) {
+			s->used = false;
+			continue;
+		}
+		if (s->state == SLOT_VALID)
+			c->sl_of[s->pb] = -1;
+		s->state = SLOT_FREE;
+		s->pb = UINT64_MAX;
+		return (int32_t)i;
+	}
+	return -1;
+}
+
+int kvc_slots_plan(struct kvp_kvcache *c, struct kvc_plan *pl)
+{
+	size_t pbb = c->l.pager_block_bytes, i;
+
+	pl->nio = pl->io_sub = pl->io_done = 0;
+	if (kvc_grow((void **)&pl->io, &pl->io_cap, pl->npb + 1,
+		     sizeof(*pl->io)))
+		return -ENOMEM;
+	for (i = 0; i < pl->npb; i++) {
+		uint64_t pb = pl->pb[i];
+		int32_t s = c->sl_of[pb];
+		struct kvp_io *io;
+
+		pl->slot[i] = -1;
+		if (s >= 0) {
+			c->sl[s].refs++;
+			c->sl[s].used = true;
+			pl->slot[i] = s;
+			pl->res[i] = c->sl[s].state == SLOT_VALID;
+			continue;
+		}
+		pl->res[i] = c->be->resident(c, pb);
+		if (pl->res[i] || !c->be->in_store(c, pb))
+			continue;
+		s = slot_victim(c);
+		if (s < 0)
+			continue; /* every slot in use: the region serves it */
+		c->sl[s].pb = pb;
+		c->sl[s].state = SLOT_LOADING;
+		c->sl[s].refs = 1;
+		c->sl[s].used = true;
+		c->sl_of[pb] = s;
+		pl->slot[i] = s;
+		io = &pl->io[pl->nio++];
+		memset(io, 0, sizeof(*io));
+		io->op = KVP_IO_READ;
+		io->buf = c->sl_mem + (size_t)s * pbb;
+		io->len = pbb;
+		io->off = c->o.store_offset + pb * pbb;
+		io->cookie = pl;
+	}
+	return 0;
+}
+
+void kvc_slots_settle(struct kvp_kvcache *c, struct kvc_plan *pl)
+{
+	size_t pbb = c->l.pager_block_bytes, i;
+
+	if (pl->settled)
+		return;
+	for (i = 0; i < pl->nio; i++) {
+		const struct kvp_io *io = &pl->io[i];
+		uint32_t s = (uint32_t)(((char *)io->buf - c->sl_mem) / pbb);
+		struct kvc_slot *sl = &c->sl[s];
+
+		if (sl->state != SLOT_LOADING)
+			continue; /* written or discarded meanwhile */
+		if (io->result == (int64_t)io->len) {
+			sl->state = SLOT_VALID;
+			c->cur.bytes_read += io->len;
+			c->st.slot_reads++;
+		} else {
+			sl->state = SLOT_DEAD;
+			c->sl_of[sl->pb] = -1;
+			c->st.slot_read_errors++;
+		}
+	}
+	pl->settled = true;
+}
+
+void kvc_slots_release(struct kvp_kvcache *c, struct kvc_plan *pl)
+{
+	size_t i;
+
+	kvc_slots_settle(c, pl);
+	for (i = 0; i < pl->npb; i++) {
+		int32_t s = pl->slot[i];
+
+		if (s < 0)
+			continue;
+		if (!--c->sl[s].refs && c->sl[s].state == SLOT_DEAD) {
+			c->sl[s].state = SLOT_FREE;
+			c->sl[s].pb = UINT64_MAX;
+		}
+		pl->slot[i] = -1;
+	}
+	pl->nio = 0;
+}
+
+const char *kvc_slots_addr(const struct kvp_kvcache *c,
+			   const struct kvc_plan *pl, uint64_t pb)
+{
+	size_t i = kvc_plan_find(pl, pb);
+	int32_t s;
+
+	if (i == pl->npb)
+		return NULL;
+	s = pl->slot[i];
+	if (s < 0 || c->sl[s].state != SLOT_VALID)
+		return NULL;
+	return c->sl_mem + (size_t)s * c->l.pager_block_bytes;
+}
+
+void kvc_slots_forget(struct kvp_kvcache *c, uint64_t pb, uint64_t n)
+{
+	uint64_t end = pb + n;
+
+	if (!c->sl_of)
+		return;
+	for (; pb < end && pb < c->npb; pb++) {
+		int32_t s = c->sl_of[pb];
+
+		if (s < 0)
+			continue;
+		c->sl_of[pb] = -1;
+		if (c->sl[s].refs) {
+			c->sl[s].state = SLOT_DEAD;
+		} else {
+			c->sl[s].state = SLOT_FREE;
+			c->sl[s].pb = UINT64_MAX;
+		}
+	}
+}
+
+uint64_t kvc_slots_bytes(const struct kvp_kvcache *c)
+{
+	return (uint64_t)c->sl_n * c->l.pager_block_bytes;
+}
+
+/* ---- the waiter thread's side ------------------------------------------ */
+
+/* Submit what the queued plans have not, in queue order; c->mu not held. */
+static void slots_submit(struct kvp_kvcache *c)
+{
+	struct kvp_io *batch[SLOT_QUEUE_DEPTH];
+	unsigned room = SLOT_QUEUE_DEPTH - c->sl_inflight, nb = 0, k;
+	struct kvc_plan *pls[SLOT_QUEUE_DEPTH];
+	uint32_t q, len;
+	int got;
+
+	if (!room)
+		return;
+	pthread_mutex_lock(&c->mu);
+	len = c->wq_len;
+	for (q = 0; q < len && nb < room; q++) {
+		struct kvc_plan *p = c->wq[(c->wq_head + q) % c->nplans];
+		size_t j;
+
+		for (j = p->io_sub; j < p->nio && nb < room; j++) {
+			pls[nb] = p;
+			batch[nb++] = &p->io[j];
+		}
+	}
+	pthread_mutex_unlock(&c->mu);
+	if (!nb)
+		return;
+	got = c->sl_store->ops->submit(c->sl_q, batch, nb);
+	if (got < 0) {
+		/* the queue refused: fail them, the region serves them */
+		for (k = 0; k < nb; k++) {
+			batch[k]->result = got;
+			pls[k]->io_sub++;
+			pls[k]->io_done++;
+		}
+		return;
+	}
+	for (k = 0; k < (unsigned)got; k++)
+		pls[k]->io_sub++;
+	c->sl_inflight += (unsigned)got;
+}
+
+void kvc_slots_wait(struct kvp_kvcache *c, struct kvc_plan *pl)
+{
+	struct kvp_io *done[SLOT_QUEUE_DEPTH];
+	int n, k;
+
+	while (pl->io_done < pl->nio) {
+		slots_submit(c);
+		if (!c->sl_inflight) {
+			/* the queue took none with none in flight: give up
+			 * the rest, the region serves them */
+			for (; pl->io_sub < pl->nio; pl->io_sub++) {
+				pl->io[pl->io_sub].result = -EAGAIN;
+				pl->io_done++;
+			}
+			break;
+		}
+		n = c->sl_store->ops->reap(c->sl_q, done, SLOT_QUEUE_DEPTH,
+					   true);
+		if (n < 0)
+			n = 0; /* the reads stay in flight: their buffers are
+				  the kernel's until reaped */
+		for (k = 0; k < n; k++) {
+			struct kvc_plan *p = done[k]->cookie;
+
+			p->io_done++;
+			c->sl_inflight--;
+		}
+	}
+	slots_submit(c); /* the next plans' reads go while pl computes */
+}
