@@ -2,6 +2,7 @@
  * open, and every way a record can be wrong. */
 #include <check.h>
 #include <errno.h>
+#include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -159,12 +160,40 @@ START_TEST(plain_damage)
 	check_open(bad, n, payload, 4096, NULL, NULL, -EBADMSG);
 	/* another version */
 	memcpy(bad, rec, n);
-	bad[8] = 2;
+	bad[8] = 3;
 	check_open(bad, n, payload, 4096, &k, NULL, -EPROTONOSUPPORT);
 	/* zeros where a record was never written */
 	memset(bad, 0, n);
 	check_open(bad, n, payload, 4096, &k, NULL, -EINVAL);
 	free(bad);
+	free(rec);
+	free(payload);
+}
+END_TEST
+
+/* Records of version 1, whose plain check is BLAKE2b-256, are still
+ * read; the version field says which check a record carries. */
+START_TEST(version1_still_read)
+{
+	struct kvp_rec_key k;
+	uint8_t *payload, *rec = make_rec(4096, NULL, &payload);
+	size_t n = kvp_rec_size(4096);
+	crypto_generichash_state st;
+
+	key_of(&k, 0x11);
+	ck_assert_uint_eq(rec[8], 2); /* written as version 2 */
+	/* the same record as kvpager wrote it before: version 1 */
+	rec[8] = 1;
+	check_open(rec, n, payload, 4096, &k, NULL, -EBADMSG);
+	ck_assert_int_ge(sodium_init(), 0);
+	crypto_generichash_init(&st, NULL, 0, 32);
+	crypto_generichash_update(&st, rec, 80);
+	crypto_generichash_update(&st, rec + 128, 4096);
+	crypto_generichash_final(&st, rec + 80, 32);
+	check_open(rec, n, payload, 4096, &k, NULL, 0);
+	/* its BLAKE2b check does not pass as version 2's */
+	rec[8] = 2;
+	check_open(rec, n, payload, 4096, &k, NULL, -EBADMSG);
 	free(rec);
 	free(payload);
 }
@@ -246,6 +275,7 @@ int main(void)
 	tcase_add_test(tc, keys_chain);
 	tcase_add_test(tc, plain_round_trip);
 	tcase_add_test(tc, plain_damage);
+	tcase_add_test(tc, version1_still_read);
 	tcase_add_test(tc, sealed);
 	tcase_add_test(tc, limits);
 	return kvp_test_run(s);

