@@ -1,7 +1,8 @@
 /* test_cache_store.c - the prefix cache's store (cache_store.h): bound
- * ranges read from block files, verified on their first read, a corrupt
- * one refused and dropped; writes and discards unbind; the queue path
- * serves both kinds; bind's bad inputs change nothing. */
+ * ranges read from block files, verified on their first read or ahead of
+ * it by the verifier thread, a corrupt one refused and dropped; writes
+ * and discards unbind; the queue path serves both kinds; bind's bad
+ * inputs change nothing. */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -360,6 +361,78 @@ START_TEST(bound_from_fd)
 }
 END_TEST
 
+/* Wait (up to 120 s: the verifier runs at nice 19 on a busy machine)
+ * until the store has verified and rejected at least so many records. */
+static void wait_verified(uint64_t verified, uint64_t rejected,
+			  struct kvp_cache_store_stats *ss)
+{
+	uint64_t end = kvp_test_now_ns() + 120000000000ull;
+
+	for (;;) {
+		kvp_cache_store_stats(st, ss);
+		if (ss->verified >= verified && ss->rejected >= rejected)
+			return;
+		ck_assert_msg(kvp_test_now_ns() < end,
+			      "verifier: %llu verified, %llu rejected after "
+			      "120 s",
+			      (unsigned long long)ss->verified,
+			      (unsigned long long)ss->rejected);
+		usleep(2000);
+	}
+}
+
+/* The verifier checks bound records before any read (those bound before
+ * it started and after); a read then takes just its bytes; a corrupt
+ * record is refused and dropped by it as by a read, and its reads fail. */
+START_TEST(verify_ahead)
+{
+	const uint64_t offs[5] = { 0, GRAN, 2 * GRAN, 3 * GRAN, 4 * GRAN };
+	struct kvp_cache_store_stats ss;
+	struct kvp_cache_stats cst;
+	struct kvp_rec_key k;
+	char path[512], hex[65], *buf = malloc(NGRAN * GRAN);
+	int fd;
+
+	put_n(1, 2);
+	put_n(2, 2);
+	put_n(3, 1);
+	key_n(&k, 3);
+	kvp_rec_key_hex(&k, hex);
+	snprintf(path, sizeof(path), "%s/%s.kvb", dir, hex);
+	fd = open(path, O_WRONLY);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pwrite(fd, "XXXX", 4, KVP_REC_HEADER_BYTES + 99), 4);
+	close(fd);
+	ck_assert_int_eq(bind_n(1, offs, 2), 0);
+	ck_assert_int_eq(kvp_cache_store_verify_ahead(inner), -EINVAL);
+	ck_assert_int_eq(kvp_cache_store_verify_ahead(st), 0);
+	ck_assert_int_eq(kvp_cache_store_verify_ahead(st), 0); /* again */
+	wait_verified(1, 0, &ss);
+	ck_assert_int_eq(bind_n(2, offs + 2, 2), 0); /* after it started */
+	ck_assert_int_eq(bind_n(3, offs + 4, 1), 0);
+	wait_verified(2, 1, &ss);
+	ck_assert_uint_eq(ss.verified, 2);
+	ck_assert_uint_eq(ss.verified_ahead, 2);
+	ck_assert_uint_eq(ss.rejected, 1);
+	ck_assert_uint_eq(ss.bound_reads, 0); /* no read asked for them */
+	kvp_cache_stats(cache, &cst);
+	ck_assert_uint_eq(cst.dropped_torn, 1);
+	ck_assert_int_eq(access(path, F_OK), -1);
+	/* reads: the verified ones' bytes, the corrupt one refused */
+	ck_assert_int_eq(kvp_store_pread(st, buf, 4 * GRAN, 0), 0);
+	check_granule(buf, 0, 1, 0);
+	check_granule(buf, 1, 1, 1);
+	check_granule(buf, 2, 2, 0);
+	check_granule(buf, 3, 2, 1);
+	ck_assert_int_eq(kvp_store_pread(st, buf, GRAN, 4 * GRAN), -EBADMSG);
+	kvp_cache_store_stats(st, &ss);
+	ck_assert_uint_eq(ss.verified, 2);
+	ck_assert_uint_eq(ss.rejected, 1);
+	ck_assert_uint_eq(ss.bound_bytes, 4 * GRAN);
+	free(buf);
+}
+END_TEST
+
 /* A cache that encrypts at rest does not map: its reader copies. */
 START_TEST(sealed_not_mapped)
 {
@@ -401,6 +474,7 @@ int main(void)
 	tcase_add_test(tc, bind_errors);
 	tcase_add_test(tc, sealed_not_mapped);
 	tcase_add_test(tc, bound_from_fd);
+	tcase_add_test(tc, verify_ahead);
 	failed = kvp_test_run(s);
 	kvp_test_rm_tree(root);
 	return failed;

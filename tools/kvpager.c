@@ -1170,9 +1170,10 @@ static void cache_report(const struct run_opts *o, const struct model_run *mr,
 		printf("\"prefix_mapped_tokens\":%" PRIu64
 		       ",\"cache_mapped_bytes_read\":%" PRIu64
 		       ",\"cache_mapped_verified\":%" PRIu64
+		       ",\"cache_mapped_verified_ahead\":%" PRIu64
 		       ",\"cache_mapped_rejected\":%" PRIu64 ",",
 		       kvp_model_cache_mapped_tokens(mr->mc), ss.bound_bytes,
-		       ss.verified, ss.rejected);
+		       ss.verified, ss.verified_ahead, ss.rejected);
 		printf("\"prefix_hit_tokens\":%" PRIu64 ",\"ttft_s\":%.6f,"
 		       "\"cache_hits\":%" PRIu64 ",\"cache_misses\":%" PRIu64
 		       ",\"cache_bytes_read\":%" PRIu64
@@ -1201,10 +1202,10 @@ static void cache_report(const struct run_opts *o, const struct model_run *mr,
 	if (kvp_model_cache_mapped_tokens(mr->mc))
 		printf("  mapped: %" PRIu64 " tokens' chunk files serve the KV "
 		       "cache's store: %" PRIu64 " bytes read from them, %"
-		       PRIu64 " chunks verified when first read, %" PRIu64
-		       " failed\n",
+		       PRIu64 " chunks verified (%" PRIu64 " ahead of their "
+		       "first read), %" PRIu64 " failed\n",
 		       kvp_model_cache_mapped_tokens(mr->mc), ss.bound_bytes,
-		       ss.verified, ss.rejected);
+		       ss.verified, ss.verified_ahead, ss.rejected);
 	printf("  cache: %" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64
 	       " bytes read, %" PRIu64 " written (%" PRIu64
 	       " of KV: write amplification %.3f, %.0f bytes per generated "

@@ -6,7 +6,11 @@
  *   1. map[g].rec is 0 (granule g is the inner store's) or 1 + the index
  *      of an open record whose refs counts g;
  *   2. a record whose refs fell to 0 is closed (fd -1) and never bound
- *      again (a new bind opens the block afresh).
+ *      again (a new bind opens the block afresh);
+ *   3. the verifier thread runs from the first kvp_cache_store_verify_ahead
+ *      until destroy sets stop; it takes the last record bound that is
+ *      open, unverified and not yet tried (ahead_tried), so that a reader
+ *      that verifies from the first record on meets it in the middle.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -16,6 +20,8 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -30,9 +36,11 @@ struct record {
 	bool bad;	/* failed verification: its reads fail */
 	bool detached;	/* not the directory's (kvp_cache_store_bind_fd):
 			   a failure is not reported to it */
+	bool ahead_tried; /* the verifier took it (or need not) */
 };
 
-#define VBUFS 2 /* verification buffers kept (one per service thread) */
+#define VBUFS 2 /* verification buffers kept (a service thread's and the
+		   verifier's) */
 
 struct granule_map {
 	uint32_t rec;  /* 1 + index in recs; 0: not bound */
@@ -53,6 +61,10 @@ struct cache_store {
 				      one's pages each cost a first touch
 				      (22-458 us here), 2048 a record */
 	size_t vbuf_bytes[VBUFS];  /* their sizes; 0: none */
+	bool ahead;		   /* the verifier thread was started */
+	bool stop;		   /* destroy: the verifier returns */
+	pthread_cond_t wake;	   /* a bind, or stop, for the verifier */
+	pthread_t verifier;	   /* valid while ahead */
 	struct kvp_cache_store_stats st;
 };
 
@@ -173,6 +185,8 @@ static int bind_record(struct cache_store *cs, const struct kvp_rec_key *key,
 		cs->st.bound_granules++;
 	}
 	cs->st.records++;
+	if (cs->ahead && !verified)
+		pthread_cond_signal(&cs->wake);
 	pthread_mutex_unlock(&cs->lock);
 	return 0;
 }
@@ -275,7 +289,7 @@ static void vbuf_put(struct cache_store *cs, void *b, size_t cap)
  * marks the record bad.  Not under lock.
  */
 static int verify_record(struct cache_store *cs, uint32_t ri, int fd,
-			 void **whole, size_t *whole_cap)
+			 bool ahead, void **whole, size_t *whole_cap)
 {
 	struct record *r;
 	struct kvp_rec_key key;
@@ -321,6 +335,8 @@ static int verify_record(struct cache_store *cs, uint32_t ri, int fd,
 	} else if (!err && !r->verified) {
 		r->verified = true;
 		cs->st.verified++;
+		if (ahead)
+			cs->st.verified_ahead++;
 	}
 	pthread_mutex_unlock(&cs->lock);
 	if (err) {
@@ -329,6 +345,69 @@ static int verify_record(struct cache_store *cs, uint32_t ri, int fd,
 	}
 	*whole = buf;
 	return 0;
+}
+
+/*
+ * The verifier thread: verifies bound records, the last bound first, at
+ * the lowest CPU priority (it takes what the prefill and the decode leave
+ * idle; a read that comes first verifies its record itself).
+ */
+static void *verifier_main(void *arg)
+{
+	struct cache_store *cs = arg;
+
+	(void)pthread_setname_np(pthread_self(), "kvp-verify");
+	/* raising its own nice value needs no privilege; per thread on Linux */
+	(void)!setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
+	pthread_mutex_lock(&cs->lock);
+	while (!cs->stop) {
+		uint32_t i = cs->nrecs, ri = UINT32_MAX;
+		void *whole = NULL;
+		size_t cap = 0;
+		int fd;
+
+		while (i-- > 0) {
+			struct record *r = &cs->recs[i];
+
+			if (!r->ahead_tried && r->fd >= 0 && !r->verified &&
+			    !r->bad) {
+				ri = i;
+				break;
+			}
+		}
+		if (ri == UINT32_MAX) {
+			pthread_cond_wait(&cs->wake, &cs->lock);
+			continue;
+		}
+		cs->recs[ri].ahead_tried = true;
+		/* a descriptor of its own: an unbind may close the record's */
+		fd = dup(cs->recs[ri].fd);
+		pthread_mutex_unlock(&cs->lock);
+		if (fd >= 0) {
+			if (!verify_record(cs, ri, fd, true, &whole, &cap))
+				vbuf_put(cs, whole, cap);
+			close(fd);
+		}
+		pthread_mutex_lock(&cs->lock);
+	}
+	pthread_mutex_unlock(&cs->lock);
+	return NULL;
+}
+
+int kvp_cache_store_verify_ahead(struct kvp_store *s)
+{
+	struct cache_store *cs = to_cs(s);
+	int err = 0;
+
+	if (!kvp_cache_store_is(s))
+		return -EINVAL;
+	pthread_mutex_lock(&cs->lock);
+	if (!cs->ahead) {
+		err = -pthread_create(&cs->verifier, NULL, verifier_main, cs);
+		cs->ahead = !err;
+	}
+	pthread_mutex_unlock(&cs->lock);
+	return err;
 }
 
 /*
@@ -430,7 +509,7 @@ static int read_range(struct cache_store *cs, void *buf, size_t len,
 			vbuf_put(cs, whole, whole_cap);
 			whole = NULL;
 			held = 0;
-			err = verify_record(cs, m.rec - 1, fd, &whole,
+			err = verify_record(cs, m.rec - 1, fd, false, &whole,
 					    &whole_cap);
 			if (!err)
 				held = m.rec;
@@ -728,11 +807,18 @@ static void cs_destroy(struct kvp_store *s)
 	struct cache_store *cs = to_cs(s);
 	uint32_t i;
 
+	pthread_mutex_lock(&cs->lock);
+	cs->stop = true;
+	pthread_cond_signal(&cs->wake);
+	pthread_mutex_unlock(&cs->lock);
+	if (cs->ahead)
+		pthread_join(cs->verifier, NULL);
 	for (i = 0; i < cs->nrecs; i++)
 		if (cs->recs[i].fd >= 0)
 			close(cs->recs[i].fd);
 	kvp_store_destroy(cs->inner);
 	pthread_mutex_destroy(&cs->lock);
+	pthread_cond_destroy(&cs->wake);
 	for (i = 0; i < VBUFS; i++)
 		free(cs->vbuf[i]);
 	free(cs->recs);
@@ -778,6 +864,7 @@ int kvp_cache_store_create(struct kvp_store *inner, struct kvp_cache *cache,
 		return -ENOMEM;
 	}
 	pthread_mutex_init(&cs->lock, NULL);
+	pthread_cond_init(&cs->wake, NULL);
 	cs->base = *inner; /* size, alignment, direct, desc */
 	cs->base.ops = &cache_store_ops;
 	cs->base.buffered_ios = 0;

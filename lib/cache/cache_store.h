@@ -20,14 +20,19 @@
  * STATES OF A GRANULE (a store offset / granule):
  *
  *   inner --bind [kvp_cache_store_bind]--> bound (record unverified)
- *   bound --first read of its record [read_bound]--> bound (verified)
- *   bound --record fails [read_bound]--> bound, its reads -EBADMSG
- *   bound --write or discard over it [unbind]--> inner
+ *   bound --first read of its record [read_range], or the verifier
+ *           [verifier_main]--> bound (verified)
+ *   bound --record fails [verify_record]--> bound, its reads -EBADMSG
+ *   bound --write or discard over it [unbind_range]--> inner
  *
  * A read of a bound range runs on the thread that submits it (the pager's
  * service thread), with ordinary pread(2) of the file (the page cache:
  * payloads start at byte 128 of a record, not aligned for O_DIRECT); other
- * I/O goes to the inner store's queue as it came.  Records stay open
+ * I/O goes to the inner store's queue as it came.  With
+ * kvp_cache_store_verify_ahead, a thread at the lowest CPU priority
+ * verifies the bound records before any read asks for them, so that the
+ * first reads (a decode's first step, which reads every record at its
+ * first layer) find them verified.  Records stay open
  * while any of their granules is bound.  Up to 2 buffers of a record's
  * size are kept for the next verifications (a fresh buffer's pages each
  * cost a first touch), outside the pager's budget, until destroy.
@@ -51,6 +56,7 @@ struct kvp_cache_store_stats {
 	uint64_t bound_reads;	 /* reads served (partly) from records */
 	uint64_t bound_bytes;	 /* bytes of those reads from records */
 	uint64_t verified;	 /* records read whole and verified */
+	uint64_t verified_ahead; /* of those, by the verifier thread */
 	uint64_t rejected;	 /* records that failed: reads -EBADMSG */
 	uint64_t unbound;	 /* granules unbound by writes, discards */
 };
@@ -93,6 +99,16 @@ int kvp_cache_store_bind(struct kvp_store *s, const struct kvp_rec_key *key,
 int kvp_cache_store_bind_fd(struct kvp_store *s, const struct kvp_rec_key *key,
 			    int fd, uint64_t len, bool verified,
 			    const uint64_t *offs, size_t n);
+
+/*
+ * kvp_cache_store_verify_ahead - start the verifier: a thread (nice 19,
+ * "kvp-verify") that verifies every record bound and not yet verified,
+ * now and as later binds come, the last bound first, until destroy; a
+ * read of a record it has not reached yet verifies it as before, and a
+ * record that fails is refused just the same.  Idempotent.  Returns 0,
+ * -EINVAL (not a cache store), or pthread_create's -errno (-EAGAIN).
+ */
+int kvp_cache_store_verify_ahead(struct kvp_store *s);
 
 /* Is s a cache store (made by kvp_cache_store_create)? */
 bool kvp_cache_store_is(const struct kvp_store *s);

@@ -201,6 +201,10 @@ int kvp_model_cache_store(struct kvp_model_cache *mc, struct kvp_store *inner,
 	if (!err) {
 		mc->store = *out;
 		mc->granule = granule;
+		/* the chunks a hit maps are verified while the prefill
+		 * computes the rest, not at the decode's first step; without
+		 * the thread (-EAGAIN) each is verified at its first read */
+		(void)kvp_cache_store_verify_ahead(*out);
 	}
 	return err;
 }

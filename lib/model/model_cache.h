@@ -15,7 +15,8 @@
  *
  * With kvp_model_cache_store's store under the KV cache, a prefill maps
  * the chunks it finds (their files become the cache's store for those
- * blocks, verified when first read) instead of reading and copying them.
+ * blocks, verified in the background or when first read) instead of
+ * reading and copying them.
  *
  * KEYS bind the model's identity (BLAKE2b-256 of its weights: the whole
  * checkpoint file, or the random weights as drawn; or model_id when given),
@@ -95,8 +96,9 @@ uint64_t kvp_model_cache_mapped_tokens(const struct kvp_model_cache *mc);
  * cache_store.h; inner is owned by it from then on, also on failure) for
  * the KV cache that the attached sequences use (kvp_kvcache_opts.store),
  * in granules of the cache's KV block stride (kvp_kvcache_layout_for):
- * with it, a prefill maps the chunks it finds instead of copying them.
- * The caller destroys *out (kvp_store_destroy) after the KV cache and
+ * with it, a prefill maps the chunks it finds instead of copying them,
+ * and its verifier thread (kvp_cache_store_verify_ahead) checks them
+ * while the prefill computes the rest.  The caller destroys *out (kvp_store_destroy) after the KV cache and
  * before kvp_model_cache_close.  One per mc: 0, -EBUSY, -EINVAL, -ENOMEM.
  */
 int kvp_model_cache_store(struct kvp_model_cache *mc, struct kvp_store *inner,
