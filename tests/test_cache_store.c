@@ -45,6 +45,22 @@ static void put_n(uint32_t n, uint32_t ngran)
 	free(p);
 }
 
+/* Overwrite 4 bytes of block n's file at byte at; its path into path. */
+static void damage_n(uint32_t n, off_t at, char path[512])
+{
+	struct kvp_rec_key k;
+	char hex[65];
+	int fd;
+
+	key_n(&k, n);
+	kvp_rec_key_hex(&k, hex);
+	snprintf(path, 512, "%s/%s.kvb", dir, hex);
+	fd = open(path, O_WRONLY);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pwrite(fd, "XXXX", 4, at), 4);
+	close(fd);
+}
+
 static int bind_n(uint32_t n, const uint64_t *offs, size_t cnt)
 {
 	struct kvp_rec_key k;
@@ -229,20 +245,11 @@ START_TEST(corrupt_refused)
 	const uint64_t offs[2] = { 0, GRAN };
 	struct kvp_cache_store_stats ss;
 	struct kvp_cache_stats cst;
-	struct kvp_rec_key k;
-	char path[512], hex[65], *buf = malloc(2 * GRAN);
-	int fd;
+	char path[512], *buf = malloc(2 * GRAN);
 
 	put_n(4, 2);
-	key_n(&k, 4);
-	kvp_rec_key_hex(&k, hex);
-	snprintf(path, sizeof(path), "%s/%s.kvb", dir, hex);
 	/* the payload's last granule, where no header check sees it */
-	fd = open(path, O_WRONLY);
-	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(pwrite(fd, "XXXX", 4, KVP_REC_HEADER_BYTES + GRAN + 9),
-			 4);
-	close(fd);
+	damage_n(4, KVP_REC_HEADER_BYTES + GRAN + 9, path);
 	ck_assert_int_eq(bind_n(4, offs, 2), 0); /* its header is whole */
 	/* the granule that is intact fails too: the record is one */
 	ck_assert_int_eq(kvp_store_pread(st, buf, GRAN, 0), -EBADMSG);
@@ -389,20 +396,12 @@ START_TEST(verify_ahead)
 	const uint64_t offs[5] = { 0, GRAN, 2 * GRAN, 3 * GRAN, 4 * GRAN };
 	struct kvp_cache_store_stats ss;
 	struct kvp_cache_stats cst;
-	struct kvp_rec_key k;
-	char path[512], hex[65], *buf = malloc(NGRAN * GRAN);
-	int fd;
+	char path[512], *buf = malloc(NGRAN * GRAN);
 
 	put_n(1, 2);
 	put_n(2, 2);
 	put_n(3, 1);
-	key_n(&k, 3);
-	kvp_rec_key_hex(&k, hex);
-	snprintf(path, sizeof(path), "%s/%s.kvb", dir, hex);
-	fd = open(path, O_WRONLY);
-	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(pwrite(fd, "XXXX", 4, KVP_REC_HEADER_BYTES + 99), 4);
-	close(fd);
+	damage_n(3, KVP_REC_HEADER_BYTES + 99, path);
 	ck_assert_int_eq(bind_n(1, offs, 2), 0);
 	ck_assert_int_eq(kvp_cache_store_verify_ahead(inner), -EINVAL);
 	ck_assert_int_eq(kvp_cache_store_verify_ahead(st), 0);
