@@ -37,11 +37,11 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
+#include "kmod-helpers/mem.h"
 #include "lib/kv/kvcache_i.h"
 
-#define SLOT_QUEUE_DEPTH 64 /* reads in flight at most */
+#define SLOT_QUEUE_DEPTH 128 /* reads in flight at most */
 
 enum { SLOT_FREE, SLOT_LOADING, SLOT_VALID, SLOT_DEAD };
 
@@ -59,10 +59,18 @@ uint64_t kvc_slots_region_floor(const struct kvp_kvcache *c)
 	return f > (2u << 20) ? f : (2u << 20);
 }
 
+/* Slot memory: in huge pages where the kernel gives them (a TLB entry
+ * and, in a guest that shadows page tables, a first touch per 2 MiB). */
+static size_t mem_len(size_t bytes)
+{
+	return (bytes + KVP_HUGE_SIZE - 1) & ~(KVP_HUGE_SIZE - 1);
+}
+
 static void slots_free_mem(struct kvp_kvcache *c)
 {
 	if (c->sl_mem)
-		munmap(c->sl_mem, (size_t)c->sl_n * c->l.pager_block_bytes);
+		kvp_mem_release(c->sl_mem,
+				mem_len((size_t)c->sl_n * c->l.pager_block_bytes));
 	free(c->sl);
 	c->sl_mem = NULL;
 	c->sl = NULL;
@@ -83,11 +91,17 @@ int kvc_slots_resize(struct kvp_kvcache *c, uint64_t bytes)
 	if (n == c->sl_n)
 		return 0;
 	sl = n ? calloc(n, sizeof(*sl)) : NULL;
-	mem = n ? kvc_big_alloc((size_t)n * pbb) : NULL;
+	mem = NULL;
+	if (n && !kvp_mem_reserve(mem_len((size_t)n * pbb), KVP_HUGE_SIZE, true,
+				  (void **)&mem) &&
+	    kvp_mem_populate(mem, mem_len((size_t)n * pbb))) {
+		kvp_mem_release(mem, mem_len((size_t)n * pbb));
+		mem = NULL;
+	}
 	if (n && (!sl || !mem)) {
 		free(sl);
 		if (mem)
-			munmap(mem, (size_t)n * pbb);
+			kvp_mem_release(mem, mem_len((size_t)n * pbb));
 		return -ENOMEM;
 	}
 	/* one touch of every page now, none on the decode's path */
