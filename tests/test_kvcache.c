@@ -30,8 +30,8 @@ struct count_store {
 	pthread_mutex_t lock;
 	uint32_t *writes; /* per unit: whole-unit writes seen */
 	uint8_t *reads;	  /* per unit: queued reads reaped (fail_first) */
-	unsigned fail_first; /* non-0: on queues this deep, the first read
-				of each unit fails */
+	unsigned fail_first; /* non-0: on queues of another depth than this,
+				the first read of each unit fails */
 	uint64_t nunits;
 	uint64_t async_writes, sync_writes;
 };
@@ -116,7 +116,8 @@ static int cs_reap(struct kvp_store_queue *q, struct kvp_io **out, unsigned max,
 	struct count_store *cs = q->cs;
 	int n = cs->inner->ops->reap(q->inner, out, max, wait), i;
 
-	for (i = 0; cs->fail_first == q->depth && i < n; i++) {
+	for (i = 0; cs->fail_first && cs->fail_first != q->depth && i < n;
+	     i++) {
 		uint64_t u = out[i]->off / UNIT;
 
 		if (out[i]->op != KVP_IO_READ || u >= cs->nunits)
@@ -433,8 +434,8 @@ END_TEST
  * decodes with the first: through the pager with reuse slots the output
  * is all in RAM's, bit for bit.  A slot still holding a freed block's old
  * KV would differ; so would a slot whose read failed (fail_first: the
- * first read of each block by the slots' queue, 64 deep where the pager's
- * are 16, fails, and the region must read the block itself).
+ * first read of each block by the slots' queue, which is not 16 deep as
+ * the pager's are here, fails, and the region must read the block).
  */
 static void slots_script(struct kvp_kvcache *c,
 			 const struct kvp_kv_source *src,
@@ -506,7 +507,7 @@ static void slots_bit_for_bit(bool fail_first)
 	cfg.io_depth = 16;
 	o.cfg = &cfg;
 	cs = count_store_new(16u << 20);
-	cs->fail_first = fail_first ? 64 : 0;
+	cs->fail_first = fail_first ? (unsigned)cfg.io_depth : 0;
 	o.store = &cs->base;
 	ck_assert_int_eq(kvp_kvcache_create(&o, &c), 0);
 	kvp_kvcache_ram(c, &ram_parts);

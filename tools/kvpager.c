@@ -878,9 +878,11 @@ static void pf_snapshot(const struct kvp_kvcache *c,
 	if (r)
 		kvp_region_stats(r, &s);
 	p->asked = ks->sum.prefetch_issued;
-	p->loaded = s.prefetch_issued_total;
-	p->hit = s.prefetch_hit_total;
-	p->late = s.prefetch_late_total;
+	/* a read into a reuse slot is for the layer about to compute */
+	p->loaded = s.prefetch_issued_total + ks->slot_reads +
+		    ks->slot_read_errors;
+	p->hit = s.prefetch_hit_total + ks->slot_reads;
+	p->late = s.prefetch_late_total + ks->slot_read_errors;
 	p->wasted = s.prefetch_wasted_total;
 }
 

@@ -102,11 +102,36 @@ int kvp_kvcache_layout_for(const struct kvp_kvcache_opts *o,
 				  o->pager_block_bytes);
 }
 
+/*
+ * Reuse slots take the frames the region's floor leaves: the pager's
+ * budget (its own, or the one passed in) drops to the floor.
+ */
+static int slots_split(struct kvp_kvcache *c)
+{
+	uint64_t floor = kvc_slots_region_floor(c), slot_bytes;
+	struct kvp_config cfg;
+	int err;
+
+	if (!kvc_slots_wanted(c) ||
+	    c->budget < floor + 16 * (uint64_t)c->l.pager_block_bytes)
+		return 0;
+	slot_bytes = c->budget - floor;
+	err = kvc_slots_init(c, slot_bytes);
+	if (err || !c->sl_of)
+		return err; /* no slots (a store without a queue): as before */
+	kvp_pager_config(c->pager, &cfg);
+	cfg.ram_budget_bytes = floor;
+	err = kvp_pager_reconfigure(c->pager, &cfg, NULL);
+	if (err)
+		return err;
+	c->budget = floor;
+	return 0;
+}
+
 int kvp_kvcache_create(const struct kvp_kvcache_opts *o,
 		       struct kvp_kvcache **out)
 {
 	struct kvp_kvcache *c;
-	uint64_t slot_bytes;
 	size_t pbb;
 	int err;
 
@@ -139,13 +164,6 @@ int kvp_kvcache_create(const struct kvp_kvcache_opts *o,
 	c->qfloats = (size_t)c->g.q_heads * c->g.head_dim;
 	c->npb = c->l.region_bytes / pbb;
 	c->budget = o->budget_bytes ? o->budget_bytes : c->l.region_bytes / 4;
-	/* reuse slots take the frames the region's floor leaves */
-	slot_bytes = 0;
-	if (kvc_slots_wanted(c) &&
-	    c->budget >= kvc_slots_region_floor(c) + 16 * (uint64_t)pbb) {
-		slot_bytes = c->budget - kvc_slots_region_floor(c);
-		c->budget = kvc_slots_region_floor(c);
-	}
 	c->cold = o->cold_after < 0 ? o->pred.kind == KVP_PREDICTOR_EXACT
 				    : o->cold_after > 0;
 	err = -ENOMEM;
@@ -179,11 +197,9 @@ int kvp_kvcache_create(const struct kvp_kvcache_opts *o,
 	err = c->be->open(c);
 	if (err)
 		goto fail;
-	if (slot_bytes) {
-		err = kvc_slots_init(c, slot_bytes);
-		if (err)
-			goto fail;
-	}
+	err = slots_split(c);
+	if (err)
+		goto fail;
 	err = kvc_plans_init(c);
 	if (err)
 		goto fail;

@@ -113,7 +113,10 @@ struct kvp_kvcache_opts {
 	size_t pager_block_bytes; /* 0: one KV block (rounded to 4 KiB) */
 	enum kvp_kvcache_backend backend;
 	/* pager backend */
-	struct kvp_pager *pager;      /* NULL: the cache opens one with cfg */
+	struct kvp_pager *pager;      /* NULL: the cache opens one with cfg;
+					 with reuse slots, its budget drops
+					 to the region's floor (the slots
+					 take the rest) */
 	const struct kvp_config *cfg; /* NULL: defaults; budget_bytes set */
 	struct kvp_store *store;      /* NULL: kvp_store_file_temp(dir) */
 	uint64_t store_offset;

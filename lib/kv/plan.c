@@ -325,7 +325,7 @@ int kvc_plan_make(struct kvp_kvcache *c, uint64_t gl)
 		if (!pl->nio)
 			return 0;
 		pl->t_submit = kvc_now_s();
-		c->cur.prefetch_issued += pl->nio;
+		c->cur.prefetch_issued += pl->npb;
 	} else {
 		err = c->be->prefetch(c, pl);
 		if (err || !pl->pf)
