@@ -106,8 +106,8 @@ static int bind_chunk(struct inst *b, uint32_t i)
 				     PER);
 }
 
-/* The Redis key of chunk i (model_remote.c's namespace: a hash of the
- * key context, its first 16 bytes). */
+/* The Redis key of chunk i's first part (model_remote.c's namespace: a
+ * hash of the key context, its first 16 bytes). */
 static void redis_key(struct inst *b, uint32_t i, char *rkey, size_t len)
 {
 	struct kvp_rec_key k;
@@ -115,7 +115,7 @@ static void redis_key(struct inst *b, uint32_t i, char *rkey, size_t len)
 
 	ck_assert_int_eq(kvp_prefix_key(b->prefix, i, &k), 0);
 	ck_assert_int_eq(kvp_rec_hash(&ctx, sizeof(ctx), ns), 0);
-	ck_assert_int_gt(kvp_remote_redis_key(ns, 16, &k, sizeof(k), rkey,
+	ck_assert_int_gt(kvp_remote_redis_key(ns, 16, &k, sizeof(k), 0, rkey,
 					      len),
 			 0);
 }

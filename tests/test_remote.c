@@ -200,6 +200,30 @@ START_TEST(publish_then_fetch)
 }
 END_TEST
 
+/* Store @val (@len bytes) under (@ns, key @k) in the tier's format, as
+ * another writer would: every part, with its header. */
+static void set_value(const char *ns, uint64_t k, const void *val, size_t len)
+{
+	size_t cap = KVP_REMOTE_PART_HEADER + KVP_REMOTE_PART_BYTES;
+	char rkey[256], *part = malloc(cap);
+	uint32_t i = 0;
+	int n;
+
+	ck_assert_ptr_nonnull(part);
+	while ((n = kvp_remote_part_value(ns, strlen(ns), &k, 8, val, len, i,
+					  part, cap)) > 0) {
+		redisReply *rep;
+
+		kvp_remote_redis_key(ns, strlen(ns), &k, 8, i++, rkey,
+				     sizeof(rkey));
+		rep = kvp_test_redis_cmd(&srv, "SET %s %b", rkey, part,
+					 (size_t)n);
+		freeReplyObject(rep);
+	}
+	ck_assert_int_eq(n, -EINVAL); /* past the last part */
+	free(part);
+}
+
 START_TEST(bad_values_are_misses)
 {
 	struct kvp_remote *r = open_srv(NULL, ns_a, &tenant_a);
@@ -218,17 +242,22 @@ START_TEST(bad_values_are_misses)
 	/* one flipped byte, as another writer or a bad disk would leave */
 	len = record(buf, tenant_a.id, 7, 4096);
 	buf[100] ^= 1;
-	kvp_remote_redis_key(ns_a, strlen(ns_a), &k, 8, rkey, sizeof(rkey));
-	rep = kvp_test_redis_cmd(&srv, "SET %s %b", rkey, buf, len);
-	freeReplyObject(rep);
+	set_value(ns_a, k, buf, len);
 	g.buf_len = sizeof(buf);
 	ck_assert_int_eq(kvp_remote_get_many(r, &g, 1), 0);
 	ck_assert_int_eq(g.status, -EBADMSG);
 	/* truncated */
-	rep = kvp_test_redis_cmd(&srv, "SET %s %b", rkey, buf, (size_t)40);
+	set_value(ns_a, k, buf, 40);
+	ck_assert_int_eq(kvp_remote_get_many(r, &g, 1), 0);
+	ck_assert_int_eq(g.status, -EBADMSG);
+	/* no part header: the record alone, as kvp:1 stored it */
+	buf[100] ^= 1;
+	kvp_remote_redis_key(ns_a, strlen(ns_a), &k, 8, 0, rkey, sizeof(rkey));
+	rep = kvp_test_redis_cmd(&srv, "SET %s %b", rkey, buf, len);
 	freeReplyObject(rep);
 	ck_assert_int_eq(kvp_remote_get_many(r, &g, 1), 0);
 	ck_assert_int_eq(g.status, -EBADMSG);
+	ck_assert_uint_eq(kvp_test_remote_stats(r).parts_bad_total, 1);
 	/* not a string at all */
 	rep = kvp_test_redis_cmd(&srv, "DEL %s", rkey);
 	freeReplyObject(rep);
@@ -236,7 +265,7 @@ START_TEST(bad_values_are_misses)
 	freeReplyObject(rep);
 	ck_assert_int_eq(kvp_remote_get_many(r, &g, 1), 0);
 	ck_assert_int_eq(g.status, -EIO);
-	ck_assert_uint_eq(kvp_test_remote_stats(r).verify_failed_total, 2);
+	ck_assert_uint_eq(kvp_test_remote_stats(r).verify_failed_total, 3);
 	ck_assert_uint_eq(kvp_test_remote_stats(r).oversize_total, 1);
 	ck_assert_uint_eq(kvp_test_remote_stats(r).errors_total, 1);
 	ck_assert_uint_eq(kvp_test_remote_stats(r).hits_total, 0);
@@ -330,11 +359,161 @@ START_TEST(large_values_not_held)
 }
 END_TEST
 
+/* Payloads whose records are 3 MiB and a little (4 parts), 2 MiB (2
+ * parts, the last full) and 1 MiB (1 part). */
+static const size_t part_payloads[] = { (3u << 20) + 8, (2u << 20) - 32,
+					(1u << 20) - 32 };
+#define NPARTED 3
+
+/* @r's counter @name (a field of struct kvp_remote_stats). */
+#define STAT(r, name) (kvp_test_remote_stats(r).name)
+
+/* Fetch key @k of @payload with a buffer of @room bytes (at least the
+ * record's); its status, the value checked when it is a hit. */
+static int fetch_one(struct kvp_remote *r, uint64_t t, uint64_t k,
+		     size_t payload, size_t room)
+{
+	struct kvp_remote_get g = { .key = &k, .key_len = 8,
+				    .buf = malloc(room), .buf_len = room };
+
+	ck_assert_ptr_nonnull(g.buf);
+	ck_assert_int_ge(kvp_remote_get_many(r, &g, 1), 0);
+	if (!g.status)
+		check_value(&g, t, k, payload);
+	free(g.buf);
+	return g.status;
+}
+
+static void part_key(const char *ns, uint64_t k, uint32_t part, char *buf)
+{
+	kvp_remote_redis_key(ns, strlen(ns), &k, 8, part, buf, 256);
+}
+
+/*
+ * Values larger than a part: stored as parts, fetched whole (into a buffer
+ * of their size or larger), a round trip holding about 8 MiB of them; a
+ * part missing is a counted miss, a part damaged, moved or from another
+ * tenant a counted failure, never a wrong value.
+ */
+START_TEST(parts_round_trip)
+{
+	struct kvp_remote *a = open_srv("?timeout_ms=30000", ns_a, &tenant_a);
+	struct kvp_remote *b = open_srv("?timeout_ms=30000", ns_b, &tenant_b);
+	char key[256], key2[256];
+	redisReply *rep;
+	uint64_t trips;
+	int i;
+
+	for (i = 0; i < NPARTED; i++)
+		publish(a, tenant_a.id, (uint64_t)i, 1, part_payloads[i]);
+	publish(a, tenant_a.id, 3, 1, part_payloads[0]);
+	publish(b, tenant_b.id, 0, 1, part_payloads[0]);
+	rep = kvp_test_redis_cmd(&srv, "DBSIZE");
+	ck_assert_int_eq(rep->integer, 4 + 2 + 1 + 4 + 4);
+	freeReplyObject(rep);
+	ck_assert_uint_eq(STAT(a, bytes_written_total),
+			  2 * (part_payloads[0] + 32) + part_payloads[1] + 32 +
+				  part_payloads[2] + 32);
+	/* whole, in buffers of their size and larger */
+	for (i = 0; i < NPARTED; i++) {
+		ck_assert_int_eq(fetch_one(a, tenant_a.id, (uint64_t)i,
+					   part_payloads[i],
+					   part_payloads[i] + 32), 0);
+		ck_assert_int_eq(fetch_one(a, tenant_a.id, (uint64_t)i,
+					   part_payloads[i], 5u << 20), 0);
+	}
+	/* one fetch of 4 values of 3 MiB: more than one round trip */
+	{
+		struct kvp_remote_get g[4];
+		uint64_t keys[4] = { 0, 3, 0, 3 };
+		size_t room = part_payloads[0] + 32;
+		char *bufs = malloc(4 * room);
+
+		for (i = 0; i < 4; i++)
+			g[i] = (struct kvp_remote_get){ .key = &keys[i],
+							.key_len = 8,
+							.buf = bufs + i * room,
+							.buf_len = room };
+		trips = STAT(a, fetch_round_trips_total);
+		ck_assert_int_eq(kvp_remote_get_many(a, g, 4), 4);
+		for (i = 0; i < 4; i++)
+			check_value(&g[i], tenant_a.id, keys[i],
+				    part_payloads[0]);
+		ck_assert_uint_ge(STAT(a, fetch_round_trips_total) - trips, 2);
+		free(bufs);
+	}
+	ck_assert_uint_eq(STAT(a, hits_total), 2 * NPARTED + 4);
+
+	/* a part gone (evicted, or not written yet): a miss, counted */
+	part_key(ns_a, 0, 2, key);
+	freeReplyObject(kvp_test_redis_cmd(&srv, "DEL %s", key));
+	ck_assert_int_eq(fetch_one(a, tenant_a.id, 0, part_payloads[0],
+				   part_payloads[0] + 32), -ENOENT);
+	ck_assert_uint_eq(STAT(a, parts_missing_total), 1);
+	ck_assert_uint_eq(STAT(a, misses_total), 1);
+	/* a byte of a part's payload: the whole fails the hook */
+	part_key(ns_a, 1, 1, key);
+	freeReplyObject(kvp_test_redis_cmd(&srv, "SETRANGE %s 1000 X", key));
+	ck_assert_int_eq(fetch_one(a, tenant_a.id, 1, part_payloads[1],
+				   part_payloads[1] + 32), -EBADMSG);
+	ck_assert_uint_eq(STAT(a, verify_failed_total), 1);
+	ck_assert_uint_eq(STAT(a, parts_bad_total), 0);
+	/* a part's header (its index): refused as a part */
+	part_key(ns_a, 2, 0, key);
+	freeReplyObject(kvp_test_redis_cmd(&srv, "SETRANGE %s 8 %b", key,
+					   "\x01", (size_t)1));
+	ck_assert_int_eq(fetch_one(a, tenant_a.id, 2, part_payloads[2],
+				   part_payloads[2] + 32), -EBADMSG);
+	ck_assert_uint_eq(STAT(a, parts_bad_total), 1);
+	/* parts 0 and 1 of key 3 swapped */
+	part_key(ns_a, 3, 0, key);
+	part_key(ns_a, 3, 1, key2);
+	freeReplyObject(kvp_test_redis_cmd(&srv, "RENAME %s tmp", key));
+	freeReplyObject(kvp_test_redis_cmd(&srv, "RENAME %s %s", key2, key));
+	freeReplyObject(kvp_test_redis_cmd(&srv, "RENAME tmp %s", key2));
+	ck_assert_int_eq(fetch_one(a, tenant_a.id, 3, part_payloads[0],
+				   part_payloads[0] + 32), -EBADMSG);
+	ck_assert_uint_eq(STAT(a, parts_bad_total), 3);
+	/* b's part 1 of its key 0 under a's key 0 (part 2 put back): another
+	 * tenant's part, refused */
+	part_key(ns_b, 0, 1, key);
+	part_key(ns_a, 0, 1, key2);
+	freeReplyObject(kvp_test_redis_cmd(&srv, "COPY %s %s REPLACE", key,
+					   key2));
+	{
+		char *rec = malloc(part_payloads[0] + 32);
+		size_t len = record(rec, tenant_a.id, 0, part_payloads[0]);
+		char *part = malloc(KVP_REMOTE_PART_HEADER +
+				    KVP_REMOTE_PART_BYTES);
+		uint64_t k0 = 0;
+		int n = kvp_remote_part_value(ns_a, strlen(ns_a), &k0, 8, rec,
+					      len, 2, part,
+					      KVP_REMOTE_PART_HEADER +
+						      KVP_REMOTE_PART_BYTES);
+
+		part_key(ns_a, 0, 2, key);
+		freeReplyObject(kvp_test_redis_cmd(&srv, "SET %s %b", key,
+						   part, (size_t)n));
+		free(part);
+		free(rec);
+	}
+	ck_assert_int_eq(fetch_one(a, tenant_a.id, 0, part_payloads[0],
+				   part_payloads[0] + 32), -EBADMSG);
+	ck_assert_uint_eq(STAT(a, parts_bad_total), 4);
+	/* b still reads its own, whole */
+	ck_assert_int_eq(fetch_one(b, tenant_b.id, 0, part_payloads[0],
+				   part_payloads[0] + 32), 0);
+	ck_assert_uint_eq(STAT(a, hits_total), 2 * NPARTED + 4);
+	kvp_remote_close(a);
+	kvp_remote_close(b);
+}
+END_TEST
+
 START_TEST(two_tenants)
 {
 	struct kvp_remote *a = open_srv(NULL, ns_a, &tenant_a);
 	struct kvp_remote *b = open_srv(NULL, ns_b, &tenant_b);
-	char rkey[256], buf[1024 + 32];
+	char rkey[256], bkey[256], buf[1024 + 32];
 	unsigned res[3];
 	uint64_t k = 3;
 	redisReply *rep;
@@ -347,13 +526,23 @@ START_TEST(two_tenants)
 	ck_assert_uint_eq(res[1], 50);
 	/* a poisons b's key 3 with a's record: b's hook refuses it */
 	len = record(buf, tenant_a.id, 3, 1024);
-	kvp_remote_redis_key(ns_b, strlen(ns_b), &k, 8, rkey, sizeof(rkey));
-	rep = kvp_test_redis_cmd(&srv, "SET %s %b", rkey, buf, len);
-	freeReplyObject(rep);
+	set_value(ns_b, k, buf, len);
 	fetch(b, tenant_b.id, 0, 50, 1024, res);
 	ck_assert_uint_eq(res[0], 0);
 	ck_assert_uint_eq(res[2], 1);
 	ck_assert_uint_eq(kvp_test_remote_stats(b).verify_failed_total, 1);
+	ck_assert_uint_eq(kvp_test_remote_stats(b).parts_bad_total, 0);
+	/* ... and with a's stored part itself, copied under b's key: its
+	 * header names a's key, so it is refused before the hook sees it */
+	kvp_remote_redis_key(ns_a, strlen(ns_a), &k, 8, 0, rkey, sizeof(rkey));
+	kvp_remote_redis_key(ns_b, strlen(ns_b), &k, 8, 0, bkey, sizeof(bkey));
+	rep = kvp_test_redis_cmd(&srv, "COPY %s %s REPLACE", rkey, bkey);
+	ck_assert_int_eq(rep->integer, 1);
+	freeReplyObject(rep);
+	fetch(b, tenant_b.id, 0, 50, 1024, res);
+	ck_assert_uint_eq(res[2], 1);
+	ck_assert_uint_eq(kvp_test_remote_stats(b).verify_failed_total, 2);
+	ck_assert_uint_eq(kvp_test_remote_stats(b).parts_bad_total, 1);
 	/* a still reads its own */
 	fetch(a, tenant_a.id, 0, 50, 1024, res);
 	ck_assert_uint_eq(res[0], 50);
@@ -801,6 +990,7 @@ int main(void)
 		return 77; /* no redis-server: said why */
 	tcase_add_test(tc, publish_then_fetch);
 	tcase_add_test(tc, large_values_not_held);
+	tcase_add_test(tc, parts_round_trip);
 	tcase_add_test(tc, bad_values_are_misses);
 	tcase_add_test(tc, two_tenants);
 	tcase_add_test(tc, absent_at_start);

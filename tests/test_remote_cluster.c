@@ -171,10 +171,11 @@ START_TEST(spread_over_masters)
 }
 END_TEST
 
-/* Key @k's Redis key and slot. */
+/* Key @k's Redis key (its only part's: the tests' values are small) and
+ * slot. */
 static unsigned rkey_of(uint64_t k, char *buf, size_t len)
 {
-	int n = kvp_remote_redis_key(ns, strlen(ns), &k, 8, buf, len);
+	int n = kvp_remote_redis_key(ns, strlen(ns), &k, 8, 0, buf, len);
 
 	return kvp_remote_key_slot(buf, (size_t)n);
 }

@@ -168,14 +168,32 @@ END_TEST
 
 START_TEST(redis_key_format)
 {
-	char buf[256];
+	char buf[256], part[64];
 	const unsigned char ns[2] = { 0xab, 0x01 }, key[3] = { 0, 0xff, 0x10 };
+	const char val[5] = "abcd";
 
-	ck_assert_int_eq(kvp_remote_redis_key(ns, 2, key, 3, buf, sizeof(buf)),
-			 (int)strlen("kvp:1:ab01:00ff10"));
-	ck_assert_str_eq(buf, "kvp:1:ab01:00ff10");
-	ck_assert_int_eq(kvp_remote_redis_key(ns, 2, key, 3, buf, 17),
+	ck_assert_int_eq(kvp_remote_redis_key(ns, 2, key, 3, 0, buf,
+					      sizeof(buf)),
+			 (int)strlen("kvp:2:ab01:00ff10:0"));
+	ck_assert_str_eq(buf, "kvp:2:ab01:00ff10:0");
+	ck_assert_int_eq(kvp_remote_redis_key(ns, 2, key, 3, 4000000000u, buf,
+					      sizeof(buf)),
+			 (int)strlen("kvp:2:ab01:00ff10:4000000000"));
+	ck_assert_str_eq(buf, "kvp:2:ab01:00ff10:4000000000");
+	ck_assert_int_eq(kvp_remote_redis_key(ns, 2, key, 3, 0, buf, 19),
 			 -ENAMETOOLONG);
+	/* a part: the header remote.h gives, then the bytes */
+	ck_assert_int_eq(kvp_remote_part_value(ns, 2, key, 3, val, 4, 0, part,
+					       sizeof(part)),
+			 KVP_REMOTE_PART_HEADER + 4);
+	ck_assert_mem_eq(part, "KVPp\1\0\x20\0\0\0\0\0\1\0\0\0\4\0\0\0", 20);
+	ck_assert_mem_eq(part + KVP_REMOTE_PART_HEADER, "abcd", 4);
+	ck_assert_int_eq(kvp_remote_part_value(ns, 2, key, 3, val, 4, 1, part,
+					       sizeof(part)),
+			 -EINVAL);
+	ck_assert_int_eq(kvp_remote_part_value(ns, 2, key, 3, val, 4, 0, part,
+					       KVP_REMOTE_PART_HEADER + 3),
+			 -ENOSPC);
 }
 END_TEST
 

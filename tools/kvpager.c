@@ -1234,6 +1234,9 @@ static void remote_report(const struct run_opts *o, const struct model_run *mr)
 
 	if (!rm)
 		return;
+	/* the publishes still queued first (close would wait for them
+	 * anyway): the report counts every one, done or failed */
+	kvp_remote_flush(kvp_model_remote_tier(rm), 30000);
 	kvp_model_remote_stats(rm, &ms, &rs);
 	if (o->json) {
 		printf("\"remote_chunks_fetched\":%" PRIu64

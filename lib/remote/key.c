@@ -1,5 +1,5 @@
-/* key.c - a block's Redis key; Redis Cluster's hash slot of a key (CRC16
- * XMODEM, hash tags). */
+/* key.c - a value's Redis keys (its base, its parts'); Redis Cluster's
+ * hash slot of a key (CRC16 XMODEM, hash tags). */
 #include <errno.h>
 #include <string.h>
 
@@ -17,8 +17,8 @@ void remote_hex(const void *buf, size_t len, char *out)
 	out[2 * len] = '\0';
 }
 
-int kvp_remote_redis_key(const void *ns, size_t ns_len, const void *key,
-			 size_t keylen, char *buf, size_t len)
+int remote_base_key(const void *ns, size_t ns_len, const void *key,
+		    size_t keylen, char *buf, size_t len)
 {
 	size_t plen = strlen(REMOTE_KEY_PREFIX);
 	size_t need = plen + 2 * ns_len + 1 + 2 * keylen;
@@ -30,6 +30,33 @@ int kvp_remote_redis_key(const void *ns, size_t ns_len, const void *key,
 	buf[plen + 2 * ns_len] = ':';
 	remote_hex(key, keylen, buf + plen + 2 * ns_len + 1);
 	return (int)need;
+}
+
+int remote_part_key(char *rkey, size_t base_len, uint32_t part)
+{
+	char *p = rkey + base_len, digits[10];
+	int n = 0;
+
+	*p++ = ':';
+	do
+		digits[n++] = (char)('0' + part % 10);
+	while ((part /= 10));
+	while (n)
+		*p++ = digits[--n];
+	*p = '\0';
+	return (int)(p - rkey);
+}
+
+int kvp_remote_redis_key(const void *ns, size_t ns_len, const void *key,
+			 size_t keylen, uint32_t part, char *buf, size_t len)
+{
+	int n = remote_base_key(ns, ns_len, key, keylen, buf, len);
+
+	if (n < 0)
+		return n;
+	if ((size_t)n + PART_SUFFIX_MAX > len)
+		return -ENAMETOOLONG;
+	return remote_part_key(buf, (size_t)n, part);
 }
 
 int remote_rkey(const struct kvp_remote *r, const void *key, size_t keylen,

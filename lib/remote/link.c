@@ -104,11 +104,11 @@ static bool command_ok(redisContext *c, int argc, const char **argv,
 
 /*
  * The reader's string constructor: a GET's value goes straight from the
- * reader's buffer to the op's dst (its reply an empty string), so that a
- * large value is copied once, not into a reply of its own size first and
- * then again (a fresh allocation per value: at 1 MiB and up, pages the
- * kernel faults in and zeroes, a batch's worth held at once).  Everything
- * else is hiredis' own reply.
+ * reader's buffer to the op's head and dst (its reply an empty string),
+ * so that a large value is copied once, not into a reply of its own size
+ * first and then again (a fresh allocation per value: at 1 MiB and up,
+ * pages the kernel faults in and zeroes, a batch's worth held at once).
+ * Everything else is hiredis' own reply.
  */
 static void *sink_string(const redisReadTask *t, char *str, size_t len)
 {
@@ -116,9 +116,10 @@ static void *sink_string(const redisReadTask *t, char *str, size_t len)
 	struct rop *op = n->sink;
 
 	if (op && t->type == REDIS_REPLY_STRING && !t->parent && op->dst &&
-	    len <= op->dst_cap) {
-		memcpy(op->dst, str, len);
-		op->dst_len = len;
+	    len >= op->head_len && len - op->head_len <= op->dst_cap) {
+		memcpy(op->head, str, op->head_len);
+		memcpy(op->dst, str + op->head_len, len - op->head_len);
+		op->dst_len = len - op->head_len;
 		op->sunk = true;
 		len = 0;
 	}
@@ -302,8 +303,29 @@ static bool is_redirect(const struct rlink *l, const redisReply *rep)
 	       (!strncmp(rep->str, "MOVED ", 6) || !strncmp(rep->str, "ASK ", 4));
 }
 
-/* Send the @n ops of @g to node @ni, LINK_PIPELINE per round trip; each
- * final reply to @take (if any) as it comes. */
+/* The bytes of values @op asks for or sends. */
+static size_t op_bytes(const struct rop *op)
+{
+	return op->kind == ROP_GET ? op->head_len + op->dst_cap : op->val_len;
+}
+
+/* How many of the @n ops at @g go in one round trip: LINK_PIPELINE at
+ * most, and LINK_FLIGHT_BYTES of values (at least one op). */
+static size_t round_ops(struct rop **g, size_t n)
+{
+	size_t k = 0, bytes = 0;
+
+	while (k < n && k < LINK_PIPELINE) {
+		bytes += op_bytes(g[k]);
+		if (k && bytes > LINK_FLIGHT_BYTES)
+			break;
+		k++;
+	}
+	return k;
+}
+
+/* Send the @n ops of @g to node @ni, a round trip at a time (round_ops);
+ * each final reply to @take (if any) as it comes. */
 static void node_pipeline(struct rlink *l, int ni, struct rop **g, size_t n,
 			  link_take_fn take, void *arg)
 {
@@ -317,7 +339,7 @@ again:
 	if (!c)
 		goto fail_rest;
 	for (; done < n; done += i) {
-		size_t chunk = n - done < LINK_PIPELINE ? n - done : LINK_PIPELINE;
+		size_t chunk = round_ops(g + done, n - done);
 		uint64_t t0 = remote_now_ns();
 
 		for (i = 0; i < chunk; i++) {

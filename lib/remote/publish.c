@@ -2,11 +2,12 @@
  * publish.c - the publish queue and the thread that drains it.
  *
  * publish_push copies a value into the queue or, when the queue holds
- * url.queue entries or url.queue_bytes, drops it (publishes_skipped_total): the caller is a
- * decode step and never waits on the network.  The thread pops up to
- * LINK_PIPELINE entries at a time and SETs them, pipelined, on the
- * publish link; a failure is counted and the entry dropped (a block not
- * published is only a later miss elsewhere).
+ * url.queue entries or url.queue_bytes, drops it (publishes_skipped_total):
+ * the caller is a decode step and never waits on the network.  The thread
+ * pops up to LINK_PIPELINE entries at a time, makes each value its parts
+ * (part.c) and SETs them, pipelined, on the publish link; a failure is
+ * counted and the entry dropped (a block not published is only a later
+ * miss elsewhere; a part that did go is never served without the rest).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -61,47 +62,139 @@ int publish_push(struct kvp_remote *r, const char *rkey, size_t rkey_len,
 	return 0;
 }
 
-static void publish_batch(struct kvp_remote *r, struct pub_entry *list,
-			  size_t n)
+/* A value made ready to SET: its parts, headers and bytes, laid out one
+ * after another in @buf (one allocation: the value copied once). */
+struct pub_value {
+	char *buf;	  /* the parts, each KVP_REMOTE_PART_HEADER + bytes */
+	uint32_t nparts;
+	size_t len;	  /* the value's bytes, headers not counted */
+	bool failed;	  /* encode failed, or a part's SET */
+};
+
+/* @e's value (through the encode hook) as parts into @v; false (counted)
+ * when it cannot be made. */
+static bool value_make(struct kvp_remote *r, const struct pub_entry *e,
+		       struct pub_value *v)
 {
-	struct rop ops[LINK_PIPELINE];
-	void *encoded[LINK_PIPELINE] = { NULL };
-	struct pub_entry *e = list;
-	size_t i, k = 0;
+	const char *val = e->val;
+	void *encoded = NULL;
+	uint64_t tag = part_tag(e->rkey, e->rkey_len);
+	size_t len = e->val_len, off = 0;
 
-	for (i = 0; i < n; i++, e = e->next) {
-		memset(&ops[k], 0, sizeof(ops[k]));
-		ops[k].kind = ROP_SET;
-		ops[k].rkey = e->rkey;
-		ops[k].rkey_len = e->rkey_len;
-		ops[k].val = e->val;
-		ops[k].val_len = e->val_len;
-		if (r->encode &&
-		    r->encode(r->encode_arg, e->key, e->key_len, e->val,
-			      e->val_len, &encoded[k], &ops[k].val_len)) {
-			RSTAT_ADD(r, publish_errors_total, 1);
-			continue;
-		}
-		if (encoded[k])
-			ops[k].val = encoded[k];
-		k++;
+	if (r->encode && r->encode(r->encode_arg, e->key, e->key_len, e->val,
+				   e->val_len, &encoded, &len)) {
+		RSTAT_ADD(r, publish_errors_total, 1);
+		return false;
 	}
-	n = k;
-	link_run(&r->pub, ops, n, NULL, NULL);
-	for (i = 0; i < n; i++) {
-		redisReply *rep = ops[i].reply;
+	if (encoded)
+		val = encoded;
+	v->nparts = part_count(len);
+	v->len = len;
+	v->failed = false;
+	v->buf = len <= KVP_REMOTE_MAX_VALUE
+			 ? malloc(len + (size_t)v->nparts * KVP_REMOTE_PART_HEADER)
+			 : NULL;
+	if (!v->buf) {
+		free(encoded);
+		RSTAT_ADD(r, publish_errors_total, 1);
+		return false;
+	}
+	for (uint32_t i = 0; i < v->nparts; i++) {
+		size_t plen = part_len(len, i);
 
-		free(encoded[i]);
-		/* OOM (maxmemory, noeviction), READONLY, CLUSTERDOWN... */
-		if (ops[i].status || rep->type != REDIS_REPLY_STATUS) {
+		part_header(v->buf + off, i, len, tag);
+		memcpy(v->buf + off + KVP_REMOTE_PART_HEADER,
+		       val + (size_t)i * KVP_REMOTE_PART_BYTES, plen);
+		off += KVP_REMOTE_PART_HEADER + plen;
+	}
+	free(encoded);
+	return true;
+}
+
+/* SET the parts of @v[0..@n) (their keys at @rkeys), pipelined; count
+ * each value stored or failed (a part refused fails its value), free. */
+static void values_send(struct kvp_remote *r, struct pub_value *v,
+			struct pub_entry **ents, size_t n, char *rkeys,
+			struct rop *ops)
+{
+	size_t i, o = 0, nops = 0;
+
+	for (i = 0; i < n; i++) {
+		size_t off = 0;
+
+		for (uint32_t j = 0; j < v[i].nparts; j++, o++) {
+			char *rkey = rkeys + o * REMOTE_RKEY_MAX;
+			size_t plen = part_len(v[i].len, j);
+
+			memcpy(rkey, ents[i]->rkey, ents[i]->rkey_len);
+			memset(&ops[o], 0, sizeof(ops[o]));
+			ops[o].kind = ROP_SET;
+			ops[o].rkey = rkey;
+			ops[o].rkey_len = (size_t)remote_part_key(
+				rkey, ents[i]->rkey_len, j);
+			ops[o].val = v[i].buf + off;
+			ops[o].val_len = KVP_REMOTE_PART_HEADER + plen;
+			off += ops[o].val_len;
+		}
+	}
+	nops = o;
+	link_run(&r->pub, ops, nops, NULL, NULL);
+	for (i = o = 0; i < n; i++) {
+		for (uint32_t j = 0; j < v[i].nparts; j++, o++) {
+			redisReply *rep = ops[o].reply;
+
+			/* OOM (maxmemory, noeviction), READONLY,
+			 * CLUSTERDOWN... */
+			if (ops[o].status || rep->type != REDIS_REPLY_STATUS)
+				v[i].failed = true;
+			if (rep)
+				freeReplyObject(rep);
+		}
+		if (v[i].failed) {
 			RSTAT_ADD(r, publish_errors_total, 1);
 		} else {
 			RSTAT_ADD(r, publishes_total, 1);
-			RSTAT_ADD(r, bytes_written_total, ops[i].val_len);
+			RSTAT_ADD(r, bytes_written_total, v[i].len);
 		}
-		if (rep)
-			freeReplyObject(rep);
+		free(v[i].buf);
 	}
+}
+
+/* Publish the @n entries of @list: their values made into parts and SET
+ * a round of about LINK_FLIGHT_BYTES at a time, so that no more than that
+ * (and one value) is held beside the queue. */
+static void publish_batch(struct kvp_remote *r, struct pub_entry *list,
+			  size_t n)
+{
+	/* before a value is added: fewer than LINK_PIPELINE values, under
+	 * LINK_FLIGHT_BYTES of them; then the value's own parts */
+	static const size_t max_parts =
+		LINK_PIPELINE + LINK_FLIGHT_BYTES / KVP_REMOTE_PART_BYTES +
+		KVP_REMOTE_MAX_VALUE / KVP_REMOTE_PART_BYTES + 1;
+	struct pub_value v[LINK_PIPELINE];
+	struct pub_entry *ents[LINK_PIPELINE];
+	struct rop *ops = malloc(max_parts * sizeof(*ops));
+	char *rkeys = malloc(max_parts * REMOTE_RKEY_MAX);
+	size_t k = 0, bytes = 0;
+
+	for (struct pub_entry *e = list; e; e = e->next) {
+		if (!ops || !rkeys) {
+			RSTAT_ADD(r, publish_errors_total, 1);
+			continue;
+		}
+		if (!value_make(r, e, &v[k]))
+			continue;
+		ents[k] = e;
+		bytes += v[k].len;
+		if (++k == LINK_PIPELINE || bytes >= LINK_FLIGHT_BYTES) {
+			values_send(r, v, ents, k, rkeys, ops);
+			k = bytes = 0;
+		}
+	}
+	if (k)
+		values_send(r, v, ents, k, rkeys, ops);
+	free(ops);
+	free(rkeys);
 }
 
 static void *publisher(void *arg)

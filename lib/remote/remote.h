@@ -19,10 +19,26 @@
  *              by &
  *   env        KVP_REMOTE_URL (used by kvp_remote_open_env)
  *
- * Redis keys are "kvp:1:<hex ns>:<hex key>": @ns is the caller's
- * namespace tag (the cache gives a hash of the model identity and the
- * tenant's salt, never the salt itself), so two tenants' keys never meet.
- * No hash tag is used: a cluster spreads keys over its slots.
+ * A value is stored as parts of at most KVP_REMOTE_PART_BYTES, part i
+ * under "kvp:2:<hex ns>:<hex key>:<i>" (i in decimal): @ns is the
+ * caller's namespace tag (the cache gives a hash of the model identity
+ * and the tenant's salt, never the salt itself), so two tenants' keys
+ * never meet.  No hash tag is used: a cluster spreads the parts over its
+ * slots.  Each part is a header of KVP_REMOTE_PART_HEADER bytes, then its
+ * bytes of the value (part i: bytes [i * PART_BYTES, (i + 1) * PART_BYTES)):
+ *
+ *   0  u32  magic 0x7050564b ("KVPp")    16  u64  the value's bytes
+ *   4  u16  format version, 1            24  u64  FNV-1a 64 of the base
+ *   6  u16  header bytes, 32                      key "kvp:2:<ns>:<key>"
+ *   8  u32  i, the part's index
+ *  12  u32  the value's parts: ceil(bytes / PART_BYTES), 1 if empty
+ *
+ * (little-endian).  A value comes back only whole: every part there, each
+ * header right for its key, index and the value's length, and then the
+ * whole accepted by the verify hook; a part missing (evicted, not yet
+ * written) makes the value a miss, a bad part a failed verification, both
+ * counted (parts_missing_total, parts_bad_total).  Why parts: Redis serves
+ * a value of 8 MiB or more from fresh pages each time (part.c).
  *
  * Fetches (kvp_remote_get_many, or kvp_remote_fetch_submit on the tier's
  * fetch thread, behind the caller) are pipelined, batch by batch, on the
@@ -54,7 +70,9 @@
 #define KVP_REMOTE_MAX_SEEDS 8	   /* host:port seeds of a cluster URL */
 #define KVP_REMOTE_MAX_KEY 64	   /* bytes of a caller's key */
 #define KVP_REMOTE_MAX_NS 32	   /* bytes of a namespace tag */
-#define KVP_REMOTE_MAX_VALUE (512u << 20) /* Redis' own limit on a value */
+#define KVP_REMOTE_MAX_VALUE (512u << 20) /* a value's bytes at most */
+#define KVP_REMOTE_PART_BYTES (1u << 20)  /* a value's bytes in one part */
+#define KVP_REMOTE_PART_HEADER 32u	  /* a part's header (see above) */
 
 /* A parsed URL; kvp_remote_url_parse fills it.  Owns no memory. */
 struct kvp_remote_url {
@@ -123,6 +141,10 @@ uint16_t kvp_remote_crc16(const void *buf, size_t len);
 	  "keys not fetched: link down, timeout, error reply")                 \
 	X(timeouts_total, KVP_COUNTER, "commands past their timeout")          \
 	X(bytes_read_total, KVP_COUNTER, "bytes of verified values fetched")   \
+	X(parts_missing_total, KVP_COUNTER,                                    \
+	  "parts absent from values whose other parts were there (misses)")    \
+	X(parts_bad_total, KVP_COUNTER,                                        \
+	  "parts with a header not of their value (failed verification)")      \
 	X(publishes_total, KVP_COUNTER, "values stored by the publisher")      \
 	X(publishes_skipped_total, KVP_COUNTER,                                \
 	  "publishes dropped: the queue was full")                             \
@@ -219,7 +241,8 @@ struct kvp_remote_get {
 	const void *key; /* in: the caller's key, 1..KVP_REMOTE_MAX_KEY bytes */
 	size_t key_len;
 	void *buf;	 /* in: where the value goes */
-	size_t buf_len;	 /* in: room at @buf */
+	size_t buf_len;	 /* in: room at @buf; it says how many parts are
+			    asked for: give the value's size if known */
 	size_t len;	 /* out: the value's length (hits) */
 	int status;	 /* out: 0 hit; -ENOENT miss; -EBADMSG failed
 			    verification; -EMSGSIZE larger than @buf_len;
@@ -227,9 +250,11 @@ struct kvp_remote_get {
 };
 
 /*
- * kvp_remote_get_many - fetch the @n keys of @gets, pipelined in batches
- * (by node in a cluster, following MOVED and ASK).  Each entry's status
- * says what became of it; only a 0 status leaves a value at its buf (a
+ * kvp_remote_get_many - fetch the @n keys of @gets: the parts that fit
+ * their buffers, pipelined with at most 128 commands and about 8 MiB of
+ * values asked for a round trip (by node in a cluster, following MOVED
+ * and ASK), each part straight into its place at buf.  Each entry's
+ * status says what became of it; only a 0 status leaves a value at its buf (a
  * failed entry's buf may have been written).  Returns the number of hits
  * (>= 0); -EINVAL for a bad entry, nothing fetched.  Waits at most about
  * the timeout per batch and node; serialised with other fetches.
@@ -278,8 +303,20 @@ int kvp_remote_flush(struct kvp_remote *r, unsigned timeout_ms);
 /* kvp_remote_stats_read - a snapshot of @r's statistics into @st. */
 void kvp_remote_stats_read(struct kvp_remote *r, struct kvp_remote_stats *st);
 
-/* The Redis key of (@ns, @key) into @buf; its length, or -ENAMETOOLONG. */
+/* The Redis key of part @part of (@ns, @key) into @buf; its length, or
+ * -ENAMETOOLONG. */
 int kvp_remote_redis_key(const void *ns, size_t ns_len, const void *key,
-			 size_t keylen, char *buf, size_t len);
+			 size_t keylen, uint32_t part, char *buf, size_t len);
+
+/*
+ * kvp_remote_part_value - part @part of the value @val (@len bytes) of
+ * (@ns, @key) as the tier stores it (header and bytes, see above), into
+ * @out (@outlen bytes): for tests and tools that write the tier's values
+ * themselves.  Returns its length, or -EINVAL (no such part, @len past
+ * KVP_REMOTE_MAX_VALUE), -ENOSPC (@outlen too small), -ENAMETOOLONG.
+ */
+int kvp_remote_part_value(const void *ns, size_t ns_len, const void *key,
+			  size_t keylen, const void *val, size_t len,
+			  uint32_t part, void *out, size_t outlen);
 
 #endif /* KVP_REMOTE_H */

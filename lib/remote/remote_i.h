@@ -3,8 +3,8 @@
  * handle.
  *
  * Files, bottom first, each calling only those before it: url.c (pure),
- * key.c (Redis keys, hash slots), link.c (connections, back-off, cluster
- * routing, pipelines), publish.c (the queue and its thread), fetch.c
+ * key.c (Redis keys, hash slots), part.c (a value's parts and their
+ * headers), link.c (connections, back-off, cluster routing, pipelines), publish.c (the queue and its thread), fetch.c
  * (fetch and verify; asynchronous fetches on a thread), remote.c (the
  * API: open, close, statistics).
  *
@@ -29,6 +29,10 @@
 #define LINK_MAX_NODES 64    /* nodes a cluster link knows */
 #define LINK_SLOTS 16384     /* Redis Cluster's hash slots */
 #define LINK_PIPELINE 128    /* commands per round trip */
+/* ... and the bytes of the values they ask for or send: a GET's reply
+ * waits in the server's output buffers, and past some 16 MiB of them its
+ * allocator faults every page in afresh (part.c). */
+#define LINK_FLIGHT_BYTES (8u << 20)
 #define LINK_MAX_ROUNDS 5    /* redirections followed per command */
 #define BACKOFF_FIRST_MS 100 /* a failed link's first wait */
 #define BACKOFF_MAX_MS 5000  /* ... doubling up to this */
@@ -79,11 +83,14 @@ struct rop {
 	bool asking;		/* send ASKING first (an ASK redirection) */
 	int status;		/* 0 replied; -errno not; 1 still to send */
 	redisReply *reply;	/* with status 0: the reply, the caller frees */
-	void *dst;		/* GET: where a string reply of at most
-				   dst_cap bytes goes, straight from the
-				   reader's buffer; NULL: in the reply */
+	void *head;		/* GET: a string's first head_len bytes go
+				   here (a part's header), the rest ... */
+	size_t head_len;
+	void *dst;		/* ... here, when at most dst_cap bytes,
+				   straight from the reader's buffer; NULL:
+				   the string stays in the reply */
 	size_t dst_cap;
-	size_t dst_len;		/* with sunk: the string's bytes at dst */
+	size_t dst_len;		/* with sunk: the bytes at dst */
 	bool sunk;		/* the reply is an empty string, the value
 				   went to dst */
 	bool taken;		/* the take hook had the final reply */
@@ -147,17 +154,42 @@ struct pub_entry {
 #define RSTAT_SUB(r, name, n) \
 	__atomic_sub_fetch(&(r)->st.name, (n), __ATOMIC_RELAXED)
 
-#define REMOTE_KEY_PREFIX "kvp:1:"
+#define REMOTE_KEY_PREFIX "kvp:2:"
+#define PART_SUFFIX_MAX 12 /* ":<part>", its NUL included */
 /* Bytes of the longest Redis key, its NUL included. */
 #define REMOTE_RKEY_MAX (sizeof(REMOTE_KEY_PREFIX) + 2 * KVP_REMOTE_MAX_NS + \
-			 1 + 2 * KVP_REMOTE_MAX_KEY + 1)
+			 1 + 2 * KVP_REMOTE_MAX_KEY + PART_SUFFIX_MAX)
+#define PART_MAGIC 0x7050564bu /* "KVPp", little-endian */
+#define PART_VERSION 1
 
 /* key.c */
 void remote_hex(const void *buf, size_t len, char *out);
-/* @r's Redis key of @key into @buf (REMOTE_RKEY_MAX): its length, or
+/* The base key "kvp:2:<ns hex>:<key hex>" into @buf (@len bytes): its
+ * length, or -ENAMETOOLONG. */
+int remote_base_key(const void *ns, size_t ns_len, const void *key,
+		    size_t keylen, char *buf, size_t len);
+/* @r's base key of @key into @buf (REMOTE_RKEY_MAX): its length, or
  * -EINVAL (no key, or longer than KVP_REMOTE_MAX_KEY). */
 int remote_rkey(const struct kvp_remote *r, const void *key, size_t keylen,
 		char *buf);
+/* Part @part's key: ":<part>" after the base key of @base_len bytes at
+ * @rkey (room for PART_SUFFIX_MAX more); its length. */
+int remote_part_key(char *rkey, size_t base_len, uint32_t part);
+
+/* part.c */
+/* The tag of the value under the base key @rkey (@len bytes) that every
+ * part's header carries: FNV-1a 64, which part belongs to which value (not
+ * a MAC: the caller's verify hook checks the whole). */
+uint64_t part_tag(const char *rkey, size_t len);
+/* The parts of a value of @total bytes (1 for an empty one). */
+uint32_t part_count(uint64_t total);
+/* The bytes of part @i of a value of @total bytes (0 past its end). */
+size_t part_len(uint64_t total, uint32_t i);
+/* Part @i's header (KVP_REMOTE_PART_HEADER bytes) into @out. */
+void part_header(void *out, uint32_t i, uint64_t total, uint64_t tag);
+/* 0 and the value's bytes into @total when @hdr is a good header of part
+ * @i of the value tagged @tag; -EBADMSG when not. */
+int part_check(const void *hdr, uint32_t i, uint64_t tag, uint64_t *total);
 
 /* link.c */
 uint64_t remote_now_ns(void);
