@@ -105,10 +105,23 @@ out=$("$K" run --preset tiny --context 8K --steps 2 --budget 5M --quiet 2>&1 >/d
 [ -z "$out" ] || fail "warned with a budget that holds the layers: $out"
 ok "no warning at --budget 5M"
 
+# --ram counts all the cache's RAM from the decode on: the RAM line's
+# total is what was asked; too little for the metadata is refused with
+# the parts named.
+out=$("$K" run --preset tiny --context 4096 --predictor lowrank --rank 16 \
+	--steps 4 --ram 3M --quiet 2>&1) || fail "--ram 3M: $out"
+echo "$out" | grep -q "RAM  *3.00 MiB in all" ||
+	fail "--ram 3M: the RAM line is not 3 MiB in all: $out"
+ok "--ram 3M holds the cache in 3 MiB"
+expect 1 "^kvpager: --ram 2.00 MiB leaves no frames: predictor metadata .*smaller --rank" \
+	"$K" run --preset tiny --context 4096 --predictor lowrank --rank 16 \
+	--steps 4 --ram 2M --quiet
+
 # The prefetch counters add up: asked = resident already + loaded, and
 # loaded = hit + late + wasted + open (blocks whose use falls outside the
 # measured steps), open no larger than what one step asks.
-for args in "--budget 64M" "--predictor lowrank --rank 16" ""; do
+for args in "--budget 64M" "--predictor lowrank --rank 16" \
+	"--predictor lowrank --rank 16 --budget 3M" ""; do
 	out=$("$K" run --preset tiny --context 8K --steps 12 --json --quiet \
 		$args 2>/dev/null) || fail "run $args: $out"
 	asked=$(json prefetch_asked "$out")

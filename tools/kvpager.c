@@ -69,6 +69,7 @@ enum opt_id {
 	O_STEPS,
 	O_WARMUP,
 	O_BUDGET,
+	O_RAM,
 	O_PATH,
 	O_DEPTH,
 	O_NOPF,
@@ -126,6 +127,10 @@ static const struct opt_spec opts[O_COUNT] = {
 		       "steps left out of the figures (2)" },
 	[O_BUDGET] = { "budget", "BYTES", "ram_budget_bytes", 0, 0, 0,
 		       "RAM budget (a quarter of the KV, at least 2M)" },
+	[O_RAM] = { "ram", "BYTES", NULL, KVP_T_BYTES, 2u << 20, 1ULL << 50,
+		    "from the decode on, all the cache's RAM counted (frames, "
+		    "predictor metadata, rolling, staging): the frames get "
+		    "what the rest leaves" },
 	[O_PATH] = { "path", "DIR", NULL, 0, 0, 0,
 		     "where the backing file goes ($TMPDIR or /tmp)" },
 	[O_DEPTH] = { "depth", "D", "prefetch_depth_layers", 0, 0, 0,
@@ -228,6 +233,7 @@ struct run_opts {
 	bool json;
 	bool quiet;
 	uint64_t block; /* pager block bytes; 0: by predictor */
+	uint64_t ram;	/* --ram: all the cache's RAM from the decode on */
 	uint32_t sample_every;
 	uint32_t sample_layers;
 	uint64_t seed;
@@ -532,6 +538,9 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
 			break;
 		case O_BLOCK:
 			o->block = v;
+			break;
+		case O_RAM:
+			o->ram = v;
 			break;
 		case O_SEVERY:
 			o->sample_every = (uint32_t)v;
@@ -920,6 +929,36 @@ static void print_prefetch(const struct pf_counts *p)
 		       -open);
 	else
 		printf("\n");
+}
+
+/* --ram: the frames become what the rest of the cache's RAM leaves
+ * (kvp_kvcache_fit_ram, after the prefill grew the metadata); 0, or -errno
+ * said on stderr with the parts. */
+static int fit_ram(struct kvp_kvcache *c, uint64_t total)
+{
+	struct kvp_kvcache_ram ram;
+	char h1[32], h2[32], h3[32], h4[32];
+	int err = kvp_kvcache_fit_ram(c, total);
+
+	if (!err)
+		return 0;
+	kvp_kvcache_ram(c, &ram);
+	if (err == -ENOSPC)
+		fprintf(stderr,
+			"kvpager: --ram %s leaves no frames: predictor metadata "
+			"%s, rolling buffers %s, staging %s; give a larger "
+			"--ram, or a smaller --rank (the low-rank metadata is "
+			"rank / (KV heads x head dim) of the keys)\n",
+			human((double)total, h1, sizeof(h1)),
+			human((double)ram.metadata, h2, sizeof(h2)),
+			human((double)ram.rolling, h3, sizeof(h3)),
+			human((double)ram.staging, h4, sizeof(h4)));
+	else
+		fprintf(stderr, "kvpager: cannot fit the cache in --ram %s: "
+				"%s\n",
+			human((double)total, h1, sizeof(h1)),
+			kvp_strerror(err));
+	return err;
 }
 
 /* The view's seqs/<id>/block_table, served by the cache (kvcache.h). */
@@ -1618,6 +1657,8 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 			kvp_progress_update(&bar, i + 1, o.batch, "sequences");
 	}
 	t_prefill = now_s() - t0;
+	if (!stopped() && o.ram && fit_ram(c, o.ram))
+		goto out;
 	if (stopped()) {
 		fprintf(stderr,
 			"kvpager: interrupted during the prefill (%u of %u "
