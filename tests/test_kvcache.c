@@ -510,8 +510,10 @@ static void slots_bit_for_bit(bool fail_first)
 	cs->fail_first = fail_first ? (unsigned)cfg.io_depth : 0;
 	o.store = &cs->base;
 	ck_assert_int_eq(kvp_kvcache_create(&o, &c), 0);
+	/* the region keeps 2 MiB and the rolling blocks' pinned pager
+	 * blocks, the slots take the rest */
 	kvp_kvcache_ram(c, &ram_parts);
-	ck_assert_uint_eq(ram_parts.slots, 1u << 20);
+	ck_assert_uint_eq(ram_parts.slots, (1u << 20) - 2 * 2 * 4096);
 	ck_assert_uint_eq(ram_parts.frames, 3u << 20);
 	slots_script(c, &src, &src2, pag, per_step, &st);
 	kvp_kvcache_destroy(c);
@@ -540,6 +542,59 @@ END_TEST
 START_TEST(slots_bit_for_bit_failed_reads)
 {
 	slots_bit_for_bit(true);
+}
+END_TEST
+
+/*
+ * Slots follow a retune: prefetch turned off gives their frames to the
+ * region (no read is started that nobody submits), turned on again takes
+ * them back; the frames stay the budget throughout.
+ */
+START_TEST(slots_follow_retune)
+{
+	struct kvp_kv_geometry g = G4K;
+	struct kvp_kv_synth *sy;
+	struct kvp_kv_source src;
+	struct kvp_kvcache_opts o;
+	struct kvp_kvcache_stats st;
+	struct kvp_kvcache_ram ram;
+	struct kvp_kv_config kv;
+	struct kvp_kvcache *c;
+	const char *bad = NULL;
+	uint32_t id, i;
+
+	g.layers = 4;
+	sy = synth(&g);
+	kvp_kv_source_synth(&src, sy);
+	opts(&o, &g, KVP_KVCACHE_PAGER, 1, 4096, 4096, KVP_PREDICTOR_WINDOW);
+	o.pred.budget_tokens = 64;
+	o.budget_bytes = 3u << 20;
+	ck_assert_int_eq(kvp_kvcache_create(&o, &c), 0);
+	ck_assert_int_eq(kvp_kvcache_seq_create(c, &id), 0);
+	ck_assert_int_eq(kvp_kvcache_prefill(c, id, 3000, &src, NULL, NULL), 0);
+	kvp_kv_config_defaults(&kv);
+	kv.attention_threads = o.attn_threads;
+	kv.predictor = KVP_PREDICTOR_WINDOW;
+	kv.predict_budget_tokens = 64;
+	for (i = 0; i < 3; i++) {
+		kv.prefetch_depth_layers = i == 1 ? 0 : 2;
+		ck_assert_int_eq(kvp_kvcache_retune(c, &kv, &bad), 0);
+		kvp_kvcache_ram(c, &ram);
+		ck_assert_uint_eq(ram.frames, 3u << 20);
+		if (i == 1)
+			ck_assert_uint_eq(ram.slots, 0);
+		else
+			ck_assert_uint_gt(ram.slots, 0);
+		ck_assert_int_eq(kvp_kvcache_step(c, &id, 1, &src, NULL, NULL),
+				 0);
+		ck_assert_int_eq(kvp_kvcache_step(c, &id, 1, &src, NULL, NULL),
+				 0);
+	}
+	kvp_kvcache_stats(c, &st);
+	ck_assert_uint_gt(st.slot_reads, 0);
+	ck_assert_uint_eq(st.slot_read_errors, 0);
+	kvp_kvcache_destroy(c);
+	kvp_kv_synth_destroy(sy);
 }
 END_TEST
 
@@ -894,6 +949,7 @@ int main(void)
 	tcase_add_test(tc, exact_bit_for_bit_32k);
 	tcase_add_test(tc, slots_bit_for_bit_rewrite);
 	tcase_add_test(tc, slots_bit_for_bit_failed_reads);
+	tcase_add_test(tc, slots_follow_retune);
 	tcase_add_test(tc, lowrank_heavy_hitters);
 	tcase_add_test(tc, retune_between_steps);
 	return kvp_test_run(s);

@@ -102,32 +102,6 @@ int kvp_kvcache_layout_for(const struct kvp_kvcache_opts *o,
 				  o->pager_block_bytes);
 }
 
-/*
- * Reuse slots take the frames the region's floor leaves: the pager's
- * budget (its own, or the one passed in) drops to the floor.
- */
-static int slots_split(struct kvp_kvcache *c)
-{
-	uint64_t floor = kvc_slots_region_floor(c), slot_bytes;
-	struct kvp_config cfg;
-	int err;
-
-	if (!kvc_slots_wanted(c) ||
-	    c->budget < floor + 16 * (uint64_t)c->l.pager_block_bytes)
-		return 0;
-	slot_bytes = c->budget - floor;
-	err = kvc_slots_init(c, slot_bytes);
-	if (err || !c->sl_of)
-		return err; /* no slots (a store without a queue): as before */
-	kvp_pager_config(c->pager, &cfg);
-	cfg.ram_budget_bytes = floor;
-	err = kvp_pager_reconfigure(c->pager, &cfg, NULL);
-	if (err)
-		return err;
-	c->budget = floor;
-	return 0;
-}
-
 int kvp_kvcache_create(const struct kvp_kvcache_opts *o,
 		       struct kvp_kvcache **out)
 {
@@ -197,7 +171,7 @@ int kvp_kvcache_create(const struct kvp_kvcache_opts *o,
 	err = c->be->open(c);
 	if (err)
 		goto fail;
-	err = slots_split(c);
+	err = kvc_slots_init(c);
 	if (err)
 		goto fail;
 	err = kvc_plans_init(c);
@@ -224,6 +198,14 @@ void kvp_kvcache_destroy(struct kvp_kvcache *c)
 		if (c->seqs[i].live)
 			kvc_seq_drop(c, i, false);
 	kvc_dev_fini(c);
+	if (c->sl_of && c->pager) {
+		/* a pager passed in gets back what the slots took */
+		struct kvp_config cfg;
+
+		kvp_pager_config(c->pager, &cfg);
+		cfg.ram_budget_bytes = c->budget + kvc_slots_bytes(c);
+		(void)kvp_pager_reconfigure(c->pager, &cfg, NULL);
+	}
 	kvc_slots_fini(c);
 	c->be->close(c);
 	kvc_samples_free(c);
@@ -384,20 +366,14 @@ int kvp_kvcache_fit_ram(struct kvp_kvcache *c, uint64_t total)
 	c->stage = NULL;
 	c->stage_cap = 0;
 	frames = total - other;
+	if (c->sl_of) /* the region keeps its floor, the slots the rest */
+		return kvc_slots_refit(c, frames);
 	kvp_pager_config(c->pager, &cfg);
 	cfg.ram_budget_bytes = frames;
-	if (c->sl_of) {
-		/* the region keeps its floor, the slots take the rest */
-		uint64_t floor = kvc_slots_region_floor(c);
-
-		cfg.ram_budget_bytes = floor < frames ? floor : frames;
-		kvp_kvcache_drain(c);
-	}
 	err = kvp_pager_reconfigure(c->pager, &cfg, NULL);
-	if (err)
-		return err;
-	c->budget = cfg.ram_budget_bytes;
-	return c->sl_of ? kvc_slots_resize(c, frames - c->budget) : 0;
+	if (!err)
+		c->budget = cfg.ram_budget_bytes;
+	return err;
 }
 
 uint64_t kvp_kvcache_kv_bytes(const struct kvp_kvcache *c)
@@ -486,5 +462,10 @@ int kvp_kvcache_retune(struct kvp_kvcache *c, const struct kvp_kv_config *kv,
 	c->nplans = c->o.prefetch_depth + 1; /* the queue is empty: drained */
 	c->wq_head = 0;
 	pthread_mutex_unlock(&c->mu);
+	/* slots taken or given back as the predictor and prefetch now want;
+	 * a refusal (more pinned) keeps the split, and plans use slots only
+	 * while they are wanted */
+	if (c->sl_of)
+		(void)kvc_slots_refit(c, c->budget + kvc_slots_bytes(c));
 	return 0;
 }

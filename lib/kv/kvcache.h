@@ -49,8 +49,12 @@
  * maps nothing.  A block chosen again while its slot holds it is not read
  * again (reuse; KVSwap keeps such a buffer).  The budget's frames are
  * split: the region keeps a floor (2 MiB or four pager blocks, for
- * the rolling flushes and the blocks the slots do not take), the slots
- * the rest; kvp_kvcache_ram counts both as frames.  A read that fails, or
+ * the rolling flushes and the blocks the slots do not take, plus the
+ * rolling blocks' pinned pager blocks), the slots the rest, in whole huge
+ * pages; kvp_kvcache_ram counts both as frames.  A retune that turns
+ * prefetch off or picks the exact predictor gives the slots' frames to
+ * the region, and one that turns them back takes them again (a cache
+ * created with the exact predictor has none).  A read that fails, or
  * a block written while its read is in flight, leaves the slot unused:
  * that block is read through the region, so a stale or failed slot is
  * never served.  slots.c has the states.

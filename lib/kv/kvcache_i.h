@@ -223,17 +223,25 @@ int kvc_plan_pin(struct kvp_kvcache *c, struct kvc_plan *pl, bool pin);
 void kvc_plan_release(struct kvp_kvcache *c, struct kvc_plan *pl);
 
 /* slots.c */
-/* Should c read its plans into reuse slots (opts, backend, predictor)? */
+/* Should c read its plans into reuse slots (opts, backend, predictor,
+ * prefetch as they are now)? */
 bool kvc_slots_wanted(const struct kvp_kvcache *c);
-/* The region's budget when slots take the rest of the frames. */
+/* Slots exist and are wanted now: plans use them. */
+bool kvc_slots_on(const struct kvp_kvcache *c);
+/* The region's budget when slots take the rest of the frames: 2 MiB or
+ * four pager blocks, and the rolling blocks' pinned pager blocks. */
 uint64_t kvc_slots_region_floor(const struct kvp_kvcache *c);
-/* Slots of bytes (whole pager blocks) reading from the backend's store;
- * none, and 0, when the store has no queue.  0 or -ENOMEM / the queue's. */
-int kvc_slots_init(struct kvp_kvcache *c, uint64_t bytes);
+/* Slots wanted and the backend's store has a queue: the slots' table and
+ * queue, and the frames (c->budget) split by kvc_slots_refit; else
+ * nothing.  0 or -ENOMEM / the queue's / the pager's error. */
+int kvc_slots_init(struct kvp_kvcache *c);
 void kvc_slots_fini(struct kvp_kvcache *c);
-/* Make the slots bytes, dropping what they hold: -EBUSY while a plan
- * holds one, -ENOMEM (unchanged). */
-int kvc_slots_resize(struct kvp_kvcache *c, uint64_t bytes);
+/* Split frames bytes between the region (the pager's budget, c->budget)
+ * and the slots: the floor and the rest when slots are wanted, all to the
+ * region when not.  Drains the plans.  0, -EOPNOTSUPP (no slots' table),
+ * the pager's error (-EBUSY: more pinned), -ENOMEM (the region got the
+ * slots' share). */
+int kvc_slots_refit(struct kvp_kvcache *c, uint64_t frames);
 uint64_t kvc_slots_bytes(const struct kvp_kvcache *c);
 /* Give pl's pager blocks slots (pl->slot, pl->res, the reads in pl->io). */
 int kvc_slots_plan(struct kvp_kvcache *c, struct kvc_plan *pl);

@@ -295,13 +295,16 @@ int kvc_plan_make(struct kvp_kvcache *c, uint64_t gl)
 	/* reuse: chosen blocks already resident (in the region or a slot),
 	 * before anything is read */
 	pl->settled = false;
-	if (c->sl_of) {
+	pl->nio = 0;
+	if (kvc_slots_on(c)) {
 		err = kvc_slots_plan(c, pl);
 		if (err)
 			return err;
 	} else {
-		for (i = 0; i < pl->npb; i++)
+		for (i = 0; i < pl->npb; i++) {
 			pl->res[i] = c->be->resident(c, pl->pb[i]);
+			pl->slot[i] = -1;
+		}
 	}
 	for (i = 0; i < pl->nseq; i++) {
 		struct kvc_seq *s = &c->seqs[c->step_seqs[i]];
@@ -320,12 +323,12 @@ int kvc_plan_make(struct kvp_kvcache *c, uint64_t gl)
 	pl->err = 0;
 	if (!c->o.prefetch || !pl->npb || !c->be->prefetch)
 		return 0;
-	if (c->sl_of) {
+	if (kvc_slots_on(c)) {
 		/* the slots' reads; the region's blocks fault if evicted */
+		c->cur.prefetch_issued += pl->npb;
 		if (!pl->nio)
 			return 0;
 		pl->t_submit = kvc_now_s();
-		c->cur.prefetch_issued += pl->npb;
 	} else {
 		err = c->be->prefetch(c, pl);
 		if (err || !pl->pf)

@@ -37,6 +37,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kmod-helpers/mem.h"
 #include "lib/kv/kvcache_i.h"
@@ -52,25 +53,43 @@ bool kvc_slots_wanted(const struct kvp_kvcache *c)
 	       !(c->o.device && strcmp(c->o.device, "cpu"));
 }
 
-uint64_t kvc_slots_region_floor(const struct kvp_kvcache *c)
+bool kvc_slots_on(const struct kvp_kvcache *c)
 {
-	uint64_t f = 4 * (uint64_t)c->l.pager_block_bytes;
-
-	return f > (2u << 20) ? f : (2u << 20);
+	return c->sl_of && c->sl_n && kvc_slots_wanted(c);
 }
 
-/* Slot memory: in huge pages where the kernel gives them (a TLB entry
- * and, in a guest that shadows page tables, a first touch per 2 MiB). */
-static size_t mem_len(size_t bytes)
+uint64_t kvc_slots_region_floor(const struct kvp_kvcache *c)
 {
-	return (bytes + KVP_HUGE_SIZE - 1) & ~(KVP_HUGE_SIZE - 1);
+	uint64_t pbb = c->l.pager_block_bytes, f = 4 * pbb;
+
+	if (f < (2u << 20))
+		f = 2u << 20;
+	/* the rolling blocks' pager blocks stay pinned (seq.c rb_repin) */
+	if (c->l.blocks_per_pager_block == 1)
+		f += (uint64_t)c->o.max_seqs * c->g.layers * pbb;
+	return f;
+}
+
+/*
+ * Slot memory: whole huge pages where it spans one or more (a TLB entry
+ * and, in a guest that shadows page tables, a first touch per 2 MiB), so
+ * that what is counted is what is held; small pages below.
+ */
+static uint32_t slots_fitting(const struct kvp_kvcache *c, uint64_t bytes)
+{
+	uint64_t pbb = c->l.pager_block_bytes;
+
+	if (bytes >= KVP_HUGE_SIZE && pbb <= KVP_HUGE_SIZE &&
+	    !(KVP_HUGE_SIZE % pbb))
+		bytes -= bytes % KVP_HUGE_SIZE;
+	return (uint32_t)(bytes / pbb);
 }
 
 static void slots_free_mem(struct kvp_kvcache *c)
 {
 	if (c->sl_mem)
 		kvp_mem_release(c->sl_mem,
-				mem_len((size_t)c->sl_n * c->l.pager_block_bytes));
+				(size_t)c->sl_n * c->l.pager_block_bytes);
 	free(c->sl);
 	c->sl_mem = NULL;
 	c->sl = NULL;
@@ -78,54 +97,99 @@ static void slots_free_mem(struct kvp_kvcache *c)
 	c->sl_hand = 0;
 }
 
-int kvc_slots_resize(struct kvp_kvcache *c, uint64_t bytes)
+/* Slots for bytes (slots_fitting); what they held is dropped.  0, or
+ * -EBUSY while a plan holds one, or -ENOMEM with none left. */
+static int slots_resize(struct kvp_kvcache *c, uint64_t bytes)
 {
-	size_t pbb = c->l.pager_block_bytes, i;
-	uint32_t n = (uint32_t)(bytes / pbb);
-	char *mem;
-	struct kvc_slot *sl;
+	size_t pbb = c->l.pager_block_bytes, len, i;
+	uint32_t n = slots_fitting(c, bytes);
+	bool huge;
+	int err;
 
 	for (i = 0; i < c->sl_n; i++)
 		if (c->sl[i].refs)
 			return -EBUSY;
 	if (n == c->sl_n)
 		return 0;
-	sl = n ? calloc(n, sizeof(*sl)) : NULL;
-	mem = NULL;
-	if (n && !kvp_mem_reserve(mem_len((size_t)n * pbb), KVP_HUGE_SIZE, true,
-				  (void **)&mem) &&
-	    kvp_mem_populate(mem, mem_len((size_t)n * pbb))) {
-		kvp_mem_release(mem, mem_len((size_t)n * pbb));
-		mem = NULL;
+	/* nothing in flight (no plan holds a slot): the old pool goes first,
+	 * so that the two are never held at once */
+	for (i = 0; i < c->npb; i++)
+		c->sl_of[i] = -1;
+	slots_free_mem(c);
+	if (!n)
+		return 0;
+	len = (size_t)n * pbb;
+	huge = !(len % KVP_HUGE_SIZE);
+	c->sl = calloc(n, sizeof(*c->sl));
+	err = c->sl ? kvp_mem_reserve(len, huge ? KVP_HUGE_SIZE : 4096, huge,
+				      (void **)&c->sl_mem)
+		    : -ENOMEM;
+	if (!err) {
+		err = kvp_mem_populate(c->sl_mem, len);
+		if (err)
+			kvp_mem_release(c->sl_mem, len);
 	}
-	if (n && (!sl || !mem)) {
-		free(sl);
-		if (mem)
-			kvp_mem_release(mem, mem_len((size_t)n * pbb));
+	if (err) {
+		free(c->sl);
+		c->sl = NULL;
+		c->sl_mem = NULL;
 		return -ENOMEM;
 	}
 	/* one touch of every page now, none on the decode's path */
-	for (i = 0; i < (size_t)n * pbb; i += 4096)
-		mem[i] = 0;
-	if (c->sl_of)
-		for (i = 0; i < c->npb; i++)
-			c->sl_of[i] = -1;
-	slots_free_mem(c);
+	for (i = 0; i < len; i += 4096)
+		c->sl_mem[i] = 0;
 	for (i = 0; i < n; i++)
-		sl[i].pb = UINT64_MAX;
-	c->sl = sl;
-	c->sl_mem = mem;
+		c->sl[i].pb = UINT64_MAX;
 	c->sl_n = n;
 	return 0;
 }
 
-int kvc_slots_init(struct kvp_kvcache *c, uint64_t bytes)
+int kvc_slots_refit(struct kvp_kvcache *c, uint64_t frames)
+{
+	uint64_t floor = kvc_slots_region_floor(c), slots = 0, region;
+	struct kvp_config cfg;
+	int err;
+
+	if (!c->sl_of)
+		return -EOPNOTSUPP;
+	if (kvc_slots_wanted(c) &&
+	    frames >= floor + 16 * (uint64_t)c->l.pager_block_bytes)
+		slots = (uint64_t)slots_fitting(c, frames - floor) *
+			c->l.pager_block_bytes;
+	region = frames - slots;
+	kvp_kvcache_drain(c);
+	kvp_pager_config(c->pager, &cfg);
+	if (slots < kvc_slots_bytes(c)) {
+		/* the slots shrink before the region grows (-ENOMEM: none
+		 * are left, and the region gets them all) */
+		int rerr;
+
+		err = slots_resize(c, slots);
+		cfg.ram_budget_bytes = frames - kvc_slots_bytes(c);
+		rerr = kvp_pager_reconfigure(c->pager, &cfg, NULL);
+		err = err ? err : rerr;
+	} else {
+		cfg.ram_budget_bytes = region;
+		err = kvp_pager_reconfigure(c->pager, &cfg, NULL);
+		if (!err)
+			err = slots_resize(c, slots);
+		if (err == -ENOMEM) {
+			cfg.ram_budget_bytes = frames - kvc_slots_bytes(c);
+			(void)kvp_pager_reconfigure(c->pager, &cfg, NULL);
+		}
+	}
+	kvp_pager_config(c->pager, &cfg);
+	c->budget = cfg.ram_budget_bytes;
+	return err;
+}
+
+int kvc_slots_init(struct kvp_kvcache *c)
 {
 	struct kvp_store *st = c->be->store ? c->be->store(c) : NULL;
 	size_t i;
 	int err;
 
-	if (!st || !st->ops->queue_create ||
+	if (!kvc_slots_wanted(c) || !st || !st->ops->queue_create ||
 	    c->l.pager_block_bytes % (st->offset_align ? st->offset_align : 1))
 		return 0; /* no queue to read with: the region serves all */
 	c->sl_of = malloc(sizeof(int32_t) * c->npb);
@@ -133,14 +197,12 @@ int kvc_slots_init(struct kvp_kvcache *c, uint64_t bytes)
 		return -ENOMEM;
 	for (i = 0; i < c->npb; i++)
 		c->sl_of[i] = -1;
-	err = kvc_slots_resize(c, bytes);
-	if (err)
-		return err;
 	err = st->ops->queue_create(st, SLOT_QUEUE_DEPTH, &c->sl_q);
 	if (err)
 		return err;
 	c->sl_store = st;
-	return 0;
+	err = kvc_slots_refit(c, c->budget);
+	return err == -ENOMEM ? 0 : err; /* -ENOMEM: the region has all */
 }
 
 void kvc_slots_fini(struct kvp_kvcache *c)
@@ -367,9 +429,12 @@ void kvc_slots_wait(struct kvp_kvcache *c, struct kvc_plan *pl)
 		}
 		n = c->sl_store->ops->reap(c->sl_q, done, SLOT_QUEUE_DEPTH,
 					   true);
-		if (n < 0)
-			n = 0; /* the reads stay in flight: their buffers are
-				  the kernel's until reaped */
+		if (n < 0) {
+			/* the reads stay in flight (their buffers are the
+			 * kernel's until reaped): try again, not in a spin */
+			usleep(1000);
+			n = 0;
+		}
 		for (k = 0; k < n; k++) {
 			struct kvc_plan *p = done[k]->cookie;
 
