@@ -98,8 +98,9 @@ uint64_t kvp_model_cache_mapped_tokens(const struct kvp_model_cache *mc);
  * in granules of the cache's KV block stride (kvp_kvcache_layout_for):
  * with it, a prefill maps the chunks it finds instead of copying them,
  * and its verifier thread (kvp_cache_store_verify_ahead) checks them
- * while the prefill computes the rest.  The caller destroys *out (kvp_store_destroy) after the KV cache and
- * before kvp_model_cache_close.  One per mc: 0, -EBUSY, -EINVAL, -ENOMEM.
+ * while the prefill computes the rest.  The caller destroys *out
+ * (kvp_store_destroy) after the KV cache and before
+ * kvp_model_cache_close.  One per mc: 0, -EBUSY, -EINVAL, -ENOMEM.
  */
 int kvp_model_cache_store(struct kvp_model_cache *mc, struct kvp_store *inner,
 			  size_t granule, struct kvp_store **out);
