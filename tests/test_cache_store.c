@@ -4,9 +4,11 @@
  * and discards unbind; the queue path serves both kinds; bind's bad
  * inputs change nothing. */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,14 +142,31 @@ START_TEST(bound_reads)
 }
 END_TEST
 
+/* Descriptors this process has open. */
+static int open_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	int n = 0;
+
+	ck_assert_ptr_nonnull(d);
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n;
+}
+
 START_TEST(writes_unbind)
 {
 	const uint64_t offs[2] = { 0, GRAN };
 	struct kvp_cache_store_stats ss;
 	char *buf = malloc(2 * GRAN), x[96];
+	int fds;
 
 	put_n(2, 2);
+	fds = open_fds();
 	ck_assert_int_eq(bind_n(2, offs, 2), 0);
+	ck_assert_int_eq(open_fds(), fds + 1); /* the record's */
+	ck_assert_int_eq(kvp_store_pread(st, buf, 2 * GRAN, 0), 0);
 	/* a whole granule written: the inner store's from then on */
 	memset(buf, 'w', GRAN);
 	ck_assert_int_eq(kvp_store_pwrite(st, buf, GRAN, 0), 0);
@@ -157,6 +176,7 @@ START_TEST(writes_unbind)
 	kvp_cache_store_stats(st, &ss);
 	ck_assert_uint_eq(ss.bound_granules, 0);
 	ck_assert_uint_eq(ss.unbound, 2);
+	ck_assert_int_eq(open_fds(), fds); /* unbound whole: closed */
 	/* what the inner store holds now is what the store reads */
 	ck_assert_int_eq(kvp_store_pread(inner, buf, 2 * GRAN, 0), 0);
 	for (size_t i = 0; i < GRAN; i++)
@@ -172,6 +192,56 @@ START_TEST(writes_unbind)
 	kvp_cache_store_stats(st, &ss);
 	ck_assert_uint_eq(ss.bound_granules, 0);
 	free(buf);
+}
+END_TEST
+
+struct reader {
+	bool stop;	 /* atomic */
+	int err;	 /* atomic: the first failed read's */
+	uint64_t reads;
+};
+
+static void *reader_main(void *arg)
+{
+	struct reader *rd = arg;
+	char *buf = malloc(2 * GRAN);
+
+	while (!__atomic_load_n(&rd->stop, __ATOMIC_RELAXED)) {
+		int err = kvp_store_pread(st, buf, 2 * GRAN, 0);
+
+		rd->reads++;
+		if (err) {
+			__atomic_store_n(&rd->err, err, __ATOMIC_RELAXED);
+			break;
+		}
+	}
+	free(buf);
+	return NULL;
+}
+
+/* A record's descriptor stays open while a read uses it, though a
+ * discard unbinds the record meanwhile: reads never fail (a descriptor
+ * closed under a read fails it with EBADF), and none is left open. */
+START_TEST(unbind_while_reading)
+{
+	const uint64_t offs[2] = { 0, GRAN };
+	struct reader rd = { 0 };
+	pthread_t t;
+	int fds, i;
+
+	put_n(5, 2);
+	fds = open_fds();
+	ck_assert_int_eq(pthread_create(&t, NULL, reader_main, &rd), 0);
+	for (i = 0; i < 3000 && !__atomic_load_n(&rd.err, __ATOMIC_RELAXED);
+	     i++) {
+		ck_assert_int_eq(bind_n(5, offs, 2), 0);
+		ck_assert_int_eq(st->ops->discard(st, 0, 2 * GRAN), 0);
+	}
+	__atomic_store_n(&rd.stop, true, __ATOMIC_RELAXED);
+	pthread_join(t, NULL);
+	ck_assert_msg(!rd.err, "a read failed (%d) after %llu", rd.err,
+		      (unsigned long long)rd.reads);
+	ck_assert_int_eq(open_fds(), fds);
 }
 END_TEST
 
@@ -468,6 +538,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, bound_reads);
 	tcase_add_test(tc, writes_unbind);
+	tcase_add_test(tc, unbind_while_reading);
 	tcase_add_test(tc, queue_path);
 	tcase_add_test(tc, corrupt_refused);
 	tcase_add_test(tc, bind_errors);

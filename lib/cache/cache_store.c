@@ -5,8 +5,8 @@
  * Invariants, under cs->lock:
  *   1. map[g].rec is 0 (granule g is the inner store's) or 1 + the index
  *      of an open record whose refs counts g;
- *   2. a record whose refs fell to 0 is closed (fd -1) and never bound
- *      again (a new bind opens the block afresh);
+ *   2. a record whose refs and inflight fell to 0 is closed (fd -1) and
+ *      never bound again (a new bind opens the block afresh);
  *   3. the verifier thread runs from the first kvp_cache_store_verify_ahead
  *      until destroy sets stop; it takes the last record bound that is
  *      open, unverified and not yet tried (ahead_tried), so that a reader
@@ -32,6 +32,7 @@ struct record {
 	int fd;		/* the block file, or -1 once unbound */
 	uint64_t len;	/* payload bytes */
 	uint64_t refs;	/* granules bound to it */
+	uint32_t inflight; /* I/Os on fd outside the lock (fd_take) */
 	bool verified;	/* read whole and verified once */
 	bool bad;	/* failed verification: its reads fail */
 	bool detached;	/* not the directory's (kvp_cache_store_bind_fd):
@@ -113,7 +114,32 @@ static void unbind_one(struct cache_store *cs, uint64_t g)
 	cs->map[g].rec = 0;
 	cs->st.bound_granules--;
 	cs->st.unbound++;
-	if (!--r->refs && r->fd >= 0) {
+	if (!--r->refs && !r->inflight && r->fd >= 0) {
+		close(r->fd);
+		r->fd = -1;
+	}
+}
+
+/* Record ri's descriptor for I/O outside the lock, or -1 (failed
+ * verification, or closed); give it back with fd_put.  Under lock.  (A
+ * dup(2) and close(2) per read cost twice the pread itself here.) */
+static int fd_take(struct cache_store *cs, uint32_t ri)
+{
+	struct record *r = &cs->recs[ri];
+
+	if (r->bad || r->fd < 0)
+		return -1;
+	r->inflight++;
+	return r->fd;
+}
+
+/* The I/O on fd_take's descriptor is done: the last user of a record
+ * that was unbound meanwhile closes it.  Under lock. */
+static void fd_put(struct cache_store *cs, uint32_t ri)
+{
+	struct record *r = &cs->recs[ri];
+
+	if (!--r->inflight && !r->refs && r->fd >= 0) {
 		close(r->fd);
 		r->fd = -1;
 	}
@@ -369,8 +395,8 @@ static void *verifier_main(void *arg)
 		while (i-- > 0) {
 			struct record *r = &cs->recs[i];
 
-			if (!r->ahead_tried && r->fd >= 0 && !r->verified &&
-			    !r->bad) {
+			if (!r->ahead_tried && r->refs && r->fd >= 0 &&
+			    !r->verified && !r->bad) {
 				ri = i;
 				break;
 			}
@@ -380,15 +406,14 @@ static void *verifier_main(void *arg)
 			continue;
 		}
 		cs->recs[ri].ahead_tried = true;
-		/* a descriptor of its own: an unbind may close the record's */
-		fd = dup(cs->recs[ri].fd);
+		fd = fd_take(cs, ri);
 		pthread_mutex_unlock(&cs->lock);
-		if (fd >= 0) {
-			if (!verify_record(cs, ri, fd, true, &whole, &cap))
-				vbuf_put(cs, whole, cap);
-			close(fd);
-		}
+		if (fd >= 0 &&
+		    !verify_record(cs, ri, fd, true, &whole, &cap))
+			vbuf_put(cs, whole, cap);
 		pthread_mutex_lock(&cs->lock);
+		if (fd >= 0)
+			fd_put(cs, ri);
 	}
 	pthread_mutex_unlock(&cs->lock);
 	return NULL;
@@ -449,6 +474,7 @@ static int read_range(struct cache_store *cs, void *buf, size_t len,
 	uint32_t held = 0; /* 1 + the record whole holds */
 	void *whole = NULL;
 	size_t whole_cap = 0;
+	uint64_t bytes = 0; /* read from records */
 	bool any = false;
 	int err = 0;
 
@@ -464,8 +490,7 @@ static int read_range(struct cache_store *cs, void *buf, size_t len,
 			m = cs->map[g];
 		if (m.rec) {
 			r = cs->recs[m.rec - 1];
-			/* a descriptor of its own: an unbind may close r's */
-			fd = r.bad ? -1 : dup(r.fd);
+			fd = fd_take(cs, m.rec - 1);
 			/* the next granules, if they follow in the record */
 			while (stop < end) {
 				uint64_t ng = stop / cs->granule;
@@ -501,7 +526,7 @@ static int read_range(struct cache_store *cs, void *buf, size_t len,
 		}
 		any = true;
 		if (fd < 0) {
-			err = r.bad ? -EBADMSG : -errno;
+			err = r.bad ? -EBADMSG : -EIO;
 			break;
 		}
 		in = (uint64_t)m.unit * cs->granule + (pos - g * cs->granule);
@@ -522,18 +547,18 @@ static int read_range(struct cache_store *cs, void *buf, size_t len,
 			err = pread_all(fd, (char *)buf + (pos - off),
 					(size_t)(stop - pos),
 					KVP_REC_HEADER_BYTES + in);
-		close(fd);
-		if (!err) {
-			pthread_mutex_lock(&cs->lock);
-			cs->st.bound_bytes += stop - pos;
-			pthread_mutex_unlock(&cs->lock);
-		}
+		pthread_mutex_lock(&cs->lock);
+		fd_put(cs, m.rec - 1);
+		pthread_mutex_unlock(&cs->lock);
+		if (!err)
+			bytes += stop - pos;
 		pos = stop;
 	}
 	vbuf_put(cs, whole, whole_cap);
 	if (any) {
 		pthread_mutex_lock(&cs->lock);
 		cs->st.bound_reads++;
+		cs->st.bound_bytes += bytes;
 		pthread_mutex_unlock(&cs->lock);
 	}
 	return err;

@@ -32,10 +32,11 @@
  * kvp_cache_store_verify_ahead, a thread at the lowest CPU priority
  * verifies the bound records before any read asks for them, so that the
  * first reads (a decode's first step, which reads every record at its
- * first layer) find them verified.  Records stay open
- * while any of their granules is bound.  Up to 2 buffers of a record's
- * size are kept for the next verifications (a fresh buffer's pages each
- * cost a first touch), outside the pager's budget, until destroy.
+ * first layer) find them verified.  Records stay open while any of
+ * their granules is bound or a read uses them.  Up to 2 buffers of a
+ * record's size are kept for the next verifications (a fresh buffer's
+ * pages each cost a first touch), outside the pager's budget, until
+ * destroy.
  *
  * Locking: one mutex guards the bindings; I/O runs outside it.  Every
  * call may come from any thread.
