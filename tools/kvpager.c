@@ -134,7 +134,8 @@ static const struct opt_spec opts[O_COUNT] = {
 	[O_PATH] = { "path", "DIR", NULL, 0, 0, 0,
 		     "where the backing file goes ($TMPDIR or /tmp)" },
 	[O_DEPTH] = { "depth", "D", "prefetch_depth_layers", 0, 0, 0,
-		      "prefetch depth in layers, 0: none (2)" },
+		      "prefetch depth in layers, 0: none (2; window and "
+		      "lowrank: 8)" },
 	[O_NOPF] = { "no-prefetch", NULL, NULL, 0, 0, 0,
 		     "demand faults only (--depth 0)" },
 	[O_BLOCK] = { "block", "BYTES", NULL, KVP_T_BYTES, 4096, 1ULL << 30,
@@ -685,6 +686,9 @@ static int check_geometry(const struct run_opts *o,
 				       sizeof(src2)));
 		return -EINVAL;
 	}
+	if (kv->predictor != KVP_PREDICTOR_EXACT &&
+	    !tunable_given(o, "prefetch_depth_layers"))
+		kv->prefetch_depth_layers = KVP_KVCACHE_SPARSE_DEPTH;
 	if (kv->prefetch_depth_layers > g->layers - 1) {
 		if (tunable_given(o, "prefetch_depth_layers")) {
 			fprintf(stderr,

@@ -148,6 +148,15 @@ struct kvp_kvcache_opts {
 	bool reuse_slots; /* READING INTO SLOTS above (default true) */
 };
 
+/*
+ * The prefetch depth the tools give a sparse predictor when none is set:
+ * its plans read into reuse slots (READING INTO SLOTS), where a layer
+ * ahead costs only its chosen blocks, and a scattered layer's reads need
+ * several layers of compute to hide behind (at 2, a lowrank decode at 128
+ * MiB waited on loads for half its step).
+ */
+#define KVP_KVCACHE_SPARSE_DEPTH 8
+
 /* Defaults: one sequence, exact predictor, pager backend, depth from the
  * kv tunables (2), cross_step, cold_after auto, sampling off. */
 void kvp_kvcache_opts_default(struct kvp_kvcache_opts *o,

@@ -578,7 +578,8 @@ static const struct kvp_cli_opt dopts_table[] = {
 	  "what the rest leaves after the prefill" },
 	{ "rank", D_RANK, 0, "R", "lowrank: the projection's rank (128 on llama3-8b)" },
 	{ "block", D_BLOCK, 0, "BYTES", "pager block (exact: 2M, sparse: one KV block)" },
-	{ "depth", D_DEPTH, 0, "D", "prefetch depth in layers (2)" },
+	{ "depth", D_DEPTH, 0, "D",
+	  "prefetch depth in layers (2; window and lowrank: 8)" },
 	{ "install", D_INSTALL, 0, "M", "auto | move | copy (copy: see the report)" },
 	{ "modes", D_MODES, 0, "LIST",
 	  "comma list of ram,mmap,mmap-willneed,kvpager-demand,kvpager\n"
@@ -622,7 +623,7 @@ int kvpbench_decode(int argc, char **argv)
 		.batch = 1,
 		.steps = 12,
 		.warmup = 2,
-		.depth = 2,
+		.depth = 0, /* by the predictor */
 		.M = 400,
 		.pred = KVP_PREDICTOR_LOWRANK,
 		.install = -1,
@@ -821,6 +822,10 @@ int kvpbench_decode(int argc, char **argv)
 			o.rank, kvp_predictor_max_rank(&g));
 		return 2;
 	}
+	if (!o.depth)
+		o.depth = o.pred == KVP_PREDICTOR_EXACT
+			      ? 2
+			      : KVP_KVCACHE_SPARSE_DEPTH;
 	if (o.depth >= g.layers)
 		o.depth = g.layers - 1;
 	if (!o.depth)
