@@ -73,6 +73,9 @@
 #define KVP_REMOTE_MAX_VALUE (512u << 20) /* a value's bytes at most */
 #define KVP_REMOTE_PART_BYTES (1u << 20)  /* a value's bytes in one part */
 #define KVP_REMOTE_PART_HEADER 32u	  /* a part's header (see above) */
+/* The bytes of values a fetch asks for in one round trip, about: more
+ * waiting in Redis' output buffers at once costs it page faults. */
+#define KVP_REMOTE_FLIGHT_BYTES (8u << 20)
 
 /* A parsed URL; kvp_remote_url_parse fills it.  Owns no memory. */
 struct kvp_remote_url {
@@ -251,13 +254,14 @@ struct kvp_remote_get {
 
 /*
  * kvp_remote_get_many - fetch the @n keys of @gets: the parts that fit
- * their buffers, pipelined with at most 128 commands and about 8 MiB of
- * values asked for a round trip (by node in a cluster, following MOVED
- * and ASK), each part straight into its place at buf.  Each entry's
- * status says what became of it; only a 0 status leaves a value at its buf (a
- * failed entry's buf may have been written).  Returns the number of hits
- * (>= 0); -EINVAL for a bad entry, nothing fetched.  Waits at most about
- * the timeout per batch and node; serialised with other fetches.
+ * their buffers, pipelined with at most 128 commands and about
+ * KVP_REMOTE_FLIGHT_BYTES of values asked for a round trip (by node in a
+ * cluster, following MOVED and ASK), each part straight into its place
+ * at buf.  Each entry's status says what became of it; only a 0 status
+ * leaves a value at its buf (a failed entry's buf may have been
+ * written).  Returns the number of hits (>= 0); -EINVAL for a bad entry,
+ * nothing fetched.  Waits at most about the timeout per round trip and
+ * node; serialised with other fetches.
  */
 int kvp_remote_get_many(struct kvp_remote *r, struct kvp_remote_get *gets,
 			size_t n);

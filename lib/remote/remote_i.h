@@ -32,7 +32,7 @@
 /* ... and the bytes of the values they ask for or send: a GET's reply
  * waits in the server's output buffers, and past some 16 MiB of them its
  * allocator faults every page in afresh (part.c). */
-#define LINK_FLIGHT_BYTES (8u << 20)
+#define LINK_FLIGHT_BYTES KVP_REMOTE_FLIGHT_BYTES
 #define LINK_MAX_ROUNDS 5    /* redirections followed per command */
 #define BACKOFF_FIRST_MS 100 /* a failed link's first wait */
 #define BACKOFF_MAX_MS 5000  /* ... doubling up to this */

@@ -15,7 +15,8 @@
  * process),
  * unless --redis / --cluster name running ones.  Each Redis figure is the
  * median of --repeat fetches of every block, in batches of --batch keys
- * (one pipelined round trip each); every value fetched is verified (its
+ * (one kvp_remote_get_many each, pipelined in round trips of about
+ * KVP_REMOTE_FLIGHT_BYTES); every value fetched is verified (its
  * key and last word: the transport, not a checksum, is measured) and a
  * wrong one fails the run.  Nothing is asserted on speed.
  */
@@ -576,6 +577,16 @@ static int bench_fill(int port, uint64_t size, uint64_t keys)
 	return system(cmdline) ? -1 : 0;
 }
 
+/* redis-benchmark's pipeline for values of @size bytes: as many as our
+ * fetch has in flight (KVP_REMOTE_FLIGHT_BYTES of them, remote.h), at
+ * most @batch. */
+static uint64_t bench_depth(uint64_t size, uint64_t batch)
+{
+	uint64_t d = KVP_REMOTE_FLIGHT_BYTES / size;
+
+	return d < 1 ? 1 : d > batch ? batch : d;
+}
+
 /* redis-benchmark's GET of @n values of @size bytes on @port, drawn from
  * the @keys keys bench_fill set: GB/s, or -1. */
 static double bench_rate(int port, uint64_t size, uint64_t keys, uint64_t n,
@@ -610,7 +621,8 @@ static double bench_rate(int port, uint64_t size, uint64_t keys, uint64_t n,
 static const struct kvp_cli_opt topts_table[] = {
 	{ "sizes", 's', 0, "LIST",
 	  "block sizes, comma-separated (16K,64K,256K,1M)" },
-	{ "batch", 'b', 0, "N", "keys per pipelined round trip (1..1024; 64)" },
+	{ "batch", 'b', 0, "N",
+	  "keys per fetch call, pipelined (1..1024; 64)" },
 	{ "repeat", 'k', 0, "N",
 	  "fetches of every block per figure, the median shown (3)" },
 	{ "redis", 'r', 0, "URL", "a running server instead of our own" },
@@ -964,7 +976,7 @@ int kvpbench_tier(int argc, char **argv)
 		}
 		kvp_progress_update(&pg, 4, TIER_FIGURES, "figures");
 		snprintf(shape, sizeof(shape), "-c 1 -P %llu",
-			 (unsigned long long)batch);
+			 (unsigned long long)bench_depth(sizes[i], batch));
 		if (bench_fill(bench_port, sizes[i], blocks))
 			fprintf(stderr, "kvpbench tier: redis-benchmark's "
 					"SETs failed (is redis-tools "
@@ -984,15 +996,17 @@ int kvpbench_tier(int argc, char **argv)
 	}
 	if (json)
 		return rc;
-	printf("bench-P: redis-benchmark -t get -c 1 -P %llu (one "
-	       "connection, pipelined like our fetch); bench-c50: its "
+	printf("bench-P: redis-benchmark -t get -c 1 -P N (one "
+	       "connection, pipelined like our fetch: N = %u MiB of "
+	       "values / the block, 1 to %llu); bench-c50: its "
 	       "default 50 clients; both GET as many bytes as our fetch, "
 	       "drawn at random (-r) from as many keys as it has blocks; "
 	       "redis/bench: ours over the better of the two\n"
 	       "recompute: %s prefilling %llu tokens into RAM, GB/s of KV "
 	       "made (%.0f bytes of KV a token: %.3f ms a token); fetching "
 	       "from a tier pays where it is faster:\n",
-	       (unsigned long long)batch, model, (unsigned long long)rtokens,
+	       KVP_REMOTE_FLIGHT_BYTES >> 20, (unsigned long long)batch,
+	       model, (unsigned long long)rtokens,
 	       kv_token, kv_token / (rec * 1e9) * 1e3);
 	print_pays(rows, nsizes);
 	print_cpu(rows, nsizes);
