@@ -339,6 +339,7 @@ int main(void)
 	F(kvp_model_remote_stats, chunks_published);
 	F(kvp_model_remote_stats, publish_skipped);
 	F(kvp_model_remote_stats, chunks_mapped);
+	F(kvp_model_remote_stats, dir_skipped);
 	struct_end();
 	printf("}\n");
 	return 0;

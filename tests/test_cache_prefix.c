@@ -2,6 +2,7 @@
  * keys, the writer thread, read-ahead, misses. */
 #include <check.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -144,6 +145,56 @@ START_TEST(skips_and_rereads)
 }
 END_TEST
 
+#define TRY_CHUNKS 64
+
+/*
+ * try_put never waits: with a queue of one chunk, puts made faster than
+ * the writer stores (and syncs) them are refused, -EAGAIN, neither queued
+ * nor counted; the others are stored, and read back right.
+ */
+START_TEST(try_put_skips_when_full)
+{
+	struct kvp_prefix_opts o = { .cache = cache, .queue_bytes = LEN };
+	struct kvp_prefix *p = NULL;
+	struct kvp_prefix_stats st;
+	unsigned char want[LEN], got[LEN];
+	uint32_t t[TRY_CHUNKS * C + 1], i, queued = 0;
+	bool in[TRY_CHUNKS];
+
+	kvp_rec_hash("model", 5, o.ctx.model);
+	ck_assert_int_eq(kvp_prefix_create(&o, &p), 0);
+	prompt(t, TRY_CHUNKS * C + 1, 4);
+	kvp_prefix_set_prompt(p, t, TRY_CHUNKS * C + 1, C);
+	for (i = 0; i < TRY_CHUNKS; i++) {
+		int rc;
+
+		fill(want, i, 4);
+		rc = kvp_prefix_try_put(p, i, want, LEN);
+		ck_assert_msg(rc == 0 || rc == -EAGAIN, "try_put: %d", rc);
+		in[i] = rc == 0;
+		queued += in[i];
+	}
+	/* no such chunk (or a full queue) */
+	ck_assert_int_ne(kvp_prefix_try_put(p, TRY_CHUNKS + 5, want, 1), 0);
+	kvp_prefix_drain(p);
+	kvp_prefix_stats(p, &st);
+	/* one fsync'd store a chunk against a copy of 3000 bytes */
+	ck_assert_uint_lt(queued, TRY_CHUNKS);
+	ck_assert_uint_ge(queued, 1);
+	ck_assert_uint_eq(st.stored, queued);
+	ck_assert_uint_eq(st.queue_waits, 0);
+	kvp_prefix_set_prompt(p, t, TRY_CHUNKS * C + 1, C);
+	for (i = 0; i < TRY_CHUNKS; i++) {
+		fill(want, i, 4);
+		ck_assert_int_eq(kvp_prefix_get(p, i, got, LEN),
+				 in[i] ? 0 : -ENOENT);
+		if (in[i])
+			ck_assert_mem_eq(got, want, LEN);
+	}
+	kvp_prefix_destroy(p);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cache_prefix");
@@ -153,5 +204,6 @@ int main(void)
 	tcase_add_test(tc, store_then_read_ahead);
 	tcase_add_test(tc, salts_part);
 	tcase_add_test(tc, skips_and_rereads);
+	tcase_add_test(tc, try_put_skips_when_full);
 	return kvp_test_run(s);
 }

@@ -1284,6 +1284,7 @@ static void remote_report(const struct run_opts *o, const struct model_run *mr)
 	if (o->json) {
 		printf("\"remote_chunks_fetched\":%" PRIu64
 		       ",\"remote_chunks_mapped\":%" PRIu64
+		       ",\"remote_chunks_not_stored\":%" PRIu64
 		       ",\"remote_chunks_missed\":%" PRIu64
 		       ",\"remote_chunks_published\":%" PRIu64
 		       ",\"remote_publishes_skipped\":%" PRIu64
@@ -1295,8 +1296,8 @@ static void remote_report(const struct run_opts *o, const struct model_run *mr)
 		       ",\"remote_publishes\":%" PRIu64
 		       ",\"remote_publish_errors\":%" PRIu64
 		       ",\"remote_bytes_written\":%" PRIu64 ",",
-		       ms.chunks_fetched, ms.chunks_mapped, ms.chunks_missed,
-		       ms.chunks_published,
+		       ms.chunks_fetched, ms.chunks_mapped, ms.dir_skipped,
+		       ms.chunks_missed, ms.chunks_published,
 		       ms.publish_skipped + rs.publishes_skipped_total,
 		       rs.hits_total, rs.misses_total, rs.verify_failed_total,
 		       rs.errors_total, rs.timeouts_total, rs.bytes_read_total,
@@ -1305,10 +1306,12 @@ static void remote_report(const struct run_opts *o, const struct model_run *mr)
 		return;
 	}
 	printf("  remote %s: %" PRIu64 " chunks fetched (%" PRIu64
-	       " mapped), %" PRIu64 " missed; %" PRIu64 " offered, %" PRIu64
+	       " mapped, %" PRIu64 " not stored locally), %" PRIu64
+	       " missed; %" PRIu64 " offered, %" PRIu64
 	       " skipped (queue full)\n",
 	       kvp_model_remote_url(rm), ms.chunks_fetched, ms.chunks_mapped,
-	       ms.chunks_missed, ms.chunks_published, ms.publish_skipped);
+	       ms.dir_skipped, ms.chunks_missed, ms.chunks_published,
+	       ms.publish_skipped);
 	printf("  remote: %" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64
 	       " failed verification, %" PRIu64 " errors (%" PRIu64
 	       " timeouts), %" PRIu64 " bytes read; %" PRIu64

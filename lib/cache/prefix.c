@@ -363,18 +363,24 @@ static struct job *take_spare(struct kvp_prefix *p, size_t len)
 	return NULL;
 }
 
-void kvp_prefix_put(void *arg, uint32_t chunk, const void *payload,
-		    size_t len)
+/* put and try_put: with @wait, room in a full queue is waited for; without,
+ * -EAGAIN and nothing queued. */
+static int put(struct kvp_prefix *p, uint32_t chunk, const void *payload,
+	       size_t len, bool wait)
 {
-	struct kvp_prefix *p = arg;
 	struct job *j = NULL;
 
 	pthread_mutex_lock(&p->lock);
+	if (!wait && p->queued_bytes &&
+	    p->queued_bytes + len > p->o.queue_bytes) {
+		pthread_mutex_unlock(&p->lock);
+		return -EAGAIN;
+	}
 	p->st.queued++;
 	if (chunk >= p->nkeys) {
 		p->st.failed++;
 		pthread_mutex_unlock(&p->lock);
-		return;
+		return -ENOENT;
 	}
 	if (p->queued_bytes && p->queued_bytes + len > p->o.queue_bytes) {
 		p->st.queue_waits++;
@@ -393,7 +399,7 @@ void kvp_prefix_put(void *arg, uint32_t chunk, const void *payload,
 		p->queued_bytes -= len;
 		pthread_cond_broadcast(&p->cond);
 		pthread_mutex_unlock(&p->lock);
-		return;
+		return -ENOMEM;
 	}
 	j->next = NULL;
 	j->key = p->keys[chunk];
@@ -407,6 +413,19 @@ void kvp_prefix_put(void *arg, uint32_t chunk, const void *payload,
 	p->tail = j;
 	pthread_cond_broadcast(&p->cond);
 	pthread_mutex_unlock(&p->lock);
+	return 0;
+}
+
+void kvp_prefix_put(void *arg, uint32_t chunk, const void *payload,
+		    size_t len)
+{
+	put(arg, chunk, payload, len, true);
+}
+
+int kvp_prefix_try_put(struct kvp_prefix *p, uint32_t chunk,
+		       const void *payload, size_t len)
+{
+	return put(p, chunk, payload, len, false);
 }
 
 void kvp_prefix_stats(struct kvp_prefix *p, struct kvp_prefix_stats *out)

@@ -87,6 +87,12 @@ int kvp_prefix_get(void *arg, uint32_t chunk, void *buf, size_t len);
 void kvp_prefix_put(void *arg, uint32_t chunk, const void *payload,
 		    size_t len);
 
+/* kvp_prefix_put that never waits: 0 queued; -EAGAIN when the queue holds
+ * queue_bytes (nothing queued or counted: the caller counts its skips);
+ * -ENOENT (no such chunk) and -ENOMEM, counted as failed. */
+int kvp_prefix_try_put(struct kvp_prefix *p, uint32_t chunk,
+		       const void *payload, size_t len);
+
 /* Wait until every queued chunk is stored or failed. */
 void kvp_prefix_drain(struct kvp_prefix *p);
 

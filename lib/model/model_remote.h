@@ -56,6 +56,8 @@ struct kvp_model_remote_stats {
 	uint64_t publish_skipped;  /* not queued: the queue was full */
 	uint64_t chunks_mapped;	   /* of chunks_fetched, bound as the KV
 				      cache's store, not copied into it */
+	uint64_t dir_skipped;	   /* of chunks_mapped, not stored in the
+				      directory: its queue was full */
 };
 
 struct kvp_model_remote;
@@ -90,7 +92,8 @@ void kvp_model_remote_put(void *arg, uint32_t chunk, const void *payload,
  * bound as @store's (lib/cache/cache_store.h) @n granules at @offs from
  * a memfd, so that the prefill neither copies it into the KV cache nor
  * waits for a disk; it is also queued for the directory (a local hit
- * next time).  @len: the chunk's payload bytes.  Returns 0, or an error
+ * next time) when the directory's queue has room, else not (counted in
+ * dir_skipped: Redis still has it).  @len: the chunk's payload bytes.  Returns 0, or an error
  * and nothing bound: -ENOENT (Redis has no good record: the get that
  * follows counts the miss), -EOPNOTSUPP (the cache encrypts: the get
  * reads it), memfd's and the store's errors.  From the prefilling

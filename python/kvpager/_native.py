@@ -390,7 +390,7 @@ class ModelRemoteStats(Structure):
     _c_name_ = "kvp_model_remote_stats"
     _fields_ = _u64_fields(("chunks_fetched", "chunks_missed",
                             "chunks_published", "publish_skipped",
-                            "chunks_mapped"))
+                            "chunks_mapped", "dir_skipped"))
 
 
 STRUCTS = (Config, KvConfig, Stats, RegionOpts, BlockInfo, FaultPlan,

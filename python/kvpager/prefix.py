@@ -389,7 +389,7 @@ class PrefixCache(Handle):
         (hits_total, misses_total, verify_failed_total, errors_total,
         publishes_total, publishes_skipped_total, ..., fetch_latency_us)
         and the glue's (chunks_fetched, chunks_missed, chunks_published,
-        publish_skipped, chunks_mapped)}."""
+        publish_skipped, chunks_mapped, dir_skipped)}."""
         self._live()
         cs = CacheStats()
         lib.kvp_cache_stats(self._cache, byref(cs))
