@@ -10,7 +10,8 @@
 # table has its columns, bad options are refused with a message and
 # exit 2, and a run killed with SIGKILL leaves no backing file behind;
 # `kvpbench touch` gives every mode's line, verified, with its bytes read
-# and written (or says why a mode was skipped).  `kvpbench compute` prints a rate for each CPU-bound part (the
+# and written (or says why a mode was skipped); `kvpbench decode` says
+# where each step goes (STEP), the disk's rate (DISK) and the reuse slots.  `kvpbench compute` prints a rate for each CPU-bound part (the
 # rates are not judged: speed belongs to benchmarks, not tests).
 #
 # Needs $BUILD/bin/kvpbench (run by tests/run-tests.sh with BUILD set).
@@ -202,6 +203,30 @@ rc=$?
 [ $rc = 2 ] || fail "--budget 12Q: exit $rc, want 2"
 grep -q -- "--budget" "$tmp/bad" || fail "--budget 12Q: the message does not name the option"
 ls "$tmp"/kvpbench* 2>/dev/null && fail "a backing file was left in $tmp"
+
+# kvpbench decode says where each mode's step goes, parts adding up to
+# T_step, and for the pager the disk's rate on its own file; a sparse
+# predictor reads into reuse slots, counted in the RAM line's frames.
+"$B" decode --preset tiny --context 4096 --predictor window --steps 4 \
+	--warmup 1 --budget 3M --modes ram,kvpager --quiet --path "$tmp" \
+	>"$tmp/dec" 2>&1 || fail "kvpbench decode exit $?: $(cat "$tmp/dec")"
+cat "$tmp/dec"
+python3 - "$tmp/dec" <<'PY' || fail "decode's STEP, DISK or RAM lines break their promise"
+import re, sys
+text = open(sys.argv[1]).read()
+for mode in ("ram", "kvpager"):
+    m = re.search(r"^STEP %s +([0-9.]+) s = attention ([0-9.]+) \+ predictor "
+                  r"([0-9.]+) \+ new K/V ([0-9.]+) \+ waiting on loads "
+                  r"([0-9.]+) \+ the rest (-?[0-9.]+)$" % mode, text, re.M)
+    assert m, "no STEP line for " + mode
+    parts = [float(x) for x in m.groups()]
+    assert abs(sum(parts[1:]) - parts[0]) < 0.0005, m.group(0)
+m = re.search(r"^DISK kvpager +([0-9.]+) GB/s raw: random 4 KiB reads", text, re.M)
+assert m and float(m.group(1)) > 0, "no DISK line with a rate"
+m = re.search(r"^RAM kvpager .*frames ([0-9.]+) .*reuse slots ([0-9.]+) of it",
+              text, re.M)
+assert m and 0 < float(m.group(2)) < float(m.group(1)), "no reuse slots"
+PY
 
 # Killed with SIGKILL while it holds its backing file (up to 1 GiB),
 # kvpbench leaves nothing in --dir: the file never has a name.
