@@ -310,6 +310,97 @@ START_TEST(queue_path)
 }
 END_TEST
 
+/* Reads of 256 KiB and more of bound ranges go to the reader threads:
+ * a queue's waiting reap returns them (with the inner queue's, which
+ * stays in order), a failed record's fail, and queue_destroy waits for
+ * those still with the readers. */
+START_TEST(queue_async)
+{
+	enum { BG = 64u << 10, BN = 32, RD = 512u << 10, NIO = 24 };
+	struct kvp_store *big_inner, *big;
+	struct kvp_store_queue *q;
+	struct kvp_rec_key k, kbad;
+	struct kvp_io io[NIO], *ios[NIO], *done[NIO];
+	struct kvp_cache_store_stats ss;
+	uint64_t offs[BN], t0 = kvp_test_now_ns();
+	char path[512], *buf = aligned_alloc(4096, (size_t)NIO * RD);
+	void *p = malloc((size_t)BN * BG);
+	unsigned got = 0, i;
+
+	/* a store of 4 MiB: the first 2 MiB bound to one record, the next
+	 * 1 MiB to a corrupt one, the last 1 MiB the inner store's */
+	ck_assert_int_eq(kvp_store_memory_create(4u << 20, &big_inner), 0);
+	kvp_test_fill(p, 1u << 20, 7, 0);
+	ck_assert_int_eq(kvp_store_pwrite(big_inner, p, 1u << 20, 3u << 20),
+			 0);
+	ck_assert_int_eq(kvp_cache_store_create(big_inner, cache, BG, &big),
+			 0);
+	kvp_test_fill(p, (size_t)BN * BG, 200, 0);
+	key_n(&k, 20);
+	ck_assert_int_eq(kvp_cache_put(cache, &k, p, (size_t)BN * BG), 0);
+	key_n(&kbad, 21);
+	ck_assert_int_eq(kvp_cache_put(cache, &kbad, p, (size_t)BN / 2 * BG),
+			 0);
+	damage_n(21, KVP_REC_HEADER_BYTES + 5, path);
+	for (i = 0; i < BN; i++)
+		offs[i] = (uint64_t)i * BG;
+	ck_assert_int_eq(kvp_cache_store_bind(big, &k, offs, BN), 0);
+	for (i = 0; i < BN / 2; i++)
+		offs[i] = (2u << 20) + (uint64_t)i * BG;
+	ck_assert_int_eq(kvp_cache_store_bind(big, &kbad, offs, BN / 2), 0);
+	for (i = 0; i < NIO; i++) {
+		io[i] = (struct kvp_io){ .op = KVP_IO_READ,
+					 .buf = buf + (size_t)i * RD,
+					 .len = RD,
+					 .off = (uint64_t)(i % 8) * RD };
+		ios[i] = &io[i];
+	}
+	ck_assert_int_eq(big->ops->queue_create(big, 4, &q), 0);
+	for (i = 0; got < NIO;) {
+		int n;
+
+		if (i < NIO) {
+			n = big->ops->submit(q, ios + i, NIO - i);
+			ck_assert_int_ge(n, 0);
+			i += (unsigned)n;
+		}
+		n = big->ops->reap(q, done, NIO, true);
+		ck_assert_int_gt(n, 0); /* a waiting reap returns one */
+		got += (unsigned)n;
+		ck_assert_msg(kvp_test_now_ns() - t0 < 60000000000ull,
+			      "completions missing after 60 s");
+	}
+	for (i = 0; i < NIO; i++) {
+		uint64_t off = io[i].off;
+
+		if (off < (2u << 20)) {
+			ck_assert_int_eq(io[i].result, RD);
+			ck_assert_int_lt(kvp_test_check(io[i].buf, RD, 200, off),
+					 0);
+		} else if (off < (3u << 20)) {
+			ck_assert_int_eq(io[i].result, -EBADMSG);
+		} else {
+			ck_assert_int_eq(io[i].result, RD);
+			ck_assert_int_lt(kvp_test_check(io[i].buf, RD, 7,
+							off - (3u << 20)),
+					 0);
+		}
+	}
+	kvp_cache_store_stats(big, &ss);
+	ck_assert_uint_eq(ss.reads_handed, NIO / 8 * 6); /* the bound ones */
+	/* destroyed with reads still with the readers: it waits for them */
+	for (i = 0; i < 4; i++)
+		io[i].result = 0;
+	ck_assert_int_eq(big->ops->submit(q, ios, 4), 4);
+	big->ops->queue_destroy(q);
+	for (i = 0; i < 4; i++)
+		ck_assert_int_eq(io[i].result, RD);
+	kvp_store_destroy(big);
+	free(p);
+	free(buf);
+}
+END_TEST
+
 START_TEST(corrupt_refused)
 {
 	const uint64_t offs[2] = { 0, GRAN };
@@ -540,6 +631,7 @@ int main(void)
 	tcase_add_test(tc, writes_unbind);
 	tcase_add_test(tc, unbind_while_reading);
 	tcase_add_test(tc, queue_path);
+	tcase_add_test(tc, queue_async);
 	tcase_add_test(tc, corrupt_refused);
 	tcase_add_test(tc, bind_errors);
 	tcase_add_test(tc, sealed_not_mapped);

@@ -10,9 +10,14 @@
  *   3. the verifier thread runs from the first kvp_cache_store_verify_ahead
  *      until destroy sets stop; it takes the last record bound that is
  *      open, unverified and not yet tried (ahead_tried), so that a reader
- *      that verifies from the first record on meets it in the middle.
+ *      that verifies from the first record on meets it in the middle;
+ *   4. the reader threads run from the first hand_off until destroy sets
+ *      stop and no job is left (every queue is gone by then).
+ * And under a queue's mu: its nready + busy (its jobs with the readers)
+ * never passes its depth; queue_destroy waits until busy is 0.
  */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -42,6 +47,19 @@ struct record {
 
 #define VBUFS 2 /* verification buffers kept (a service thread's and the
 		   verifier's) */
+#define READERS 2 /* reader threads for the queues' large bound reads */
+/* A bound read this large goes to a reader thread: a pager block's copy
+ * out of the page cache (2 MiB, some 0.5 ms) no longer holds up the
+ * thread that submits; a sparse decode's KV block (16 KiB, 4 us) is read
+ * at submit, cheaper than a hand-off. */
+#define ASYNC_MIN (256u << 10)
+
+/* A bound read handed to the reader threads. */
+struct job {
+	struct kvp_store_queue *q;
+	struct kvp_io *io;
+	struct job *next;
+};
 
 struct granule_map {
 	uint32_t rec;  /* 1 + index in recs; 0: not bound */
@@ -66,6 +84,11 @@ struct cache_store {
 	bool stop;		   /* destroy: the verifier returns */
 	pthread_cond_t wake;	   /* a bind, or stop, for the verifier */
 	pthread_t verifier;	   /* valid while ahead */
+	pthread_cond_t jwake;	   /* a job, or stop, for the readers */
+	struct job *jhead, *jtail; /* jobs no reader took yet */
+	unsigned nreaders;	   /* reader threads started */
+	bool readers_tried;	   /* their start was tried (once) */
+	pthread_t reader[READERS];
 	struct kvp_cache_store_stats st;
 };
 
@@ -77,8 +100,12 @@ struct kvp_store_queue {
 	int efd;		     /* readable while ready holds I/Os */
 	int epfd;		     /* over efd and the inner queue's fd */
 	unsigned depth;		     /* ring entries */
-	struct kvp_io **ready;	     /* completed at submit */
+	pthread_mutex_t mu;	     /* guards what follows and efd's count */
+	pthread_cond_t idle;	     /* busy fell to 0 */
+	struct kvp_io **ready;	     /* completed, not reaped */
 	unsigned ready_head, nready; /* ring of depth entries */
+	unsigned busy;		     /* jobs with the readers; nready + busy
+					never passes depth */
 };
 
 static const struct kvp_store_ops cache_store_ops;
@@ -662,6 +689,8 @@ static void cs_queue_free(struct kvp_store_queue *q)
 		close(q->epfd);
 	if (q->efd >= 0)
 		close(q->efd);
+	pthread_mutex_destroy(&q->mu);
+	pthread_cond_destroy(&q->idle);
 	free(q->ready);
 	free(q);
 }
@@ -682,6 +711,8 @@ static int cs_queue_create(struct kvp_store *s, unsigned depth,
 	q->cs = cs;
 	q->depth = depth;
 	q->efd = q->epfd = -1;
+	pthread_mutex_init(&q->mu, NULL);
+	pthread_cond_init(&q->idle, NULL);
 	err = -ENOMEM;
 	q->ready = calloc(depth, sizeof(*q->ready));
 	if (!q->ready)
@@ -714,8 +745,108 @@ fail:
 
 static void cs_queue_destroy(struct kvp_store_queue *q)
 {
-	if (q)
-		cs_queue_free(q);
+	if (!q)
+		return;
+	/* the readers' jobs on q complete first (a store's queue_destroy
+	 * waits for what is in flight) */
+	pthread_mutex_lock(&q->mu);
+	while (q->busy)
+		pthread_cond_wait(&q->idle, &q->mu);
+	pthread_mutex_unlock(&q->mu);
+	cs_queue_free(q);
+}
+
+/* io completed: into q's ready ring, counted by efd.  Under q->mu (so
+ * that a reap that empties the ring and clears efd's count never misses
+ * a completion pushed meanwhile). */
+static void ready_push(struct kvp_store_queue *q, struct kvp_io *io)
+{
+	uint64_t one = 1;
+
+	q->ready[(q->ready_head + q->nready) % q->depth] = io;
+	q->nready++;
+	(void)!write(q->efd, &one, sizeof(one));
+}
+
+/* A reader thread: the queues' large bound reads, in the order handed. */
+static void *reader_main(void *arg)
+{
+	struct cache_store *cs = arg;
+
+	(void)pthread_setname_np(pthread_self(), "kvp-cread");
+	pthread_mutex_lock(&cs->lock);
+	for (;;) {
+		struct job *j = cs->jhead;
+		struct kvp_store_queue *q;
+		struct kvp_io *io;
+		int err;
+
+		if (!j) {
+			if (cs->stop)
+				break;
+			pthread_cond_wait(&cs->jwake, &cs->lock);
+			continue;
+		}
+		cs->jhead = j->next;
+		if (!cs->jhead)
+			cs->jtail = NULL;
+		pthread_mutex_unlock(&cs->lock);
+		q = j->q;
+		io = j->io;
+		free(j);
+		err = read_range(cs, io->buf, io->len, io->off);
+		io->result = err ? err : (int64_t)io->len;
+		pthread_mutex_lock(&q->mu);
+		ready_push(q, io);
+		if (!--q->busy)
+			pthread_cond_broadcast(&q->idle);
+		pthread_mutex_unlock(&q->mu); /* q may be destroyed from here */
+		pthread_mutex_lock(&cs->lock);
+	}
+	pthread_mutex_unlock(&cs->lock);
+	return NULL;
+}
+
+/* Hand io (a bound read of q) to the reader threads, started at the first
+ * hand-off.  false: none runs (the caller reads it at submit). */
+static bool hand_off(struct kvp_store_queue *q, struct kvp_io *io)
+{
+	struct cache_store *cs = q->cs;
+	struct job *j = malloc(sizeof(*j));
+	bool ok;
+
+	if (!j)
+		return false;
+	*j = (struct job){ .q = q, .io = io };
+	pthread_mutex_lock(&q->mu);
+	q->busy++; /* before a reader can see it */
+	pthread_mutex_unlock(&q->mu);
+	pthread_mutex_lock(&cs->lock);
+	while (!cs->readers_tried && cs->nreaders < READERS) {
+		if (pthread_create(&cs->reader[cs->nreaders], NULL,
+				   reader_main, cs))
+			break;
+		cs->nreaders++;
+	}
+	cs->readers_tried = true;
+	ok = cs->nreaders > 0;
+	if (ok) {
+		cs->st.reads_handed++;
+		if (cs->jtail)
+			cs->jtail->next = j;
+		else
+			cs->jhead = j;
+		cs->jtail = j;
+		pthread_cond_signal(&cs->jwake);
+	}
+	pthread_mutex_unlock(&cs->lock);
+	if (!ok) {
+		pthread_mutex_lock(&q->mu);
+		q->busy--;
+		pthread_mutex_unlock(&q->mu);
+		free(j);
+	}
+	return ok;
 }
 
 /* Does io need this store (a read of a bound range), or the inner queue?
@@ -734,11 +865,11 @@ static int cs_submit(struct kvp_store_queue *q, struct kvp_io *const *ios,
 {
 	struct cache_store *cs = q->cs;
 	const struct kvp_store_ops *iops = cs->inner->ops;
-	unsigned i = 0, added = 0;
+	unsigned i = 0;
 
 	while (i < n) {
 		unsigned j = i;
-		bool ours = false;
+		bool ours = false, full;
 		int err = 0;
 
 		/* the run that goes to the inner queue as it is */
@@ -759,54 +890,69 @@ static int cs_submit(struct kvp_store_queue *q, struct kvp_io *const *ios,
 		}
 		if (i == n)
 			break;
-		/* ios[i]: ours, or its unbind failed: complete it here */
-		if (q->nready == q->depth)
+		/* ios[i]: ours (a reader's, or read here), or its unbind
+		 * failed: complete it here */
+		pthread_mutex_lock(&q->mu);
+		full = q->nready + q->busy >= q->depth;
+		pthread_mutex_unlock(&q->mu);
+		if (full)
 			break;
 		ios[i]->submit_ns = now_ns();
+		if (!err && ios[i]->op == KVP_IO_READ &&
+		    ios[i]->len >= ASYNC_MIN && hand_off(q, ios[i])) {
+			i++;
+			continue;
+		}
 		if (!err)
 			err = read_range(cs, ios[i]->buf, ios[i]->len,
 					 ios[i]->off);
 		ios[i]->result = err ? err : (int64_t)ios[i]->len;
-		q->ready[(q->ready_head + q->nready) % q->depth] = ios[i];
-		q->nready++;
-		added++;
+		pthread_mutex_lock(&q->mu);
+		ready_push(q, ios[i]);
+		pthread_mutex_unlock(&q->mu);
 		i++;
-	}
-	if (added) {
-		uint64_t one = added;
-
-		(void)!write(q->efd, &one, sizeof(one));
 	}
 	mirror_counters(cs);
 	return (int)i;
 }
 
-static int cs_reap(struct kvp_store_queue *q, struct kvp_io **out,
-		   unsigned max, bool wait)
-{
-	unsigned n = 0;
-	uint64_t cnt;
-	int got;
-
-	while (n < max && q->nready) {
-		out[n++] = q->ready[q->ready_head];
-		q->ready_head = (q->ready_head + 1) % q->depth;
-		q->nready--;
-	}
-	if (!q->nready)
-		(void)!read(q->efd, &cnt, sizeof(cnt));
-	if (n == max)
-		return (int)n;
-	got = q->cs->inner->ops->reap(q->inner, out + n, max - n,
-				      wait && !n);
-	if (got < 0)
-		return n ? (int)n : got;
-	return (int)n + got;
-}
-
 static int cs_queue_fd(struct kvp_store_queue *q)
 {
 	return q->epfd >= 0 ? q->epfd : q->efd;
+}
+
+static int cs_reap(struct kvp_store_queue *q, struct kvp_io **out,
+		   unsigned max, bool wait)
+{
+	for (;;) {
+		struct pollfd pfd = { .fd = cs_queue_fd(q), .events = POLLIN };
+		unsigned n = 0, busy;
+		uint64_t cnt;
+		int got;
+
+		pthread_mutex_lock(&q->mu);
+		while (n < max && q->nready) {
+			out[n++] = q->ready[q->ready_head];
+			q->ready_head = (q->ready_head + 1) % q->depth;
+			q->nready--;
+		}
+		if (!q->nready)
+			(void)!read(q->efd, &cnt, sizeof(cnt));
+		busy = q->busy;
+		pthread_mutex_unlock(&q->mu);
+		if (n == max)
+			return (int)n;
+		/* the inner queue may wait only when no reader has a job */
+		got = q->cs->inner->ops->reap(q->inner, out + n, max - n,
+					      wait && !n && !busy);
+		if (got < 0)
+			return n ? (int)n : got;
+		n += (unsigned)got;
+		if (n || !wait || !busy)
+			return (int)n;
+		/* a reader's job, or the inner queue's, completes first */
+		(void)poll(&pfd, 1, 100);
+	}
 }
 
 static int cs_discard(struct kvp_store *s, uint64_t off, uint64_t len)
@@ -835,15 +981,19 @@ static void cs_destroy(struct kvp_store *s)
 	pthread_mutex_lock(&cs->lock);
 	cs->stop = true;
 	pthread_cond_signal(&cs->wake);
+	pthread_cond_broadcast(&cs->jwake);
 	pthread_mutex_unlock(&cs->lock);
 	if (cs->ahead)
 		pthread_join(cs->verifier, NULL);
+	for (i = 0; i < cs->nreaders; i++)
+		pthread_join(cs->reader[i], NULL);
 	for (i = 0; i < cs->nrecs; i++)
 		if (cs->recs[i].fd >= 0)
 			close(cs->recs[i].fd);
 	kvp_store_destroy(cs->inner);
 	pthread_mutex_destroy(&cs->lock);
 	pthread_cond_destroy(&cs->wake);
+	pthread_cond_destroy(&cs->jwake);
 	for (i = 0; i < VBUFS; i++)
 		free(cs->vbuf[i]);
 	free(cs->recs);
@@ -890,6 +1040,7 @@ int kvp_cache_store_create(struct kvp_store *inner, struct kvp_cache *cache,
 	}
 	pthread_mutex_init(&cs->lock, NULL);
 	pthread_cond_init(&cs->wake, NULL);
+	pthread_cond_init(&cs->jwake, NULL);
 	cs->base = *inner; /* size, alignment, direct, desc */
 	cs->base.ops = &cache_store_ops;
 	cs->base.buffered_ios = 0;

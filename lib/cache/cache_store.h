@@ -25,10 +25,14 @@
  *   bound --record fails [verify_record]--> bound, its reads -EBADMSG
  *   bound --write or discard over it [unbind_range]--> inner
  *
- * A read of a bound range runs on the thread that submits it (the pager's
- * service thread), with ordinary pread(2) of the file (the page cache:
- * payloads start at byte 128 of a record, not aligned for O_DIRECT); other
- * I/O goes to the inner store's queue as it came.  With
+ * A read of a bound range is ordinary pread(2) of the file (the page
+ * cache: payloads start at byte 128 of a record, not aligned for
+ * O_DIRECT): through a queue, one of 256 KiB or more (a pager block) goes
+ * to one of 2 reader threads, started at the first, so that the thread
+ * that submits (the pager's service thread) goes on while it is copied; a
+ * smaller one (a sparse decode's KV block) is read at submit, and a
+ * synchronous kvp_store_pread reads in the caller.  Other I/O goes to the
+ * inner store's queue as it came.  With
  * kvp_cache_store_verify_ahead, a thread at the lowest CPU priority
  * verifies the bound records before any read asks for them, so that the
  * first reads (a decode's first step, which reads every record at its
@@ -55,6 +59,7 @@ struct kvp_cache_store_stats {
 	uint64_t records;	 /* records bound, since create */
 	uint64_t bound_granules; /* granules bound now */
 	uint64_t bound_reads;	 /* reads served (partly) from records */
+	uint64_t reads_handed;	 /* queue reads done by reader threads */
 	uint64_t bound_bytes;	 /* bytes of those reads from records */
 	uint64_t verified;	 /* records read whole and verified */
 	uint64_t verified_ahead; /* of those, by the verifier thread */
