@@ -88,6 +88,10 @@ struct kvc_backend_ops {
 	 */
 	void (*step_end)(struct kvp_kvcache *c,
 			 struct kvp_kvcache_step_stats *st, bool completed);
+	/* Optional: writes still in flight to pager blocks pb[0..n)
+	 * (ascending; NULL: any) are done.  0, or the error of a write that
+	 * failed (kept: every later call returns it). */
+	int (*write_wait)(struct kvp_kvcache *c, const uint64_t *pb, size_t n);
 	/* Optional: the store that holds absent, clean blocks (in_store),
 	 * which reuse slots read (slots.c). */
 	struct kvp_store *(*store)(struct kvp_kvcache *c);

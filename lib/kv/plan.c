@@ -292,6 +292,12 @@ int kvc_plan_make(struct kvp_kvcache *c, uint64_t gl)
 		if (!w || pl->pb[w - 1] != pl->pb[i])
 			pl->pb[w++] = pl->pb[i];
 	pl->npb = w;
+	/* a rolling flush of one of them still in flight lands first */
+	if (c->be->write_wait) {
+		err = c->be->write_wait(c, pl->pb, pl->npb);
+		if (err)
+			return err;
+	}
 	/* reuse: chosen blocks already resident (in the region or a slot),
 	 * before anything is read */
 	pl->settled = false;

@@ -530,6 +530,8 @@ int kvp_kvcache_prefill_stored(struct kvp_kvcache *c, uint32_t id,
 				err = -EOPNOTSUPP;
 			offs[(size_t)l * nb + b] = c->o.store_offset + off;
 		}
+	if (!err && c->be->write_wait)
+		err = c->be->write_wait(c, NULL, 0); /* the store is bound */
 	for (l = 0; l < c->g.layers && !err; l++)
 		for (b = 0; b < nb; b++)
 			kvc_slots_forget(c,
