@@ -181,15 +181,17 @@ struct shape {
 	uint32_t G;
 };
 
-/* fp16, bf16, fp32; GQA groups 1, 4, 8; G from 1 to 64; the presets'
- * attention shapes (llama3-8b and qwen3-8b: 32 q heads, 8 KV heads, head
- * dim 128; tiny) */
+/* fp16, bf16, fp32; GQA groups 1, 2, 3, 4, 8; G from 1 to 64; the
+ * presets' attention shapes (llama3-8b and qwen3-8b: 32 q heads, 8 KV
+ * heads, head dim 128; tiny); rows over 256 elements (the CUDA kernel's
+ * 16-per-lane path) */
 static const struct shape shapes[] = {
 	{ 8, 2, 32, KVP_KV_FP32, 4 },	{ 8, 2, 128, KVP_KV_FP16, 4 },
 	{ 8, 8, 64, KVP_KV_BF16, 16 },	{ 8, 1, 32, KVP_KV_BF16, 1 },
 	{ 4, 4, 64, KVP_KV_FP16, 8 },	{ 4, 2, 16, KVP_KV_FP32, 4 },
 	{ 32, 8, 128, KVP_KV_FP16, 4 }, { 32, 8, 128, KVP_KV_BF16, 16 },
-	{ 32, 8, 128, KVP_KV_FP32, 64 },
+	{ 32, 8, 128, KVP_KV_FP32, 64 }, { 6, 2, 264, KVP_KV_FP16, 2 },
+	{ 4, 1, 512, KVP_KV_FP32, 4 },
 };
 #define MAXQ (32 * 128)
 #define NSHAPES (sizeof(shapes) / sizeof(shapes[0]))

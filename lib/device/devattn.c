@@ -15,7 +15,12 @@
 #include "lib/device/devattn.h"
 #include "lib/device/devpool.h"
 
-#define MAX_SPLITS 32
+/* Shares per (sequence, head): at most MAX_SPLITS, and when the table
+ * allows, enough that the launch has FILL_BLOCKS thread blocks (one per KV
+ * head and share, lib/cuda/attention.cu): a 32K table of one sequence
+ * then keeps every multiprocessor of a large GPU busy. */
+#define MAX_SPLITS 256
+#define FILL_BLOCKS 512
 #define ALIGN 256
 #define EV_COPIED(p) (p)
 #define EV_DONE(p) (2 + (p))
@@ -45,6 +50,7 @@ struct kvp_devattn {
 	float *scratch;		      /* device: the kernel's partials */
 	uint64_t bb;		      /* bytes of one KV block */
 	uint32_t qf;		      /* floats of one query */
+	uint32_t max_splits;	      /* scratch holds this many shares */
 	size_t stg_hdr, stg_bytes;    /* staging: slot list, in all */
 	size_t o_off, o_slots, o_ntok, o_rslots, o_q, o_roll, lbytes;
 	struct side side[2];
@@ -140,6 +146,11 @@ int kvp_devattn_create(struct kvp_device *d, const struct kvp_devattn_opts *o,
 		return -EINVAL;
 	}
 	entries = (uint64_t)o->max_seqs * o->max_entries;
+	/* a table has at most max_entries + 1 (the rolling block) entries */
+	a->max_splits = o->max_entries + 1 < MAX_SPLITS ? o->max_entries + 1
+							: MAX_SPLITS;
+	if (o->splits > a->max_splits)
+		a->max_splits = o->splits;
 	if (!a->o.max_copies)
 		a->o.max_copies =
 		    (uint32_t)(entries < o->nslots ? entries : o->nslots);
@@ -172,7 +183,7 @@ int kvp_devattn_create(struct kvp_device *d, const struct kvp_devattn_opts *o,
 		    sizeof(float) * kvp_dev_scratch_floats(o->max_seqs,
 							   sh->q_heads,
 							   sh->head_dim,
-							   MAX_SPLITS),
+							   a->max_splits),
 		    (void **)&a->scratch);
 	for (p = 0; p < 2 && !err; p++)
 		err = alloc_side(a, &a->side[p]);
@@ -362,11 +373,21 @@ int kvp_devattn_launch(struct kvp_devattn *a, uint64_t stage,
 	}
 	off[s->nseq] = n;
 	memcpy(s->lh + a->o_q, q, sizeof(float) * s->nseq * a->qf);
-	splits = a->o.splits ? a->o.splits : (maxn + 7) / 8;
-	if (splits > MAX_SPLITS)
-		splits = MAX_SPLITS;
+	splits = a->o.splits;
+	if (!splits) {
+		/* 8 entries a share, or fewer (2 at least) to fill the GPU */
+		uint32_t fill = FILL_BLOCKS / (a->o.shape.kv_heads * s->nseq);
+
+		splits = (maxn + 7) / 8;
+		if (splits < fill)
+			splits = fill < (maxn + 1) / 2 ? fill : (maxn + 1) / 2;
+	}
+	if (splits > a->max_splits)
+		splits = a->max_splits;
 	if (splits > maxn)
 		splits = maxn;
+	if (!splits)
+		splits = 1;
 	at.shape = a->o.shape;
 	at.pool = a->dpool;
 	at.off = (const uint32_t *)(s->ld + a->o_off);
@@ -492,7 +513,7 @@ uint64_t kvp_devattn_device_bytes(const struct kvp_devattn *a)
 	       sizeof(float) * kvp_dev_scratch_floats(a->o.max_seqs,
 						      a->o.shape.q_heads,
 						      a->o.shape.head_dim,
-						      MAX_SPLITS);
+						      a->max_splits);
 }
 
 uint64_t kvp_devattn_host_bytes(const struct kvp_devattn *a)
