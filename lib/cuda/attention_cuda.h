@@ -17,9 +17,11 @@ extern "C" {
 #endif
 
 /*
- * Flash-decoding over paged KV with GQA: kernel 1, grid (q_heads,
- * splits, nseq), computes each share's partial into scratch; kernel 2,
- * grid (q_heads, nseq), merges them into out.  Launched on stream (a
+ * Flash-decoding over paged KV with GQA: kernel 1, grid (kv_heads x head
+ * groups, splits, nseq), computes each (head, share) partial into
+ * scratch, reading each KV row once for the query heads of its group;
+ * kernel 2, grid (q_heads, nseq), merges them into out.  slot_bytes must
+ * be a multiple of 16 (rows are read 16 bytes at a time).  Launched on stream (a
  * cudaStream_t; NULL: the default stream), asynchronous.  Returns 0,
  * -EINVAL (head_dim not a multiple of 8 or over KVP_DEV_MAX_DIM, splits
  * 0, q_heads not a multiple of kv_heads, a bad dtype) or -EIO (a launch

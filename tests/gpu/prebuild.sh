@@ -37,4 +37,7 @@ ldd $B/bin/* $B/lib/*.so $B/tests/test_devpool $B/tests/test_kvcache_device \
 	2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | sort -u |
 	grep -Ev '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libgcc_s|libstdc\+\+)\.so' |
 	while read -r lib; do cp -L "$lib" $B/gpu-libs/; done
+# the GPU machine's copy of the tree may carry no (or an old) .git
+git rev-parse --short HEAD >$B/gpu-commit 2>/dev/null || echo unknown >$B/gpu-commit
+git diff --quiet HEAD 2>/dev/null || sed -i 's/$/ (with changes not committed)/' $B/gpu-commit
 echo "prebuild.sh: built for $arch; $(ls $B/gpu-libs | wc -l) libraries in $B/gpu-libs ($(du -sh $B/gpu-libs | cut -f1))"

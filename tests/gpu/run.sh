@@ -70,7 +70,7 @@ if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
 fi
 nvidia-smi >"$out/nvidia-smi.txt" 2>&1
 say "gpu: $(nvidia-smi -L | head -n 1)"
-say "date: $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null)"
+say "date: $(date -u +%FT%TZ), tree's commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 
 if [ "${KVP_GPU_PREBUILT:-0}" = 1 ]; then
 	for f in bin/kvpbench bin/kvpager bin/kvp-probe lib/libkvpager-cuda.so \
@@ -83,7 +83,7 @@ if [ "${KVP_GPU_PREBUILT:-0}" = 1 ]; then
 	done
 	[ -d $B/gpu-libs ] &&
 		export LD_LIBRARY_PATH=$PWD/$B/gpu-libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-	say "build: prebuilt ($(cuobjdump --list-elf $B/lib/libkvpager-cuda.so 2>/dev/null |
+	say "build: prebuilt from $(cat $B/gpu-commit 2>/dev/null || echo '?') ($(cuobjdump --list-elf $B/lib/libkvpager-cuda.so 2>/dev/null |
 		grep -o 'sm_[0-9a-z]*' | sort -u | tr '\n' ' '))"
 else
 	check build make -j"$(nproc)" NVCCFLAGS="-O3 -arch=native" all \
