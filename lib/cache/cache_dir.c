@@ -697,8 +697,47 @@ static void used(struct kvp_cache *c, struct entry *e, int fd)
 	(void)utimensat(c->dirfd, name, NULL, 0);
 }
 
-int kvp_cache_put(struct kvp_cache *c, const struct kvp_rec_key *key,
-		  const void *payload, uint64_t len)
+/* The record of a put: sealed from a payload, or read from a descriptor
+ * that holds one already verified (kvp_cache_put_fd). */
+struct put_src {
+	const void *payload; /* or NULL: read from fd */
+	int fd;
+};
+
+/* Fill buf (file_bytes, the record's rec_bytes and zeros) from src. */
+static int put_fill(struct kvp_cache *c, const struct kvp_rec_key *key,
+		    const struct put_src *src, uint64_t len, void *buf,
+		    uint64_t rec_bytes, uint64_t file_bytes)
+{
+	struct kvp_rec_key hk;
+	uint64_t done = 0, hlen;
+	uint32_t flags;
+	int err;
+
+	memset((char *)buf + rec_bytes, 0, file_bytes - rec_bytes);
+	if (src->payload)
+		return kvp_rec_seal(key, src->payload, len, c->o.cipher, buf);
+	while (done < rec_bytes) {
+		ssize_t n = pread(src->fd, (char *)buf + done,
+				  rec_bytes - done, (off_t)done);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		done += (uint64_t)n;
+	}
+	/* the caller verified the payload; the header must still be this
+	 * key's, of this length, sealed exactly when this cache seals */
+	err = kvp_rec_peek(buf, rec_bytes, &hk, &hlen, &flags);
+	if (!err && (memcmp(&hk, key, sizeof(hk)) || hlen != len ||
+		     !(flags & KVP_REC_FLAG_SEALED) != !c->o.cipher))
+		err = -EINVAL;
+	return err;
+}
+
+static int put_common(struct kvp_cache *c, const struct kvp_rec_key *key,
+		      const struct put_src *src, uint64_t len)
 {
 	uint64_t rec_bytes = kvp_rec_size(len), file_bytes = round_up(rec_bytes);
 	void *buf = NULL;
@@ -728,8 +767,7 @@ int kvp_cache_put(struct kvp_cache *c, const struct kvp_rec_key *key,
 		c->putbuf_bytes = file_bytes;
 	}
 	buf = c->putbuf;
-	memset((char *)buf + rec_bytes, 0, file_bytes - rec_bytes);
-	err = kvp_rec_seal(key, payload, len, c->o.cipher, buf);
+	err = put_fill(c, key, src, len, buf, rec_bytes, file_bytes);
 	if (err)
 		goto fail;
 	evict_lru(c, file_bytes);
@@ -747,6 +785,22 @@ fail:
 out:
 	pthread_mutex_unlock(&c->lock);
 	return err;
+}
+
+int kvp_cache_put(struct kvp_cache *c, const struct kvp_rec_key *key,
+		  const void *payload, uint64_t len)
+{
+	struct put_src src = { .payload = payload, .fd = -1 };
+
+	return put_common(c, key, &src, len);
+}
+
+int kvp_cache_put_fd(struct kvp_cache *c, const struct kvp_rec_key *key,
+		     int fd, uint64_t len)
+{
+	struct put_src src = { .payload = NULL, .fd = fd };
+
+	return put_common(c, key, &src, len);
 }
 
 int kvp_cache_get(struct kvp_cache *c, const struct kvp_rec_key *key,

@@ -179,6 +179,17 @@ int kvp_cache_put(struct kvp_cache *c, const struct kvp_rec_key *key,
 		  const void *payload, uint64_t len);
 
 /*
+ * kvp_cache_put_fd - kvp_cache_put of a record already made and verified
+ * by the caller (a value of the remote tier, opened by kvp_rec_open
+ * against key): fd holds it at offset 0, kvp_rec_size(len) bytes.  It is
+ * stored as it is, neither sealed nor checksummed again; its header must
+ * name key and len, sealed exactly when this cache seals (else -EINVAL,
+ * nothing written).  Otherwise as kvp_cache_put, with pread's errors.
+ */
+int kvp_cache_put_fd(struct kvp_cache *c, const struct kvp_rec_key *key,
+		     int fd, uint64_t len);
+
+/*
  * kvp_cache_get - read and verify the block of key into buf (cap bytes),
  * its length in *len.  Returns 0; -ENOENT (a miss); -EMSGSIZE (cap too
  * small: *len says how much is needed; no miss counted); -EBADMSG (the
