@@ -318,6 +318,8 @@ int main(void)
 	F(kvp_prefix_stats, stored);
 	F(kvp_prefix_stats, failed);
 	F(kvp_prefix_stats, queue_waits);
+	F(kvp_prefix_stats, behind);
+	F(kvp_prefix_stats, behind_s);
 	struct_end();
 
 	struct_begin("kvp_remote_stats", sizeof(struct kvp_remote_stats));

@@ -10,7 +10,12 @@
  *   not fsynced is truncated and scribbled on, renames not made durable by
  *   a directory fsync are undone, and unsynced unlinks of tmp files come
  *   back as garbage.  LOSS_ROUNDS cuts.
- * Both print their counts (kills or cuts, blocks verified, wrong 0).
+ * kill_write_behind: a child queues a prompt's chunks with its writer
+ *   held (a run's prefill), releases it (the first token) and is killed
+ *   at a random moment of the write behind; the parent reopens the
+ *   directory and reads every chunk: each one the child saw stored is
+ *   found, none reads back wrong.  BEHIND_ROUNDS kills.
+ * All print their counts (kills or cuts, blocks verified, wrong 0).
  */
 #include <check.h>
 #include <errno.h>
@@ -25,6 +30,7 @@
 #include <unistd.h>
 
 #include "lib/cache/cache_dir.h"
+#include "lib/cache/prefix.h"
 #include "tests/helpers/helpers.h"
 
 #define KILL_ROUNDS 100
@@ -489,6 +495,152 @@ START_TEST(power_loss_rounds)
 }
 END_TEST
 
+/* ---- kill -9 during a write behind ------------------------------------- */
+
+#define BEHIND_ROUNDS 20
+#define BEHIND_CHUNKS 80u /* chunks of one round's prompt */
+#define BEHIND_C      4u  /* tokens per chunk */
+
+/* Round r's prompt: BEHIND_CHUNKS full chunks and one token more. */
+static void behind_prompt(uint32_t r, uint32_t *t)
+{
+	for (uint32_t i = 0; i <= BEHIND_CHUNKS * BEHIND_C; i++)
+		t[i] = r * 100003u + i;
+}
+
+static struct kvp_prefix *behind_prefix(struct kvp_cache *c, uint32_t r,
+					uint32_t *t)
+{
+	struct kvp_prefix_opts o = { .cache = c, .queue_bytes = 64u << 20 };
+	struct kvp_prefix *p = NULL;
+
+	behind_prompt(r, t);
+	if (kvp_prefix_create(&o, &p) ||
+	    kvp_prefix_set_prompt(p, t, BEHIND_CHUNKS * BEHIND_C + 1,
+				  BEHIND_C)) {
+		kvp_prefix_destroy(p);
+		return NULL;
+	}
+	return p;
+}
+
+/* The child: queue every chunk held, release, then tell fd how many are
+ * stored (in order: the first n are committed) until all are. */
+static void behind_writer(uint32_t r, int fd)
+{
+	uint32_t t[BEHIND_CHUNKS * BEHIND_C + 1], i, told = 0;
+	struct kvp_prefix_stats st;
+	struct kvp_cache *c;
+	struct kvp_prefix *p;
+
+	if (kvp_cache_open(dir, NULL, &c, NULL, 0, NULL, 0))
+		_exit(3);
+	p = behind_prefix(c, r, t);
+	if (!p)
+		_exit(4);
+	kvp_prefix_hold(p);
+	for (i = 0; i < BEHIND_CHUNKS; i++) {
+		void *pl = payload_n(r * PER_ROUND + i);
+
+		kvp_prefix_put(p, i, pl, len_n(r * PER_ROUND + i));
+		free(pl);
+	}
+	kvp_prefix_release(p);
+	if (write(fd, &told, sizeof(told)) != sizeof(told)) /* released */
+		_exit(5);
+	do {
+		struct timespec d = { 0, 200 * 1000 };
+
+		kvp_prefix_stats(p, &st);
+		if (st.failed)
+			_exit(6);
+		if (st.stored != told) {
+			told = (uint32_t)st.stored;
+			if (write(fd, &told, sizeof(told)) != sizeof(told))
+				_exit(5);
+		}
+		nanosleep(&d, NULL);
+	} while (st.stored < BEHIND_CHUNKS);
+	_exit(0);
+}
+
+START_TEST(kill_write_behind)
+{
+	void *buf = malloc(40000);
+	uint64_t verified = 0, wrong = 0, lost = 0, midway = 0;
+	unsigned seed = 777;
+	uint32_t r;
+
+	snprintf(dir, sizeof(dir), "%s/behind", root);
+	for (r = 0; r < BEHIND_ROUNDS; r++) {
+		uint32_t t[BEHIND_CHUNKS * BEHIND_C + 1], n, stored = 0, i;
+		struct kvp_cache_opts o = { .verify_at_open = r % 2 };
+		struct timespec d = { 0, 0 };
+		struct kvp_prefix *p;
+		struct kvp_cache *c;
+		int pp[2], status;
+		bool released;
+		pid_t pid;
+
+		ck_assert_int_eq(pipe(pp), 0);
+		pid = fork();
+		ck_assert_int_ge(pid, 0);
+		if (!pid) {
+			close(pp[0]);
+			behind_writer(r, pp[1]);
+		}
+		close(pp[1]);
+		/* once released: the kill lands in the write behind */
+		released = read(pp[0], &n, sizeof(n)) == sizeof(n);
+		d.tv_nsec = (long)(rand_r(&seed) % 20000) * 1000;
+		nanosleep(&d, NULL);
+		kill(pid, SIGKILL);
+		ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+		ck_assert_msg(WIFSIGNALED(status) || WEXITSTATUS(status) == 0,
+			      "writer failed: status %d", status);
+		while (read(pp[0], &n, sizeof(n)) == sizeof(n))
+			stored = n;
+		close(pp[0]);
+		ck_assert_msg(released, "round %u: the child never released",
+			      r);
+		midway += stored < BEHIND_CHUNKS;
+		c = open_or_fail(&o);
+		p = behind_prefix(c, r, t);
+		ck_assert_ptr_nonnull(p);
+		for (i = 0; i < BEHIND_CHUNKS; i++) {
+			uint32_t m = r * PER_ROUND + i;
+			size_t len = len_n(m);
+			int err = kvp_prefix_get(p, i, buf, len);
+
+			if (!err) {
+				void *want = payload_n(m);
+
+				if (memcmp(buf, want, len))
+					wrong++;
+				else
+					verified++;
+				free(want);
+			} else if (i < stored) {
+				lost++;
+			}
+		}
+		kvp_prefix_destroy(p);
+		kvp_cache_close(c);
+		ck_assert_msg(!wrong && !lost,
+			      "round %u: %llu wrong, %llu stored lost", r,
+			      (unsigned long long)wrong,
+			      (unsigned long long)lost);
+	}
+	printf("kill_write_behind: %d kills after the release (%llu before "
+	       "the write behind was done), %llu chunks verified, %llu "
+	       "stored lost, %llu wrong\n",
+	       BEHIND_ROUNDS, (unsigned long long)midway,
+	       (unsigned long long)verified, (unsigned long long)lost,
+	       (unsigned long long)wrong);
+	free(buf);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cache_crash");
@@ -500,6 +652,7 @@ int main(void)
 				     strerror(errno));
 	tcase_add_test(tc, kill9);
 	tcase_add_test(tc, power_loss_rounds);
+	tcase_add_test(tc, kill_write_behind);
 	failed = kvp_test_run(s);
 	kvp_test_rm_tree(root);
 	return failed;

@@ -5,6 +5,8 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "lib/cache/prefix.h"
 #include "tests/helpers/helpers.h"
@@ -195,6 +197,136 @@ START_TEST(try_put_skips_when_full)
 }
 END_TEST
 
+/*
+ * Write behind: while held, nothing is stored (the queue is below its
+ * high water mark); after the release every chunk is, counted in behind,
+ * and reads back right.  A hold with a queue of 4 chunks still takes 20
+ * puts (the writer stores for room: bounded memory, no deadlock).
+ */
+START_TEST(hold_then_release)
+{
+	struct kvp_prefix_opts o = { .cache = cache, .queue_bytes = 64 * LEN };
+	struct kvp_prefix *p = NULL;
+	struct kvp_prefix_stats st;
+	unsigned char want[LEN], got[LEN];
+	uint32_t t[20 * C + 1], i;
+	struct kvp_rec_key k;
+
+	kvp_rec_hash("model", 5, o.ctx.model);
+	ck_assert_int_eq(kvp_prefix_create(&o, &p), 0);
+	prompt(t, 20 * C + 1, 5);
+	kvp_prefix_set_prompt(p, t, 20 * C + 1, C);
+	kvp_prefix_hold(p);
+	for (i = 0; i < 20; i++) {
+		fill(want, i, 5);
+		kvp_prefix_put(p, i, want, LEN);
+	}
+	/* give a writer that would store every chance to (not a bound) */
+	usleep(100 * 1000);
+	kvp_prefix_stats(p, &st);
+	ck_assert_uint_eq(st.stored, 0);
+	for (i = 0; i < 20; i++) {
+		ck_assert_int_eq(kvp_prefix_key(p, i, &k), 0);
+		ck_assert(!kvp_cache_contains(cache, &k));
+	}
+	kvp_prefix_release(p);
+	kvp_prefix_drain(p);
+	kvp_prefix_stats(p, &st);
+	ck_assert_uint_eq(st.stored, 20);
+	ck_assert_uint_eq(st.behind, 20);
+	for (i = 0; i < 20; i++) {
+		fill(want, i, 5);
+		ck_assert_int_eq(kvp_prefix_get(p, i, got, LEN), 0);
+		ck_assert_mem_eq(got, want, LEN);
+	}
+	kvp_prefix_destroy(p);
+
+	/* a small queue: held puts past it make the writer store */
+	o.queue_bytes = 4 * LEN;
+	ck_assert_int_eq(kvp_prefix_create(&o, &p), 0);
+	prompt(t, 20 * C + 1, 6);
+	kvp_prefix_set_prompt(p, t, 20 * C + 1, C);
+	kvp_prefix_hold(p);
+	for (i = 0; i < 20; i++) {
+		fill(want, i, 6);
+		kvp_prefix_put(p, i, want, LEN);
+	}
+	kvp_prefix_stats(p, &st);
+	ck_assert_uint_ge(st.stored + st.failed, 16);
+	ck_assert_uint_gt(st.queue_waits, 0);
+	/* destroy stores what is still held */
+	kvp_prefix_destroy(p);
+	p = prefix_of(NULL);
+	kvp_prefix_set_prompt(p, t, 20 * C + 1, C);
+	for (i = 0; i < 20; i++) {
+		fill(want, i, 6);
+		ck_assert_int_eq(kvp_prefix_get(p, i, got, LEN), 0);
+		ck_assert_mem_eq(got, want, LEN);
+	}
+	kvp_prefix_destroy(p);
+}
+END_TEST
+
+/* A memfd holding chunk i's record (sealed under key k), or -1. */
+static int record_fd(const struct kvp_rec_key *k, const void *payload,
+		     size_t len)
+{
+	size_t rl = kvp_rec_size(len);
+	void *rec = malloc(rl);
+	int fd = memfd_create("test-rec", MFD_CLOEXEC);
+
+	ck_assert_ptr_nonnull(rec);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(kvp_rec_seal(k, payload, len, NULL, rec), 0);
+	ck_assert_int_eq(write(fd, rec, rl), (ssize_t)rl);
+	free(rec);
+	return fd;
+}
+
+/*
+ * put_fd stores a record as it is, from the caller's descriptor (closed
+ * by the caller at once: the writer has its own); a record of another
+ * key or length is refused by the cache, counted failed, not stored.
+ */
+START_TEST(put_fd_stores_the_record)
+{
+	struct kvp_prefix *p = prefix_of(NULL);
+	struct kvp_prefix_stats st;
+	unsigned char want[LEN], got[LEN];
+	uint32_t t[4 * C + 1];
+	struct kvp_rec_key k0, k1;
+	int fd;
+
+	prompt(t, 4 * C + 1, 7);
+	kvp_prefix_set_prompt(p, t, 4 * C + 1, C);
+	kvp_prefix_key(p, 0, &k0);
+	kvp_prefix_key(p, 1, &k1);
+	kvp_prefix_hold(p);
+	fill(want, 0, 7);
+	fd = record_fd(&k0, want, LEN);
+	ck_assert_int_eq(kvp_prefix_put_fd(p, 0, fd, LEN), 0);
+	close(fd);
+	/* chunk 1 given chunk 0's record: refused */
+	fd = record_fd(&k0, want, LEN);
+	ck_assert_int_eq(kvp_prefix_put_fd(p, 1, fd, LEN), 0);
+	close(fd);
+	/* chunk 2 given a shorter record than said */
+	fd = record_fd(&k1, want, LEN - 8);
+	ck_assert_int_eq(kvp_prefix_put_fd(p, 2, fd, LEN), 0);
+	close(fd);
+	ck_assert_int_eq(kvp_prefix_put_fd(p, 9, 0, LEN), -ENOENT);
+	kvp_prefix_drain(p);
+	kvp_prefix_stats(p, &st);
+	ck_assert_uint_eq(st.stored, 1);
+	ck_assert_uint_eq(st.failed, 3);
+	ck_assert_uint_eq(st.behind, 3);
+	ck_assert_int_eq(kvp_prefix_get(p, 0, got, LEN), 0);
+	ck_assert_mem_eq(got, want, LEN);
+	ck_assert(!kvp_cache_contains(cache, &k1));
+	kvp_prefix_destroy(p);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cache_prefix");
@@ -205,5 +337,7 @@ int main(void)
 	tcase_add_test(tc, salts_part);
 	tcase_add_test(tc, skips_and_rereads);
 	tcase_add_test(tc, try_put_skips_when_full);
+	tcase_add_test(tc, hold_then_release);
+	tcase_add_test(tc, put_fd_stores_the_record);
 	return kvp_test_run(s);
 }

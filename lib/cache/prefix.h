@@ -23,7 +23,20 @@
  * for room (counted in queue_waits).  kvp_prefix_drain waits until all
  * queued chunks are stored or failed.  Up to 8 buffers of stored chunks
  * are kept for the next puts (a fresh buffer's pages are first touched
- * by the copy, in the putting thread: the prefill's).
+ * by the copy, in the putting thread: the prefill's; a buffer of 2 MiB
+ * or more asks for huge pages, madvise(MADV_HUGEPAGE), which make those
+ * touches some 40 times cheaper where the kernel grants them).
+ *
+ * WRITE BEHIND: between kvp_prefix_hold and kvp_prefix_release (a run
+ * holds from its prompt to its first token) the writer stores only while
+ * the queue holds more than three quarters of queue_bytes or a put waits
+ * for room (the queue's memory stays within queue_bytes, and a long
+ * prefill's puts wait no more than without a hold); the rest is stored
+ * after the release, counted in `behind`.  Nothing
+ * queued is dropped by a hold: destroy and drain store every chunk.  A
+ * process killed before that loses the chunks not yet stored, never the
+ * directory's consistency (each store is a kvp_cache_put: committed or
+ * absent).
  *
  * Locking: the prompt (set_prompt) and get come from one thread; put may
  * come from any; the queue and the read-ahead share one lock, the cache
@@ -51,6 +64,9 @@ struct kvp_prefix_stats {
 	uint64_t stored;       /* of those, committed (or already there) */
 	uint64_t failed;       /* of those, not stored (the cache said why) */
 	uint64_t queue_waits;  /* puts that waited for room */
+	uint64_t behind;       /* queued while held, stored after release */
+	double behind_s;       /* the last release to its last such store
+				  (0: nothing was left to store) */
 };
 
 struct kvp_prefix;
@@ -93,7 +109,24 @@ void kvp_prefix_put(void *arg, uint32_t chunk, const void *payload,
 int kvp_prefix_try_put(struct kvp_prefix *p, uint32_t chunk,
 		       const void *payload, size_t len);
 
-/* Wait until every queued chunk is stored or failed. */
+/*
+ * kvp_prefix_put_fd - queue chunk i's RECORD, already made and verified
+ * by the caller against the chunk's key (a remote tier's value), which
+ * fd holds at offset 0 (kvp_rec_size(len) bytes, len of payload): stored
+ * as it is (kvp_cache_put_fd) from a duplicate of fd, neither copied nor
+ * checksummed again, so it takes no queue memory and never waits; fd
+ * must not change until stored.  0; -ENOENT (no such chunk), -ENOMEM,
+ * dup's error: counted as failed.
+ */
+int kvp_prefix_put_fd(struct kvp_prefix *p, uint32_t chunk, int fd,
+		      size_t len);
+
+/* Hold the writer (write behind, above) until kvp_prefix_release. */
+void kvp_prefix_hold(struct kvp_prefix *p);
+void kvp_prefix_release(struct kvp_prefix *p);
+
+/* Release any hold and wait until every queued chunk is stored or
+ * failed. */
 void kvp_prefix_drain(struct kvp_prefix *p);
 
 void kvp_prefix_stats(struct kvp_prefix *p, struct kvp_prefix_stats *out);

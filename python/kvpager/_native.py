@@ -369,7 +369,8 @@ class PrefixOpts(Structure):
 class PrefixStats(Structure):
     _c_name_ = "kvp_prefix_stats"
     _fields_ = _u64_fields(("lookups", "hit_chunks", "queued", "stored",
-                            "failed", "queue_waits"))
+                            "failed", "queue_waits", "behind")) + \
+        [("behind_s", c_double)]
 
 
 class RemoteStats(Structure):
