@@ -31,6 +31,9 @@ one() {
 	b=$(run --model "$m" --prompt-tokens "@$p" --generate 12 --json \
 		--logits-out "$tmp/lb" --cache-dir "$d")
 	check "$m first run: hit" "$(field prefix_hit_tokens <<<"$b")" 0
+	# its chunks were stored behind the first token, all of them
+	[ "$(field cache_written_behind <<<"$b")" -gt 0 ] 2>/dev/null ||
+		{ echo "FAIL: $m first run: nothing written behind"; fail=1; }
 	c=$(run --model "$m" --prompt-tokens "@$p" --generate 12 --json \
 		--logits-out "$tmp/lc" --cache-dir "$d")
 	check "$m second run: hit" "$(field prefix_hit_tokens <<<"$c")" "$want_hit"
@@ -70,6 +73,13 @@ fi
 # random:tiny: fp16 KV, a prompt attending to itself
 gen_prompt 300 5 "$tmp/p300"
 one random:tiny "$tmp/p300" 256
+
+# KVP_CACHE_WRITE_BEHIND=0: stored during the prefill, the same hit after
+d="$tmp/wb0"
+b=$(KVP_CACHE_WRITE_BEHIND=0 run --model random:tiny --prompt-tokens "@$tmp/p300" --generate 2 --json --cache-dir "$d")
+check "store in the prefill: written behind" "$(field cache_written_behind <<<"$b")" 0
+c=$(run --model random:tiny --prompt-tokens "@$tmp/p300" --generate 2 --json --cache-dir "$d")
+check "store in the prefill: hit" "$(field prefix_hit_tokens <<<"$c")" 256
 
 # the model's identity by name: found under the same name (option or
 # variable), never under another name nor under the weights' hash

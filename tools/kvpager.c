@@ -1233,12 +1233,14 @@ static void cache_report(const struct run_opts *o, const struct model_run *mr,
 		       ",\"cache_dropped_foreign\":%" PRIu64
 		       ",\"cache_evictions\":%" PRIu64
 		       ",\"cache_blocks\":%" PRIu64 ",\"cache_bytes\":%" PRIu64
-		       ",",
+		       ",\"cache_written_behind\":%" PRIu64
+		       ",\"cache_behind_s\":%.6f,",
 		       kvp_model_cache_hit_tokens(mr->mc), mr->ttft_s, cs.hits,
 		       cs.misses, cs.bytes_read, cs.bytes_written,
 		       cs.payload_written, wa, per_tok, cs.puts_present,
 		       cs.put_errors, cs.dropped_torn, cs.dropped_unauth,
-		       cs.dropped_foreign, cs.evictions, cs.blocks, cs.bytes);
+		       cs.dropped_foreign, cs.evictions, cs.blocks, cs.bytes,
+		       ps.behind, ps.behind_s);
 		return;
 	}
 	printf("prefix cache: %" PRIu64 " of %u prompt tokens read from the "
@@ -1264,6 +1266,10 @@ static void cache_report(const struct run_opts *o, const struct model_run *mr,
 	       " foreign; %" PRIu64 " evictions\n",
 	       cs.blocks, cs.bytes, cs.dropped_torn, cs.dropped_unauth,
 	       cs.dropped_foreign, cs.evictions);
+	if (ps.behind)
+		printf("  written behind the first token: %" PRIu64
+		       " chunks, done %.3f s after it\n",
+		       ps.behind, ps.behind_s);
 }
 
 /* The remote tier's lines of the report (text, or JSON fields with a
@@ -1648,6 +1654,8 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 							mr->nprompt);
 			/* its logits give the first token */
 			mr->ttft_s = now_s() - t0;
+			if (mr->mc) /* the chunks it queued: stored now */
+				kvp_model_cache_first_token(mr->mc);
 			if (mr->seq)
 				kvp_model_seq_prefill_times(mr->seq, &mr->pt);
 		} else if (!err)

@@ -20,6 +20,8 @@ struct kvp_model_cache {
 	uint32_t chunk_tokens;
 	struct kvp_store *store;    /* kvp_model_cache_store's, or NULL */
 	size_t granule;		    /* its granule: a KV block's stride */
+	bool write_behind;	    /* hold the writer from attach to
+				       kvp_model_cache_first_token */
 };
 
 static const char *env_or(const char *v, const char *name)
@@ -35,7 +37,7 @@ static const char *env_or(const char *v, const char *name)
 int kvp_model_cache_opts_env(struct kvp_model_cache_opts *o, char *err,
 			     size_t errlen)
 {
-	const char *cap = getenv("KVP_CACHE_CAPACITY");
+	const char *cap = getenv("KVP_CACHE_CAPACITY"), *wb;
 
 	o->dir = env_or(o->dir, "KVP_CACHE_DIR");
 	o->salt = env_or(o->salt, "KVP_CACHE_SALT");
@@ -43,6 +45,9 @@ int kvp_model_cache_opts_env(struct kvp_model_cache_opts *o, char *err,
 	o->key_file = env_or(o->key_file, "KVP_CACHE_KEY_FILE");
 	o->key_hex = env_or(o->key_hex, "KVP_CACHE_KEY");
 	o->remote_url = env_or(o->remote_url, "KVP_REMOTE_URL");
+	if (!o->store_in_prefill && (wb = getenv("KVP_CACHE_WRITE_BEHIND")) &&
+	    !strcmp(wb, "0"))
+		o->store_in_prefill = true;
 	if (!o->capacity_bytes && cap && *cap &&
 	    kvp_parse_bytes(cap, &o->capacity_bytes)) {
 		snprintf(err, errlen,
@@ -125,6 +130,7 @@ int kvp_model_cache_open(const struct kvp_model_cache_opts *o,
 	if (!mc)
 		return -ENOMEM;
 	mc->chunk_tokens = C;
+	mc->write_behind = !o->store_in_prefill;
 	e = kvp_cache_open(o->dir, &co, &mc->cache, err, errlen, warn,
 			   warnlen);
 	if (e)
@@ -175,7 +181,16 @@ int kvp_model_cache_attach(struct kvp_model_cache *mc,
 	int err = kvp_prefix_set_prompt(mc->prefix, prompt, n,
 					mc->chunk_tokens);
 
-	return err ? err : kvp_model_seq_set_prefix(s, &mc->mp);
+	if (!err)
+		err = kvp_model_seq_set_prefix(s, &mc->mp);
+	if (!err && mc->write_behind)
+		kvp_prefix_hold(mc->prefix);
+	return err;
+}
+
+void kvp_model_cache_first_token(struct kvp_model_cache *mc)
+{
+	kvp_prefix_release(mc->prefix);
 }
 
 uint64_t kvp_model_cache_hit_tokens(const struct kvp_model_cache *mc)

@@ -10,6 +10,7 @@
  *                          warn, sizeof(warn));
  *     kvp_model_cache_attach(mc, seq, prompt, n);  // before the prefill
  *     kvp_model_prefill(seq, prompt, n);       // reads, computes, offers
+ *     kvp_model_cache_first_token(mc);         // now store the offers
  *     ...
  *     kvp_model_cache_close(mc);               // waits for the writes
  *
@@ -17,6 +18,12 @@
  * the chunks it finds (their files become the cache's store for those
  * blocks, verified in the background or when first read) instead of
  * reading and copying them.
+ *
+ * WRITE BEHIND: from attach to kvp_model_cache_first_token the directory's
+ * writer stores only what makes room in its queue (prefix.h), so that
+ * neither the chunks a prefill computes nor those it takes from the
+ * remote tier are checksummed, written and synced before the first token;
+ * they are after it, while the decode runs, and close waits for the last.
  *
  * KEYS bind the model's identity (BLAKE2b-256 of its weights: the whole
  * checkpoint file, or the random weights as drawn; or model_id when given),
@@ -27,6 +34,7 @@
 #ifndef KVP_MODEL_CACHE_H
 #define KVP_MODEL_CACHE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -50,12 +58,16 @@ struct kvp_model_cache_opts {
 	const char *remote_url;	 /* the remote tier below the directory
 				    (KVP_REMOTE_URL; model_remote.h);
 				    NULL: none */
+	bool store_in_prefill;	 /* store chunks while the prefill runs, not
+				    behind its first token
+				    (KVP_CACHE_WRITE_BEHIND=0) */
 };
 
 /*
  * kvp_model_cache_opts_env - fill the fields still unset (NULL or 0) from
  * KVP_CACHE_DIR, KVP_CACHE_SALT, KVP_CACHE_MODEL_ID, KVP_CACHE_KEY_FILE,
- * KVP_CACHE_KEY, KVP_REMOTE_URL and KVP_CACHE_CAPACITY (a size: 64G).  Returns 0, or -EINVAL with err
+ * KVP_CACHE_KEY, KVP_REMOTE_URL, KVP_CACHE_CAPACITY (a size: 64G) and
+ * KVP_CACHE_WRITE_BEHIND (0: store_in_prefill).  Returns 0, or -EINVAL with err
  * naming the variable (a bad capacity).
  */
 int kvp_model_cache_opts_env(struct kvp_model_cache_opts *o, char *err,
@@ -83,6 +95,10 @@ int kvp_model_cache_open(const struct kvp_model_cache_opts *o,
 int kvp_model_cache_attach(struct kvp_model_cache *mc,
 			   struct kvp_model_seq *s, const uint32_t *prompt,
 			   uint32_t n);
+
+/* The first token is out: the writer stores what the prefill queued
+ * (write behind).  Without this call it does at drain or close. */
+void kvp_model_cache_first_token(struct kvp_model_cache *mc);
 
 /* Tokens the last attached prefill read from the cache. */
 uint64_t kvp_model_cache_hit_tokens(const struct kvp_model_cache *mc);

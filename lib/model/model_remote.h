@@ -56,8 +56,9 @@ struct kvp_model_remote_stats {
 	uint64_t publish_skipped;  /* not queued: the queue was full */
 	uint64_t chunks_mapped;	   /* of chunks_fetched, bound as the KV
 				      cache's store, not copied into it */
-	uint64_t dir_skipped;	   /* of chunks_mapped, not stored in the
-				      directory: its queue was full */
+	uint64_t dir_skipped;	   /* of chunks_mapped, not queued for
+				      the directory (out of memory or
+				      descriptors) */
 };
 
 struct kvp_model_remote;
@@ -91,9 +92,10 @@ void kvp_model_remote_put(void *arg, uint32_t chunk, const void *payload,
  * while the prefill binds the chunks before it) and verified there, is
  * bound as @store's (lib/cache/cache_store.h) @n granules at @offs from
  * a memfd, so that the prefill neither copies it into the KV cache nor
- * waits for a disk; it is also queued for the directory (a local hit
- * next time) when the directory's queue has room, else not (counted in
- * dir_skipped: Redis still has it).  @len: the chunk's payload bytes.  Returns 0, or an error
+ * waits for a disk; the memfd's record is also queued for the directory
+ * (kvp_prefix_put_fd: a local hit next time, written behind the first
+ * token when the run holds the writer; not queued, counted in
+ * dir_skipped, only when that fails).  @len: the chunk's payload bytes.  Returns 0, or an error
  * and nothing bound: -ENOENT (Redis has no good record: the get that
  * follows counts the miss), -EOPNOTSUPP (the cache encrypts: the get
  * reads it), memfd's and the store's errors.  From the prefilling
