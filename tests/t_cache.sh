@@ -80,6 +80,11 @@ b=$(KVP_CACHE_WRITE_BEHIND=0 run --model random:tiny --prompt-tokens "@$tmp/p300
 check "store in the prefill: written behind" "$(field cache_written_behind <<<"$b")" 0
 c=$(run --model random:tiny --prompt-tokens "@$tmp/p300" --generate 2 --json --cache-dir "$d")
 check "store in the prefill: hit" "$(field prefix_hit_tokens <<<"$c")" 256
+b=$(KVP_CACHE_WRITE_BEHIND=off run --model random:tiny --prompt-tokens "@$tmp/p300" --generate 2 --json --cache-dir "$tmp/wboff")
+check "KVP_CACHE_WRITE_BEHIND=off: written behind" "$(field cache_written_behind <<<"$b")" 0
+rc=0
+KVP_CACHE_WRITE_BEHIND=maybe run --model random:tiny --prompt-tokens "@$tmp/p300" --generate 2 --cache-dir "$tmp/wbbad" >/dev/null 2>"$tmp/wbbad.err" || rc=$?
+check "KVP_CACHE_WRITE_BEHIND=maybe: refused" "$rc:$(grep -c "KVP_CACHE_WRITE_BEHIND: 'maybe'" "$tmp/wbbad.err")" "2:1"
 
 # the model's identity by name: found under the same name (option or
 # variable), never under another name nor under the weights' hash

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -40,6 +41,7 @@ struct job {
 	size_t cap;	      /* bytes of data */
 	int fd;		      /* -1, or the record is there (put_fd) */
 	bool held;	      /* queued while the writer was held */
+	uint64_t gen;	      /* the hold it was queued under */
 	unsigned char *data;  /* the payload (cap bytes), or NULL */
 };
 
@@ -59,8 +61,11 @@ struct kvp_prefix {
 	unsigned nspare;	   /* entries of spare */
 	bool stop;
 	bool hold;		   /* write behind: store only for room */
+	uint64_t hold_gen;	   /* holds so far: the current one's number */
 	unsigned room_wanted;	   /* puts waiting for room */
-	uint64_t held_jobs;	   /* jobs queued while held, not yet done */
+	uint64_t held_jobs;	   /* jobs of the current hold not yet done */
+	unsigned fd_jobs;	   /* put_fd jobs queued: a descriptor each */
+	unsigned fd_cap;	   /* past this many a held writer stores */
 	double release_t;	   /* when the hold was released */
 	pthread_t writer;
 	struct kvp_prefix_stats st; /* under lock */
@@ -126,6 +131,25 @@ static uint64_t high_water(const struct kvp_prefix *p)
 	return p->o.queue_bytes / 4 * 3;
 }
 
+/*
+ * Whether the writer may store the queue's head now.  Under lock.  Held,
+ * only a job queued before the current hold (the queue is in order: an
+ * earlier request's chunks must not wait for this one's first token), or
+ * for room: past the high water mark, a put waiting, or too many
+ * descriptors held by put_fd jobs.
+ */
+static bool writer_may_store(const struct kvp_prefix *p)
+{
+	const struct job *h = p->head;
+
+	if (!h)
+		return false;
+	if (!p->hold || !h->held || h->gen != p->hold_gen)
+		return true;
+	return p->room_wanted || p->queued_bytes > high_water(p) ||
+	       p->fd_jobs > p->fd_cap;
+}
+
 static void *writer_main(void *arg)
 {
 	struct kvp_prefix *p = arg;
@@ -133,15 +157,11 @@ static void *writer_main(void *arg)
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
 		struct job *j;
+		bool by_fd, behind;
 		int err;
 
-		/* held: only past the high water mark or when a put waits
-		 * for room (memory stays bounded; a long prefill's puts go
-		 * on without waiting for one store each), or at stop
-		 * (destroy stores everything) */
-		while (!p->stop &&
-		       (!p->head || (p->hold && !p->room_wanted &&
-				     p->queued_bytes <= high_water(p))))
+		/* at stop, everything (destroy stores what is held) */
+		while (!p->stop && !writer_may_store(p))
 			pthread_cond_wait(&p->cond, &p->lock);
 		if (!p->head)
 			break; /* stop, and nothing left */
@@ -151,7 +171,8 @@ static void *writer_main(void *arg)
 			p->tail = NULL;
 		p->busy = true;
 		pthread_mutex_unlock(&p->lock);
-		if (j->fd >= 0) {
+		by_fd = j->fd >= 0;
+		if (by_fd) {
 			err = kvp_cache_put_fd(p->o.cache, &j->key, j->fd,
 					       j->len);
 			close(j->fd);
@@ -165,13 +186,15 @@ static void *writer_main(void *arg)
 			p->st.failed++;
 		else
 			p->st.stored++;
-		if (j->held && !p->hold) {
+		/* behind: queued under a hold that has been released */
+		behind = j->held && (!p->hold || j->gen != p->hold_gen);
+		if (behind && !err)
 			p->st.behind++;
-			if (!--p->held_jobs)
-				p->st.behind_s = now_s() - p->release_t;
-		} else if (j->held) {
-			p->held_jobs--; /* stored for room, still held */
-		}
+		if (j->held && j->gen == p->hold_gen && !--p->held_jobs &&
+		    !p->hold)
+			p->st.behind_s = now_s() - p->release_t;
+		if (by_fd)
+			p->fd_jobs--;
 		if (j->data)
 			p->queued_bytes -= j->len;
 		p->busy = false;
@@ -258,6 +281,20 @@ static void ra_reset(struct kvp_prefix *p)
 	p->ra_next = p->ra_stop = 0;
 }
 
+/* put_fd jobs a held writer lets wait: a quarter of the descriptors the
+ * process may open (each bound chunk keeps one more of its own), 16 to
+ * 4096; a put_fd waits for room past twice that. */
+static unsigned fd_cap(void)
+{
+	struct rlimit rl;
+	rlim_t n = 1024;
+
+	if (!getrlimit(RLIMIT_NOFILE, &rl))
+		n = rl.rlim_cur == RLIM_INFINITY ? 16384 : rl.rlim_cur;
+	n /= 4;
+	return n < 16 ? 16 : n > 4096 ? 4096 : (unsigned)n;
+}
+
 int kvp_prefix_create(const struct kvp_prefix_opts *o, struct kvp_prefix **out)
 {
 	struct kvp_prefix *p;
@@ -271,6 +308,7 @@ int kvp_prefix_create(const struct kvp_prefix_opts *o, struct kvp_prefix **out)
 	p->o = *o;
 	if (!p->o.queue_bytes)
 		p->o.queue_bytes = DEFAULT_QUEUE_BYTES;
+	p->fd_cap = fd_cap();
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_cond_init(&p->cond, NULL);
 	err = -pthread_create(&p->writer, NULL, writer_main, p);
@@ -299,7 +337,13 @@ int kvp_prefix_create(const struct kvp_prefix_opts *o, struct kvp_prefix **out)
 void kvp_prefix_hold(struct kvp_prefix *p)
 {
 	pthread_mutex_lock(&p->lock);
-	p->hold = true;
+	if (!p->hold) {
+		/* a new hold: jobs of an earlier one are stored at once */
+		p->hold = true;
+		p->hold_gen++;
+		p->held_jobs = 0;
+		pthread_cond_broadcast(&p->cond);
+	}
 	pthread_mutex_unlock(&p->lock);
 }
 
@@ -477,7 +521,9 @@ static void enqueue(struct kvp_prefix *p, struct job *j)
 {
 	j->next = NULL;
 	j->held = p->hold;
+	j->gen = p->hold_gen;
 	p->held_jobs += j->held;
+	p->fd_jobs += j->fd >= 0;
 	if (p->tail)
 		p->tail->next = j;
 	else
@@ -551,20 +597,28 @@ int kvp_prefix_try_put(struct kvp_prefix *p, uint32_t chunk,
 int kvp_prefix_put_fd(struct kvp_prefix *p, uint32_t chunk, int fd,
 		      size_t len)
 {
-	struct job *j;
+	struct job *j = NULL;
 	int err = 0;
 
 	pthread_mutex_lock(&p->lock);
 	p->st.queued++;
+	if (p->fd_jobs >= 2 * p->fd_cap) {
+		/* bounded descriptors: wait for the writer, as put for room */
+		p->st.queue_waits++;
+		p->room_wanted++;
+		pthread_cond_broadcast(&p->cond);
+		while (p->fd_jobs >= 2 * p->fd_cap)
+			pthread_cond_wait(&p->cond, &p->lock);
+		p->room_wanted--;
+	}
 	if (chunk >= p->nkeys)
 		err = -ENOENT;
 	else if (!(j = calloc(1, sizeof(*j))))
 		err = -ENOMEM;
-	else if ((j->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+	else if ((j->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0)
 		err = -errno;
-		free(j);
-	}
 	if (err) {
+		free(j);
 		p->st.failed++;
 		pthread_mutex_unlock(&p->lock);
 		return err;

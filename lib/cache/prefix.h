@@ -32,7 +32,12 @@
  * the queue holds more than three quarters of queue_bytes or a put waits
  * for room (the queue's memory stays within queue_bytes, and a long
  * prefill's puts wait no more than without a hold); the rest is stored
- * after the release, counted in `behind`.  Nothing
+ * after the release, counted in `behind` (chunks stored, not failed).  A
+ * new hold holds only the chunks queued under it: those of an earlier,
+ * released one are stored at once.  put_fd jobs take no queue memory but
+ * a descriptor each: past a quarter of RLIMIT_NOFILE's soft limit (16 to
+ * 4096) a held writer stores them, and past twice that put_fd waits.
+ * Nothing
  * queued is dropped by a hold: destroy and drain store every chunk.  A
  * process killed before that loses the chunks not yet stored, never the
  * directory's consistency (each store is a kvp_cache_put: committed or

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "lib/cache/cache_store.h"
 #include "lib/model/model_cache.h"
@@ -45,9 +46,20 @@ int kvp_model_cache_opts_env(struct kvp_model_cache_opts *o, char *err,
 	o->key_file = env_or(o->key_file, "KVP_CACHE_KEY_FILE");
 	o->key_hex = env_or(o->key_hex, "KVP_CACHE_KEY");
 	o->remote_url = env_or(o->remote_url, "KVP_REMOTE_URL");
-	if (!o->store_in_prefill && (wb = getenv("KVP_CACHE_WRITE_BEHIND")) &&
-	    !strcmp(wb, "0"))
-		o->store_in_prefill = true;
+	wb = getenv("KVP_CACHE_WRITE_BEHIND");
+	if (wb && *wb) {
+		if (!strcmp(wb, "0") || !strcasecmp(wb, "off") ||
+		    !strcasecmp(wb, "no") || !strcasecmp(wb, "false")) {
+			o->store_in_prefill = true;
+		} else if (strcmp(wb, "1") && strcasecmp(wb, "on") &&
+			   strcasecmp(wb, "yes") && strcasecmp(wb, "true")) {
+			snprintf(err, errlen,
+				 "KVP_CACHE_WRITE_BEHIND: '%s' is not 0/off/no/"
+				 "false or 1/on/yes/true",
+				 wb);
+			return -EINVAL;
+		}
+	}
 	if (!o->capacity_bytes && cap && *cap &&
 	    kvp_parse_bytes(cap, &o->capacity_bytes)) {
 		snprintf(err, errlen,

@@ -67,8 +67,9 @@ struct kvp_model_cache_opts {
  * kvp_model_cache_opts_env - fill the fields still unset (NULL or 0) from
  * KVP_CACHE_DIR, KVP_CACHE_SALT, KVP_CACHE_MODEL_ID, KVP_CACHE_KEY_FILE,
  * KVP_CACHE_KEY, KVP_REMOTE_URL, KVP_CACHE_CAPACITY (a size: 64G) and
- * KVP_CACHE_WRITE_BEHIND (0: store_in_prefill).  Returns 0, or -EINVAL with err
- * naming the variable (a bad capacity).
+ * KVP_CACHE_WRITE_BEHIND (0/off/no/false: store_in_prefill).  Returns
+ * 0, or -EINVAL with err naming the variable (a bad capacity or
+ * KVP_CACHE_WRITE_BEHIND).
  */
 int kvp_model_cache_opts_env(struct kvp_model_cache_opts *o, char *err,
 			     size_t errlen);
