@@ -42,11 +42,29 @@ struct kvp_store_ops {
 	/* Queue @n I/Os and submit them; returns how many were accepted. */
 	int (*submit)(struct kvp_store_queue *q, struct kvp_io *const *ios,
 		      unsigned n);
-	/* Up to @max completions into @out; waits for one if @wait. */
+	/*
+	 * Up to @max completions into @out.  @wait 0 takes what is there;
+	 * n > 0 waits for at least one, and a store that can (the file
+	 * store) until min(n, @max, the I/Os in flight) have completed, so
+	 * that a caller who needs n of them wakes once rather than n times.
+	 * true as @wait is 1: wait for one.
+	 */
 	int (*reap)(struct kvp_store_queue *q, struct kvp_io **out,
-		    unsigned max, bool wait);
+		    unsigned max, unsigned wait);
 	/* A descriptor that polls readable when completions wait, or -1. */
 	int (*queue_fd)(struct kvp_store_queue *q);
+	/*
+	 * Optional.  I/Os whose buffer lies wholly inside [base, base+len)
+	 * may be done without pinning its pages again for each I/O (the file
+	 * store registers it as an io_uring fixed buffer, whose pages stay
+	 * pinned while registered).  One range a queue: a new call replaces
+	 * it, base NULL forgets it; the memory must stay mapped until then
+	 * or until queue_destroy, and no I/O may be in flight during the
+	 * call.  0, or -errno (-ENOMEM over RLIMIT_MEMLOCK, ...) with no
+	 * range kept, and I/O goes on as before.
+	 */
+	int (*queue_buffer)(struct kvp_store_queue *q, void *base,
+			    size_t len);
 	/* Forget [off, off+len): later reads may return zeros.  Optional. */
 	int (*discard)(struct kvp_store *s, uint64_t off, uint64_t len);
 	void (*destroy)(struct kvp_store *s);
@@ -77,7 +95,11 @@ struct kvp_store {
  * than @size is extended with fallocate(2), so that a full disk fails here
  * with -ENOSPC rather than at a later write-back.  Alignment comes from
  * statx(STATX_DIOALIGN) (kvp_dio_alignment).  Each queue is an io_uring
- * ring of the depth asked for, with an eventfd as its queue_fd; submit
+ * ring of the depth asked for, with an eventfd as its queue_fd (registered
+ * on the ring at the first queue_fd call: a queue nobody polls pays no
+ * signal per completion); reap with @wait n waits for min(n, max, in
+ * flight) completions in one io_uring_enter; queue_buffer registers a
+ * fixed buffer; submit
  * returns 0 (not an error) when the queue already holds depth I/Os, and
  * queue_destroy waits for the I/Os still in flight.  Synchronous calls
  * accept any buffer address (misaligned ones go through a bounce buffer);

@@ -388,7 +388,7 @@ static int faulty_collect(struct kvp_store_queue *q, bool wait_inner)
 }
 
 static int faulty_reap(struct kvp_store_queue *q, struct kvp_io **out,
-		       unsigned max, bool wait)
+		       unsigned max, unsigned wait)
 {
 	unsigned got = 0;
 	int err;
@@ -432,6 +432,16 @@ static int faulty_queue_fd(struct kvp_store_queue *q)
 	return q->epfd;
 }
 
+/* The I/Os reach the inner queue with their buffers: register it there. */
+static int faulty_queue_buffer(struct kvp_store_queue *q, void *base,
+			       size_t len)
+{
+	const struct kvp_store_ops *iops = q->fs->inner->ops;
+
+	return iops->queue_buffer ? iops->queue_buffer(q->inner, base, len)
+				  : -EOPNOTSUPP;
+}
+
 static void faulty_queue_destroy(struct kvp_store_queue *q)
 {
 	struct kvp_io *io;
@@ -469,6 +479,7 @@ static const struct kvp_store_ops faulty_ops = {
 	.submit = faulty_submit,
 	.reap = faulty_reap,
 	.queue_fd = faulty_queue_fd,
+	.queue_buffer = faulty_queue_buffer,
 	.discard = faulty_discard,
 	.destroy = faulty_destroy,
 };

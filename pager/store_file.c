@@ -2,8 +2,9 @@
  * store_file.c - the file store: io_uring and O_DIRECT on a file.
  *
  * One io_uring ring per queue (the caller's thread), an eventfd registered
- * on it as the queue's pollable descriptor, the file registered as a fixed
- * file.  A filesystem that refuses O_DIRECT gets the same code path with a
+ * on it as the queue's pollable descriptor once someone asks for it (each
+ * completion signals it: a queue that is only reaped skips that cost), the
+ * file registered as a fixed file, and optionally one fixed buffer.  A filesystem that refuses O_DIRECT gets the same code path with a
  * buffered descriptor, a warning and the buffered_ios counter.  The
  * contract is in store.h.
  */
@@ -35,8 +36,11 @@ struct file_store {
 struct kvp_store_queue {
 	struct io_uring ring;
 	struct file_store *fs;
-	int efd;	   /* eventfd signalled on each completion */
+	int efd;	   /* eventfd signalled on each completion ... */
+	bool efd_on;	   /* ... once registered (file_queue_fd) */
 	bool fixed;	   /* fs->fd is registered as fixed file 0 */
+	char *buf_base;	   /* fixed buffer 0 (file_queue_buffer), or NULL */
+	size_t buf_len;
 	unsigned depth;	   /* most I/Os in flight, as asked */
 	unsigned inflight; /* accepted and not reaped yet */
 };
@@ -167,15 +171,10 @@ static int file_queue_create(struct kvp_store *s, unsigned depth,
 		err = -errno;
 		goto out_ring;
 	}
-	err = io_uring_register_eventfd(&q->ring, q->efd);
-	if (err)
-		goto out_efd;
 	/* A fixed file spares a file lookup per I/O; optional. */
 	q->fixed = io_uring_register_files(&q->ring, &fs->fd, 1) == 0;
 	*out = q;
 	return 0;
-out_efd:
-	close(q->efd);
 out_ring:
 	kvp_uring_exit(&q->ring);
 out_free:
@@ -232,6 +231,17 @@ static void file_queue_destroy(struct kvp_store_queue *q)
 	free(q);
 }
 
+/* Does @io's buffer lie in the fixed buffer (buf_index 0, sqe zeroed)? */
+static bool in_fixed_buf(const struct kvp_store_queue *q,
+			 const struct kvp_io *io)
+{
+	const char *b = io->buf;
+
+	return q->buf_base && b >= q->buf_base &&
+	       (size_t)(b - q->buf_base) <= q->buf_len &&
+	       io->len <= q->buf_len - (size_t)(b - q->buf_base);
+}
+
 static int file_submit(struct kvp_store_queue *q, struct kvp_io *const *ios,
 		       unsigned n)
 {
@@ -259,7 +269,15 @@ static int file_submit(struct kvp_store_queue *q, struct kvp_io *const *ios,
 		sqe = io_uring_get_sqe(&q->ring);
 		if (!sqe)
 			break;
-		if (io->op == KVP_IO_READ)
+		/* a fixed buffer's pages are not pinned again per I/O */
+		if (in_fixed_buf(q, io) && io->op == KVP_IO_READ)
+			io_uring_prep_read_fixed(sqe, fd, io->buf,
+						 (unsigned)io->len, io->off, 0);
+		else if (in_fixed_buf(q, io))
+			io_uring_prep_write_fixed(sqe, fd, io->buf,
+						  (unsigned)io->len, io->off,
+						  0);
+		else if (io->op == KVP_IO_READ)
 			io_uring_prep_read(sqe, fd, io->buf, (unsigned)io->len,
 					   io->off);
 		else
@@ -289,9 +307,9 @@ static int file_submit(struct kvp_store_queue *q, struct kvp_io *const *ios,
 }
 
 static int file_reap(struct kvp_store_queue *q, struct kvp_io **out,
-		     unsigned max, bool wait)
+		     unsigned max, unsigned wait)
 {
-	unsigned got;
+	unsigned got = 0, want;
 
 	if (!out)
 		return -EINVAL;
@@ -299,13 +317,16 @@ static int file_reap(struct kvp_store_queue *q, struct kvp_io **out,
 		return 0;
 	if (io_uring_sq_ready(&q->ring))
 		io_uring_submit(&q->ring);
+	want = wait < max ? wait : max;
+	if (want > q->inflight)
+		want = q->inflight;
 	for (;;) {
 		struct io_uring_cqe *cqe;
 		uint64_t v;
 		int err;
 
-		got = file_harvest(q, out, max);
-		if (got < max) {
+		got += file_harvest(q, out + got, max - got);
+		if (got < max && q->efd_on) {
 			/*
 			 * The ring was empty: clear the eventfd, then look
 			 * again, so that a completion posted in between
@@ -319,17 +340,46 @@ static int file_reap(struct kvp_store_queue *q, struct kvp_io **out,
 			if (got == max && io_uring_cq_ready(&q->ring))
 				eventfd_write(q->efd, 1);
 		}
-		if (got || !wait || !q->inflight)
+		if (got >= want)
 			return (int)got;
-		err = io_uring_wait_cqe(&q->ring, &cqe);
+		/* one io_uring_enter for the rest of what is wanted */
+		err = io_uring_wait_cqe_nr(&q->ring, &cqe, want - got);
 		if (err && err != -EINTR && err != -EAGAIN)
-			return err;
+			return got ? (int)got : err;
 	}
 }
 
 static int file_queue_fd(struct kvp_store_queue *q)
 {
+	if (!q->efd_on) {
+		if (io_uring_register_eventfd(&q->ring, q->efd))
+			return -1;
+		q->efd_on = true;
+		/* what completed before it was registered */
+		if (io_uring_cq_ready(&q->ring))
+			eventfd_write(q->efd, 1);
+	}
 	return q->efd;
+}
+
+static int file_queue_buffer(struct kvp_store_queue *q, void *base,
+			     size_t len)
+{
+	struct iovec iov = { .iov_base = base, .iov_len = len };
+	int err;
+
+	if (q->buf_base)
+		(void)io_uring_unregister_buffers(&q->ring);
+	q->buf_base = NULL;
+	q->buf_len = 0;
+	if (!base || !len)
+		return 0;
+	err = io_uring_register_buffers(&q->ring, &iov, 1);
+	if (err)
+		return err;
+	q->buf_base = base;
+	q->buf_len = len;
+	return 0;
 }
 
 static int file_discard(struct kvp_store *s, uint64_t off, uint64_t len)
@@ -363,6 +413,7 @@ static const struct kvp_store_ops file_ops = {
 	.submit = file_submit,
 	.reap = file_reap,
 	.queue_fd = file_queue_fd,
+	.queue_buffer = file_queue_buffer,
 	.discard = file_discard,
 	.destroy = file_destroy,
 };

@@ -144,7 +144,7 @@ static int mem_submit(struct kvp_store_queue *q, struct kvp_io *const *ios,
 }
 
 static int mem_reap(struct kvp_store_queue *q, struct kvp_io **out,
-		    unsigned max, bool wait)
+		    unsigned max, unsigned wait)
 {
 	uint64_t cnt;
 	unsigned n = 0;

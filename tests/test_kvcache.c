@@ -131,7 +131,7 @@ static int cs_submit(struct kvp_store_queue *q, struct kvp_io *const *ios,
 }
 
 static int cs_reap(struct kvp_store_queue *q, struct kvp_io **out, unsigned max,
-		   bool wait)
+		   unsigned wait)
 {
 	struct count_store *cs = q->cs;
 	int n, i;

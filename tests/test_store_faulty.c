@@ -288,6 +288,39 @@ START_TEST(test_over_memory)
 }
 END_TEST
 
+/*
+ * queue_buffer reaches the inner store's queue: reads into the registered
+ * buffer move the right bytes, and the faults still apply; over a store
+ * without it, -EOPNOTSUPP.
+ */
+START_TEST(test_fixed_buffer)
+{
+	struct kvp_fault_plan p = { .read_fail_off = BS,
+				    .read_fail_len = 1,
+				    .read_errno = EIO };
+	struct kvp_store *m, *f;
+	struct kvp_store_queue *q;
+	char *r = mem + 2 * MIB;
+
+	ck_assert_int_eq(faulty->ops->queue_create(faulty, 4, &q), 0);
+	ck_assert_int_eq(faulty->ops->queue_buffer(q, r, 2 * MIB), 0);
+	memset(r, 0, 2 * BS);
+	ck_assert_int_eq(queue_one(q, KVP_IO_READ, r, BS, 0), BS);
+	ck_assert_int_eq(memcmp(r, mem, BS), 0);
+	ck_assert_int_eq(kvp_store_faulty_set(faulty, &p), 0);
+	ck_assert_int_eq(queue_one(q, KVP_IO_READ, r + BS, BS, BS), -EIO);
+	faulty->ops->queue_destroy(q);
+
+	ck_assert_int_eq(kvp_store_memory_create(1 * MIB, &m), 0);
+	ck_assert_int_eq(kvp_store_faulty_create(m, &f), 0);
+	ck_assert_int_eq(f->ops->queue_create(f, 2, &q), 0);
+	ck_assert_int_eq(f->ops->queue_buffer(q, r, BS), -EOPNOTSUPP);
+	f->ops->queue_destroy(q);
+	kvp_store_destroy(f);
+	kvp_store_destroy(m);
+}
+END_TEST
+
 static Suite *faulty_suite(void)
 {
 	Suite *s = suite_create("store_faulty");
@@ -301,6 +334,7 @@ static Suite *faulty_suite(void)
 	tcase_add_test(tc, test_delay);
 	tcase_add_test(tc, test_bad_input);
 	tcase_add_test(tc, test_over_memory);
+	tcase_add_test(tc, test_fixed_buffer);
 	return s;
 }
 

@@ -922,7 +922,7 @@ static int cs_queue_fd(struct kvp_store_queue *q)
 }
 
 static int cs_reap(struct kvp_store_queue *q, struct kvp_io **out,
-		   unsigned max, bool wait)
+		   unsigned max, unsigned wait)
 {
 	for (;;) {
 		struct pollfd pfd = { .fd = cs_queue_fd(q), .events = POLLIN };
