@@ -270,6 +270,7 @@ int main(void)
 	F(kvp_kvcache_stats, mmap_dropped_bytes);
 	F(kvp_kvcache_stats, slot_reads);
 	F(kvp_kvcache_stats, slot_read_errors);
+	F(kvp_kvcache_stats, slot_ios);
 	struct_end();
 	struct_begin("kvp_kv_synth_opts", sizeof(struct kvp_kv_synth_opts));
 	F(kvp_kv_synth_opts, seed);

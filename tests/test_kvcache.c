@@ -562,6 +562,9 @@ static void slots_bit_for_bit(bool fail_first)
 	kvp_kvcache_destroy(c);
 	kvp_store_destroy(&cs->base);
 	ck_assert_uint_gt(st.slot_reads, 0);
+	/* the window's blocks are adjacent: read several to an I/O */
+	ck_assert_uint_gt(st.slot_ios, 0);
+	ck_assert_uint_lt(st.slot_ios, st.slot_reads + st.slot_read_errors);
 	/* the window chooses most of its blocks again each step */
 	ck_assert_uint_gt(st.sum.reused_blocks, st.sum.chosen_blocks / 2);
 	if (fail_first)

@@ -1939,10 +1939,12 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 			       s_end.sum.flush_store, s_end.sum.flush_region);
 			if (ram.slots)
 				printf("  reuse slots           %s of the frames: "
-				       "%" PRIu64 " blocks read into them, %" PRIu64
+				       "%" PRIu64 " blocks read into them in %" PRIu64
+				       " I/Os, %" PRIu64
 				       " reads failed (the region read those)\n",
 				       human((double)ram.slots, h1, sizeof(h1)),
-				       s_end.slot_reads, s_end.slot_read_errors);
+				       s_end.slot_reads, s_end.slot_ios,
+				       s_end.slot_read_errors);
 			printf("  RAM                   %s in all: frames %s "
 			       "(the budget), predictor metadata %s, rolling "
 			       "buffers %s, staging %s (all but the frames "

@@ -201,6 +201,8 @@ struct kvp_kvcache_stats {
 	uint64_t mmap_dropped_bytes; /* mmap: dropped to keep the budget */
 	uint64_t slot_reads;	     /* blocks read into reuse slots */
 	uint64_t slot_read_errors;   /* of those, failed: the region read them */
+	uint64_t slot_ios; /* the I/Os those took: blocks adjacent in the
+			      store, read as one */
 };
 
 /*

@@ -33,6 +33,13 @@
  * queued plans' reads in order, as deep as the queue goes, and reaps them;
  * it touches only the plans' I/O records and their counts.  Settling (the
  * results into the slots' states) is the driving thread's, after the wait.
+ *
+ * CPU per read, which shares the cores with attention and the predictor:
+ * blocks adjacent in the store that get adjacent slots are read as one
+ * I/O (CLOCK's hand moves on by one, so a run of new blocks often does),
+ * the slots' memory is the queue's fixed buffer where the store can (no
+ * page pinning per read), and the waiter wakes once for a batch of
+ * completions, not once for each.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -42,7 +49,9 @@
 #include "kmod-helpers/mem.h"
 #include "lib/kv/kvcache_i.h"
 
-#define SLOT_QUEUE_DEPTH 128 /* reads in flight at most */
+#define SLOT_QUEUE_DEPTH 128  /* reads in flight at most */
+#define SLOT_WAKE_BATCH	 32   /* completions the waiter wakes for, at most */
+#define SLOT_READ_MAX	 (256u << 10) /* one read of adjacent blocks, at most */
 
 enum { SLOT_FREE, SLOT_LOADING, SLOT_VALID, SLOT_DEAD };
 
@@ -87,6 +96,8 @@ static uint32_t slots_fitting(const struct kvp_kvcache *c, uint64_t bytes)
 
 static void slots_free_mem(struct kvp_kvcache *c)
 {
+	if (c->sl_mem && c->sl_q && c->sl_store->ops->queue_buffer)
+		(void)c->sl_store->ops->queue_buffer(c->sl_q, NULL, 0);
 	if (c->sl_mem)
 		kvp_mem_release(c->sl_mem,
 				(size_t)c->sl_n * c->l.pager_block_bytes);
@@ -141,6 +152,9 @@ static int slots_resize(struct kvp_kvcache *c, uint64_t bytes)
 	for (i = 0; i < n; i++)
 		c->sl[i].pb = UINT64_MAX;
 	c->sl_n = n;
+	/* optional: without it each read pins its slot's pages */
+	if (c->sl_q && c->sl_store->ops->queue_buffer)
+		(void)c->sl_store->ops->queue_buffer(c->sl_q, c->sl_mem, len);
 	return 0;
 }
 
@@ -215,6 +229,23 @@ void kvc_slots_fini(struct kvp_kvcache *c)
 	c->sl_of = NULL;
 }
 
+/* Slot i for a new block if it is free or VALID unreferenced: true. */
+static bool slot_take(struct kvp_kvcache *c, uint32_t i)
+{
+	struct kvc_slot *s = &c->sl[i];
+
+	if (s->refs || (s->state != SLOT_FREE &&
+			(s->state != SLOT_VALID || s->used)))
+		return false;
+	if (s->state == SLOT_VALID)
+		c->sl_of[s->pb] = -1;
+	s->state = SLOT_FREE;
+	s->pb = UINT64_MAX;
+	if (c->sl_hand == i)
+		c->sl_hand = (i + 1) % c->sl_n;
+	return true;
+}
+
 /* A slot no plan holds, by CLOCK over the reference bits; -1: none. */
 static int32_t slot_victim(struct kvp_kvcache *c)
 {
@@ -243,6 +274,7 @@ static int32_t slot_victim(struct kvp_kvcache *c)
 int kvc_slots_plan(struct kvp_kvcache *c, struct kvc_plan *pl)
 {
 	size_t pbb = c->l.pager_block_bytes, i;
+	struct kvp_io *last = NULL; /* the read of pl->pb[i - 1], if new */
 
 	pl->nio = pl->io_sub = pl->io_done = 0;
 	if (kvc_grow((void **)&pl->io, &pl->io_cap, pl->npb + 1,
@@ -259,21 +291,40 @@ int kvc_slots_plan(struct kvp_kvcache *c, struct kvc_plan *pl)
 			c->sl[s].used = true;
 			pl->slot[i] = s;
 			pl->res[i] = c->sl[s].state == SLOT_VALID;
+			last = NULL;
 			continue;
 		}
 		pl->res[i] = c->be->resident(c, pb);
-		if (pl->res[i] || !c->be->in_store(c, pb))
+		if (pl->res[i] || !c->be->in_store(c, pb)) {
+			last = NULL;
 			continue;
-		s = slot_victim(c);
+		}
+		/* the block after the last one read: the slot after its
+		 * slot, if free, extends that read */
+		s = -1;
+		if (last && pb == pl->pb[i - 1] + 1 &&
+		    last->len + pbb <= SLOT_READ_MAX &&
+		    (uint32_t)pl->slot[i - 1] + 1 < c->sl_n &&
+		    slot_take(c, (uint32_t)pl->slot[i - 1] + 1))
+			s = pl->slot[i - 1] + 1;
 		if (s < 0)
+			s = slot_victim(c);
+		if (s < 0) {
+			last = NULL;
 			continue; /* every slot in use: the region serves it */
+		}
 		c->sl[s].pb = pb;
 		c->sl[s].state = SLOT_LOADING;
 		c->sl[s].refs = 1;
 		c->sl[s].used = true;
 		c->sl_of[pb] = s;
 		pl->slot[i] = s;
-		io = &pl->io[pl->nio++];
+		if (last && s == pl->slot[i - 1] + 1 &&
+		    pb == pl->pb[i - 1] + 1 && last->len + pbb <= SLOT_READ_MAX) {
+			last->len += pbb;
+			continue;
+		}
+		io = last = &pl->io[pl->nio++];
 		memset(io, 0, sizeof(*io));
 		io->op = KVP_IO_READ;
 		io->buf = c->sl_mem + (size_t)s * pbb;
@@ -292,19 +343,25 @@ void kvc_slots_settle(struct kvp_kvcache *c, struct kvc_plan *pl)
 		return;
 	for (i = 0; i < pl->nio; i++) {
 		const struct kvp_io *io = &pl->io[i];
-		uint32_t s = (uint32_t)(((char *)io->buf - c->sl_mem) / pbb);
-		struct kvc_slot *sl = &c->sl[s];
+		uint32_t s = (uint32_t)(((char *)io->buf - c->sl_mem) / pbb), k;
+		bool whole = io->result == (int64_t)io->len;
 
-		if (sl->state != SLOT_LOADING)
-			continue; /* written or discarded meanwhile */
-		if (io->result == (int64_t)io->len) {
-			sl->state = SLOT_VALID;
-			c->cur.bytes_read += io->len;
-			c->st.slot_reads++;
-		} else {
-			sl->state = SLOT_DEAD;
-			c->sl_of[sl->pb] = -1;
-			c->st.slot_read_errors++;
+		c->st.slot_ios++;
+		/* one read of adjacent blocks into adjacent slots */
+		for (k = 0; k < io->len / pbb; k++) {
+			struct kvc_slot *sl = &c->sl[s + k];
+
+			if (sl->state != SLOT_LOADING)
+				continue; /* written or discarded meanwhile */
+			if (whole) {
+				sl->state = SLOT_VALID;
+				c->cur.bytes_read += pbb;
+				c->st.slot_reads++;
+			} else {
+				sl->state = SLOT_DEAD;
+				c->sl_of[sl->pb] = -1;
+				c->st.slot_read_errors++;
+			}
 		}
 	}
 	pl->settled = true;
@@ -417,6 +474,8 @@ void kvc_slots_wait(struct kvp_kvcache *c, struct kvc_plan *pl)
 	int n, k;
 
 	while (pl->io_done < pl->nio) {
+		unsigned want;
+
 		slots_submit(c);
 		if (!c->sl_inflight) {
 			/* the queue took none with none in flight: give up
@@ -427,8 +486,14 @@ void kvc_slots_wait(struct kvp_kvcache *c, struct kvc_plan *pl)
 			}
 			break;
 		}
+		/* one wakeup for what pl still waits for (any plan's
+		 * completions count: pl's cannot come sooner), in batches
+		 * so that the queue is refilled on the way */
+		want = (unsigned)(pl->io_sub - pl->io_done);
+		if (want > SLOT_WAKE_BATCH)
+			want = SLOT_WAKE_BATCH;
 		n = c->sl_store->ops->reap(c->sl_q, done, SLOT_QUEUE_DEPTH,
-					   true);
+					   want ? want : 1);
 		if (n < 0) {
 			/* the reads stay in flight (their buffers are the
 			 * kernel's until reaped): try again, not in a spin */

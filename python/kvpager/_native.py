@@ -317,7 +317,8 @@ class KvcacheStats(Structure):
                 ("prefill_bytes", c_uint64), ("cow_copies", c_uint64),
                 ("discarded_pager_blocks", c_uint64),
                 ("pin_failures", c_uint64), ("mmap_dropped_bytes", c_uint64),
-                ("slot_reads", c_uint64), ("slot_read_errors", c_uint64)]
+                ("slot_reads", c_uint64), ("slot_read_errors", c_uint64),
+                ("slot_ios", c_uint64)]
 
 
 class SynthOpts(Structure):

@@ -81,6 +81,8 @@ struct dres {
 	double agree, top1;    /* --model: against the exact run's */
 	double tps, t_step, t_compute, t_load, t_prefill;
 	double bytes_read, faults, reuse, recall, rel;
+	double slot_reads, slot_ios; /* per step: blocks into reuse slots,
+					and the I/Os they took */
 	double t_gpu;	   /* --device: attention on it, per step */
 	double dev_reuse;  /* --device: of the blocks read, already there */
 	double dev_mib;	   /* --device: MiB to the device per step */
@@ -403,6 +405,8 @@ static int run_mode(const struct dopts *o, const struct dmode *m,
 		r->t_load = (s1.t_load_busy_s - s0.t_load_busy_s) / n;
 		r->bytes_read = (d.bytes_read - s0.sum.bytes_read) / n;
 		r->faults = (d.demand_faults - s0.sum.demand_faults) / n;
+		r->slot_reads = (double)(s1.slot_reads - s0.slot_reads) / n;
+		r->slot_ios = (double)(s1.slot_ios - s0.slot_ios) / n;
 		r->hit = d.prefetch_hit - s0.sum.prefetch_hit;
 		r->late = d.prefetch_late - s0.sum.prefetch_late;
 		r->wasted = d.prefetch_wasted - s0.sum.prefetch_wasted;
@@ -989,12 +993,14 @@ int kvpbench_decode(int argc, char **argv)
 			printf("DISK %-14s %.2f GB/s raw: random %zu KiB reads, "
 			       "%d in flight, from its file after the run; the "
 			       "decode read %.2f GB/s while loading (MiB "
-			       "read/st over T_load)\n",
+			       "read/st over T_load), %.0f blocks a step in "
+			       "%.0f reads\n",
 			       dmodes[i].name, res[i].raw_gbps,
 			       res[i].raw_block >> 10, RAW_DEPTH,
 			       res[i].t_load > 0 ? res[i].bytes_read /
 						       res[i].t_load / 1e9
-						 : 0);
+						 : 0,
+			       res[i].slot_reads, res[i].slot_ios);
 	for (i = 0; i < NDMODES && !o.json; i++)
 		if (res[i].ran)
 			printf("RAM %-15s %8.1f MiB: frames %.1f (the budget, "
