@@ -2,6 +2,7 @@
  * keys, the writer thread, read-ahead, misses. */
 #include <check.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -440,6 +441,68 @@ START_TEST(put_fd_descriptors_bounded)
 }
 END_TEST
 
+struct seen {
+	pthread_t putter;
+	unsigned calls, on_putter, wrong;
+	uint32_t seed;
+	struct kvp_prefix *p;
+};
+
+static void on_stored(void *arg, const struct kvp_rec_key *k,
+		      const void *payload, size_t len)
+{
+	struct seen *sn = arg;
+	unsigned char want[LEN];
+	struct kvp_rec_key ki;
+	uint32_t i;
+
+	sn->calls++;
+	sn->on_putter += pthread_equal(pthread_self(), sn->putter) != 0;
+	for (i = 0; !kvp_prefix_key(sn->p, i, &ki); i++)
+		if (!memcmp(&ki, k, sizeof(ki)))
+			break;
+	fill(want, i, sn->seed);
+	sn->wrong += len != LEN || memcmp(payload, want, LEN) != 0;
+}
+
+/*
+ * The stored hook (a lower tier's publish): called on the writer thread
+ * for each chunk put, after the release when held, with the chunk's
+ * payload; never for put_local; not after it is removed.
+ */
+START_TEST(stored_hook_behind_the_release)
+{
+	struct kvp_prefix *p = prefix_of(NULL);
+	struct seen sn = { .putter = pthread_self(), .seed = 8, .p = p };
+	unsigned char want[LEN];
+	uint32_t t[6 * C + 1], i;
+
+	prompt(t, 6 * C + 1, 8);
+	kvp_prefix_set_prompt(p, t, 6 * C + 1, C);
+	kvp_prefix_on_stored(p, on_stored, &sn);
+	kvp_prefix_hold(p);
+	for (i = 0; i < 4; i++) {
+		fill(want, i, 8);
+		kvp_prefix_put(p, i, want, LEN);
+	}
+	fill(want, 4, 8);
+	kvp_prefix_put_local(p, 4, want, LEN);
+	usleep(100 * 1000); /* a writer that would call it early can */
+	ck_assert_uint_eq(sn.calls, 0);
+	kvp_prefix_release(p);
+	kvp_prefix_drain(p);
+	ck_assert_uint_eq(sn.calls, 4);
+	ck_assert_uint_eq(sn.on_putter, 0);
+	ck_assert_uint_eq(sn.wrong, 0);
+	kvp_prefix_on_stored(p, NULL, NULL);
+	fill(want, 5, 8);
+	kvp_prefix_put(p, 5, want, LEN);
+	kvp_prefix_drain(p);
+	ck_assert_uint_eq(sn.calls, 4);
+	kvp_prefix_destroy(p);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cache_prefix");
@@ -452,6 +515,7 @@ int main(void)
 	tcase_add_test(tc, try_put_skips_when_full);
 	tcase_add_test(tc, hold_then_release);
 	tcase_add_test(tc, put_fd_stores_the_record);
+	tcase_add_test(tc, stored_hook_behind_the_release);
 	tcase_add_test(tc, new_hold_stores_earlier_chunks);
 	tcase_add_test(tc, put_fd_descriptors_bounded);
 	return kvp_test_run(s);

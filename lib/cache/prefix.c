@@ -42,6 +42,7 @@ struct job {
 	int fd;		      /* -1, or the record is there (put_fd) */
 	bool held;	      /* queued while the writer was held */
 	uint64_t gen;	      /* the hold it was queued under */
+	bool notify;	      /* call the stored hook when done */
 	unsigned char *data;  /* the payload (cap bytes), or NULL */
 };
 
@@ -67,6 +68,8 @@ struct kvp_prefix {
 	unsigned fd_jobs;	   /* put_fd jobs queued: a descriptor each */
 	unsigned fd_cap;	   /* past this many a held writer stores */
 	double release_t;	   /* when the hold was released */
+	kvp_prefix_stored_fn stored_fn; /* kvp_prefix_on_stored's */
+	void *stored_arg;
 	pthread_t writer;
 	struct kvp_prefix_stats st; /* under lock */
 	/* read-ahead, under lock: chunks ra_next .. ra_stop - 1 are read in
@@ -157,6 +160,8 @@ static void *writer_main(void *arg)
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
 		struct job *j;
+		kvp_prefix_stored_fn fn;
+		void *fn_arg;
 		bool by_fd, behind;
 		int err;
 
@@ -170,6 +175,8 @@ static void *writer_main(void *arg)
 		if (!p->head)
 			p->tail = NULL;
 		p->busy = true;
+		fn = j->notify ? p->stored_fn : NULL;
+		fn_arg = p->stored_arg;
 		pthread_mutex_unlock(&p->lock);
 		by_fd = j->fd >= 0;
 		if (by_fd) {
@@ -181,6 +188,10 @@ static void *writer_main(void *arg)
 			err = kvp_cache_put(p->o.cache, &j->key, j->data,
 					    j->len);
 		}
+		/* stored or not, the next tier gets it, behind the first
+		 * token as the directory does */
+		if (fn && j->data)
+			fn(fn_arg, &j->key, j->data, j->len);
 		pthread_mutex_lock(&p->lock);
 		if (err)
 			p->st.failed++;
@@ -535,7 +546,7 @@ static void enqueue(struct kvp_prefix *p, struct job *j)
 /* put and try_put: with @wait, room in a full queue is waited for; without,
  * -EAGAIN and nothing queued. */
 static int put(struct kvp_prefix *p, uint32_t chunk, const void *payload,
-	       size_t len, bool wait)
+	       size_t len, bool wait, bool notify)
 {
 	struct job *j = NULL;
 
@@ -575,6 +586,7 @@ static int put(struct kvp_prefix *p, uint32_t chunk, const void *payload,
 	}
 	j->key = p->keys[chunk];
 	j->len = len;
+	j->notify = notify;
 	memcpy(j->data, payload, len);
 	pthread_mutex_lock(&p->lock);
 	enqueue(p, j);
@@ -585,13 +597,30 @@ static int put(struct kvp_prefix *p, uint32_t chunk, const void *payload,
 void kvp_prefix_put(void *arg, uint32_t chunk, const void *payload,
 		    size_t len)
 {
-	put(arg, chunk, payload, len, true);
+	put(arg, chunk, payload, len, true, true);
+}
+
+void kvp_prefix_put_local(struct kvp_prefix *p, uint32_t chunk,
+			  const void *payload, size_t len)
+{
+	put(p, chunk, payload, len, true, false);
+}
+
+void kvp_prefix_on_stored(struct kvp_prefix *p, kvp_prefix_stored_fn fn,
+			  void *arg)
+{
+	pthread_mutex_lock(&p->lock);
+	while (p->busy) /* a call in progress finishes with the old hook */
+		pthread_cond_wait(&p->cond, &p->lock);
+	p->stored_fn = fn;
+	p->stored_arg = arg;
+	pthread_mutex_unlock(&p->lock);
 }
 
 int kvp_prefix_try_put(struct kvp_prefix *p, uint32_t chunk,
 		       const void *payload, size_t len)
 {
-	return put(p, chunk, payload, len, false);
+	return put(p, chunk, payload, len, false, true);
 }
 
 int kvp_prefix_put_fd(struct kvp_prefix *p, uint32_t chunk, int fd,

@@ -126,6 +126,25 @@ int kvp_prefix_try_put(struct kvp_prefix *p, uint32_t chunk,
 int kvp_prefix_put_fd(struct kvp_prefix *p, uint32_t chunk, int fd,
 		      size_t len);
 
+/*
+ * kvp_prefix_on_stored - fn is called on the writer thread with each
+ * chunk of kvp_prefix_put and _try_put once the directory stored it (or
+ * failed to), its payload valid for the call: a lower tier publishes it
+ * there, behind the first token as the directory stores it, and not on
+ * the putting thread.  Not for kvp_prefix_put_local nor put_fd chunks.
+ * NULL: none.  Waits for a call in progress; drain first to have every
+ * queued chunk go to the old hook.
+ */
+typedef void (*kvp_prefix_stored_fn)(void *arg, const struct kvp_rec_key *key,
+				     const void *payload, size_t len);
+void kvp_prefix_on_stored(struct kvp_prefix *p, kvp_prefix_stored_fn fn,
+			  void *arg);
+
+/* kvp_prefix_put without the stored hook (a chunk that came from the
+ * tier the hook feeds). */
+void kvp_prefix_put_local(struct kvp_prefix *p, uint32_t chunk,
+			  const void *payload, size_t len);
+
 /* Hold the writer (write behind, above) until kvp_prefix_release. */
 void kvp_prefix_hold(struct kvp_prefix *p);
 void kvp_prefix_release(struct kvp_prefix *p);

@@ -16,9 +16,12 @@
  *        is served and stored in the directory for next time.  Fetches
  *        read ahead: the window of the next chunks is fetched on the
  *        tier's thread while the prefill takes this one.
- *   put  chunk i to the directory (its writer thread) and to Redis (the
- *        tier's publisher thread seals the record): neither waits on a
- *        disk or the network; a full publish queue skips, counted.
+ *   put  chunk i to the directory (its writer thread), which hands it to
+ *        Redis once stored (kvp_prefix_on_stored: the copy for the
+ *        publish queue is made there, behind the first token when the
+ *        run holds the writer; the tier's publisher thread seals the
+ *        record): the prefill waits on neither a disk nor the network; a
+ *        full publish queue skips, counted.
  *
  * Redis keys are the chunk keys under a namespace tag that is a hash of
  * the key context (model, geometry, salt): instances that share a model
