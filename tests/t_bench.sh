@@ -206,9 +206,10 @@ ls "$tmp"/kvpbench* 2>/dev/null && fail "a backing file was left in $tmp"
 
 # kvpbench decode says where each mode's step goes, parts adding up to
 # T_step, and for the pager the disk's rate on its own file; a sparse
-# predictor reads into reuse slots, counted in the RAM line's frames.
+# predictor reads into reuse slots, counted in the RAM line's frames,
+# adjacent blocks in one read.
 "$B" decode --preset tiny --context 4096 --predictor window --steps 4 \
-	--warmup 1 --budget 3M --modes ram,kvpager --quiet --path "$tmp" \
+	--warmup 0 --budget 3M --modes ram,kvpager --quiet --path "$tmp" \
 	>"$tmp/dec" 2>&1 || fail "kvpbench decode exit $?: $(cat "$tmp/dec")"
 cat "$tmp/dec"
 python3 - "$tmp/dec" <<'PY' || fail "decode's STEP, DISK or RAM lines break their promise"
@@ -223,6 +224,10 @@ for mode in ("ram", "kvpager"):
     assert abs(sum(parts[1:]) - parts[0]) < 0.0005, m.group(0)
 m = re.search(r"^DISK kvpager +([0-9.]+) GB/s raw: random 4 KiB reads", text, re.M)
 assert m and float(m.group(1)) > 0, "no DISK line with a rate"
+# the window's adjacent blocks are read several to a read
+m = re.search(r"^DISK kvpager .*, ([0-9]+) blocks a step in ([0-9]+) reads$",
+              text, re.M)
+assert m and 0 < int(m.group(2)) < int(m.group(1)), "no blocks in fewer reads"
 m = re.search(r"^RAM kvpager .*frames ([0-9.]+) .*reuse slots ([0-9.]+) of it",
               text, re.M)
 assert m and 0 < float(m.group(2)) < float(m.group(1)), "no reuse slots"
