@@ -559,16 +559,21 @@ static void *service_main(void *arg)
 		}
 		pfd[0] = (struct pollfd){ .fd = p->uffd.fd, .events = POLLIN };
 		pfd[1] = (struct pollfd){ .fd = s->wake_fd, .events = POLLIN };
-		for (unsigned i = 0; i < s->nqueues && 2 + i < npfd; i++)
+		bool blind = false; /* I/O in flight on a queue without fd */
+
+		for (unsigned i = 0; i < s->nqueues && 2 + i < npfd; i++) {
 			pfd[2 + i] = (struct pollfd){
 				.fd = s->queues[i].store->ops->queue_fd(
 				    s->queues[i].q),
 				.events = POLLIN
 			};
+			blind |= pfd[2 + i].fd < 0 && s->queues[i].inflight;
+		}
 		if (s->ndeferred)
 			timeout = 0;
-		else if (s->want_frame || s->to_submit || s->ready)
-			timeout = 1; /* waiting on another thread's work */
+		else if (s->want_frame || s->to_submit || s->ready || blind)
+			timeout = 1; /* another thread's work, or a queue
+					poll cannot watch: look again soon */
 		else
 			timeout = retry_timeout(p);
 		if (s->stopping)

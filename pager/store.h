@@ -56,8 +56,9 @@ struct kvp_store_ops {
 	/*
 	 * Optional.  I/Os whose buffer lies wholly inside [base, base+len)
 	 * may be done without pinning its pages again for each I/O (the file
-	 * store registers it as an io_uring fixed buffer, whose pages stay
-	 * pinned while registered).  One range a queue: a new call replaces
+	 * store registers it as io_uring fixed buffers of 1 GiB at most, the
+	 * kernel's limit, whose pages stay pinned while registered; an I/O
+	 * across two of them is done as a plain one; -E2BIG past 64 GiB).  One range a queue: a new call replaces
 	 * it, base NULL forgets it; the memory must stay mapped until then
 	 * or until queue_destroy, and no I/O may be in flight during the
 	 * call.  0, or -errno (-ENOMEM over RLIMIT_MEMLOCK, ...) with no

@@ -39,7 +39,8 @@ struct kvp_store_queue {
 	int efd;	   /* eventfd signalled on each completion ... */
 	bool efd_on;	   /* ... once registered (file_queue_fd) */
 	bool fixed;	   /* fs->fd is registered as fixed file 0 */
-	char *buf_base;	   /* fixed buffer 0 (file_queue_buffer), or NULL */
+	char *buf_base;	   /* the fixed buffers' range (file_queue_buffer),
+			      or NULL: buffer i is its i-th FIXED_CHUNK */
 	size_t buf_len;
 	unsigned depth;	   /* most I/Os in flight, as asked */
 	unsigned inflight; /* accepted and not reaped yet */
@@ -232,14 +233,27 @@ static void file_queue_destroy(struct kvp_store_queue *q)
 }
 
 /* Does @io's buffer lie in the fixed buffer (buf_index 0, sqe zeroed)? */
-static bool in_fixed_buf(const struct kvp_store_queue *q,
-			 const struct kvp_io *io)
+/* io_uring refuses a registered buffer over 1 GiB (-EFAULT): a range is
+ * registered as buffers of this size, the last one shorter. */
+#define FIXED_CHUNK (1ull << 30)
+#define FIXED_MAX_CHUNKS 64
+
+/* The fixed buffer holding all of io's buffer, or -1: outside the range,
+ * or across two of its buffers. */
+static int fixed_index(const struct kvp_store_queue *q,
+		       const struct kvp_io *io)
 {
 	const char *b = io->buf;
+	size_t at;
 
-	return q->buf_base && b >= q->buf_base &&
-	       (size_t)(b - q->buf_base) <= q->buf_len &&
-	       io->len <= q->buf_len - (size_t)(b - q->buf_base);
+	if (!q->buf_base || b < q->buf_base ||
+	    (size_t)(b - q->buf_base) > q->buf_len ||
+	    io->len > q->buf_len - (size_t)(b - q->buf_base) || !io->len)
+		return -1;
+	at = (size_t)(b - q->buf_base);
+	if (at / FIXED_CHUNK != (at + io->len - 1) / FIXED_CHUNK)
+		return -1;
+	return (int)(at / FIXED_CHUNK);
 }
 
 static int file_submit(struct kvp_store_queue *q, struct kvp_io *const *ios,
@@ -256,7 +270,7 @@ static int file_submit(struct kvp_store_queue *q, struct kvp_io *const *ios,
 	for (i = 0; i < n && q->inflight < q->depth; i++) {
 		struct kvp_io *io = ios[i];
 		struct io_uring_sqe *sqe;
-		int fd = q->fixed ? 0 : q->fs->fd;
+		int fd = q->fixed ? 0 : q->fs->fd, fb;
 
 		if (!io || !range_ok(s, io->len, io->off) ||
 		    (s->direct && !buf_aligned(s, io->buf)) ||
@@ -270,13 +284,14 @@ static int file_submit(struct kvp_store_queue *q, struct kvp_io *const *ios,
 		if (!sqe)
 			break;
 		/* a fixed buffer's pages are not pinned again per I/O */
-		if (in_fixed_buf(q, io) && io->op == KVP_IO_READ)
+		fb = fixed_index(q, io);
+		if (fb >= 0 && io->op == KVP_IO_READ)
 			io_uring_prep_read_fixed(sqe, fd, io->buf,
-						 (unsigned)io->len, io->off, 0);
-		else if (in_fixed_buf(q, io))
+						 (unsigned)io->len, io->off, fb);
+		else if (fb >= 0)
 			io_uring_prep_write_fixed(sqe, fd, io->buf,
 						  (unsigned)io->len, io->off,
-						  0);
+						  fb);
 		else if (io->op == KVP_IO_READ)
 			io_uring_prep_read(sqe, fd, io->buf, (unsigned)io->len,
 					   io->off);
@@ -322,6 +337,7 @@ static int file_reap(struct kvp_store_queue *q, struct kvp_io **out,
 		want = q->inflight;
 	for (;;) {
 		struct io_uring_cqe *cqe;
+		unsigned kern;
 		uint64_t v;
 		int err;
 
@@ -342,10 +358,23 @@ static int file_reap(struct kvp_store_queue *q, struct kvp_io **out,
 		}
 		if (got >= want)
 			return (int)got;
-		/* one io_uring_enter for the rest of what is wanted */
-		err = io_uring_wait_cqe_nr(&q->ring, &cqe, want - got);
-		if (err && err != -EINTR && err != -EAGAIN)
+		/*
+		 * One io_uring_enter for the rest of what is wanted, but never
+		 * for I/Os still in the submission ring (a submit that failed
+		 * or stopped short): the kernel cannot complete those, so they
+		 * are submitted again and waited for one at a time.
+		 */
+		kern = q->inflight - io_uring_sq_ready(&q->ring);
+		if (kern)
+			err = io_uring_wait_cqe_nr(&q->ring, &cqe,
+						   want - got < kern ? want - got
+								     : kern);
+		else
+			err = io_uring_submit_and_wait(&q->ring, 1);
+		if (err < 0 && err != -EINTR && err != -EAGAIN)
 			return got ? (int)got : err;
+		if (err < 0 && !kern)
+			return (int)got; /* the next reap submits again */
 	}
 }
 
@@ -365,7 +394,8 @@ static int file_queue_fd(struct kvp_store_queue *q)
 static int file_queue_buffer(struct kvp_store_queue *q, void *base,
 			     size_t len)
 {
-	struct iovec iov = { .iov_base = base, .iov_len = len };
+	struct iovec iov[FIXED_MAX_CHUNKS];
+	unsigned i, n;
 	int err;
 
 	if (q->buf_base)
@@ -374,7 +404,16 @@ static int file_queue_buffer(struct kvp_store_queue *q, void *base,
 	q->buf_len = 0;
 	if (!base || !len)
 		return 0;
-	err = io_uring_register_buffers(&q->ring, &iov, 1);
+	if (len > FIXED_MAX_CHUNKS * FIXED_CHUNK)
+		return -E2BIG;
+	n = (unsigned)((len + FIXED_CHUNK - 1) / FIXED_CHUNK);
+	for (i = 0; i < n; i++) {
+		size_t at = (size_t)i * FIXED_CHUNK;
+
+		iov[i].iov_base = (char *)base + at;
+		iov[i].iov_len = len - at < FIXED_CHUNK ? len - at : FIXED_CHUNK;
+	}
+	err = io_uring_register_buffers(&q->ring, iov, n);
 	if (err)
 		return err;
 	q->buf_base = base;

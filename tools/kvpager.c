@@ -1941,7 +1941,8 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 				printf("  reuse slots           %s of the frames: "
 				       "%" PRIu64 " blocks read into them in %" PRIu64
 				       " I/Os, %" PRIu64
-				       " reads failed (the region read those)\n",
+				       " blocks' reads failed (the region read"
+				       " those)\n",
 				       human((double)ram.slots, h1, sizeof(h1)),
 				       s_end.slot_reads, s_end.slot_ios,
 				       s_end.slot_read_errors);
