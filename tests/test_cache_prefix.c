@@ -57,6 +57,19 @@ static void prompt(uint32_t *t, uint32_t n, uint32_t s)
 		t[i] = i * 31 + s;
 }
 
+/* Chunks 0 .. n-1 of seed s read back through p, each equal to what was
+ * put. */
+static void expect_chunks(struct kvp_prefix *p, uint32_t n, uint32_t s)
+{
+	unsigned char want[LEN], got[LEN];
+
+	for (uint32_t i = 0; i < n; i++) {
+		fill(want, i, s);
+		ck_assert_int_eq(kvp_prefix_get(p, i, got, LEN), 0);
+		ck_assert_mem_eq(got, want, LEN);
+	}
+}
+
 START_TEST(store_then_read_ahead)
 {
 	struct kvp_prefix *p = prefix_of(NULL);
@@ -80,11 +93,7 @@ START_TEST(store_then_read_ahead)
 	kvp_prefix_destroy(p);
 	p = prefix_of(NULL);
 	ck_assert_int_eq(kvp_prefix_set_prompt(p, t, 10 * C + 5, C), 0);
-	for (i = 0; i < 10; i++) {
-		fill(want, i, 1);
-		ck_assert_int_eq(kvp_prefix_get(p, i, got, LEN), 0);
-		ck_assert_mem_eq(got, want, LEN);
-	}
+	expect_chunks(p, 10, 1);
 	ck_assert_int_eq(kvp_prefix_get(p, 10, got, LEN), -ENOENT);
 	/* another length: a miss, nothing served */
 	ck_assert_int_eq(kvp_prefix_get(p, 3, got, LEN - 1), -EMSGSIZE);
@@ -210,7 +219,7 @@ START_TEST(hold_then_release)
 	struct kvp_prefix_opts o = { .cache = cache, .queue_bytes = 64 * LEN };
 	struct kvp_prefix *p = NULL;
 	struct kvp_prefix_stats st;
-	unsigned char want[LEN], got[LEN];
+	unsigned char want[LEN];
 	uint32_t t[20 * C + 1], i;
 	struct kvp_rec_key k;
 
@@ -236,11 +245,7 @@ START_TEST(hold_then_release)
 	kvp_prefix_stats(p, &st);
 	ck_assert_uint_eq(st.stored, 20);
 	ck_assert_uint_eq(st.behind, 20);
-	for (i = 0; i < 20; i++) {
-		fill(want, i, 5);
-		ck_assert_int_eq(kvp_prefix_get(p, i, got, LEN), 0);
-		ck_assert_mem_eq(got, want, LEN);
-	}
+	expect_chunks(p, 20, 5);
 	kvp_prefix_destroy(p);
 
 	/* a small queue: held puts past it make the writer store */
@@ -260,11 +265,7 @@ START_TEST(hold_then_release)
 	kvp_prefix_destroy(p);
 	p = prefix_of(NULL);
 	kvp_prefix_set_prompt(p, t, 20 * C + 1, C);
-	for (i = 0; i < 20; i++) {
-		fill(want, i, 6);
-		ck_assert_int_eq(kvp_prefix_get(p, i, got, LEN), 0);
-		ck_assert_mem_eq(got, want, LEN);
-	}
+	expect_chunks(p, 20, 6);
 	kvp_prefix_destroy(p);
 }
 END_TEST
@@ -403,7 +404,7 @@ START_TEST(put_fd_descriptors_bounded)
 	struct rlimit rl, low;
 	struct kvp_prefix *p;
 	struct kvp_prefix_stats st;
-	unsigned char want[LEN], got[LEN];
+	unsigned char want[LEN];
 	uint32_t t[48 * C + 1], i;
 	struct kvp_rec_key k;
 	int fd;
@@ -431,11 +432,7 @@ START_TEST(put_fd_descriptors_bounded)
 	kvp_prefix_stats(p, &st);
 	ck_assert_uint_eq(st.stored, 48);
 	ck_assert_uint_eq(st.failed, 0);
-	for (i = 0; i < 48; i++) {
-		fill(want, i, 13);
-		ck_assert_int_eq(kvp_prefix_get(p, i, got, LEN), 0);
-		ck_assert_mem_eq(got, want, LEN);
-	}
+	expect_chunks(p, 48, 13);
 	kvp_prefix_destroy(p);
 	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
 }
