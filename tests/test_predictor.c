@@ -222,7 +222,9 @@ START_TEST(lowrank_constructed)
 	/* out of order, crossing a block */
 	ck_assert_int_eq(kvp_predictor_observe(p, 0, 0, 5, 1, blk), -EINVAL);
 	ck_assert_int_eq(kvp_predictor_observe(p, 0, 0, 402, 4, blk), -EINVAL);
-	ck_assert_uint_gt(kvp_predictor_metadata_bytes(p), 400 * 8 * 2);
+	/* P (32 x 8 floats), and per token 8 int8 keys and a float scale */
+	ck_assert_uint_eq(kvp_predictor_metadata_bytes(p),
+			  32 * 8 * 4 + 400 * (8 + 4));
 	for (i = 0; i < 64; i++)
 		q[i] = dir[(i / 32) * 16 + i % 16] * 2; /* heads 0,1 -> kv 0 */
 	ck_assert_int_eq(kvp_predictor_select(p, 0, 0, t, NULL, lb, 64, &n),

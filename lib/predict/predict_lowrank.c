@@ -5,7 +5,11 @@
  * head_dim), the top-r eigenvectors of the sample keys' second moment
  * C = K^T K, found by subspace iteration (Z = C Q, re-orthonormalise,
  * power_iters times, from a seeded Gaussian start).  Per (seq, layer): the
- * projected keys P^T k of every observed token, fp16, r per token.
+ * projected keys P^T k of every observed token, r int8 per token and one
+ * float scale (its largest magnitude / 127): every select streams all of
+ * them and is bound by memory, so int8 halves its time against fp16, and
+ * halves the RAM they take from a small budget's frames.  A score's error
+ * is at most half a step of each key's own scale.
  *
  * A select folds the query per KV head (qbar_j = sum of the group's query
  * heads: then qbar . k = sum over heads of q_h . k_j), projects it, scores
@@ -27,7 +31,8 @@
 #endif
 
 struct lr_seq {
-	uint16_t *pk;  /* tokens * r, fp16 */
+	int8_t *pk;    /* tokens * r: projected keys, quantised */
+	float *ps;     /* tokens: pk[t * r + c] * ps[t] = (P^T k_t)[c] */
 	uint64_t n;    /* tokens projected */
 	uint64_t cap;  /* tokens room */
 	uint64_t next; /* next token expected by observe */
@@ -297,6 +302,32 @@ static void key_row(const struct kvp_kv_geometry *g, const void *blk,
 			      out + (size_t)j * g->head_dim, g->head_dim);
 }
 
+/* n rows of r floats to int8 with one scale per row; NaN becomes 0. */
+static void quantise(const float *y, uint32_t n, uint32_t r, int8_t *q,
+		     float *scale)
+{
+	uint32_t t, c;
+
+	for (t = 0; t < n; t++) {
+		const float *row = y + (size_t)t * r;
+		float amax = 0, inv;
+
+		for (c = 0; c < r; c++)
+			if (fabsf(row[c]) > amax)
+				amax = fabsf(row[c]);
+		inv = amax > 0 && isfinite(amax) ? 127.0f / amax : 0;
+		scale[t] = inv ? amax / 127.0f : 0;
+		for (c = 0; c < r; c++) {
+			float v = row[c] * inv;
+
+			if (!(v == v))
+				v = 0;
+			q[(size_t)t * r + c] =
+			    (int8_t)lrintf(v > 127 ? 127 : v < -127 ? -127 : v);
+		}
+	}
+}
+
 /* Append projections of n key rows to s. */
 static int project_append(struct kvp_predictor *p, struct lr_layer *L,
 			  struct lr_seq *s, const float *K, uint32_t n)
@@ -308,14 +339,19 @@ static int project_append(struct kvp_predictor *p, struct lr_layer *L,
 
 	if (s->n + n > s->cap) {
 		uint64_t cap = s->cap ? s->cap : 1024;
-		uint16_t *pk;
+		int8_t *pk;
+		float *ps;
 
 		while (cap < s->n + n)
 			cap *= 2;
-		pk = realloc(s->pk, sizeof(uint16_t) * r * cap);
+		pk = realloc(s->pk, (size_t)r * cap);
 		if (!pk)
 			return -ENOMEM;
-		s->pk = pk;
+		s->pk = pk; /* grown; cap moves only once both have */
+		ps = realloc(s->ps, sizeof(float) * cap);
+		if (!ps)
+			return -ENOMEM;
+		s->ps = ps;
 		s->cap = cap;
 	}
 	y = malloc(sizeof(float) * 64 * r);
@@ -325,9 +361,8 @@ static int project_append(struct kvp_predictor *p, struct lr_layer *L,
 		m = n - done < 64 ? n - done : 64;
 		gemm(m, r, lr->row, K + (size_t)done * lr->row, lr->row, L->P,
 		     r, y, r);
-		kvp_kv_from_f32(KVP_KV_FP16, y,
-				s->pk + (size_t)(s->n + done) * r,
-				(size_t)m * r);
+		quantise(y, m, r, s->pk + (size_t)(s->n + done) * r,
+			 s->ps + s->n + done);
 	}
 	free(y);
 	s->n += n;
@@ -395,8 +430,10 @@ static void lr_fini(struct kvp_predictor *p)
 		free(lr->layers[i].pend);
 		free(lr->layers[i].pseq);
 	}
-	for (i = 0; i < (size_t)p->o.max_seqs * p->g.layers; i++)
+	for (i = 0; i < (size_t)p->o.max_seqs * p->g.layers; i++) {
 		free(lr->seqs[i].pk);
+		free(lr->seqs[i].ps);
+	}
 	free(lr->layers);
 	free(lr->seqs);
 	free(lr);
@@ -547,13 +584,14 @@ static void lr_forget(struct kvp_predictor *p, uint32_t seq)
 		struct lr_seq *s = &lr->seqs[(size_t)seq * p->g.layers + l];
 
 		free(s->pk);
+		free(s->ps);
 		memset(s, 0, sizeof(*s));
 	}
 }
 
-/* scores[t] = pq . pk[t] over n tokens of r fp16 values */
-static void score_scalar(const float *pq, const uint16_t *pk, uint64_t n,
-			 uint32_t r, float *scores)
+/* scores[t] = (pq . pk[t]) * ps[t] over n tokens of r int8 values */
+static void score_scalar(const float *pq, const int8_t *pk, const float *ps,
+			 uint64_t n, uint32_t r, float *scores)
 {
 	uint64_t t;
 	uint32_t c;
@@ -562,30 +600,31 @@ static void score_scalar(const float *pq, const uint16_t *pk, uint64_t n,
 		float s = 0;
 
 		for (c = 0; c < r; c++)
-			s += pq[c] * kvp_attn_f16_to_f32(pk[t * r + c]);
-		scores[t] = s;
+			s += pq[c] * (float)pk[t * r + c];
+		scores[t] = s * ps[t];
 	}
 }
 
 #ifdef KVP_HAVE_X86
 __attribute__((target("avx2,f16c,fma"))) static void
-score_simd(const float *pq, const uint16_t *pk, uint64_t n, uint32_t r,
-	   float *scores)
+score_simd(const float *pq, const int8_t *pk, const float *ps, uint64_t n,
+	   uint32_t r, float *scores)
 {
 	uint64_t t;
 	uint32_t c, rb = r / 8 * 8;
 
 	for (t = 0; t < n; t++) {
-		const uint16_t *row = pk + t * r;
+		const int8_t *row = pk + t * r;
 		__m256 a = _mm256_setzero_ps();
 		__m128 lo, hi;
 		float s;
 
 		for (c = 0; c < rb; c += 8)
-			a = _mm256_fmadd_ps(_mm256_loadu_ps(pq + c),
-					    _mm256_cvtph_ps(_mm_loadu_si128(
-						(const __m128i *)(row + c))),
-					    a);
+			a = _mm256_fmadd_ps(
+			    _mm256_loadu_ps(pq + c),
+			    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+				_mm_loadl_epi64((const __m128i *)(row + c)))),
+			    a);
 		lo = _mm256_castps256_ps128(a);
 		hi = _mm256_extractf128_ps(a, 1);
 		lo = _mm_add_ps(lo, hi);
@@ -593,8 +632,8 @@ score_simd(const float *pq, const uint16_t *pk, uint64_t n, uint32_t r,
 		lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
 		s = _mm_cvtss_f32(lo);
 		for (; c < r; c++)
-			s += pq[c] * kvp_attn_f16_to_f32(row[c]);
-		scores[t] = s;
+			s += pq[c] * (float)row[c];
+		scores[t] = s * ps[t];
 	}
 }
 #endif
@@ -690,10 +729,12 @@ static int lr_select(struct kvp_predictor *p, uint32_t seq, uint32_t layer,
 	gemm(1, lr->r, lr->row, qbar, lr->row, L->P, lr->r, pq, lr->r);
 #ifdef KVP_HAVE_X86
 	if (kvp_cpu_simd())
-		score_simd(pq, s->pk, (uint64_t)scored * G, lr->r, scores);
+		score_simd(pq, s->pk, s->ps, (uint64_t)scored * G, lr->r,
+			   scores);
 	else
 #endif
-		score_scalar(pq, s->pk, (uint64_t)scored * G, lr->r, scores);
+		score_scalar(pq, s->pk, s->ps, (uint64_t)scored * G, lr->r,
+			     scores);
 	for (i = 0; i < scored; i++) {
 		float mx = scores[(size_t)i * G];
 
@@ -739,7 +780,7 @@ static size_t lr_metadata_bytes(const struct kvp_predictor *p)
 			b += sizeof(float) * lr->row * (size_t)p->o.fit_tokens;
 	}
 	for (i = 0; i < (size_t)p->o.max_seqs * p->g.layers; i++)
-		b += sizeof(uint16_t) * lr->r * lr->seqs[i].n;
+		b += (lr->r + sizeof(float)) * lr->seqs[i].n;
 	return b;
 }
 
