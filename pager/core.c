@@ -262,6 +262,51 @@ void kvp_blk_written(struct kvp_region *r, struct kvp_block *b)
 	b->flags |= BLK_DIRTY;
 }
 
+void kvp_blk_written_window(struct kvp_region *r, struct kvp_block *b,
+			    unsigned win)
+{
+	assert(b->state == KVP_BLOCK_RESIDENT && (b->flags & BLK_PARTIAL) &&
+	       (b->full_win >> win) & 1);
+	if (!((b->dirty_win >> win) & 1))
+		KVP_STAT_ADD(r, wp_faults_total, 1);
+	b->dirty_win |= 1ull << win;
+	b->flags |= BLK_DIRTY;
+}
+
+bool kvp_blk_dirty_windows(const struct kvp_block *b)
+{
+	return (b->flags & BLK_PARTIAL) && b->dirty_win;
+}
+
+unsigned kvp_win_next_run(uint64_t *mask, unsigned *first)
+{
+	unsigned n = 0;
+
+	if (!*mask)
+		return 0;
+	*first = (unsigned)__builtin_ctzll(*mask);
+	while (*first + n < 64 && ((*mask >> (*first + n)) & 1)) {
+		*mask &= ~(1ull << (*first + n));
+		n++;
+	}
+	return n;
+}
+
+/* The dirty windows of @r that [off, off + len) covers whole. */
+static uint64_t win_mask(const struct kvp_region *r, uint32_t off, uint32_t len)
+{
+	uint32_t w = r->win_bytes, first, end;
+
+	if (!w)
+		return 0;
+	first = (off + w - 1) / w;
+	end = (off + len) / w;
+	if (end <= first)
+		return 0;
+	return (end - first >= 64 ? ~0ull : ((1ull << (end - first)) - 1))
+	       << first;
+}
+
 void kvp_blk_redirty(struct kvp_block *b)
 {
 	b->flags |= BLK_DIRTY;
@@ -295,6 +340,7 @@ void kvp_blk_holes(struct kvp_block *b, bool unmapped)
 {
 	assert(b->state == KVP_BLOCK_RESIDENT);
 	b->flags |= BLK_DIRTY | BLK_HOLES;
+	b->dirty_win = 0; /* dirty beyond its windows: written whole */
 	if (unmapped)
 		b->flags |= BLK_SPLIT;
 }
@@ -313,6 +359,7 @@ void kvp_blk_load_keep(struct kvp_block *b)
 void kvp_blk_contents_gone(struct kvp_block *b)
 {
 	b->flags &= ~(BLK_IN_STORE | BLK_DIRTY);
+	b->dirty_win = 0;
 }
 
 /* BLK_WB_FAILED on or off, with the bytes it holds counted. */
@@ -379,6 +426,8 @@ void kvp_blk_begin_fill(struct kvp_region *r, struct kvp_block *b,
 		/* Counted whole already (see kvp_blk_installed). */
 		b->flags |= BLK_PARTIAL;
 		b->present = (uint16_t)(r->block_bytes / KVP_PAGE_BYTES);
+		b->full_win = win_mask(r, 0, (uint32_t)r->block_bytes);
+		b->dirty_win = (b->flags & BLK_DIRTY) ? b->full_win : 0;
 	}
 	r->inflight++;
 }
@@ -392,6 +441,7 @@ static void uncharge(struct kvp_region *r, struct kvp_block *b)
 		KVP_STAT_SUB(r, resident_bytes, kvp_blk_charge(r, b));
 	b->flags &= ~BLK_PARTIAL;
 	b->present = 0;
+	b->full_win = b->dirty_win = 0;
 }
 
 bool kvp_blk_installed(struct kvp_region *r, struct kvp_block *b, bool dirty,
@@ -405,9 +455,15 @@ bool kvp_blk_installed(struct kvp_region *r, struct kvp_block *b, bool dirty,
 	if (!whole && b->present + placed < pages) {
 		b->flags |= BLK_PARTIAL;
 		b->present = (uint16_t)(b->present + placed);
+		/* Every page of the window is there now (placed, or kept),
+		 * but across a hole: made whole at once (load.c). */
+		if (!split)
+			b->full_win |=
+			    win_mask(r, b->op->win_off, b->op->win_len);
 	} else {
 		b->flags &= ~BLK_PARTIAL;
 		b->present = 0;
+		b->full_win = b->dirty_win = 0;
 	}
 	*grew = kvp_blk_charge(r, b) - was;
 	if (!whole || was)
@@ -498,8 +554,13 @@ void kvp_blk_evict_aborted(struct kvp_region *r, struct kvp_block *b,
 	assert(b->state == KVP_BLOCK_EVICTING);
 	b->state = KVP_BLOCK_RESIDENT;
 	b->op = NULL;
-	/* Pages put back arrive writable: dirty, so no write goes unseen. */
+	/* Pages put back arrive writable: dirty, so no write goes unseen;
+	 * a block resident in part then dirty beyond its windows (made
+	 * whole by the caller), but after a failed write-back of its dirty
+	 * windows, whose pages go back write-protected (evict.c). */
 	b->flags |= BLK_DIRTY;
+	if (why != ABORT_WRITE_FAILED)
+		b->dirty_win = 0;
 	switch (why) {
 	case ABORT_BUSY:
 		b->flags |= BLK_REF;
@@ -536,6 +597,30 @@ void kvp_blk_write_done(struct kvp_region *r, struct kvp_block *b, int err)
 	 * set, a later write would go unseen: it stays dirty. */
 	if (!r->p->have_wp || (b->flags & BLK_SPLIT))
 		b->flags |= BLK_DIRTY;
+}
+
+uint64_t kvp_blk_write_windows_begin(struct kvp_block *b)
+{
+	uint64_t wins = b->dirty_win;
+
+	assert(b->state == KVP_BLOCK_RESIDENT && b->holds &&
+	       kvp_blk_dirty_windows(b));
+	b->dirty_win = 0;
+	b->flags &= ~BLK_DIRTY;
+	return wins;
+}
+
+void kvp_blk_write_windows_done(struct kvp_region *r, struct kvp_block *b,
+				uint64_t wins, int err)
+{
+	assert(b->state == KVP_BLOCK_RESIDENT && b->holds);
+	set_wb_failed(r, b, err != 0);
+	if (!err)
+		return;
+	b->flags |= BLK_DIRTY;
+	/* Made whole meanwhile: dirty whole. */
+	if (b->flags & BLK_PARTIAL)
+		b->dirty_win |= wins;
 }
 
 void kvp_blk_write_retry(struct kvp_region *r, struct kvp_block *b)

@@ -147,7 +147,8 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 	enum { NOTHING, WAKE_PAGE, UNPROTECT, HOLE, POISON } act = NOTHING;
 	struct kvp_region *r;
 	struct kvp_block *b;
-	char *baddr = NULL;
+	char *baddr = NULL, *uaddr = NULL;
+	size_t ulen = 0;
 	uint64_t blk;
 
 	pthread_mutex_lock(&p->lock);
@@ -162,9 +163,30 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 
 	if (flags & UFFD_PAGEFAULT_FLAG_WP) {
 		switch (b->state) {
-		case KVP_BLOCK_RESIDENT:
-			/* Resident in part: whole first, then dirty (with
-			 * no memory for that, it faults again). */
+		case KVP_BLOCK_RESIDENT: {
+			uint32_t off = (uint32_t)(page - baddr);
+			unsigned win = r->win_bytes ? off / r->win_bytes : 0;
+
+			/* Resident in part: the window written is dirty, if
+			 * every page of it is there (else they are loaded
+			 * and the write faults again); without windows,
+			 * whole first, then dirty (with no memory for that,
+			 * it faults again). */
+			if ((b->flags & BLK_PARTIAL) && r->win_bytes &&
+			    ((b->full_win >> win) & 1)) {
+				kvp_blk_written_window(r, b, win);
+				kvp_blk_used(r, b);
+				kvp_blk_touch(p, b);
+				uaddr = baddr + (size_t)win * r->win_bytes;
+				ulen = r->win_bytes;
+				act = UNPROTECT;
+				break;
+			}
+			if ((b->flags & BLK_PARTIAL) && r->win_bytes) {
+				if (kvp_load_window(s, r, blk, off))
+					act = WAKE_PAGE;
+				break;
+			}
 			if (b->flags & BLK_PARTIAL) {
 				if (kvp_load_complete(s, r, blk, true, NULL))
 					act = WAKE_PAGE;
@@ -175,14 +197,18 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 			kvp_blk_touch(p, b);
 			act = UNPROTECT;
 			break;
+		}
 		case KVP_BLOCK_EVICTING:
 			kvp_blk_wait(b); /* woken when detached */
 			break;
 		case KVP_BLOCK_LOADING:
-			/* Resident in part and loading more: it is made whole
-			 * and dirty when installed, and the writer woken. */
+			/* Resident in part and loading more: the writer is
+			 * woken when it is installed and faults again (its
+			 * window dirty then); without windows it is made
+			 * whole and dirty when installed. */
 			if (b->flags & BLK_PARTIAL) {
-				b->op->dirty = true;
+				if (!r->win_bytes)
+					b->op->dirty = true;
 				kvp_blk_wait(b);
 			} else {
 				act = WAKE_PAGE; /* stale: it faults again */
@@ -203,7 +229,9 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 	case KVP_BLOCK_ABSENT:
 		if (b->flags & BLK_GONE)
 			break;
-		if (!(flags & UFFD_PAGEFAULT_FLAG_WRITE) &&
+		/* A write too, where dirty windows are kept: the window
+		 * goes in write-protected, and the write faults again. */
+		if ((!(flags & UFFD_PAGEFAULT_FLAG_WRITE) || r->win_bytes) &&
 		    kvp_fault_around(r, b) &&
 		    !run_fault(r, blk, (uint32_t)(page - baddr))) {
 			/* Not a run: a window around the fault. */
@@ -222,7 +250,10 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 		bool ra = kvp_blk_joined(r, b);
 		int slot = b->op->ra_slot;
 
-		if (flags & UFFD_PAGEFAULT_FLAG_WRITE)
+		/* A window's write faults again once it is in (its window
+		 * dirty then), where dirty windows are kept. */
+		if ((flags & UFFD_PAGEFAULT_FLAG_WRITE) &&
+		    (b->op->win_len == r->block_bytes || !r->win_bytes))
 			b->op->dirty = true;
 		if (b->op->staged)
 			kvp_stage_release(s, b->op);
@@ -237,7 +268,7 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 			/* A page it lacks (or one a fill placed meanwhile:
 			 * the window keeps it). */
 			(void)ra_begin(r, blk);
-			if (flags & UFFD_PAGEFAULT_FLAG_WRITE
+			if ((flags & UFFD_PAGEFAULT_FLAG_WRITE) && !r->win_bytes
 				? kvp_load_complete(s, r, blk, true, NULL) == 0
 				: kvp_load_window(s, r, blk,
 						  (uint32_t)(page - baddr)) ==
@@ -264,7 +295,10 @@ out:
 		(void)kvp_uffd_wake(&p->uffd, page, KVP_PAGE_BYTES);
 		break;
 	case UNPROTECT:
-		(void)kvp_uffd_protect(p, baddr, r->block_bytes, false);
+		/* The block, or the window written of one resident in
+		 * part. */
+		(void)kvp_uffd_protect(p, uaddr ? uaddr : baddr,
+				       uaddr ? ulen : r->block_bytes, false);
 		break;
 	case HOLE:
 		kvp_uffd_fill_zeros(p, page);

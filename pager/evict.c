@@ -243,6 +243,57 @@ static int evicted_clean(struct kvp_service *s, struct kvp_op *op, void *slot,
 	return 0;
 }
 
+/* Under p->lock: @op's next write, the next run of its block's dirty
+ * windows (a block resident in part: only those are written, from the
+ * slot, where they sit at their offsets). */
+static void windows_next(struct kvp_region *r, struct kvp_op *op)
+{
+	unsigned first = 0, n = kvp_win_next_run(&op->wb_left, &first);
+	size_t off = (size_t)first * r->win_bytes;
+
+	op->io.op = KVP_IO_WRITE;
+	op->io.buf = (char *)op->slot + off;
+	op->io.len = (size_t)n * r->win_bytes;
+	op->io.off = kvp_blk_store_off(r, op->blk) + off;
+}
+
+/* Put the installed windows @wins of a block resident in part back from
+ * @slot, write-protected as they arrive (UFFDIO_COPY with MODE_WP, so no
+ * write between the put-back and a protection goes unseen: only its dirty
+ * windows will be written back).  False when a page could not go back:
+ * its data is then only in the slot. */
+static bool put_back_windows(struct kvp_pager *p, struct kvp_region *r,
+			     char *addr, char *slot, uint64_t wins)
+{
+	unsigned first, n;
+	bool all = true;
+
+	while ((n = kvp_win_next_run(&wins, &first)) != 0) {
+		size_t off = (size_t)first * r->win_bytes;
+		size_t end = off + (size_t)n * r->win_bytes;
+
+		while (off < end) {
+			size_t done = 0;
+			int err = kvp_uffd_copy(&p->uffd, addr + off,
+						slot + off, end - off, true,
+						true, &done);
+
+			off += done;
+			if (!err)
+				break;
+			if (err == -EAGAIN && done == 0) {
+				kvp_uffd_unblock(p);
+			} else if (err != -EAGAIN) {
+				/* EEXIST: there already; else lost to us */
+				if (err != -EEXIST)
+					all = false;
+				off += KVP_PAGE_BYTES;
+			}
+		}
+	}
+	return all;
+}
+
 int kvp_evict_move(struct kvp_service *s, struct kvp_op *op)
 {
 	struct kvp_pager *p = s->p;
@@ -290,6 +341,20 @@ int kvp_evict_move(struct kvp_service *s, struct kvp_op *op)
 	}
 	if (b->flags & BLK_PREFETCHED)
 		KVP_STAT_ADD(r, prefetch_wasted_total, 1);
+	if (kvp_blk_dirty_windows(b) && !(b->flags & BLK_DROP)) {
+		/* Resident in part: its dirty windows only, one write per
+		 * run of them.  Pages the program dropped meanwhile are
+		 * zeroed by loading it whole again once written
+		 * (kvp_writeback_done). */
+		op->part = true;
+		op->wb_left = b->dirty_win;
+		windows_next(r, op);
+		kvp_io_queue(s, op);
+		p->leaving++;
+		p->leaving_bytes += op->held;
+		pthread_mutex_unlock(&p->lock);
+		return 0;
+	}
 	/* The program dropped part of it while it moved (handle_drop): the
 	 * slot may hold the old bytes there, and the store certainly does.
 	 * A block resident in part is loaded again whole with those pages
@@ -368,10 +433,28 @@ void kvp_writeback_done(struct kvp_service *s, struct kvp_op *op)
 	struct kvp_region *r = op->r;
 	struct kvp_block *b = &r->blocks[op->blk];
 	size_t len = r->block_bytes;
-	bool ok = op->io.result == (int64_t)len, waiters;
+	bool ok = op->io.result == (int64_t)op->io.len, waiters;
+	uint64_t drops[KVP_BLOCK_PAGES_MAX / 64];
+	bool redo = false;
 
 	pthread_mutex_lock(&p->lock);
-	if (!(b->flags & BLK_DROP) && kvp_op_zero_dropped(op) && ok) {
+	if (op->part) {
+		if (ok && op->wb_left && !(b->flags & BLK_DROP)) {
+			/* The next run of its dirty windows. */
+			KVP_STAT_ADD(r, bytes_written_total, op->io.len);
+			windows_next(r, op);
+			kvp_io_queue(s, op);
+			pthread_mutex_unlock(&p->lock);
+			return;
+		}
+		/* Dropped into meanwhile: the pages it has are zeroed in the
+		 * slot (they go back if the write failed), and once it is
+		 * out it is loaded whole again, those pages zeroed. */
+		redo = op->rm_any && !(b->flags & BLK_DROP);
+		if (redo)
+			memcpy(drops, op->rm_pages, sizeof(drops));
+		(void)kvp_op_zero_dropped(op);
+	} else if (!(b->flags & BLK_DROP) && kvp_op_zero_dropped(op) && ok) {
 		/* The program dropped part of it while it was written: the
 		 * store has the old bytes there.  Write it again, zeroed. */
 		kvp_io_queue(s, op);
@@ -388,24 +471,39 @@ void kvp_writeback_done(struct kvp_service *s, struct kvp_op *op)
 		/* Keep the only copy: put the pages back, dirty, and pick
 		 * the block again only when the back-off says so. */
 		KVP_STAT_ADD(r, write_errors_total, 1);
+		uint64_t wins = b->full_win;
+
 		pthread_mutex_unlock(&p->lock);
-		bool back =
-		    kvp_put_back(p, kvp_blk_addr(r, op->blk), op->slot, len);
+		bool back = op->part ? put_back_windows(p, r,
+							kvp_blk_addr(r, op->blk),
+							op->slot, wins)
+				     : kvp_put_back(p, kvp_blk_addr(r, op->blk),
+						    op->slot, len);
 
 		pthread_mutex_lock(&p->lock);
 		kvp_blk_evict_aborted(r, b, ABORT_WRITE_FAILED);
 		if (back) /* else the data lives in the slot: keep it */
 			undone_slot_put(p, r, b, op->slot);
+		/* Pages it lacks dropped meanwhile: whole, those zeroed. */
+		if (redo && kvp_load_complete(s, r, op->blk, true, drops))
+			fprintf(stderr, "kvpager: out of memory making block "
+					"%" PRIu64 " of %s whole\n",
+				op->blk, r->name);
 		waiters = true;
 	} else {
 		if (ok) {
-			KVP_STAT_ADD(r, bytes_written_total, len);
+			KVP_STAT_ADD(r, bytes_written_total, op->io.len);
 			KVP_STAT_ADD(r, evictions_dirty_total, 1);
 		}
 		waiters = kvp_blk_take_waiters(b);
 		kvp_blk_evicted(r, b, ok);
 		kvp_frame_unuse(p, op->held);
 		detached_slot_put(p, r, b, op->slot);
+		if (redo && kvp_load_start(s, r, op->blk, LOAD_FAULT, NULL,
+					   true) == 0) {
+			memcpy(b->op->rm_pages, drops, sizeof(drops));
+			b->op->rm_any = true;
+		}
 	}
 	pthread_cond_broadcast(&p->idle);
 	pthread_mutex_unlock(&p->lock);

@@ -107,10 +107,14 @@ int kvp_load_start(struct kvp_service *s, struct kvp_region *r, uint64_t blk,
  * becomes RESIDENT in part (BLK_PARTIAL): a fault on a page it lacks loads
  * another window.  Faults that run on from the last window double it, so a
  * stream's first block is read in a few growing windows and its next ones
- * whole (readahead takes over).  A block resident in part is always clean:
- * its missing pages are the store's, so a write-back, which writes the
- * block whole, would overwrite them with nothing.  A write to it, or a
- * drop in it, first makes it whole (kvp_load_complete).  Its charge against
+ * whole (readahead takes over).  A block resident in part keeps its dirty
+ * state per dirty window (r->win_bytes, block / 64, windows loaded cover
+ * whole ones): a write to a window whose pages are all there dirties it
+ * alone (events.c), and its write-back writes those windows only
+ * (evict.c), never the pages it lacks, which are the store's.  Where
+ * there are no dirty windows (a store that cannot take writes that
+ * small), a write to it first makes it whole (kvp_load_complete), and so
+ * does a drop in it, always.  Its charge against
  * the budget is the pages it holds.  It needs write protection (to see the
  * write) and the zapper (its eviction drops the pages it has, where a move
  * that fails would put them back writable).
@@ -168,6 +172,13 @@ int kvp_load_window(struct kvp_service *s, struct kvp_region *r, uint64_t blk,
 		len = have;
 		start = off;
 	} else {
+		start = off & ~(len - 1);
+	}
+	/* Whole dirty windows, so that a window written is all there
+	 * (full_win): the window around the fault, one at least. */
+	if (r->win_bytes && (start % r->win_bytes || len % r->win_bytes)) {
+		len = fa > r->win_bytes ? fa : r->win_bytes;
+		len = 1u << (31 - __builtin_clz(len));
 		start = off & ~(len - 1);
 	}
 	/* A power of two (the frame's size class), within the block. */

@@ -43,7 +43,8 @@ enum {
 	BLK_PARTIAL = 1u << 13,	  /* resident in part (fault-around): the
 				     pages it lacks are in the store, a
 				     fault there loads a window more
-				     (load.c); always clean */
+				     (load.c); dirty only in the windows
+				     of dirty_win, or made whole first */
 	BLK_PAGES = 1u << 14,	  /* a window went in (fault-around): its
 				     range has a page table, so a block
 				     moved in whole would be split into
@@ -64,6 +65,12 @@ struct kvp_block {
 	uint16_t present; /* BLK_PARTIAL: pages installed (an upper bound
 			     once the program drops some: those make it
 			     whole again at once, events.c) */
+	/* BLK_PARTIAL, in the region's dirty windows (win_bytes each, bit i
+	 * for window i): full_win, those whose every page is installed;
+	 * dirty_win, those written since stored (a subset of full_win, and
+	 * with BLK_DIRTY set; the others are write-protected and the store
+	 * holds their bytes).  0 when whole. */
+	uint64_t full_win, dirty_win;
 	uint64_t last_use;
 	struct kvp_block *next, *prev; /* clock list, while RESIDENT */
 	struct kvp_op *op;	       /* while LOADING or EVICTING */
@@ -105,6 +112,11 @@ struct kvp_region {
 	uint64_t store_offset;
 	unsigned flags;
 	enum kvp_install_mode install; /* MOVE or COPY, never AUTO */
+	uint32_t win_bytes; /* dirty window: a block resident in part is
+			       written back in these (block / 64, 4 KiB at
+			       least); 0 when the store cannot take writes
+			       that small (its alignment) or there is no
+			       write protection: then made whole first */
 	struct kvp_block *blocks;      /* nblocks, mmap'd NORESERVE */
 	size_t blocks_map_len;
 	unsigned inflight; /* ops of this region in flight */
@@ -156,6 +168,11 @@ struct kvp_op {
 	bool forced_retry;	   /* load: past the budget and its
 				      overdraft, a write-back was retried
 				      for it before the back-off said so */
+	uint64_t wb_left;	   /* write-back of a block resident in
+				      part: dirty windows not yet written
+				      (one I/O per run of them) */
+	bool part;		   /* write-back: of a block resident in
+				      part, its dirty windows only */
 	bool rm_any;		   /* load, write-back: the program dropped
 				      pages meanwhile (rm_pages), zeroed in
 				      the slot before install or the write */
@@ -394,6 +411,16 @@ bool kvp_blk_joined(struct kvp_region *r, struct kvp_block *b);
 /* Dirty bit: the first write to a resident block (a WP fault); written
  * while being evicted; dirty data given up (the pager closes). */
 void kvp_blk_written(struct kvp_region *r, struct kvp_block *b);
+/* A write to dirty window @win of a block resident in part, every page
+ * of that window installed (full_win): that window dirty. */
+void kvp_blk_written_window(struct kvp_region *r, struct kvp_block *b,
+			    unsigned win);
+/* Writes a block resident in part back by its dirty windows (true), or
+ * whole (false: whole, or dirty where no window says, made whole first). */
+bool kvp_blk_dirty_windows(const struct kvp_block *b);
+/* The next run of set bits in *@mask (cleared there): its first bit in
+ * *first, its length returned; 0 when none is left. */
+unsigned kvp_win_next_run(uint64_t *mask, unsigned *first);
 void kvp_blk_redirty(struct kvp_block *b);
 void kvp_blk_abandon_dirty(struct kvp_block *b);
 /* A fault waits for the block's transition; the waiters, taken once. */
@@ -436,6 +463,11 @@ void kvp_blk_evict_aborted(struct kvp_region *r, struct kvp_block *b,
  * write (a write meanwhile dirties it again), then done (@err: -errno). */
 void kvp_blk_write_begin(struct kvp_block *b);
 void kvp_blk_write_done(struct kvp_region *r, struct kvp_block *b, int err);
+/* The same for a block resident in part written by its dirty windows:
+ * returns them (now clean); done puts @wins back on failure. */
+uint64_t kvp_blk_write_windows_begin(struct kvp_block *b);
+void kvp_blk_write_windows_done(struct kvp_region *r, struct kvp_block *b,
+				uint64_t wins, int err);
 /* Its write-back failed before; the store takes writes again: an ordinary
  * dirty block once more. */
 void kvp_blk_write_retry(struct kvp_region *r, struct kvp_block *b);

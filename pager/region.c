@@ -84,6 +84,19 @@ int kvp_region_create(struct kvp_pager *p, const struct kvp_region_opts *o,
 				 : KVP_INSTALL_COPY;
 	}
 
+	/* A block resident in part is written back by the windows written
+	 * (block / 64: one mask a block), where write protection sees the
+	 * writes and the store takes writes that small (every store here
+	 * takes any range at its alignment). */
+	{
+		size_t w = o->block_bytes / 64;
+
+		if (w < KVP_PAGE_BYTES)
+			w = KVP_PAGE_BYTES;
+		if (p->have_wp && w < o->block_bytes &&
+		    w % st->offset_align == 0 && w % st->mem_align == 0)
+			r->win_bytes = (uint32_t)w;
+	}
 	r->blocks_map_len =
 	    (r->nblocks * sizeof(struct kvp_block) + 4095) & ~(size_t)4095;
 	meta = mmap(NULL, r->blocks_map_len, PROT_READ | PROT_WRITE,
@@ -204,6 +217,56 @@ static int store_block(struct kvp_region *r, uint64_t blk)
 	return err;
 }
 
+/* Store the dirty windows @wins of a block resident in part from the
+ * region (each installed whole: the pages it lacks are never read, which
+ * would fault, or read zeros once the region is unregistered), a write
+ * per run of them.  Counted like store_block. */
+static int store_windows(struct kvp_region *r, uint64_t blk, uint64_t wins)
+{
+	unsigned first, n;
+	int err = 0;
+
+	while (!err && (n = kvp_win_next_run(&wins, &first)) != 0) {
+		size_t off = (size_t)first * r->win_bytes;
+		size_t len = (size_t)n * r->win_bytes;
+
+		err = kvp_store_pwrite(r->store, kvp_blk_addr(r, blk) + off,
+				       len, kvp_blk_store_off(r, blk) + off);
+		if (!err)
+			KVP_STAT_ADD(r, bytes_written_total, len);
+	}
+	if (err)
+		KVP_STAT_ADD(r, write_errors_total, 1);
+	return err;
+}
+
+/* write_block for a block resident in part: its dirty windows, each
+ * protected before it is written. */
+static int write_windows(struct kvp_region *r, uint64_t blk)
+{
+	struct kvp_pager *p = r->p;
+	struct kvp_block *b = &r->blocks[blk];
+	uint64_t wins, left;
+	unsigned first, n;
+	int err;
+
+	pthread_mutex_lock(&p->lock);
+	wins = kvp_blk_write_windows_begin(b);
+	pthread_mutex_unlock(&p->lock);
+	left = wins;
+	while ((n = kvp_win_next_run(&left, &first)) != 0)
+		(void)kvp_uffd_protect(p,
+				       kvp_blk_addr(r, blk) +
+					   (size_t)first * r->win_bytes,
+				       (size_t)n * r->win_bytes, true);
+	err = store_windows(r, blk, wins);
+	pthread_mutex_lock(&p->lock);
+	kvp_blk_write_windows_done(r, b, wins, err);
+	kvp_writeback_result(r, err);
+	pthread_mutex_unlock(&p->lock);
+	return err;
+}
+
 /* Write back one resident dirty block from the region itself. */
 static int write_block(struct kvp_region *r, uint64_t blk)
 {
@@ -239,15 +302,18 @@ int kvp_region_flush(struct kvp_region *r)
 		struct kvp_block *b = &r->blocks[blk];
 		bool want;
 
+		bool wins;
+
 		pthread_mutex_lock(&p->lock);
 		want = b->state == KVP_BLOCK_RESIDENT &&
 		       (b->flags & BLK_DIRTY) && !(b->flags & BLK_DROP);
+		wins = kvp_blk_dirty_windows(b);
 		if (want)
 			b->holds++; /* stays resident while written */
 		pthread_mutex_unlock(&p->lock);
 		if (!want)
 			continue;
-		int err = write_block(r, blk);
+		int err = wins ? write_windows(r, blk) : write_block(r, blk);
 
 		pthread_mutex_lock(&p->lock);
 		b->holds--;
@@ -296,7 +362,9 @@ int kvp_region_destroy(struct kvp_region *r)
 		if (b->state != KVP_BLOCK_RESIDENT || !(b->flags & BLK_DIRTY) ||
 		    (b->flags & BLK_DROP))
 			continue;
-		int err = store_block(r, blk);
+		int err = kvp_blk_dirty_windows(b)
+			      ? store_windows(r, blk, b->dirty_win)
+			      : store_block(r, blk);
 
 		if (err && !first)
 			first = err;
@@ -577,9 +645,10 @@ int kvp_region_peek(struct kvp_region *r, uint64_t block, void *buf)
 		}
 		if (b->state != KVP_BLOCK_EVICTING)
 			break;
-		if (b->op->io.buf) {
+		if (b->op->io.buf && !b->op->part) {
 			/* Detached and being written back: the frame holds
-			 * the newest bytes. */
+			 * the newest bytes (but for a block resident in part,
+			 * whose store holds the rest: wait for it). */
 			memcpy(buf, b->op->slot, r->block_bytes);
 			pthread_mutex_unlock(&p->lock);
 			return 0;

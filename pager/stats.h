@@ -42,7 +42,8 @@ static inline uint64_t kvp_stat_desc_value(const void *stats,
 	X(demand_faults_total, KVP_COUNTER, "missing faults served by a load") \
 	X(zero_fills_total, KVP_COUNTER,                                       \
 	  "missing faults served with zeros, no read (never-written blocks)")  \
-	X(wp_faults_total, KVP_COUNTER, "first writes to a clean block")       \
+	X(wp_faults_total, KVP_COUNTER,                                        \
+	  "first writes to a clean block, or window of one resident in part")  \
 	X(coalesced_faults_total, KVP_COUNTER,                                 \
 	  "faults that joined a load already in flight")                       \
 	X(prefetch_issued_total, KVP_COUNTER, "blocks asked for by prefetch")  \

@@ -9,6 +9,7 @@
  * 77 when this machine cannot open a pager.
  */
 #include <check.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -99,41 +100,104 @@ START_TEST(test_stream_loads_whole_blocks)
 }
 END_TEST
 
-START_TEST(test_write_makes_whole)
+/* A block resident in part is written back by dirty windows of BS / 64. */
+#define WIN (BS / 64)
+
+START_TEST(test_write_dirties_its_window)
 {
 	struct popts po = around_opts(_i, 8 * MIB);
 	char *a = fx_seeded_region(ST_MEM, SIZE, BS, &po);
 	size_t blk = 5, rd = blk * BS + 3 * FA, wr = blk * BS + 9 * FA + PG;
 	char *buf = kvp_test_xalloc(BS);
+	struct kvp_stats s0, s;
 
-	/* A window, then a write outside it. */
+	/* A window, then a write outside it: its window comes in (not the
+	 * block), and only the dirty window written is dirty. */
 	(void)word_at(a, rd);
 	(void)binfo(R, blk);
 	ck_assert_uint_eq(rstats(R).resident_bytes, FA);
 	kvp_test_fill(a + wr, PG, SEED_B, wr);
 	(void)binfo(R, blk); /* the writer may run before it is RESIDENT */
-	ck_assert_msg(rstats(R).resident_bytes == BS,
+	s0 = rstats(R);
+	ck_assert_msg(s0.resident_bytes == 2 * FA,
 		      "resident %llu, demand faults %llu, wp faults %llu, "
 		      "read %llu",
-		      (unsigned long long)rstats(R).resident_bytes,
-		      (unsigned long long)rstats(R).demand_faults_total,
-		      (unsigned long long)rstats(R).wp_faults_total,
-		      (unsigned long long)rstats(R).bytes_read_total);
+		      (unsigned long long)s0.resident_bytes,
+		      (unsigned long long)s0.demand_faults_total,
+		      (unsigned long long)s0.wp_faults_total,
+		      (unsigned long long)s0.bytes_read_total);
+	ck_assert_uint_eq(s0.bytes_read_total, 2 * FA);
 	ck_assert(binfo(R, blk).dirty);
-	check_region(R, blk * BS, wr - blk * BS, SEED_A);
-	check_region(R, wr + PG, (blk + 1) * BS - wr - PG, SEED_A);
-	/* Out and back: the store holds the whole block, the write in it. */
+	check_region(R, blk * BS + 9 * FA, PG, SEED_A);
+	check_region(R, wr, PG, SEED_B);
+	check_region(R, wr + PG, 10 * FA - PG - wr + blk * BS, SEED_A);
+	/* A second write to the same window: no more dirty windows. */
+	kvp_test_fill(a + wr, 8, SEED_B, wr);
+	/* Out: only that window is written, and the store holds the write
+	 * and the rest of the block unchanged. */
 	push_out(R, po.budget);
 	ck_assert_int_ne(binfo(R, blk).state, KVP_BLOCK_RESIDENT);
-	ck_assert_int_eq(kvp_region_destroy(R), 0);
-	R = NULL;
+	s = rstats(R);
+	ck_assert_uint_eq(s.bytes_written_total - s0.bytes_written_total, WIN);
+	ck_assert_uint_eq(s.evictions_dirty_total, 1);
 	ck_assert_int_eq(store_check(S, blk * BS, wr - blk * BS, SEED_A), -1);
 	ck_assert_int_eq(kvp_store_pread(S, buf, PG, wr), 0);
 	ck_assert_int_eq(kvp_test_check(buf, PG, SEED_B, wr), -1);
 	ck_assert_int_eq(store_check(S, wr + PG, (blk + 1) * BS - wr - PG,
 				     SEED_A),
 			 -1);
+	/* And back: the same bytes. */
+	check_region(R, blk * BS, wr - blk * BS, SEED_A);
+	check_region(R, wr, PG, SEED_B);
+	check_region(R, wr + PG, (blk + 1) * BS - wr - PG, SEED_A);
 	free(buf);
+}
+END_TEST
+
+/* Dirty windows kept, then written back by a flush and at destroy: only
+ * they, never the pages the block lacks (they would be zeros). */
+START_TEST(test_dirty_windows_flush_and_destroy)
+{
+	struct popts po = around_opts(_i, 8 * MIB);
+	char *a = fx_seeded_region(ST_MEM, SIZE, BS, &po);
+	struct kvp_stats s0;
+
+	/* Two windows of block 3 written (pages 0 and 2 of dirty windows at
+	 * FA and 3 * FA), one of block 7. */
+	kvp_test_fill(a + 3 * BS + FA, PG, SEED_B, 3 * BS + FA);
+	kvp_test_fill(a + 3 * BS + 3 * FA + 2 * PG, PG, SEED_B,
+		      3 * BS + 3 * FA + 2 * PG);
+	(void)binfo(R, 3);
+	s0 = rstats(R);
+	ck_assert_uint_eq(s0.resident_bytes, 2 * FA);
+	ck_assert_int_eq(kvp_region_flush(R), 0);
+	ck_assert_uint_eq(rstats(R).bytes_written_total -
+			      s0.bytes_written_total,
+			  2 * WIN);
+	ck_assert(!binfo(R, 3).dirty);
+	ck_assert_uint_eq(rstats(R).resident_bytes, 2 * FA);
+	/* Written again after the flush: dirty again. */
+	kvp_test_fill(a + 3 * BS + FA, PG, SEED_B, 3 * BS + FA);
+	ck_assert(binfo(R, 3).dirty);
+	kvp_test_fill(a + 7 * BS + 5 * PG, PG, SEED_B, 7 * BS + 5 * PG);
+	s0 = rstats(R);
+	ck_assert_int_eq(kvp_region_destroy(R), 0);
+	R = NULL;
+	ck_assert_uint_eq(pstats().bytes_written_total - s0.bytes_written_total,
+			  2 * WIN);
+	ck_assert_int_eq(store_check(S, 0, 3 * BS + FA, SEED_A), -1);
+	ck_assert_int_eq(store_check(S, 3 * BS + FA, PG, SEED_B), -1);
+	ck_assert_int_eq(store_check(S, 3 * BS + FA + PG, 2 * FA + PG, SEED_A),
+			 -1);
+	ck_assert_int_eq(store_check(S, 3 * BS + 3 * FA + 2 * PG, PG, SEED_B),
+			 -1);
+	ck_assert_int_eq(store_check(S, 3 * BS + 3 * FA + 3 * PG,
+				     4 * BS + 5 * PG - 3 * FA - 3 * PG, SEED_A),
+			 -1);
+	ck_assert_int_eq(store_check(S, 7 * BS + 5 * PG, PG, SEED_B), -1);
+	ck_assert_int_eq(
+	    store_check(S, 7 * BS + 6 * PG, SIZE - 7 * BS - 6 * PG, SEED_A),
+	    -1);
 }
 END_TEST
 
@@ -195,33 +259,41 @@ static void *mixer_main(void *arg)
 	return NULL;
 }
 
+/* 1, 2 and 4 threads, move and copy mode, the memory store and a file. */
 START_TEST(test_random_mix_integrity)
 {
-	struct popts po = around_opts(_i, 2 * MIB);
-	char *a = fx_seeded_region(ST_MEM, SIZE, BS, &po);
+	struct popts po = around_opts(_i % 2, 2 * MIB);
+	unsigned nt = (unsigned[]){ 2, 2, 1, 1, 4, 4, 4, 1 }[_i];
+	char *a = fx_seeded_region(_i >= 6 ? ST_FILE : ST_MEM, SIZE, BS, &po);
 	uint8_t *written = calloc(SIZE / PG, 1);
-	struct mixer m[2];
-	pthread_t t[2];
+	struct mixer m[4];
+	pthread_t t[4];
+	struct kvp_stats s;
 
 	ck_assert_ptr_nonnull(written);
-	for (unsigned i = 0; i < 2; i++) {
+	for (unsigned i = 0; i < nt; i++) {
 		m[i] = (struct mixer){ .a = a,
-				       .seed = 11 + i,
-				       .first = i * NBLK / 2,
-				       .n = NBLK / 2,
+				       .seed = 11 + i + 10 * (unsigned)_i,
+				       .first = i * NBLK / nt,
+				       .n = NBLK / nt,
 				       .written = written };
 		ck_assert_int_eq(pthread_create(&t[i], NULL, mixer_main, &m[i]),
 				 0);
 	}
-	for (unsigned i = 0; i < 2; i++) {
+	for (unsigned i = 0; i < nt; i++) {
 		pthread_join(t[i], NULL);
 		ck_assert_msg(!m[i].bad, "thread %u: page at %zu off", i,
 			      m[i].bad - 1);
 	}
-	ck_assert_uint_le(rstats(R).resident_bytes, po.budget);
-	ck_assert_uint_gt(rstats(R).evictions_clean_total +
-			      rstats(R).evictions_dirty_total,
-			  0);
+	s = rstats(R);
+	ck_assert_uint_le(s.resident_bytes, po.budget);
+	ck_assert_uint_gt(s.evictions_clean_total + s.evictions_dirty_total, 0);
+	/* Dirty blocks left by their dirty windows, not whole. */
+	ck_assert_uint_gt(s.evictions_dirty_total, 0);
+	ck_assert_msg(s.bytes_written_total < s.evictions_dirty_total * BS,
+		      "%llu bytes written by %llu dirty evictions",
+		      (unsigned long long)s.bytes_written_total,
+		      (unsigned long long)s.evictions_dirty_total);
 	/* Everything once more, then in the store. */
 	for (size_t pg = 0; pg < SIZE / PG; pg++)
 		check_region(R, pg * PG, PG, written[pg] ? SEED_B : SEED_A);
@@ -235,6 +307,104 @@ START_TEST(test_random_mix_integrity)
 }
 END_TEST
 
+/* The program drops part of a block dirty in a window: the dropped part
+ * reads as zeros, the write outside it stays, in the region and in the
+ * store. */
+START_TEST(test_drop_in_dirty_window)
+{
+	struct popts po = around_opts(_i, 8 * MIB);
+	char *a = fx_seeded_region(ST_MEM, SIZE, BS, &po);
+	size_t base = 11 * BS;
+	/* Page 1 written; pages 2..5 of its window (loaded) and 6..9 of the
+	 * next (not) dropped. */
+	size_t wr = base + PG, lo = base + 2 * PG, hi = base + 10 * PG;
+	struct kvp_stats s0;
+
+	kvp_test_fill(a + wr, PG, SEED_B, wr);
+	(void)binfo(R, 11);
+	s0 = rstats(R);
+	ck_assert_uint_eq(s0.resident_bytes, FA);
+	ck_assert_int_eq(madvise(a + lo, hi - lo, MADV_DONTNEED), 0);
+	wait_removed(R, s0.removed_bytes_total + (hi - lo));
+	for (unsigned pass = 0; pass < 2; pass++) {
+		ck_assert(kvp_test_is_zero(a + lo, hi - lo));
+		check_region(R, base, PG, SEED_A);
+		check_region(R, wr, PG, SEED_B);
+		check_region(R, hi, base + BS - hi, SEED_A);
+		push_out(R, po.budget); /* out and back: the same */
+		ck_assert_int_ne(binfo(R, 11).state, KVP_BLOCK_RESIDENT);
+	}
+	ck_assert_int_eq(kvp_region_destroy(R), 0);
+	R = NULL;
+	ck_assert_int_eq(store_check(S, base, PG, SEED_A), -1);
+	ck_assert_int_eq(store_check(S, wr, PG, SEED_B), -1);
+	ck_assert_int_eq(store_check(S, hi, SIZE - hi, SEED_A), -1);
+}
+END_TEST
+
+/* The page test_dirty_windows_store_fails writes in its b-th block. */
+#define WPAGE(b) ((2 * (b)) * BS + ((b) + 1) * FA + PG)
+
+/* The store refuses writes: blocks dirty in windows stay resident (in
+ * part), their data kept, and are written once it takes writes again. */
+START_TEST(test_dirty_windows_store_fails)
+{
+	struct popts po = around_opts(_i, 2 * MIB);
+	struct kvp_fault_plan plan = { .write_errno = ENOSPC };
+	char *a;
+	struct kvp_stats s;
+
+	make_faulty_store(SIZE);
+	store_fill(S0, 0, SIZE, SEED_A);
+	open_pager(&po);
+	R = make_region(SIZE, BS, KVP_REGION_FROM_STORE);
+	a = kvp_region_addr(R);
+	ck_assert_int_eq(kvp_store_faulty_set(S, &plan), 0);
+	/* A page of each of blocks 0, 2, .. 14 written (never a neighbour
+	 * of the last: no run to read ahead of). */
+	for (size_t b = 0; b < 8; b++)
+		kvp_test_fill(a + WPAGE(b), PG, SEED_B, WPAGE(b));
+	(void)binfo(R, 14);
+	ck_assert_uint_eq(rstats(R).resident_bytes, 8 * FA); /* in part */
+	/* Random reads of the other blocks, twice the budget: evictions
+	 * try the dirty ones too. */
+	for (unsigned pass = 0; pass < 2; pass++)
+		for (size_t off = 16 * BS + FA / 2; off < SIZE; off += BS / 2)
+			(void)word_at(a, off);
+	s = rstats(R);
+	ck_assert_uint_gt(s.write_errors_total, 0);
+	ck_assert_uint_eq(s.evictions_dirty_total, 0);
+	for (size_t b = 0; b < 8; b++) {
+		struct kvp_block_info bi = binfo(R, 2 * b);
+		size_t wr = WPAGE(b);
+
+		ck_assert_int_eq(bi.state, KVP_BLOCK_RESIDENT);
+		ck_assert(bi.dirty);
+		check_region(R, wr, PG, SEED_B);
+		check_region(R, 2 * b * BS, wr - 2 * b * BS, SEED_A);
+		check_region(R, wr + PG, (2 * b + 1) * BS - wr - PG, SEED_A);
+	}
+	ck_assert_int_eq(store_check(S0, 0, SIZE, SEED_A), -1);
+	ck_assert_int_eq(kvp_region_flush(R), -ENOSPC);
+	/* Back: eviction writes them, and the store holds every byte. */
+	plan.write_errno = 0;
+	ck_assert_int_eq(kvp_store_faulty_set(S, &plan), 0);
+	push_out(R, po.budget);
+	for (size_t b = 0; b < 8; b++) {
+		size_t wr = WPAGE(b), from = b ? WPAGE(b - 1) + PG : 0;
+
+		ck_assert_int_eq(store_check(S0, from, wr - from, SEED_A), -1);
+		ck_assert_int_eq(store_check(S0, wr, PG, SEED_B), -1);
+	}
+	ck_assert_int_eq(store_check(S0, WPAGE(7) + PG, SIZE - WPAGE(7) - PG,
+				     SEED_A),
+			 -1);
+	ck_assert_uint_ge(rstats(R).evictions_dirty_total, 8);
+	ck_assert_int_eq(kvp_region_destroy(R), 0);
+	R = NULL;
+}
+END_TEST
+
 static Suite *pager_around_suite(void)
 {
 	Suite *s = suite_create("pager_around");
@@ -242,9 +412,12 @@ static Suite *pager_around_suite(void)
 
 	tcase_add_loop_test(t, test_random_reads_load_windows, 0, 2);
 	tcase_add_loop_test(t, test_stream_loads_whole_blocks, 0, 2);
-	tcase_add_loop_test(t, test_write_makes_whole, 0, 2);
+	tcase_add_loop_test(t, test_write_dirties_its_window, 0, 2);
+	tcase_add_loop_test(t, test_dirty_windows_flush_and_destroy, 0, 2);
 	tcase_add_loop_test(t, test_drop_in_partial_block, 0, 2);
-	tcase_add_loop_test(t, test_random_mix_integrity, 0, 2);
+	tcase_add_loop_test(t, test_random_mix_integrity, 0, 8);
+	tcase_add_loop_test(t, test_drop_in_dirty_window, 0, 2);
+	tcase_add_loop_test(t, test_dirty_windows_store_fails, 0, 2);
 	return s;
 }
 
