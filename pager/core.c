@@ -613,7 +613,8 @@ uint64_t kvp_blk_write_windows_begin(struct kvp_block *b)
 void kvp_blk_write_windows_done(struct kvp_region *r, struct kvp_block *b,
 				uint64_t wins, int err)
 {
-	assert(b->state == KVP_BLOCK_RESIDENT && b->holds);
+	/* Held, but a fill may be loading more of it (LOADING). */
+	assert(b->holds);
 	set_wb_failed(r, b, err != 0);
 	if (!err)
 		return;

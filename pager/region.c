@@ -240,20 +240,18 @@ static int store_windows(struct kvp_region *r, uint64_t blk, uint64_t wins)
 	return err;
 }
 
-/* write_block for a block resident in part: its dirty windows, each
- * protected before it is written. */
-static int write_windows(struct kvp_region *r, uint64_t blk)
+/* write_block for a block resident in part: its dirty windows @wins
+ * (taken by kvp_blk_write_windows_begin), each protected before it is
+ * written.  A fault may load more of the block meanwhile (a fill): that
+ * leaves these windows as they are. */
+static int write_windows(struct kvp_region *r, uint64_t blk, uint64_t wins)
 {
 	struct kvp_pager *p = r->p;
 	struct kvp_block *b = &r->blocks[blk];
-	uint64_t wins, left;
+	uint64_t left = wins;
 	unsigned first, n;
 	int err;
 
-	pthread_mutex_lock(&p->lock);
-	wins = kvp_blk_write_windows_begin(b);
-	pthread_mutex_unlock(&p->lock);
-	left = wins;
 	while ((n = kvp_win_next_run(&left, &first)) != 0)
 		(void)kvp_uffd_protect(p,
 				       kvp_blk_addr(r, blk) +
@@ -302,18 +300,23 @@ int kvp_region_flush(struct kvp_region *r)
 		struct kvp_block *b = &r->blocks[blk];
 		bool want;
 
-		bool wins;
+		uint64_t wins = 0;
 
 		pthread_mutex_lock(&p->lock);
 		want = b->state == KVP_BLOCK_RESIDENT &&
 		       (b->flags & BLK_DIRTY) && !(b->flags & BLK_DROP);
-		wins = kvp_blk_dirty_windows(b);
-		if (want)
+		if (want) {
 			b->holds++; /* stays resident while written */
+			/* Resident in part: its dirty windows, taken now (a
+			 * fill may begin once the lock is let go). */
+			if (kvp_blk_dirty_windows(b))
+				wins = kvp_blk_write_windows_begin(b);
+		}
 		pthread_mutex_unlock(&p->lock);
 		if (!want)
 			continue;
-		int err = wins ? write_windows(r, blk) : write_block(r, blk);
+		int err = wins ? write_windows(r, blk, wins)
+			       : write_block(r, blk);
 
 		pthread_mutex_lock(&p->lock);
 		b->holds--;
