@@ -61,7 +61,11 @@ enum kvp_install_mode {
 	  "resident share of the budget that eviction brings it back to")     \
 	X(zap_follow_reader, KVP_T_BOOL, 0, 1, 1, true, NULL,                  \
 	  "run the zapper on the CPU of the service thread that reads its "   \
-	  "REMOVE events (a switch there, not a cross-CPU wake-up per range)")
+	  "REMOVE events (a switch there, not a cross-CPU wake-up per range)") \
+	X(service_priority, KVP_T_UINT, 0, 19, 10, false, NULL,                \
+	  "nice levels the pager's threads run above the process's (they "    \
+	  "serve faults its other threads wait on; needs CAP_SYS_NICE or "     \
+	  "RLIMIT_NICE, else they stay, with a note)")
 
 #define KVP_CONFIG_FIELD(name, type, min, max, def, runtime, choices, doc)     \
 	uint64_t name;

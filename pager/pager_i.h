@@ -473,6 +473,9 @@ void kvp_blk_write_windows_done(struct kvp_region *r, struct kvp_block *b,
 void kvp_blk_write_retry(struct kvp_region *r, struct kvp_block *b);
 void kvp_blk_forget(struct kvp_region *r, struct kvp_block *b);
 
+/* request.c: a pager thread's start: its name (for top -H, perf, gdb)
+ * and nice value (service_priority).  On the thread itself, no lock. */
+void kvp_thread_begin(struct kvp_pager *p, const char *name);
 /* request.c: work for the service threads.  Under p->lock. */
 void kvp_service_request(struct kvp_pager *p, struct kvp_req *req);
 /* Every service thread drops its queue on @store (its last region is

@@ -5,11 +5,47 @@
  * that wakes its poll.  Prefetches go round robin; a store's last region
  * asks every thread to drop its queue on the store and waits for all of
  * them.  The service loop (service.c) takes the requests and runs them.
+ * The threads that run them (service.c, zap.c) start in kvp_thread_begin.
  */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "pager/pager_i.h"
+
+/*
+ * Under load (an inference process computing on every CPU) a service
+ * thread that waits for a CPU leaves every faulting thread waiting with it:
+ * the kernel serves its own faults' I/O from interrupts, above any thread.
+ * A lower nice value, per thread (Linux's nice is per task).
+ */
+void kvp_thread_begin(struct kvp_pager *p, const char *name)
+{
+	static bool said;
+	int base, want;
+
+	errno = 0;
+	base = getpriority(PRIO_PROCESS, 0);
+	want = base - (int)p->cfg.service_priority;
+	if (want < -20)
+		want = -20;
+	if (p->cfg.service_priority && !(base == -1 && errno) &&
+	    setpriority(PRIO_PROCESS, (id_t)gettid(), want) &&
+	    !__atomic_exchange_n(&said, true, __ATOMIC_RELAXED))
+		fprintf(stderr,
+			"kvpager: note: the pager's threads stay at nice %d "
+			"(service_priority %u: setpriority: %s; it needs "
+			"CAP_SYS_NICE or RLIMIT_NICE, or set "
+			"KVP_SERVICE_PRIORITY=0)\n",
+			base, (unsigned)p->cfg.service_priority,
+			strerror(errno));
+	/* Named last: a thread that has its name has its priority. */
+	(void)pthread_setname_np(pthread_self(), name);
+}
 
 void kvp_service_poke(struct kvp_service *s)
 {

@@ -541,9 +541,8 @@ static void *service_main(void *arg)
 	char name[16];
 
 	kvp_uffd_bind_reader(s, kvp_events_read_all_deferring);
-	/* Named for top -H, perf and gdb. */
 	snprintf(name, sizeof(name), "kvp-svc%u", (unsigned)(s - p->svc));
-	(void)pthread_setname_np(pthread_self(), name);
+	kvp_thread_begin(p, name);
 
 	for (;;) {
 		unsigned want = 2 + s->nqueues;

@@ -127,7 +127,7 @@ static void *zapper_main(void *arg)
 	int cpu = -1;
 	bool can_follow;
 
-	(void)pthread_setname_np(pthread_self(), "kvp-zap");
+	kvp_thread_begin(p, "kvp-zap");
 	can_follow = pthread_getaffinity_np(pthread_self(), sizeof(allowed),
 					    &allowed) == 0;
 	pthread_mutex_lock(&p->lock);
