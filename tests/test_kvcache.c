@@ -451,6 +451,85 @@ static void bit_for_bit(size_t pbb)
 	kvp_kv_synth_destroy(sy);
 }
 
+/*
+ * kvp_kvcache_read_blocks gives back the KV blocks the source made, bit
+ * for bit, in RAM, through the pager (a budget far below the KV: most
+ * blocks absent, read from the store; the newest resident, peeked) and
+ * through mmap; it refuses ranges that are not whole, full blocks.
+ */
+static void read_blocks_on(enum kvp_kvcache_backend be)
+{
+	static const uint64_t ranges[][2] = { { 0, 256 },
+					      { 1024, 512 },
+					      { 2996, 4 } };
+	struct kvp_kv_geometry g;
+	struct kvp_kv_synth *sy;
+	struct kvp_kv_source src;
+	struct kvp_kvcache_opts o;
+	struct kvp_kvcache *c;
+	size_t stride, cap;
+	char *got, *want;
+	uint32_t id, l, r;
+	uint64_t b;
+
+	kvp_kv_geometry_preset("tiny", &g);
+	g.head_dim = 64;
+	sy = synth(&g);
+	kvp_kv_source_synth(&src, sy);
+	opts(&o, &g, be, 2, 12000, 4096, KVP_PREDICTOR_EXACT);
+	ck_assert_int_eq(kvp_kvcache_create(&o, &c), 0);
+	stride = kvp_kvcache_layout(c)->block_stride;
+	cap = (size_t)g.layers * (512 / g.block_tokens) * stride;
+	got = aligned_alloc(4096, cap + 4096);
+	want = calloc(1, cap);
+	ck_assert(got && want);
+	ck_assert_int_eq(kvp_kvcache_seq_create(c, &id), 0);
+	ck_assert_int_eq(kvp_kvcache_prefill(c, id, 3001, &src, NULL, NULL), 0);
+	for (r = 0; r < 3; r++) {
+		uint64_t first = ranges[r][0], nb = ranges[r][1] / g.block_tokens;
+
+		memset(want, 0, cap);
+		for (l = 0; l < g.layers; l++)
+			for (b = 0; b < nb; b++)
+				ck_assert_int_eq(
+				    kvp_kv_synth_fill(
+					sy, id, l, first + b * g.block_tokens,
+					g.block_tokens,
+					want + (l * nb + b) * stride),
+				    0);
+		memset(got, 0xa5, cap);
+		ck_assert_int_eq(kvp_kvcache_read_blocks(c, id, first,
+							 ranges[r][1], got),
+				 0);
+		ck_assert_msg(!memcmp(got, want, g.layers * nb * stride),
+			      "%s: tokens %lu+%lu differ",
+			      kvp_kvcache_backend_name(be),
+			      (unsigned long)first,
+			      (unsigned long)ranges[r][1]);
+	}
+	/* the rolling block, past the end, not whole blocks, unaligned */
+	ck_assert_int_eq(kvp_kvcache_read_blocks(c, id, 2996, 8, got), -EINVAL);
+	ck_assert_int_eq(kvp_kvcache_read_blocks(c, id, 2, 4, got), -EINVAL);
+	ck_assert_int_eq(kvp_kvcache_read_blocks(c, id, 0, 6, got), -EINVAL);
+	ck_assert_int_eq(kvp_kvcache_read_blocks(c, id, 0, 0, got), -EINVAL);
+	ck_assert_int_eq(kvp_kvcache_read_blocks(c, id, 0, 4, got + 64),
+			 -EINVAL);
+	ck_assert_int_eq(kvp_kvcache_read_blocks(c, id + 1, 0, 4, got),
+			 -EINVAL);
+	kvp_kvcache_destroy(c);
+	free(got);
+	free(want);
+	kvp_kv_synth_destroy(sy);
+}
+
+START_TEST(read_blocks_as_made)
+{
+	read_blocks_on(KVP_KVCACHE_RAM);
+	read_blocks_on(KVP_KVCACHE_PAGER);
+	read_blocks_on(KVP_KVCACHE_MMAP);
+}
+END_TEST
+
 START_TEST(exact_bit_for_bit_4k)
 {
 	bit_for_bit(4096);
@@ -1031,6 +1110,7 @@ int main(void)
 	tcase_add_test(tc, rolling_writes_once_demand);
 	tcase_add_test(tc, sharing_and_table_text);
 	tcase_add_test(tc, discard_on_free);
+	tcase_add_test(tc, read_blocks_as_made);
 	tcase_add_test(tc, exact_bit_for_bit_4k);
 	tcase_add_test(tc, exact_bit_for_bit_32k);
 	tcase_add_test(tc, slots_bit_for_bit_rewrite);

@@ -273,6 +273,23 @@ int kvp_kvcache_prefill_stored(struct kvp_kvcache *c, uint32_t seq,
 			       void *arg);
 
 /*
+ * kvp_kvcache_read_blocks - the K and V of tokens [first, first +
+ * ntokens) of seq as the cache holds them: for each layer in order, the
+ * tokens' ntokens / G KV blocks in token order, kvp_kv_layout's
+ * block_stride bytes each (the block format, padding included), into dst
+ * (layers * ntokens / G * block_stride bytes, 4096-aligned: a store with
+ * O_DIRECT reads into it).  The format kvp_kvcache_prefill_stored's bind
+ * takes, so a chunk computed once can be stored as the cache has it.
+ * Leaves residency alone: absent blocks are read from the store,
+ * resident ones copied from their frames.  first and ntokens multiples
+ * of G, the tokens' blocks full in every layer (not the rolling one).
+ * 0; -EINVAL (no such sequence, a range not so, dst not aligned);
+ * -ENOMEM; the store's error.
+ */
+int kvp_kvcache_read_blocks(struct kvp_kvcache *c, uint32_t seq,
+			    uint64_t first, uint64_t ntokens, void *dst);
+
+/*
  * kvp_kvcache_layout_for - the layout kvp_kvcache_create(o) makes (its
  * region's bytes, its KV block stride), for a caller that brings its own
  * store (o->store) and must size it first.  0, -EINVAL, -EOVERFLOW.

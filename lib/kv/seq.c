@@ -68,6 +68,38 @@ int kvc_read_logical(struct kvp_kvcache *c, struct kvc_seq *s, uint32_t layer,
 	return c->be->read(c, layer, &p, 1, dst);
 }
 
+int kvp_kvcache_read_blocks(struct kvp_kvcache *c, uint32_t seq,
+			    uint64_t first, uint64_t ntokens, void *dst)
+{
+	uint32_t G = c->g.block_tokens, layer, *phys;
+	uint64_t nb = ntokens / G, i;
+	struct kvc_seq *s;
+	int err = 0;
+
+	if (!kvc_seq_ok(c, seq) || !ntokens || first % G || ntokens % G ||
+	    ((uintptr_t)dst & 4095))
+		return -EINVAL;
+	s = &c->seqs[seq];
+	/* whole blocks the backing holds, none of them the rolling one */
+	for (layer = 0; layer < c->g.layers; layer++)
+		if (first + ntokens > s->fill[layer])
+			return -EINVAL;
+	phys = malloc(sizeof(*phys) * nb);
+	if (!phys)
+		return -ENOMEM;
+	for (i = 0; i < nb && !err; i++) {
+		phys[i] = kvp_block_table_physical(s->bt,
+						   (uint32_t)(first / G + i));
+		if (phys[i] == KVP_BLOCK_NONE)
+			err = -EINVAL;
+	}
+	for (layer = 0; layer < c->g.layers && !err; layer++)
+		err = c->be->read(c, layer, phys, nb,
+				  (char *)dst + layer * nb * c->stride);
+	free(phys);
+	return err;
+}
+
 /* ---- sequences -------------------------------------------------------- */
 
 /* Free what seq_init allocated for a slot that did not become live. */
