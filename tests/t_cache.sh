@@ -80,6 +80,17 @@ b=$(KVP_CACHE_WRITE_BEHIND=0 run --model random:tiny --prompt-tokens "@$tmp/p300
 check "store in the prefill: written behind" "$(field cache_written_behind <<<"$b")" 0
 c=$(run --model random:tiny --prompt-tokens "@$tmp/p300" --generate 2 --json --cache-dir "$d")
 check "store in the prefill: hit" "$(field prefix_hit_tokens <<<"$c")" 256
+# the chunks read back from the KV cache after the first token (write
+# behind) are the bytes the prefill computed: each block file equals the
+# one stored during the prefill from the prefill's own K and V
+b=$(run --model random:tiny --prompt-tokens "@$tmp/p300" --generate 2 --json --cache-dir "$tmp/wb1")
+awk -v a="$(field prefill_offer_s <<<"$b")" -v b="$(field offer_after_first_token_s <<<"$b")" \
+	'BEGIN { exit !(a < 0.0005 && b > 0) }' ||
+	{ echo "FAIL: write behind: offered in the prefill: $b"; fail=1; }
+[ "$(ls "$tmp/wb1" | grep -c 'kvb$')" = 4 ] || { echo "FAIL: write behind: $(ls "$tmp/wb1")"; fail=1; }
+for f in "$d"/*.kvb; do
+	cmp -s "$f" "$tmp/wb1/${f##*/}" || { echo "FAIL: read back: ${f##*/} differs"; fail=1; }
+done
 b=$(KVP_CACHE_WRITE_BEHIND=off run --model random:tiny --prompt-tokens "@$tmp/p300" --generate 2 --json --cache-dir "$tmp/wboff")
 check "KVP_CACHE_WRITE_BEHIND=off: written behind" "$(field cache_written_behind <<<"$b")" 0
 rc=0

@@ -431,6 +431,117 @@ START_TEST(tiny_by_hand_pager)
 }
 END_TEST
 
+/* A prefix store that records what it is offered, and when. */
+struct rec_px {
+	struct kvp_model_prefix px;
+	uint32_t n, chunk[8];
+	bool after[8];	      /* offered after the prefill */
+	bool prefilled;
+	unsigned char *payload[8];
+};
+
+static int rec_get(void *arg, uint32_t chunk, void *buf, size_t len)
+{
+	(void)arg, (void)chunk, (void)buf, (void)len;
+	return -ENOENT;
+}
+
+static void rec_put(void *arg, uint32_t chunk, const void *payload,
+		    size_t len)
+{
+	struct rec_px *r = arg;
+
+	ck_assert_uint_lt(r->n, 8);
+	r->chunk[r->n] = chunk;
+	r->after[r->n] = r->prefilled;
+	r->payload[r->n] = malloc(len);
+	ck_assert_ptr_nonnull(r->payload[r->n]);
+	memcpy(r->payload[r->n++], payload, len);
+}
+
+/* A random model's 300-token prompt through the pager with px r, its
+ * chunks of 64 tokens held back (put_later) up to later_max. */
+static void offer_run(struct kvp_model *m, struct rec_px *r, bool later,
+		      uint32_t later_max)
+{
+	struct kvp_kv_geometry g;
+	struct kvp_kvcache_opts o;
+	struct kvp_kvcache *c;
+	struct kvp_model_seq *s;
+	uint32_t toks[300], id, i;
+
+	for (i = 0; i < 300; i++)
+		toks[i] = (i * 7919 + 5) % m->cfg.vocab;
+	ck_assert_int_eq(kvp_model_geometry(m, KVP_KV_FP16, 4, &g), 0);
+	kvp_kvcache_opts_default(&o, &g);
+	o.backend = KVP_KVCACHE_PAGER;
+	o.capacity_tokens = 4096;
+	o.budget_bytes = 2u << 20; /* the pager's least */
+	o.prefetch_depth = 1;
+	ck_assert_int_eq(kvp_kvcache_create(&o, &c), 0);
+	ck_assert_int_eq(kvp_kvcache_seq_create(c, &id), 0);
+	ck_assert_int_eq(kvp_model_seq_create(m, c, id, 2, &s), 0);
+	memset(r, 0, sizeof(*r));
+	r->px.chunk_tokens = 64;
+	r->px.get = rec_get;
+	r->px.put = rec_put;
+	r->px.arg = r;
+	r->px.put_later = later;
+	r->px.later_max = later_max;
+	ck_assert_int_eq(kvp_model_seq_set_prefix(s, &r->px), 0);
+	ck_assert_int_eq(kvp_model_prefill(s, toks, 300), 0);
+	r->prefilled = true;
+	ck_assert_int_eq(kvp_model_seq_offer(s), 0);
+	ck_assert_int_eq(kvp_model_seq_offer(s), 0); /* offered once */
+	kvp_model_seq_destroy(s);
+	kvp_kvcache_destroy(c);
+}
+
+/*
+ * put_later: the chunks a prefill computes are offered after it, read
+ * back from the KV cache, and are the bytes offered during a prefill, bit
+ * for bit; later_max holds back only the last ones.
+ */
+START_TEST(prefix_put_later)
+{
+	static struct rec_px now, later, part;
+	struct kvp_model *m;
+	char err[256];
+	size_t len;
+	uint32_t i;
+
+	ck_assert_int_eq(kvp_model_random("tiny", NULL, &m, err, sizeof(err)),
+			 0);
+	offer_run(m, &now, false, 0);
+	offer_run(m, &later, true, 0);
+	offer_run(m, &part, true, 3);
+	{
+		struct kvp_kv_geometry g;
+
+		ck_assert_int_eq(kvp_model_geometry(m, KVP_KV_FP16, 4, &g), 0);
+		len = kvp_model_chunk_bytes(&g, 64);
+	}
+	ck_assert_uint_eq(now.n, 4);
+	ck_assert_uint_eq(later.n, 4);
+	ck_assert_uint_eq(part.n, 4);
+	for (i = 0; i < 4; i++) {
+		ck_assert_uint_eq(now.chunk[i], i);
+		ck_assert_uint_eq(later.chunk[i], i);
+		ck_assert_uint_eq(part.chunk[i], i);
+		ck_assert(!now.after[i]);
+		ck_assert(later.after[i]);
+		ck_assert(part.after[i] == (i > 0));
+		ck_assert_msg(!memcmp(later.payload[i], now.payload[i], len),
+			      "chunk %u read back differs", i);
+		ck_assert(!memcmp(part.payload[i], now.payload[i], len));
+		free(now.payload[i]);
+		free(later.payload[i]);
+		free(part.payload[i]);
+	}
+	kvp_model_close(m);
+}
+END_TEST
+
 START_TEST(refuses_bad_use)
 {
 	struct kvp_kvcache *c;
@@ -563,6 +674,7 @@ int main(void)
 	tcase_add_test(tc, tiny_by_hand_pager);
 	tcase_add_test(tc, tiny_by_hand_prefill_window);
 	tcase_add_test(tc, refuses_bad_use);
+	tcase_add_test(tc, prefix_put_later);
 	tcase_add_test(tc, sample);
 	tcase_add_test(tc, tokenizer);
 	return kvp_test_run(s);

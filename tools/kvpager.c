@@ -1422,9 +1422,11 @@ static void model_report(const struct run_opts *o, const struct model_run *mr)
 			printf("%s%u", i ? "," : "", mr->out[i]);
 		printf("],\"prefill_restore_s\":%.6f,\"prefill_math_s\":%.6f,"
 		       "\"prefill_offer_s\":%.6f,\"prefill_kv_s\":%.6f,"
-		       "\"prefill_computed_tokens\":%u,",
+		       "\"prefill_computed_tokens\":%u,"
+		       "\"offer_after_first_token_s\":%.6f,",
 		       mr->pt.restore_s, mr->pt.math_s, mr->pt.offer_s,
-		       mr->pt.kv_s, mr->pt.computed_tokens);
+		       mr->pt.kv_s, mr->pt.computed_tokens,
+		       mr->pt.offer_after_s);
 		return;
 	}
 	printf("tokens:");
@@ -1436,6 +1438,10 @@ static void model_report(const struct run_opts *o, const struct model_run *mr)
 	       "prefix cache in %.3f s\n",
 	       mr->pt.computed_tokens, mr->pt.math_s, mr->pt.kv_s,
 	       mr->pt.offer_s, mr->pt.restored_tokens, mr->pt.restore_s);
+	if (mr->pt.offer_after_s > 0)
+		printf("prefix cache: computed chunks read back from the KV "
+		       "cache and offered after the first token in %.3f s\n",
+		       mr->pt.offer_after_s);
 	if (mr->tok) {
 		printf("text: ");
 		for (i = 0; i < o->steps; i++)
@@ -1490,7 +1496,7 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 	double recall = 0, rel = 0, mass = 0;
 	uint32_t nsamp = 0;
 	char h1[32], h2[32], h3[32], h4[32], h5[32];
-	int err, status = 1;
+	int err, e2, status = 1;
 
 	if (parse_args(argc, argv, &o))
 		return 2;
@@ -1654,7 +1660,16 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 							mr->nprompt);
 			/* its logits give the first token */
 			mr->ttft_s = now_s() - t0;
-			if (mr->mc) /* the chunks it queued: stored now */
+			/* the chunks it computed: offered and stored now */
+			if (mr->mc && !err &&
+			    (e2 = kvp_model_cache_first_token(mr->mc)))
+				fprintf(stderr,
+					"kvpager: prefix cache: the computed "
+					"chunks were not read back to be "
+					"stored: %s (they are computed again "
+					"next time)\n",
+					kvp_strerror(e2));
+			else if (mr->mc && err) /* what it queued */
 				kvp_model_cache_first_token(mr->mc);
 			if (mr->seq)
 				kvp_model_seq_prefill_times(mr->seq, &mr->pt);

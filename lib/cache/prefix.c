@@ -14,7 +14,6 @@
 
 #include "lib/cache/prefix.h"
 
-#define DEFAULT_QUEUE_BYTES (256ull << 20)
 #define RA_SLOTS	    4 /* chunks read ahead of the gets */
 
 /* A chunk read ahead: free, being read, or ready (err and data set). */
@@ -40,7 +39,7 @@ struct job {
 	size_t len;	      /* payload bytes */
 	size_t cap;	      /* bytes of data */
 	int fd;		      /* -1, or the record is there (put_fd) */
-	bool held;	      /* queued while the writer was held */
+	bool held;	      /* queued under a hold or after its release */
 	uint64_t gen;	      /* the hold it was queued under */
 	bool notify;	      /* call the stored hook when done */
 	unsigned char *data;  /* the payload (cap bytes), or NULL */
@@ -197,7 +196,7 @@ static void *writer_main(void *arg)
 			p->st.failed++;
 		else
 			p->st.stored++;
-		/* behind: queued under a hold that has been released */
+		/* behind: of a hold that has been released */
 		behind = j->held && (!p->hold || j->gen != p->hold_gen);
 		if (behind && !err)
 			p->st.behind++;
@@ -318,7 +317,7 @@ int kvp_prefix_create(const struct kvp_prefix_opts *o, struct kvp_prefix **out)
 		return -ENOMEM;
 	p->o = *o;
 	if (!p->o.queue_bytes)
-		p->o.queue_bytes = DEFAULT_QUEUE_BYTES;
+		p->o.queue_bytes = KVP_PREFIX_QUEUE_BYTES;
 	p->fd_cap = fd_cap();
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_cond_init(&p->cond, NULL);
@@ -531,7 +530,9 @@ static struct job *take_spare(struct kvp_prefix *p, size_t len)
 static void enqueue(struct kvp_prefix *p, struct job *j)
 {
 	j->next = NULL;
-	j->held = p->hold;
+	/* a job of the last hold: queued while it holds, or after its
+	 * release (a run offers its computed chunks at its first token) */
+	j->held = p->hold || p->hold_gen;
 	j->gen = p->hold_gen;
 	p->held_jobs += j->held;
 	p->fd_jobs += j->fd >= 0;

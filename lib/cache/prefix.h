@@ -32,7 +32,10 @@
  * the queue holds more than three quarters of queue_bytes or a put waits
  * for room (the queue's memory stays within queue_bytes, and a long
  * prefill's puts wait no more than without a hold); the rest is stored
- * after the release, counted in `behind` (chunks stored, not failed).  A
+ * after the release, counted in `behind` (chunks stored, not failed), as
+ * are the chunks put after the release until the next hold (a run
+ * offers the chunks it computed at its first token: lib/model/
+ * model_cache.h), and behind_s runs to the last of them stored.  A
  * new hold holds only the chunks queued under it: those of an earlier,
  * released one are stored at once.  put_fd jobs take no queue memory but
  * a descriptor each: past a quarter of RLIMIT_NOFILE's soft limit (16 to
@@ -56,10 +59,12 @@
 #include "lib/cache/block_record.h"
 #include "lib/cache/cache_dir.h"
 
+#define KVP_PREFIX_QUEUE_BYTES (256ull << 20) /* the queue's default */
+
 struct kvp_prefix_opts {
 	struct kvp_cache *cache;   /* used, not owned */
 	struct kvp_rec_keyctx ctx; /* model, geometry words, salt */
-	uint64_t queue_bytes;	   /* 0: 256 MiB */
+	uint64_t queue_bytes;	   /* 0: KVP_PREFIX_QUEUE_BYTES */
 };
 
 struct kvp_prefix_stats {
@@ -69,7 +74,8 @@ struct kvp_prefix_stats {
 	uint64_t stored;       /* of those, committed (or already there) */
 	uint64_t failed;       /* of those, not stored (the cache said why) */
 	uint64_t queue_waits;  /* puts that waited for room */
-	uint64_t behind;       /* queued while held, stored after release */
+	uint64_t behind;       /* queued while held or after the release
+				  (until the next hold), stored after it */
 	double behind_s;       /* the last release to its last such store
 				  (0: nothing was left to store) */
 };

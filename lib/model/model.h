@@ -188,6 +188,16 @@ int kvp_model_prefill(struct kvp_model_seq *s, const uint32_t *tokens,
  *         kvp_kvcache_prefill_stored's bind does (lib/cache/cache_store.h
  *         maps the chunk's file): 0, or any error (the chunk is read
  *         with get instead, and so are the chunks after it).
+ *   put_later: offer the computed chunks not during the prefill but at
+ *         kvp_model_seq_offer, read back from the KV cache
+ *         (kvp_kvcache_read_blocks: the bytes the cache holds, which are
+ *         the payload's), so that no chunk is copied before the first
+ *         token.  Only for payloads in whole KV blocks; otherwise, and
+ *         when false, each chunk is offered as it is computed.
+ *   later_max: with put_later, at most this many chunks held back, the
+ *         last computed (0: all); the earlier ones are offered as they
+ *         are computed (a long prefill's, which a bounded queue could
+ *         not take at once after it).
  * hit_tokens is set by each prefill: the tokens taken from the store;
  * mapped_tokens: those of them bound, not read and copied.
  */
@@ -199,6 +209,8 @@ struct kvp_model_prefix {
 	int (*bind)(void *bind_arg, uint32_t chunk, const uint64_t *offs,
 		    size_t n);
 	void *bind_arg;
+	bool put_later;
+	uint32_t later_max;
 	uint64_t hit_tokens;
 	uint64_t mapped_tokens;
 };
@@ -247,6 +259,16 @@ int kvp_model_seq_set_prefix(struct kvp_model_seq *s,
 			     struct kvp_model_prefix *px);
 
 /*
+ * kvp_model_seq_offer - offer the prefix store's put the chunks that the
+ * last prefill computed and held back (put_later), each read back from
+ * the KV cache into one buffer of a chunk: after the first token, off
+ * its path.  A chunk already offered is not offered again.  0 (also when
+ * none is pending), -ENOMEM, or the KV cache's read error (the chunks
+ * from there on are not offered: a miss next time, computed again).
+ */
+int kvp_model_seq_offer(struct kvp_model_seq *s);
+
+/*
  * kvp_model_step - append token (the sequence's next) with one decode step
  * through the cache, and leave its logits.  st (may be NULL) gets the
  * step's figures (kvp_kvcache_step; t_fill_s is the model's own compute
@@ -273,6 +295,8 @@ struct kvp_model_prefill_times {
 	double restore_s;	/* taking the stored chunks (bind or read) */
 	double math_s;		/* the model's math over computed tokens */
 	double offer_s;		/* computed chunks copied and queued */
+	double offer_after_s;	/* kvp_model_seq_offer's, after the prefill
+				   (put_later): read back and queued */
 	double kv_s;		/* computed tokens into the KV cache */
 	uint32_t restored_tokens; /* taken from the store */
 	uint32_t computed_tokens; /* computed */

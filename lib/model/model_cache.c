@@ -23,6 +23,8 @@ struct kvp_model_cache {
 	size_t granule;		    /* its granule: a KV block's stride */
 	bool write_behind;	    /* hold the writer from attach to
 				       kvp_model_cache_first_token */
+	struct kvp_model_seq *seq;  /* the attached one: its held-back
+				       chunks are offered at the first token */
 };
 
 static const char *env_or(const char *v, const char *name)
@@ -164,6 +166,16 @@ int kvp_model_cache_open(const struct kvp_model_cache_opts *o,
 	mc->mp.arg = mc->prefix;
 	mc->mp.bind = model_cache_bind;
 	mc->mp.bind_arg = mc;
+	/* write behind: the computed chunks are read back from the KV
+	 * cache after the first token, not copied before it */
+	mc->mp.put_later = mc->write_behind;
+	/* as many as the writer's queue takes: a long prefill offers the
+	 * earlier ones as it computes them, so that the first token's
+	 * offers do not wait for the writer */
+	mc->mp.later_max = (uint32_t)(KVP_PREFIX_QUEUE_BYTES /
+				      kvp_model_chunk_bytes(g, C));
+	if (!mc->mp.later_max)
+		mc->mp.later_max = 1;
 	if (o->remote_url) {
 		struct kvp_model_remote_opts ro = { .url = o->remote_url,
 						    .prefix = mc->prefix,
@@ -197,12 +209,20 @@ int kvp_model_cache_attach(struct kvp_model_cache *mc,
 		err = kvp_model_seq_set_prefix(s, &mc->mp);
 	if (!err && mc->write_behind)
 		kvp_prefix_hold(mc->prefix);
+	mc->seq = err ? NULL : s;
 	return err;
 }
 
-void kvp_model_cache_first_token(struct kvp_model_cache *mc)
+int kvp_model_cache_first_token(struct kvp_model_cache *mc)
 {
+	int err = 0;
+
+	/* released first: the writer stores each chunk as it is offered */
 	kvp_prefix_release(mc->prefix);
+	if (mc->seq)
+		err = kvp_model_seq_offer(mc->seq);
+	mc->seq = NULL;
+	return err;
 }
 
 uint64_t kvp_model_cache_hit_tokens(const struct kvp_model_cache *mc)

@@ -9,8 +9,8 @@
  *     kvp_model_cache_open(&o, model, &geo, &mc, err, sizeof(err),
  *                          warn, sizeof(warn));
  *     kvp_model_cache_attach(mc, seq, prompt, n);  // before the prefill
- *     kvp_model_prefill(seq, prompt, n);       // reads, computes, offers
- *     kvp_model_cache_first_token(mc);         // now store the offers
+ *     kvp_model_prefill(seq, prompt, n);       // reads, computes
+ *     kvp_model_cache_first_token(mc);         // offer and store them
  *     ...
  *     kvp_model_cache_close(mc);               // waits for the writes
  *
@@ -24,6 +24,8 @@
  * neither the chunks a prefill computes nor those it takes from the
  * remote tier are checksummed, written and synced before the first token;
  * they are after it, while the decode runs, and close waits for the last.
+ * The computed ones are not even copied before it: first_token reads them
+ * back from the KV cache (struct kvp_model_prefix's put_later).
  *
  * KEYS bind the model's identity (BLAKE2b-256 of its weights: the whole
  * checkpoint file, or the random weights as drawn; or model_id when given),
@@ -97,9 +99,18 @@ int kvp_model_cache_attach(struct kvp_model_cache *mc,
 			   struct kvp_model_seq *s, const uint32_t *prompt,
 			   uint32_t n);
 
-/* The first token is out: the writer stores what the prefill queued
- * (write behind).  Without this call it does at drain or close. */
-void kvp_model_cache_first_token(struct kvp_model_cache *mc);
+/*
+ * kvp_model_cache_first_token - the first token is out: the writer stores
+ * what the prefill queued (write behind), and the chunks the attached
+ * sequence computed are read back from its KV cache and queued now
+ * (kvp_model_seq_offer; the sequence must still be alive, its tokens
+ * not freed), on the calling thread, which waits only for room in the
+ * queue.  Without this call the queued ones are stored at drain or
+ * close, and the computed ones are never offered.  0, or
+ * kvp_model_seq_offer's error (the chunks not offered are misses next
+ * time; nothing stored is wrong).
+ */
+int kvp_model_cache_first_token(struct kvp_model_cache *mc);
 
 /* Tokens the last attached prefill read from the cache. */
 uint64_t kvp_model_cache_hit_tokens(const struct kvp_model_cache *mc);

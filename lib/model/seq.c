@@ -26,6 +26,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "lib/model/model_i.h"
@@ -63,6 +64,7 @@ struct kvp_model_seq {
 	double compute_s;	   /* the model's own math */
 	struct kvp_model_prefill_times pt; /* the last prefill's */
 	struct kvp_model_prefix *px; /* the prefix store, or NULL */
+	uint32_t later_from, later_to; /* chunks held back (put_later) */
 };
 
 static double now_s(void)
@@ -524,18 +526,59 @@ static int prefix_restore(struct kvp_model_seq *s, uint32_t n, void *buf,
 	return err;
 }
 
-/* Offer the store the full chunks of the computed tokens [a, a + nt). */
+/* Offer the store the full chunks of the computed tokens [a, a + nt),
+ * those before chunk end. */
 static void prefix_offer(struct kvp_model_seq *s, uint32_t a, uint32_t nt,
-			 void *buf)
+			 uint32_t end, void *buf)
 {
 	struct kvp_model_prefix *px = s->px;
 	uint32_t C = px->chunk_tokens, i;
 
-	for (i = (a + C - 1) / C; (uint64_t)(i + 1) * C <= (uint64_t)a + nt;
-	     i++) {
+	for (i = (a + C - 1) / C;
+	     i < end && (uint64_t)(i + 1) * C <= (uint64_t)a + nt; i++) {
 		prefix_copy(s, (uint64_t)i * C, C, buf, false);
 		px->put(px->arg, i, buf, kvp_model_prefix_bytes(s, C));
 	}
+}
+
+/* Hold the computed chunks back for kvp_model_seq_offer?  Only whole KV
+ * blocks: the cache gives its blocks back in the payload's format. */
+static bool prefix_later(const struct kvp_model_seq *s)
+{
+	return s->px && s->px->put && s->px->put_later &&
+	       prefix_in_blocks(s, s->px->chunk_tokens);
+}
+
+int kvp_model_seq_offer(struct kvp_model_seq *s)
+{
+	struct kvp_model_prefix *px = s->px;
+	uint32_t C, i;
+	size_t len;
+	double t0 = now_s();
+	void *buf;
+	int err = 0;
+
+	if (!px || !px->put || s->later_from >= s->later_to)
+		return 0;
+	C = px->chunk_tokens;
+	len = kvp_model_prefix_bytes(s, C);
+	/* one buffer for all (the put copies it into the store's queue), in
+	 * huge pages where the kernel grants them: one fresh 8 MiB buffer
+	 * in 4 KiB pages costs tens of ms of first touches on a loaded VM */
+	if (posix_memalign(&buf, 2u << 20, (len + (2u << 20) - 1) &
+					       ~(size_t)((2u << 20) - 1)))
+		return -ENOMEM;
+	(void)madvise(buf, len, MADV_HUGEPAGE);
+	for (i = s->later_from; i < s->later_to && !err; i++) {
+		err = kvp_kvcache_read_blocks(s->c, s->seq, (uint64_t)i * C, C,
+					      buf);
+		if (!err)
+			px->put(px->arg, i, buf, len);
+	}
+	s->later_from = s->later_to = 0; /* offered once, or never */
+	free(buf);
+	s->pt.offer_after_s += now_s() - t0;
+	return err;
 }
 
 /* ---- prefill ------------------------------------------------------------ */
@@ -656,6 +699,7 @@ int kvp_model_prefill(struct kvp_model_seq *s, const uint32_t *tokens,
 	    !V || !ATT || !SC || (s->px && !PX))
 		goto out;
 	memset(&s->pt, 0, sizeof(s->pt));
+	s->later_from = s->later_to = 0;
 	if (s->px) {
 		err = prefix_restore(s, n, PX, &hit);
 		s->pt.restore_s = now_s() - t0;
@@ -665,6 +709,14 @@ int kvp_model_prefill(struct kvp_model_seq *s, const uint32_t *tokens,
 			goto out;
 	}
 	s->pt.computed_tokens = n - hit;
+	if (prefix_later(s)) { /* the last full chunks to compute */
+		uint32_t C = s->px->chunk_tokens, max = s->px->later_max;
+
+		s->later_to = n / C;
+		s->later_from = hit / C;
+		if (max && s->later_to - s->later_from > max)
+			s->later_from = s->later_to - max;
+	}
 	/* pieces start at hit, a multiple of the chunk, which divides T
 	 * (or T is all that is left): a store's chunk is never split */
 	for (a = hit; a < n; a += T) {
@@ -719,7 +771,10 @@ int kvp_model_prefill(struct kvp_model_seq *s, const uint32_t *tokens,
 		t1 = now_s();
 		s->pt.math_s += t1 - t0;
 		if (s->px && s->px->put)
-			prefix_offer(s, a, nt, PX);
+			prefix_offer(s, a, nt,
+				     prefix_later(s) ? s->later_from
+						     : UINT32_MAX,
+				     PX);
 		t2 = now_s();
 		s->pt.offer_s += t2 - t1;
 		s->compute_s += t2 - t0;
@@ -735,6 +790,8 @@ int kvp_model_prefill(struct kvp_model_seq *s, const uint32_t *tokens,
 	}
 	err = 0;
 out:
+	if (err) /* nothing held back is offered */
+		s->later_from = s->later_to = 0;
 	s->compute_s += now_s() - t0;
 	free(s->hk);
 	free(s->hv);
