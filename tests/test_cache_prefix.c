@@ -400,6 +400,42 @@ START_TEST(new_hold_stores_earlier_chunks)
 END_TEST
 
 /*
+ * The queue counts the memory its buffers take: a payload just over a
+ * huge page (2 MiB) takes two, 4 MiB, so two of them pass a held queue's
+ * high water mark of 9 MiB (three quarters: 6.75) and the writer stores;
+ * counted by their lengths (4 MiB and some) they would stay held.
+ */
+START_TEST(queue_counts_huge_pages)
+{
+	struct kvp_prefix_opts o = { .cache = cache,
+				     .queue_bytes = 9u << 20 };
+	size_t len = (2u << 20) + 4096;
+	unsigned char *big = malloc(len);
+	struct kvp_prefix *p = NULL;
+	struct kvp_prefix_stats st;
+	uint32_t t[2 * C + 1];
+
+	ck_assert_ptr_nonnull(big);
+	memset(big, 7, len);
+	kvp_rec_hash("model", 5, o.ctx.model);
+	ck_assert_int_eq(kvp_prefix_create(&o, &p), 0);
+	prompt(t, 2 * C + 1, 13);
+	kvp_prefix_set_prompt(p, t, 2 * C + 1, C);
+	kvp_prefix_hold(p);
+	kvp_prefix_put(p, 0, big, len);
+	kvp_prefix_put(p, 1, big, len);
+	ck_assert_msg(wait_stats(p, &st, stored_at_least, 1),
+		      "held past its high water mark, nothing stored");
+	kvp_prefix_release(p);
+	kvp_prefix_drain(p);
+	kvp_prefix_stats(p, &st);
+	ck_assert_uint_eq(st.stored, 2);
+	kvp_prefix_destroy(p);
+	free(big);
+}
+END_TEST
+
+/*
  * put_fd jobs hold a descriptor each: with RLIMIT_NOFILE at 64 a held
  * writer stores them past 16 (a quarter), and put_fd waits past 32, so
  * 48 of them never hold more than 32 descriptors, and all are stored.
@@ -519,6 +555,7 @@ int main(void)
 	tcase_add_test(tc, put_fd_stores_the_record);
 	tcase_add_test(tc, stored_hook_behind_the_release);
 	tcase_add_test(tc, new_hold_stores_earlier_chunks);
+	tcase_add_test(tc, queue_counts_huge_pages);
 	tcase_add_test(tc, put_fd_descriptors_bounded);
 	return kvp_test_run(s);
 }

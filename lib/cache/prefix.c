@@ -37,7 +37,7 @@ struct job {
 	struct job *next;
 	struct kvp_rec_key key;
 	size_t len;	      /* payload bytes */
-	size_t cap;	      /* bytes of data */
+	size_t cap;	      /* bytes of data: counted in queued_bytes */
 	int fd;		      /* -1, or the record is there (put_fd) */
 	bool held;	      /* queued under a hold or after its release */
 	uint64_t gen;	      /* the hold it was queued under */
@@ -100,6 +100,14 @@ static void job_free(struct job *j)
 	free(j);
 }
 
+/* The bytes a buffer for len bytes of payload takes: large ones are
+ * whole huge pages, and the queue counts them so. */
+static size_t job_bytes(size_t len)
+{
+	return len >= HUGE_JOB ? (len + HUGE_JOB - 1) / HUGE_JOB * HUGE_JOB
+			       : len;
+}
+
 /* A job with a buffer of len bytes (huge pages when large), or NULL. */
 static struct job *job_new(size_t len)
 {
@@ -110,11 +118,10 @@ static struct job *job_new(size_t len)
 		return NULL;
 	j->fd = -1;
 	if (len >= HUGE_JOB) {
-		if (posix_memalign(&d, HUGE_JOB,
-				   (len + HUGE_JOB - 1) / HUGE_JOB * HUGE_JOB))
+		if (posix_memalign(&d, HUGE_JOB, job_bytes(len)))
 			d = NULL;
 		else
-			(void)madvise(d, len, MADV_HUGEPAGE);
+			(void)madvise(d, job_bytes(len), MADV_HUGEPAGE);
 	} else {
 		d = malloc(len ? len : 1);
 	}
@@ -123,7 +130,7 @@ static struct job *job_new(size_t len)
 		return NULL;
 	}
 	j->data = d;
-	j->cap = len;
+	j->cap = job_bytes(len);
 	return j;
 }
 
@@ -206,7 +213,7 @@ static void *writer_main(void *arg)
 		if (by_fd)
 			p->fd_jobs--;
 		if (j->data)
-			p->queued_bytes -= j->len;
+			p->queued_bytes -= j->cap;
 		p->busy = false;
 		if (j->data && p->nspare < SPARE_JOBS) {
 			j->next = p->spare;
@@ -550,10 +557,11 @@ static int put(struct kvp_prefix *p, uint32_t chunk, const void *payload,
 	       size_t len, bool wait, bool notify)
 {
 	struct job *j = NULL;
+	size_t need = job_bytes(len); /* the memory it takes queued */
 
 	pthread_mutex_lock(&p->lock);
 	if (!wait && p->queued_bytes &&
-	    p->queued_bytes + len > p->o.queue_bytes) {
+	    p->queued_bytes + need > p->o.queue_bytes) {
 		pthread_mutex_unlock(&p->lock);
 		return -EAGAIN;
 	}
@@ -563,24 +571,26 @@ static int put(struct kvp_prefix *p, uint32_t chunk, const void *payload,
 		pthread_mutex_unlock(&p->lock);
 		return -ENOENT;
 	}
-	if (p->queued_bytes && p->queued_bytes + len > p->o.queue_bytes) {
+	if (p->queued_bytes && p->queued_bytes + need > p->o.queue_bytes) {
 		p->st.queue_waits++;
 		p->room_wanted++; /* a held writer stores for it */
 		pthread_cond_broadcast(&p->cond);
 		while (p->queued_bytes &&
-		       p->queued_bytes + len > p->o.queue_bytes)
+		       p->queued_bytes + need > p->o.queue_bytes)
 			pthread_cond_wait(&p->cond, &p->lock);
 		p->room_wanted--;
 	}
-	p->queued_bytes += len; /* reserved while the copy is made */
+	p->queued_bytes += need; /* reserved while the copy is made */
 	j = take_spare(p, len);
+	if (j) /* a spare is counted whole, as the writer gives it back */
+		p->queued_bytes += j->cap - need;
 	pthread_mutex_unlock(&p->lock);
 	if (!j)
 		j = job_new(len);
 	if (!j) {
 		pthread_mutex_lock(&p->lock);
 		p->st.failed++;
-		p->queued_bytes -= len;
+		p->queued_bytes -= need;
 		pthread_cond_broadcast(&p->cond);
 		pthread_mutex_unlock(&p->lock);
 		return -ENOMEM;
