@@ -179,6 +179,33 @@ START_TEST(bound_from_redis)
 }
 END_TEST
 
+/*
+ * A prompt that attends to its history reads each chunk (get), then maps
+ * it (bind): each chunk from Redis is queued for B's directory once.
+ */
+START_TEST(got_then_bound_queued_once)
+{
+	struct kvp_prefix_stats ps;
+	char *buf = malloc(PER * GRAN);
+	struct inst b;
+
+	instance_a();
+	inst_open(&b, "B", NULL);
+	for (uint32_t i = 0; i < CHUNKS; i++) {
+		ck_assert_int_eq(kvp_model_remote_get(b.mr, i, buf, PER * GRAN),
+				 0);
+		ck_assert_int_lt(kvp_test_check(buf, PER * GRAN, 50 + i, 0), 0);
+		ck_assert_int_eq(bind_chunk(&b, i), 0);
+	}
+	kvp_prefix_drain(b.prefix);
+	kvp_prefix_stats(b.prefix, &ps);
+	ck_assert_uint_eq(ps.queued, CHUNKS);
+	ck_assert_uint_eq(ps.stored, CHUNKS);
+	inst_close(&b);
+	free(buf);
+}
+END_TEST
+
 START_TEST(misses_bind_nothing)
 {
 	struct kvp_model_remote_stats ms;
@@ -235,6 +262,7 @@ int main(void)
 	if (!s)
 		return 77; /* no redis-server: said why */
 	tcase_add_test(tc, bound_from_redis);
+	tcase_add_test(tc, got_then_bound_queued_once);
 	tcase_add_test(tc, misses_bind_nothing);
 	return kvp_test_run(s);
 }

@@ -47,6 +47,12 @@ struct kvp_model_remote {
 	struct window win[2];
 	struct kvp_model_remote_stats st;
 	bool hooked;			/* kvp_prefix_on_stored set */
+	/* the chunk the last get took from Redis and queued for the
+	 * directory (the prefill's thread alone): a bind of it that
+	 * follows (a prompt that attends to its history reads each chunk,
+	 * then maps it) does not queue it again */
+	struct kvp_rec_key got_key;
+	bool got_queued;
 };
 
 static void stored(void *arg, const struct kvp_rec_key *k, const void *payload,
@@ -337,7 +343,10 @@ int kvp_model_remote_bind(struct kvp_model_remote *mr, uint32_t chunk,
 	 * the run holds the writer.  Copying it into the writer's queue
 	 * here cost B 8.7-20.6 s of first touches, checksums and syncs at
 	 * 16K tokens of random:llama3-8b. */
-	dir_err = kvp_prefix_put_fd(mr->prefix, chunk, fd, len);
+	dir_err = mr->got_queued && !memcmp(&mr->got_key, &k, sizeof(k))
+			  ? 0
+			  : kvp_prefix_put_fd(mr->prefix, chunk, fd, len);
+	mr->got_queued = false;
 	/* verified by the tier's hook (kvp_rec_open against k) */
 	err = kvp_cache_store_bind_fd(store, &k, fd, len, true, offs, n);
 	if (err)
@@ -358,8 +367,11 @@ int kvp_model_remote_get(void *arg, uint32_t chunk, void *buf, size_t len)
 	if (!err)
 		return 0;
 	err = remote_get(mr, chunk, buf, len);
-	if (!err) /* next time from the directory, not published back */
+	if (!err) { /* next time from the directory, not published back */
 		kvp_prefix_put_local(mr->prefix, chunk, buf, len);
+		mr->got_queued = !kvp_prefix_key(mr->prefix, chunk,
+						 &mr->got_key);
+	}
 	return err;
 }
 
