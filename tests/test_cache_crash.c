@@ -637,6 +637,13 @@ START_TEST(kill_write_behind)
 	       BEHIND_ROUNDS, (unsigned long long)midway,
 	       (unsigned long long)verified, (unsigned long long)lost,
 	       (unsigned long long)wrong);
+	/* what this test is for: kills in the middle of a write behind (a
+	 * round's 80 stores take two fsyncs each, far more than the 0-20
+	 * ms a kill waits; at least one of 20, so that a loaded machine
+	 * cannot fail it) */
+	ck_assert_msg(midway >= 1,
+		      "no kill of %d landed before the write behind was done",
+		      BEHIND_ROUNDS);
 	free(buf);
 }
 END_TEST
