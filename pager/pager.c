@@ -90,6 +90,12 @@ fail:
 	return err;
 }
 
+void kvp_pager_thread_begin(struct kvp_pager *p, const char *name)
+{
+	if (p && name)
+		kvp_thread_begin(p, name);
+}
+
 void kvp_pager_close(struct kvp_pager *p)
 {
 	if (!p)

@@ -46,6 +46,15 @@ int kvp_pager_open(const struct kvp_config *cfg, struct kvp_pager **out);
  */
 void kvp_pager_close(struct kvp_pager *p);
 
+/*
+ * kvp_pager_thread_begin - name the calling thread @name (15 characters
+ * at most are kept) and give it the nice value of @p's own threads
+ * (service_priority): for a thread that serves @p's loads on another's
+ * behalf, as a KV layer's reader of reuse slots does.  Never fails: a
+ * priority the process may not take is left, with a note on stderr once.
+ */
+void kvp_pager_thread_begin(struct kvp_pager *p, const char *name);
+
 /* Current configuration; always succeeds. */
 void kvp_pager_config(const struct kvp_pager *p, struct kvp_config *out);
 

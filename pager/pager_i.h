@@ -473,8 +473,8 @@ void kvp_blk_write_windows_done(struct kvp_region *r, struct kvp_block *b,
 void kvp_blk_write_retry(struct kvp_region *r, struct kvp_block *b);
 void kvp_blk_forget(struct kvp_region *r, struct kvp_block *b);
 
-/* request.c: a pager thread's start: its name (for top -H, perf, gdb)
- * and nice value (service_priority).  On the thread itself, no lock. */
+/* request.c: a pager thread's start (kvp_pager_thread_begin's contract);
+ * on the thread itself, no lock. */
 void kvp_thread_begin(struct kvp_pager *p, const char *name);
 /* request.c: work for the service threads.  Under p->lock. */
 void kvp_service_request(struct kvp_pager *p, struct kvp_req *req);

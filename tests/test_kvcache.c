@@ -638,6 +638,9 @@ static void slots_bit_for_bit(bool fail_first)
 	ck_assert_uint_eq(ram_parts.slots, (1u << 20) - 2 * 2 * 4096);
 	ck_assert_uint_eq(ram_parts.frames, 3u << 20);
 	slots_script(c, &src, &src2, pag, per_step, &st);
+	/* the thread that reads the slots has the pager's priority */
+	ck_assert_int_eq(kvp_test_thread_nice("kvp-kvwait"),
+			 kvp_test_boosted_nice((int)cfg.service_priority));
 	kvp_kvcache_destroy(c);
 	kvp_store_destroy(&cs->base);
 	ck_assert_uint_gt(st.slot_reads, 0);

@@ -512,45 +512,6 @@ START_TEST(test_destroy_while_others_evict)
 END_TEST
 
 
-/* The nice value of this process's thread named @name, waiting for it to
- * start (it is named once its priority is set); INT_MIN if none shows. */
-static int thread_nice(const char *name)
-{
-	char path[300], comm[32];
-	struct dirent *d;
-	int i;
-
-	for (i = 0; i < 1000; i++) {
-		DIR *dir = opendir("/proc/self/task");
-
-		ck_assert_ptr_nonnull(dir);
-		while ((d = readdir(dir))) {
-			FILE *f;
-			bool hit;
-
-			snprintf(path, sizeof(path), "/proc/self/task/%s/comm",
-				 d->d_name);
-			f = fopen(path, "r");
-			if (!f)
-				continue;
-			hit = fgets(comm, sizeof(comm), f) &&
-			      !strncmp(comm, name, strlen(name)) &&
-			      comm[strlen(name)] == '\n';
-			fclose(f);
-			if (hit) {
-				int tid = atoi(d->d_name);
-
-				closedir(dir);
-				errno = 0;
-				return getpriority(PRIO_PROCESS, (id_t)tid);
-			}
-		}
-		closedir(dir);
-		usleep(10000);
-	}
-	return INT_MIN;
-}
-
 /*
  * service_priority: the service and zapper threads run that many nice
  * levels above the process where it may (root, CAP_SYS_NICE), and at its
@@ -561,28 +522,22 @@ START_TEST(test_service_priority)
 	struct kvp_config c;
 	struct kvp_pager *p = NULL;
 	int base = getpriority(PRIO_PROCESS, 0), want, zap;
-	bool may;
 
-	/* Whether this process may lower a nice value: ask a thread. */
-	errno = 0;
-	may = setpriority(PRIO_PROCESS, (id_t)gettid(), base - 1) == 0;
-	if (may)
-		ck_assert_int_eq(setpriority(PRIO_PROCESS, (id_t)gettid(), base),
-				 0);
 	kvp_config_defaults(&c);
 	ck_assert_uint_eq(c.service_priority, 10);
 	c.ram_budget_bytes = 4 * MIB;
 	c.service_priority = 7;
 	ck_assert_int_eq(kvp_pager_open(&c, &p), 0);
-	want = may ? (base - 7 < -20 ? -20 : base - 7) : base;
-	ck_assert_int_eq(thread_nice("kvp-svc0"), want);
-	zap = thread_nice("kvp-zap"); /* none without process_madvise */
+	want = kvp_test_boosted_nice(7);
+	ck_assert_int_eq(kvp_test_thread_nice("kvp-svc0"), want);
+	zap = kvp_test_thread_nice("kvp-zap"); /* none without
+						   process_madvise */
 	ck_assert(zap == want || zap == INT_MIN);
 	ck_assert_int_eq(getpriority(PRIO_PROCESS, 0), base);
 	kvp_pager_close(p);
 	c.service_priority = 0;
 	ck_assert_int_eq(kvp_pager_open(&c, &p), 0);
-	ck_assert_int_eq(thread_nice("kvp-svc0"), base);
+	ck_assert_int_eq(kvp_test_thread_nice("kvp-svc0"), base);
 	kvp_pager_close(p);
 	c.service_priority = 20;
 	ck_assert_int_eq(kvp_pager_open(&c, &p), -EINVAL);

@@ -32,6 +32,9 @@ static void *waiter_main(void *arg)
 	struct kvc_plan *pl;
 	int err;
 
+	/* It submits and reaps the step's loads: the pager's own priority. */
+	if (c->pager)
+		kvp_pager_thread_begin(c->pager, "kvp-kvwait");
 	pthread_mutex_lock(&c->mu);
 	for (;;) {
 		while (!c->wq_len && !c->waiter_stop)

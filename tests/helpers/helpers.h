@@ -39,6 +39,18 @@ int kvp_test_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  */
 const char *kvp_test_missing_uring(void);
 
+/* ---- threads (threads.c) ---- */
+
+/* The nice value of this process's thread named @name, waiting up to 10 s
+ * for one to show; INT_MIN if none does.  The pager names its threads
+ * once their priority is set. */
+int kvp_test_thread_nice(const char *name);
+
+/* The nice value a thread of this process gets @levels above the
+ * process's where it may lower one (root, CAP_SYS_NICE), else the
+ * process's own: what service_priority = @levels gives. */
+int kvp_test_boosted_nice(int levels);
+
 /* ---- the clock (clock.c) ---- */
 
 /* CLOCK_MONOTONIC in nanoseconds: the one clock of the tests.  Tests time
