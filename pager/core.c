@@ -273,6 +273,13 @@ void kvp_blk_written_window(struct kvp_region *r, struct kvp_block *b,
 	b->flags |= BLK_DIRTY;
 }
 
+bool kvp_blk_keeps_windows(const struct kvp_region *r,
+			   const struct kvp_block *b)
+{
+	return (b->flags & BLK_PARTIAL) && r->win_bytes &&
+	       (!(b->flags & BLK_DIRTY) || b->dirty_win);
+}
+
 bool kvp_blk_dirty_windows(const struct kvp_block *b)
 {
 	return (b->flags & BLK_PARTIAL) && b->dirty_win;

@@ -172,7 +172,7 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 			 * and the write faults again); without windows,
 			 * whole first, then dirty (with no memory for that,
 			 * it faults again). */
-			if ((b->flags & BLK_PARTIAL) && r->win_bytes &&
+			if (kvp_blk_keeps_windows(r, b) &&
 			    ((b->full_win >> win) & 1)) {
 				kvp_blk_written_window(r, b, win);
 				kvp_blk_used(r, b);
@@ -182,7 +182,7 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 				act = UNPROTECT;
 				break;
 			}
-			if ((b->flags & BLK_PARTIAL) && r->win_bytes) {
+			if (kvp_blk_keeps_windows(r, b)) {
 				if (kvp_load_window(s, r, blk, off))
 					act = WAKE_PAGE;
 				break;
@@ -207,7 +207,7 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 			 * window dirty then); without windows it is made
 			 * whole and dirty when installed. */
 			if (b->flags & BLK_PARTIAL) {
-				if (!r->win_bytes)
+				if (!kvp_blk_keeps_windows(r, b))
 					b->op->dirty = true;
 				kvp_blk_wait(b);
 			} else {
@@ -268,7 +268,8 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 			/* A page it lacks (or one a fill placed meanwhile:
 			 * the window keeps it). */
 			(void)ra_begin(r, blk);
-			if ((flags & UFFD_PAGEFAULT_FLAG_WRITE) && !r->win_bytes
+			if ((flags & UFFD_PAGEFAULT_FLAG_WRITE) &&
+			    !kvp_blk_keeps_windows(r, b)
 				? kvp_load_complete(s, r, blk, true, NULL) == 0
 				: kvp_load_window(s, r, blk,
 						  (uint32_t)(page - baddr)) ==

@@ -415,6 +415,11 @@ void kvp_blk_written(struct kvp_region *r, struct kvp_block *b);
  * of that window installed (full_win): that window dirty. */
 void kvp_blk_written_window(struct kvp_region *r, struct kvp_block *b,
 			    unsigned win);
+/* Is a block resident in part dirtied window by window?  Not where the
+ * region has no windows, nor once it is dirty beyond them (pages put back
+ * writable, or dropped into): it is made whole before a write then. */
+bool kvp_blk_keeps_windows(const struct kvp_region *r,
+			   const struct kvp_block *b);
 /* Writes a block resident in part back by its dirty windows (true), or
  * whole (false: whole, or dirty where no window says, made whole first). */
 bool kvp_blk_dirty_windows(const struct kvp_block *b);
