@@ -11,6 +11,8 @@
  *   LOADING --kvp_blk_load_dropped (discarded, unmapped, region dying;
  *             all of it dropped meanwhile: contents gone)--> ABSENT
  *   LOADING --kvp_blk_load_unmapped (nothing of it mapped at install)--> ABSENT
+ *   LOADING --kvp_blk_fill_undone (a fill of a dirty block given up: its
+ *             region dying; the pages it had are its data)--> RESIDENT
  *   RESIDENT --kvp_blk_written (first write, a WP fault)--> RESIDENT (dirty)
  *   RESIDENT --kvp_blk_write_begin / kvp_blk_write_done (flush)--> RESIDENT
  *   RESIDENT --kvp_blk_write_retry (the store takes writes again)--> RESIDENT
@@ -493,6 +495,7 @@ bool kvp_blk_installed(struct kvp_region *r, struct kvp_block *b, bool dirty,
 void kvp_blk_load_failed(struct kvp_region *r, struct kvp_block *b)
 {
 	assert(b->state == KVP_BLOCK_LOADING);
+	set_wb_failed(r, b, false); /* written now or never (load.c) */
 	uncharge(r, b); /* a fill's pages stay mapped, uncounted: rare */
 	b->state = KVP_BLOCK_POISONED;
 	b->op = NULL;
@@ -506,6 +509,7 @@ void kvp_blk_load_failed(struct kvp_region *r, struct kvp_block *b)
 void kvp_blk_load_dropped(struct kvp_region *r, struct kvp_block *b)
 {
 	assert(b->state == KVP_BLOCK_LOADING);
+	set_wb_failed(r, b, false);
 	uncharge(r, b);
 	readahead_wasted(r, b);
 	if (b->flags & BLK_DROP)
@@ -515,6 +519,19 @@ void kvp_blk_load_dropped(struct kvp_region *r, struct kvp_block *b)
 	b->flags &= ~(BLK_PREFETCHED | BLK_READAHEAD | BLK_DROP | BLK_DIRTY |
 		      BLK_ACTIVE);
 	r->inflight--;
+	assert(kvp_blk_sane(r, b));
+}
+
+void kvp_blk_fill_undone(struct kvp_region *r, struct kvp_block *b)
+{
+	assert(b->state == KVP_BLOCK_LOADING && (b->flags & BLK_PARTIAL));
+	/* Its charge, masks and dirty bit are what they were before the
+	 * fill began. */
+	b->state = KVP_BLOCK_RESIDENT;
+	b->op = NULL;
+	b->flags &= ~(BLK_PREFETCHED | BLK_READAHEAD | BLK_WAITERS);
+	r->inflight--;
+	kvp_clock_add(r->p, b);
 	assert(kvp_blk_sane(r, b));
 }
 

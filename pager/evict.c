@@ -32,6 +32,52 @@
 
 #include "pager/pager_i.h"
 
+/* Is any page of [off, off + len) of a block set in @drops? */
+static bool any_dropped(const uint64_t *drops, size_t off, size_t len)
+{
+	for (size_t pg = off / KVP_PAGE_BYTES;
+	     drops && pg < (off + len) / KVP_PAGE_BYTES; pg++)
+		if ((drops[pg / 64] >> (pg % 64)) & 1)
+			return true;
+	return false;
+}
+
+int kvp_store_windows(struct kvp_region *r, uint64_t blk, uint64_t wins,
+		      uint32_t unit, const uint64_t *drops)
+{
+	unsigned first, n;
+	int err = 0;
+
+	while (!err && (n = kvp_win_next_run(&wins, &first)) != 0) {
+		size_t off = (size_t)first * unit, len = (size_t)n * unit;
+		char *src = kvp_blk_addr(r, blk) + off, *bounce = NULL;
+
+		if (any_dropped(drops, off, len)) {
+			/* Never read a dropped page: it may fault. */
+			bounce = aligned_alloc(KVP_PAGE_BYTES, len);
+			if (!bounce) {
+				err = -ENOMEM;
+				break;
+			}
+			for (size_t o = 0; o < len; o += KVP_PAGE_BYTES)
+				if (any_dropped(drops, off + o, KVP_PAGE_BYTES))
+					memset(bounce + o, 0, KVP_PAGE_BYTES);
+				else
+					memcpy(bounce + o, src + o,
+					       KVP_PAGE_BYTES);
+			src = bounce;
+		}
+		err = kvp_store_pwrite(r->store, src, len,
+				       kvp_blk_store_off(r, blk) + off);
+		free(bounce);
+		if (!err)
+			KVP_STAT_ADD(r, bytes_written_total, len);
+	}
+	if (err)
+		KVP_STAT_ADD(r, write_errors_total, 1);
+	return err;
+}
+
 struct kvp_block *kvp_clock_victim(struct kvp_pager *p, struct kvp_region **rp,
 				   bool take_prefetched)
 {

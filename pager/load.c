@@ -15,6 +15,8 @@
  * fails poisons the block: every access gets SIGBUS.
  */
 #include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -336,13 +338,29 @@ static void fill_release(struct kvp_pager *p, struct kvp_region *r,
 		kvp_frame_unuse(p, kvp_blk_charge(r, b));
 }
 
+/* Under p->lock: does @b hold writes of the program that a fill given up
+ * would lose?  (Its pages stay mapped: they are its data.) */
+static bool fill_dirty(const struct kvp_block *b)
+{
+	return (b->flags & (BLK_PARTIAL | BLK_DIRTY)) ==
+		   (BLK_PARTIAL | BLK_DIRTY) &&
+	       !(b->flags & (BLK_DROP | BLK_GONE));
+}
+
 void kvp_load_abandon(struct kvp_service *s, struct kvp_op *op)
 {
 	struct kvp_pager *p = s->p;
 	struct kvp_region *r = op->r;
+	struct kvp_block *b = &r->blocks[op->blk];
 
-	fill_release(p, r, &r->blocks[op->blk]);
-	kvp_blk_load_dropped(r, &r->blocks[op->blk]);
+	if (fill_dirty(b)) {
+		/* Resident again as it was: its writes are not given up
+		 * (a dying region's destroy writes them back). */
+		kvp_blk_fill_undone(r, b);
+	} else {
+		fill_release(p, r, b);
+		kvp_blk_load_dropped(r, b);
+	}
 	finish_pfs(p, op, false);
 	pthread_cond_broadcast(&p->idle);
 	pthread_mutex_unlock(&p->lock);
@@ -351,20 +369,57 @@ void kvp_load_abandon(struct kvp_service *s, struct kvp_op *op)
 	kvp_op_free(op);
 }
 
+/* Under p->lock: what of a failing fill's dirty block poison_load writes
+ * first, in runs of *unit bytes (kvp_store_windows): its dirty windows; a
+ * block dirty beyond them, all of it where every page is there, else its
+ * windows that are all there (the rest it lacks came from the store).  0
+ * where a page of it may be gone unseen (holes): reading it could fault. */
+static uint64_t fill_dirty_runs(const struct kvp_region *r,
+				const struct kvp_block *b, uint32_t *unit)
+{
+	*unit = r->win_bytes;
+	if (!fill_dirty(b) || (b->flags & (BLK_HOLES | BLK_SPLIT)))
+		return 0;
+	if (b->dirty_win)
+		return b->dirty_win;
+	if ((size_t)b->present * KVP_PAGE_BYTES == r->block_bytes) {
+		*unit = (uint32_t)r->block_bytes;
+		return 1;
+	}
+	return b->full_win;
+}
+
 /* Under p->lock, which it releases: a load that holds no frame fails; its
  * block is POISONED, SIGBUS for every access, now and later: never a
- * hang. */
+ * hang.  A fill's block holds writes of the program (dirty): those are
+ * written to the store first, from the pages it had, which stay. */
 static void poison_load(struct kvp_service *s, struct kvp_op *op)
 {
 	struct kvp_pager *p = s->p;
 	struct kvp_region *r = op->r;
-	bool fill = r->blocks[op->blk].flags & BLK_PARTIAL;
+	struct kvp_block *b = &r->blocks[op->blk];
+	bool fill = b->flags & BLK_PARTIAL;
+	uint32_t unit;
+	uint64_t runs = fill_dirty_runs(r, b, &unit);
+	int err;
 
-	fill_release(p, r, &r->blocks[op->blk]);
-	kvp_blk_load_failed(r, &r->blocks[op->blk]);
+	fill_release(p, r, b);
+	kvp_blk_load_failed(r, b);
 	finish_pfs(p, op, true);
 	pthread_cond_broadcast(&p->idle);
 	pthread_mutex_unlock(&p->lock);
+	if (runs) {
+		/* Dropped pages (noted on the op) are zeros, never read. */
+		err = kvp_store_windows(r, op->blk, runs, unit,
+					op->rm_any ? op->rm_pages : NULL);
+		if (err)
+			fprintf(stderr,
+				"kvpager: region %s block %" PRIu64
+				": reading it failed, and writing back what "
+				"the program wrote to it failed too (%s): "
+				"those writes are lost\n",
+				r->name, op->blk, strerror(-err));
+	}
 	if (p->have_poison)
 		kvp_uffd_poison_range(p, kvp_blk_addr(r, op->blk),
 				      r->block_bytes);

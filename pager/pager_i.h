@@ -459,6 +459,10 @@ bool kvp_blk_installed(struct kvp_region *r, struct kvp_block *b, bool dirty,
 void kvp_blk_load_failed(struct kvp_region *r, struct kvp_block *b);
 void kvp_blk_load_dropped(struct kvp_region *r, struct kvp_block *b);
 void kvp_blk_load_unmapped(struct kvp_region *r, struct kvp_block *b);
+/* A fill (BLK_PARTIAL) given up without its install: RESIDENT again with
+ * the pages it had, dirty as it was (its region is dying: destroy writes
+ * them). */
+void kvp_blk_fill_undone(struct kvp_region *r, struct kvp_block *b);
 void kvp_blk_begin_evict(struct kvp_region *r, struct kvp_block *b,
 			 struct kvp_op *op);
 void kvp_blk_evicted(struct kvp_region *r, struct kvp_block *b, bool stored);
@@ -562,6 +566,14 @@ void kvp_writeback_done(struct kvp_service *s, struct kvp_op *op);
 void kvp_writeback_result(struct kvp_region *r, int err);
 /* Under p->lock: may blocks whose write-back failed be tried again now? */
 bool kvp_writeback_retry_due(const struct kvp_pager *p);
+/* Called unlocked: store runs of @unit bytes of block @blk (a bit of @wins
+ * each: its dirty windows, or bit 0 for all of it) straight from the
+ * region, each run one write; pages set in @drops (one bit a page, or
+ * NULL) were dropped by the program and are written as zeros, never read.
+ * Every other page of those runs must be mapped.  Counted in the region's
+ * statistics; 0 or -errno. */
+int kvp_store_windows(struct kvp_region *r, uint64_t blk, uint64_t wins,
+		      uint32_t unit, const uint64_t *drops);
 /* Under p->lock (dropped and retaken inside): drop a resident, unpinned
  * block's contents, its pages back to the pool. */
 void kvp_discard_resident(struct kvp_region *r, uint64_t blk);

@@ -217,29 +217,6 @@ static int store_block(struct kvp_region *r, uint64_t blk)
 	return err;
 }
 
-/* Store the dirty windows @wins of a block resident in part from the
- * region (each installed whole: the pages it lacks are never read, which
- * would fault, or read zeros once the region is unregistered), a write
- * per run of them.  Counted like store_block. */
-static int store_windows(struct kvp_region *r, uint64_t blk, uint64_t wins)
-{
-	unsigned first, n;
-	int err = 0;
-
-	while (!err && (n = kvp_win_next_run(&wins, &first)) != 0) {
-		size_t off = (size_t)first * r->win_bytes;
-		size_t len = (size_t)n * r->win_bytes;
-
-		err = kvp_store_pwrite(r->store, kvp_blk_addr(r, blk) + off,
-				       len, kvp_blk_store_off(r, blk) + off);
-		if (!err)
-			KVP_STAT_ADD(r, bytes_written_total, len);
-	}
-	if (err)
-		KVP_STAT_ADD(r, write_errors_total, 1);
-	return err;
-}
-
 /* write_block for a block resident in part: its dirty windows @wins
  * (taken by kvp_blk_write_windows_begin), each protected before it is
  * written.  A fault may load more of the block meanwhile (a fill): that
@@ -257,7 +234,7 @@ static int write_windows(struct kvp_region *r, uint64_t blk, uint64_t wins)
 				       kvp_blk_addr(r, blk) +
 					   (size_t)first * r->win_bytes,
 				       (size_t)n * r->win_bytes, true);
-	err = store_windows(r, blk, wins);
+	err = kvp_store_windows(r, blk, wins, r->win_bytes, NULL);
 	pthread_mutex_lock(&p->lock);
 	kvp_blk_write_windows_done(r, b, wins, err);
 	kvp_writeback_result(r, err);
@@ -366,7 +343,8 @@ int kvp_region_destroy(struct kvp_region *r)
 		    (b->flags & BLK_DROP))
 			continue;
 		int err = kvp_blk_dirty_windows(b)
-			      ? store_windows(r, blk, b->dirty_win)
+			      ? kvp_store_windows(r, blk, b->dirty_win,
+						  r->win_bytes, NULL)
 			      : store_block(r, blk);
 
 		if (err && !first)
@@ -646,19 +624,27 @@ int kvp_region_peek(struct kvp_region *r, uint64_t block, void *buf)
 			pthread_mutex_unlock(&p->lock);
 			return -EIO;
 		}
-		if (b->state != KVP_BLOCK_EVICTING)
+		if (b->state == KVP_BLOCK_LOADING) {
+			/* A fill of a block the program wrote: the region
+			 * holds its writes, the store not yet.  Wait for the
+			 * fill to end, then copy from the region. */
+			if ((b->flags & (BLK_PARTIAL | BLK_DIRTY)) !=
+				(BLK_PARTIAL | BLK_DIRTY) ||
+			    (b->flags & BLK_DROP))
+				break;
+		} else if (b->state != KVP_BLOCK_EVICTING) {
 			break;
-		if (b->op->io.buf && !b->op->part) {
+		} else if (b->op->io.buf && !b->op->part) {
 			/* Detached and being written back: the frame holds
 			 * the newest bytes (but for a block resident in part,
 			 * whose store holds the rest: wait for it). */
 			memcpy(buf, b->op->slot, r->block_bytes);
 			pthread_mutex_unlock(&p->lock);
 			return 0;
-		}
-		if (!(b->flags & BLK_DIRTY) && p->have_wp)
+		} else if (!(b->flags & BLK_DIRTY) && p->have_wp) {
 			break; /* clean: the store has the same bytes */
-		/* A dirty block being detached: wait a moment for it. */
+		}
+		/* A dirty block being detached or filled: wait a moment. */
 		pthread_mutex_unlock(&p->lock);
 		struct timespec ts = { 0, 50000 };
 
