@@ -610,7 +610,8 @@ void kvp_blk_write_begin(struct kvp_block *b)
 
 void kvp_blk_write_done(struct kvp_region *r, struct kvp_block *b, int err)
 {
-	assert(b->state == KVP_BLOCK_RESIDENT && b->holds);
+	/* Held, but a fill may be loading more of it (LOADING). */
+	assert(b->holds);
 	set_wb_failed(r, b, err != 0);
 	if (err) {
 		b->flags |= BLK_DIRTY;

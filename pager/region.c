@@ -50,13 +50,18 @@ int kvp_region_create(struct kvp_pager *p, const struct kvp_region_opts *o,
 	size_t align;
 	void *addr, *meta;
 	uint64_t mode;
+	uint32_t oa, ma;
 	int err;
 
-	if (!p || !o || !out || !st || !valid_block_bytes(o->block_bytes) ||
-	    !o->size || o->size % o->block_bytes ||
-	    (o->flags & ~KVP_REGION_FROM_STORE) ||
-	    o->store_offset % st->offset_align ||
-	    o->block_bytes % st->offset_align || o->store_offset > st->size ||
+	if (!p || !o || !out || !st)
+		return -EINVAL;
+	/* An alignment of 0 asks for none (a store's struct is public). */
+	oa = st->offset_align ? st->offset_align : 1;
+	ma = st->mem_align ? st->mem_align : 1;
+	if (!valid_block_bytes(o->block_bytes) || !o->size ||
+	    o->size % o->block_bytes || (o->flags & ~KVP_REGION_FROM_STORE) ||
+	    o->store_offset % oa || o->block_bytes % oa ||
+	    o->store_offset > st->size ||
 	    o->size > st->size - o->store_offset)
 		return -EINVAL;
 	if (o->name && (strlen(o->name) >= sizeof(r->name) || !o->name[0] ||
@@ -93,8 +98,8 @@ int kvp_region_create(struct kvp_pager *p, const struct kvp_region_opts *o,
 
 		if (w < KVP_PAGE_BYTES)
 			w = KVP_PAGE_BYTES;
-		if (p->have_wp && w < o->block_bytes &&
-		    w % st->offset_align == 0 && w % st->mem_align == 0)
+		if (p->have_wp && w < o->block_bytes && w % oa == 0 &&
+		    w % ma == 0)
 			r->win_bytes = (uint32_t)w;
 	}
 	r->blocks_map_len =
@@ -242,16 +247,15 @@ static int write_windows(struct kvp_region *r, uint64_t blk, uint64_t wins)
 	return err;
 }
 
-/* Write back one resident dirty block from the region itself. */
+/* Write back one held dirty block from the region itself, made clean by
+ * kvp_blk_write_begin under the lock that held it (a fill may begin once
+ * that lock is let go: the pages it lacks fault in as they are read). */
 static int write_block(struct kvp_region *r, uint64_t blk)
 {
 	struct kvp_pager *p = r->p;
 	struct kvp_block *b = &r->blocks[blk];
 	int err;
 
-	pthread_mutex_lock(&p->lock);
-	kvp_blk_write_begin(b);
-	pthread_mutex_unlock(&p->lock);
 	/* Protect first: a later write faults and marks it dirty again.  A
 	 * split block cannot be protected over its hole: it stays dirty. */
 	if (p->have_wp && !(b->flags & BLK_SPLIT))
@@ -288,6 +292,8 @@ int kvp_region_flush(struct kvp_region *r)
 			 * fill may begin once the lock is let go). */
 			if (kvp_blk_dirty_windows(b))
 				wins = kvp_blk_write_windows_begin(b);
+			else
+				kvp_blk_write_begin(b);
 		}
 		pthread_mutex_unlock(&p->lock);
 		if (!want)

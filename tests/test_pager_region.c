@@ -456,6 +456,32 @@ START_TEST(test_bug_store_outlives_last_region)
 }
 END_TEST
 
+/* A store's alignments of 0 ask for none (struct kvp_store is public, and
+ * a caller's own store may leave them 0): a region on it is made, used and
+ * written back, never a division by zero. */
+START_TEST(test_store_align_zero)
+{
+	struct popts po = { .budget = 4 * MIB, .fault_around = 16 * KIB };
+	size_t size = 2 * MIB, bs = 256 * KIB;
+	char *a;
+
+	make_store(ST_MEM, size);
+	store_fill(S, 0, size, SEED_A);
+	S->mem_align = 0;
+	S->offset_align = 0;
+	open_pager(&po);
+	R = make_region(size, bs, KVP_REGION_FROM_STORE);
+	a = kvp_region_addr(R);
+	touch_read(R, bs + PG, PG);
+	kvp_test_fill(a + bs + PG, PG, SEED_B, bs + PG);
+	check_region(R, 0, PG, SEED_A);
+	ck_assert_int_eq(kvp_region_destroy(R), 0);
+	R = NULL;
+	ck_assert_int_eq(store_check(S, bs + PG, PG, SEED_B), -1);
+	ck_assert_int_eq(store_check(S, 0, bs, SEED_A), -1);
+}
+END_TEST
+
 /*
  * A region being destroyed writes its dirty blocks back once nothing of it
  * is in flight, while another region's faults need frames.  Its resident
@@ -558,6 +584,7 @@ static Suite *pager_region_suite(void)
 	t = fx_tcase(s, "introspection", 120);
 	tcase_add_loop_test(t, test_peek, 0, 2);
 	tcase_add_test(t, test_bug_store_outlives_last_region);
+	tcase_add_test(t, test_store_align_zero);
 	tcase_add_loop_test(t, test_destroy_while_others_evict, 0, 2);
 	return s;
 }
