@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "lib/model/model_cache.h"
 #include "lib/model/model_i.h"
 #include "tests/helpers/helpers.h"
 
@@ -542,6 +543,128 @@ START_TEST(prefix_put_later)
 }
 END_TEST
 
+/* A KV cache on the pager for m (geometry into g). */
+static struct kvp_kvcache *pager_cache(struct kvp_model *m,
+				     struct kvp_kv_geometry *g)
+{
+	struct kvp_kvcache_opts o;
+	struct kvp_kvcache *c;
+
+	ck_assert_int_eq(kvp_model_geometry(m, KVP_KV_FP16, 4, g), 0);
+	kvp_kvcache_opts_default(&o, g);
+	o.backend = KVP_KVCACHE_PAGER;
+	o.budget_bytes = 2u << 20;
+	o.prefetch_depth = 1;
+	o.capacity_tokens = 4096;
+	ck_assert_int_eq(kvp_kvcache_create(&o, &c), 0);
+	return c;
+}
+
+/* Chunk 0 (64 tokens) of prompt p as the KV cache holds it after a
+ * prefill of 300 tokens, with mc attached (hit tokens into *hit) or not. */
+static void *chunk0(struct kvp_model *m, struct kvp_model_cache *mc,
+		    const uint32_t *p, uint64_t *hit)
+{
+	struct kvp_kv_geometry g;
+	struct kvp_kvcache *c = pager_cache(m, &g);
+	struct kvp_model_seq *s;
+	size_t len = kvp_model_chunk_bytes(&g, 64);
+	void *buf = aligned_alloc(4096, (len + 4095) / 4096 * 4096);
+	uint32_t id;
+
+	ck_assert_int_eq(kvp_kvcache_seq_create(c, &id), 0);
+	ck_assert_int_eq(kvp_model_seq_create(m, c, id, 1, &s), 0);
+	if (mc)
+		ck_assert_int_eq(kvp_model_cache_attach(mc, s, p, 300), 0);
+	ck_assert_int_eq(kvp_model_prefill(s, p, 300), 0);
+	if (mc) {
+		*hit = kvp_model_cache_hit_tokens(mc);
+		kvp_model_cache_first_token(mc);
+	}
+	ck_assert_int_eq(kvp_kvcache_read_blocks(c, id, 0, 64, buf), 0);
+	kvp_model_seq_destroy(s);
+	kvp_kvcache_destroy(c);
+	return buf;
+}
+
+/*
+ * A sequence attached again (a new prompt) whose prefill is refused must
+ * not offer the last prefill's held-back chunks under the new prompt's
+ * keys: a later run of the new prompt was served the old prompt's KV.
+ */
+START_TEST(reattach_offers_nothing_wrong)
+{
+	char cdir[300];
+	struct kvp_model_cache_opts co = { .dir = cdir };
+	struct kvp_model_cache *mc;
+	struct kvp_kv_geometry g;
+	struct kvp_kvcache *c;
+	struct kvp_model_seq *s;
+	struct kvp_model *m;
+	uint32_t p1[300], p2[300], id, i;
+	char err[256], warn[256];
+	uint64_t hit = 0;
+	void *cold, *served;
+
+	snprintf(cdir, sizeof(cdir), "%s/cache", dir);
+	for (i = 0; i < 300; i++) {
+		p1[i] = (i * 7919 + 5) % 500 + 1;
+		p2[i] = (i * 104729 + 11) % 500 + 1;
+	}
+	ck_assert_int_eq(kvp_model_random("tiny", NULL, &m, err, sizeof(err)),
+			 0);
+	c = pager_cache(m, &g);
+	ck_assert_int_eq(kvp_model_cache_open(&co, m, &g, &mc, err,
+					      sizeof(err), warn, sizeof(warn)),
+			 0);
+	ck_assert_int_eq(kvp_kvcache_seq_create(c, &id), 0);
+	ck_assert_int_eq(kvp_model_seq_create(m, c, id, 1, &s), 0);
+	/* request 1: prefilled, its chunks held back for the first token */
+	ck_assert_int_eq(kvp_model_cache_attach(mc, s, p1, 300), 0);
+	ck_assert_int_eq(kvp_model_prefill(s, p1, 300), 0);
+	/* the same seq attached to request 2 (say a retry), whose prefill
+	 * is refused (the seq is not empty): nothing was computed for p2 */
+	ck_assert_int_eq(kvp_model_cache_attach(mc, s, p2, 300), 0);
+	ck_assert_int_eq(kvp_model_prefill(s, p2, 300), -EINVAL);
+	/* the caller releases the writer as tools/kvpager.c does on error */
+	kvp_model_cache_first_token(mc);
+	kvp_model_cache_drain(mc);
+	kvp_model_seq_destroy(s);
+	kvp_kvcache_destroy(c);
+
+	/* request 3: p2 for real, from the cache */
+	served = chunk0(m, mc, p2, &hit);
+	cold = chunk0(m, NULL, p2, NULL);
+	ck_assert_msg(!memcmp(served, cold, kvp_model_chunk_bytes(&g, 64)),
+		      "p2's chunk 0 served from the cache (hit %lu tokens) "
+		      "is not p2's KV", (unsigned long)hit);
+	ck_assert_uint_eq(hit, 0); /* a correct cache has nothing of p2 */
+	free(served);
+	free(cold);
+	/* p1's held-back chunks went at the second attach, under p1's keys
+	 * (request 3 computed p2, whose chunks 0..3 were offered too) */
+	kvp_model_cache_drain(mc);
+	served = chunk0(m, mc, p1, &hit);
+	cold = chunk0(m, NULL, p1, NULL);
+	ck_assert_uint_eq(hit, 256);
+	ck_assert(!memcmp(served, cold, kvp_model_chunk_bytes(&g, 64)));
+	free(served);
+	free(cold);
+	/* a sequence destroyed before the first token takes its held-back
+	 * chunks with it: first_token offers nothing (no use after free) */
+	c = pager_cache(m, &g);
+	ck_assert_int_eq(kvp_kvcache_seq_create(c, &id), 0);
+	ck_assert_int_eq(kvp_model_seq_create(m, c, id, 1, &s), 0);
+	ck_assert_int_eq(kvp_model_cache_attach(mc, s, p2, 300), 0);
+	ck_assert_int_eq(kvp_model_prefill(s, p2, 300), 0);
+	kvp_model_seq_destroy(s);
+	ck_assert_int_eq(kvp_model_cache_first_token(mc), 0);
+	kvp_kvcache_destroy(c);
+	kvp_model_cache_close(mc);
+	kvp_model_close(m);
+}
+END_TEST
+
 START_TEST(refuses_bad_use)
 {
 	struct kvp_kvcache *c;
@@ -675,6 +798,7 @@ int main(void)
 	tcase_add_test(tc, tiny_by_hand_prefill_window);
 	tcase_add_test(tc, refuses_bad_use);
 	tcase_add_test(tc, prefix_put_later);
+	tcase_add_test(tc, reattach_offers_nothing_wrong);
 	tcase_add_test(tc, sample);
 	tcase_add_test(tc, tokenizer);
 	return kvp_test_run(s);

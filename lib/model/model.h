@@ -200,6 +200,12 @@ int kvp_model_prefill(struct kvp_model_seq *s, const uint32_t *tokens,
  *         not take at once after it).
  * hit_tokens is set by each prefill: the tokens taken from the store;
  * mapped_tokens: those of them bound, not read and copied.
+ * later_seq, later_from, later_to are the model's (zero them at first):
+ * the sequence whose chunks [later_from, later_to) are held back for
+ * kvp_model_seq_offer.  They live here, not in the sequence, because the
+ * keys a put stores under are the prefix's current prompt's: a prefill,
+ * a sequence set to another prefix or destroyed drops what is held back,
+ * so that nothing is ever offered under a later prompt's keys.
  */
 struct kvp_model_prefix {
 	uint32_t chunk_tokens;
@@ -213,6 +219,8 @@ struct kvp_model_prefix {
 	uint32_t later_max;
 	uint64_t hit_tokens;
 	uint64_t mapped_tokens;
+	struct kvp_model_seq *later_seq;
+	uint32_t later_from, later_to;
 };
 
 /* Bytes of one chunk's payload of chunk_tokens tokens for s's model. */
@@ -262,7 +270,8 @@ int kvp_model_seq_set_prefix(struct kvp_model_seq *s,
  * kvp_model_seq_offer - offer the prefix store's put the chunks that the
  * last prefill computed and held back (put_later), each read back from
  * the KV cache into one buffer of a chunk: after the first token, off
- * its path.  A chunk already offered is not offered again.  0 (also when
+ * its path.  A chunk already offered is not offered again, nor one
+ * dropped since (see struct kvp_model_prefix's later_seq).  0 (also when
  * none is pending), -ENOMEM, or the KV cache's read error (the chunks
  * from there on are not offered: a miss next time, computed again).
  */

@@ -23,8 +23,6 @@ struct kvp_model_cache {
 	size_t granule;		    /* its granule: a KV block's stride */
 	bool write_behind;	    /* hold the writer from attach to
 				       kvp_model_cache_first_token */
-	struct kvp_model_seq *seq;  /* the attached one: its held-back
-				       chunks are offered at the first token */
 };
 
 static const char *env_or(const char *v, const char *name)
@@ -202,14 +200,17 @@ int kvp_model_cache_attach(struct kvp_model_cache *mc,
 			   struct kvp_model_seq *s, const uint32_t *prompt,
 			   uint32_t n)
 {
-	int err = kvp_prefix_set_prompt(mc->prefix, prompt, n,
-					mc->chunk_tokens);
+	int err;
 
+	/* chunks still held back from the last prompt go now, while the
+	 * keys are still theirs (a miss next time if that fails) */
+	if (mc->mp.later_seq)
+		(void)kvp_model_seq_offer(mc->mp.later_seq);
+	err = kvp_prefix_set_prompt(mc->prefix, prompt, n, mc->chunk_tokens);
 	if (!err)
 		err = kvp_model_seq_set_prefix(s, &mc->mp);
 	if (!err && mc->write_behind)
 		kvp_prefix_hold(mc->prefix);
-	mc->seq = err ? NULL : s;
 	return err;
 }
 
@@ -219,9 +220,8 @@ int kvp_model_cache_first_token(struct kvp_model_cache *mc)
 
 	/* released first: the writer stores each chunk as it is offered */
 	kvp_prefix_release(mc->prefix);
-	if (mc->seq)
-		err = kvp_model_seq_offer(mc->seq);
-	mc->seq = NULL;
+	if (mc->mp.later_seq)
+		err = kvp_model_seq_offer(mc->mp.later_seq);
 	return err;
 }
 

@@ -92,8 +92,10 @@ int kvp_model_cache_open(const struct kvp_model_cache_opts *o,
 
 /*
  * kvp_model_cache_attach - the next prefill of s, of prompt[0..n), reads
- * its stored leading chunks and offers the ones it computes.  mc must
- * outlive that prefill.  0, -EINVAL, -ENOMEM.
+ * its stored leading chunks and offers the ones it computes (the last
+ * ones at kvp_model_cache_first_token).  Chunks the previous prompt's
+ * prefill still holds back are offered first, under that prompt's keys.
+ * mc must outlive that prefill.  0, -EINVAL, -ENOMEM.
  */
 int kvp_model_cache_attach(struct kvp_model_cache *mc,
 			   struct kvp_model_seq *s, const uint32_t *prompt,
@@ -103,10 +105,11 @@ int kvp_model_cache_attach(struct kvp_model_cache *mc,
  * kvp_model_cache_first_token - the first token is out: the writer stores
  * what the prefill queued (write behind), and the chunks the attached
  * sequence computed are read back from its KV cache and queued now
- * (kvp_model_seq_offer; the sequence must still be alive, its tokens
- * not freed), on the calling thread, which waits only for room in the
- * queue.  Without this call the queued ones are stored at drain or
- * close, and the computed ones are never offered.  0, or
+ * (kvp_model_seq_offer; its tokens must not be freed from its KV cache
+ * before: destroying the sequence drops them), on the calling thread,
+ * which waits only for room in the queue.  Without this call the queued
+ * ones are stored at drain or close, and the computed ones are offered
+ * at the next attach or never.  0, or
  * kvp_model_seq_offer's error (the chunks not offered are misses next
  * time; nothing stored is wrong).
  */

@@ -64,7 +64,6 @@ struct kvp_model_seq {
 	double compute_s;	   /* the model's own math */
 	struct kvp_model_prefill_times pt; /* the last prefill's */
 	struct kvp_model_prefix *px; /* the prefix store, or NULL */
-	uint32_t later_from, later_to; /* chunks held back (put_later) */
 };
 
 static double now_s(void)
@@ -282,10 +281,22 @@ fail:
 	return err;
 }
 
+/* Forget the chunks s holds back on its prefix, if any. */
+static void later_drop(struct kvp_model_seq *s)
+{
+	struct kvp_model_prefix *px = s->px;
+
+	if (px && px->later_seq == s) {
+		px->later_seq = NULL;
+		px->later_from = px->later_to = 0;
+	}
+}
+
 void kvp_model_seq_destroy(struct kvp_model_seq *s)
 {
 	if (!s)
 		return;
+	later_drop(s);
 	kvp_mpool_destroy(s->pool);
 	free(s->x);
 	free(s->xb);
@@ -382,6 +393,7 @@ int kvp_model_seq_set_prefix(struct kvp_model_seq *s,
 	if (px && (!px->get || !px->chunk_tokens || px->chunk_tokens > 256 ||
 		   (px->chunk_tokens & (px->chunk_tokens - 1))))
 		return -EINVAL;
+	later_drop(s); /* the prefix's keys are another prompt's now */
 	s->px = px;
 	return 0;
 }
@@ -558,7 +570,8 @@ int kvp_model_seq_offer(struct kvp_model_seq *s)
 	void *buf;
 	int err = 0;
 
-	if (!px || !px->put || s->later_from >= s->later_to)
+	if (!px || !px->put || px->later_seq != s ||
+	    px->later_from >= px->later_to)
 		return 0;
 	C = px->chunk_tokens;
 	len = kvp_model_prefix_bytes(s, C);
@@ -569,13 +582,13 @@ int kvp_model_seq_offer(struct kvp_model_seq *s)
 					       ~(size_t)((2u << 20) - 1)))
 		return -ENOMEM;
 	(void)madvise(buf, len, MADV_HUGEPAGE);
-	for (i = s->later_from; i < s->later_to && !err; i++) {
+	for (i = px->later_from; i < px->later_to && !err; i++) {
 		err = kvp_kvcache_read_blocks(s->c, s->seq, (uint64_t)i * C, C,
 					      buf);
 		if (!err)
 			px->put(px->arg, i, buf, len);
 	}
-	s->later_from = s->later_to = 0; /* offered once, or never */
+	later_drop(s); /* offered once, or never */
 	free(buf);
 	s->pt.offer_after_s += now_s() - t0;
 	return err;
@@ -669,6 +682,12 @@ int kvp_model_prefill(struct kvp_model_seq *s, const uint32_t *tokens,
 	double t0 = now_s(), t1, t2;
 	int err = -EINVAL;
 
+	/* whatever is held back on this prefix was for a prompt before this
+	 * one (or this one's refused prefill): never offered now */
+	if (s->px && s->px->later_seq) {
+		s->px->later_seq = NULL;
+		s->px->later_from = s->px->later_to = 0;
+	}
 	if (!n || s->pos || past_context(s, n))
 		return -EINVAL;
 	for (i = 0; i < n; i++)
@@ -699,7 +718,6 @@ int kvp_model_prefill(struct kvp_model_seq *s, const uint32_t *tokens,
 	    !V || !ATT || !SC || (s->px && !PX))
 		goto out;
 	memset(&s->pt, 0, sizeof(s->pt));
-	s->later_from = s->later_to = 0;
 	if (s->px) {
 		err = prefix_restore(s, n, PX, &hit);
 		s->pt.restore_s = now_s() - t0;
@@ -710,12 +728,14 @@ int kvp_model_prefill(struct kvp_model_seq *s, const uint32_t *tokens,
 	}
 	s->pt.computed_tokens = n - hit;
 	if (prefix_later(s)) { /* the last full chunks to compute */
-		uint32_t C = s->px->chunk_tokens, max = s->px->later_max;
+		struct kvp_model_prefix *px = s->px;
+		uint32_t C = px->chunk_tokens, max = px->later_max;
 
-		s->later_to = n / C;
-		s->later_from = hit / C;
-		if (max && s->later_to - s->later_from > max)
-			s->later_from = s->later_to - max;
+		px->later_seq = s;
+		px->later_to = n / C;
+		px->later_from = hit / C;
+		if (max && px->later_to - px->later_from > max)
+			px->later_from = px->later_to - max;
 	}
 	/* pieces start at hit, a multiple of the chunk, which divides T
 	 * (or T is all that is left): a store's chunk is never split */
@@ -772,7 +792,7 @@ int kvp_model_prefill(struct kvp_model_seq *s, const uint32_t *tokens,
 		s->pt.math_s += t1 - t0;
 		if (s->px && s->px->put)
 			prefix_offer(s, a, nt,
-				     prefix_later(s) ? s->later_from
+				     prefix_later(s) ? s->px->later_from
 						     : UINT32_MAX,
 				     PX);
 		t2 = now_s();
@@ -791,7 +811,7 @@ int kvp_model_prefill(struct kvp_model_seq *s, const uint32_t *tokens,
 	err = 0;
 out:
 	if (err) /* nothing held back is offered */
-		s->later_from = s->later_to = 0;
+		later_drop(s);
 	s->compute_s += now_s() - t0;
 	free(s->hk);
 	free(s->hv);
