@@ -11,8 +11,9 @@
  *   LOADING --kvp_blk_load_dropped (discarded, unmapped, region dying;
  *             all of it dropped meanwhile: contents gone)--> ABSENT
  *   LOADING --kvp_blk_load_unmapped (nothing of it mapped at install)--> ABSENT
- *   LOADING --kvp_blk_fill_undone (a fill of a dirty block given up: its
- *             region dying; the pages it had are its data)--> RESIDENT
+ *   LOADING --kvp_blk_fill_undone (a fill of a block with dirty windows
+ *             given up: its region dying; the pages it had are its
+ *             data)--> RESIDENT
  *   RESIDENT --kvp_blk_written (first write, a WP fault)--> RESIDENT (dirty)
  *   RESIDENT --kvp_blk_write_begin / kvp_blk_write_done (flush)--> RESIDENT
  *   RESIDENT --kvp_blk_write_retry (the store takes writes again)--> RESIDENT

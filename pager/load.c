@@ -353,9 +353,11 @@ void kvp_load_abandon(struct kvp_service *s, struct kvp_op *op)
 	struct kvp_region *r = op->r;
 	struct kvp_block *b = &r->blocks[op->blk];
 
-	if (fill_dirty(b)) {
-		/* Resident again as it was: its writes are not given up
-		 * (a dying region's destroy writes them back). */
+	if (fill_dirty(b) && b->dirty_win) {
+		/* Resident again as it was: its dirty windows are not given
+		 * up (a dying region's destroy writes them back).  Not one
+		 * dirty beyond them: destroy would write it whole, zeros
+		 * where it lacks pages, over the store's bytes. */
 		kvp_blk_fill_undone(r, b);
 	} else {
 		fill_release(p, r, b);
@@ -640,7 +642,12 @@ void kvp_load_done(struct kvp_service *s, struct kvp_op *op)
 				     (uint64_t)op->io.result);
 	}
 	pthread_mutex_lock(&p->lock);
-	if (r->dying || (b->flags & BLK_GONE)) {
+	/* A dying region's loads are given up, but for a fill of a block
+	 * the program wrote: installed, it is whole (or has its windows)
+	 * for destroy to write back; given up, the writes beyond its dirty
+	 * windows would be lost (the region is registered until nothing
+	 * of it is in flight). */
+	if ((r->dying && !fill_dirty(b)) || (b->flags & BLK_GONE)) {
 		kvp_frame_unuse(p, len);
 		kvp_frame_put(p, op->slot, len, true);
 		kvp_load_abandon(s, op);

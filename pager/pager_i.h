@@ -459,9 +459,9 @@ bool kvp_blk_installed(struct kvp_region *r, struct kvp_block *b, bool dirty,
 void kvp_blk_load_failed(struct kvp_region *r, struct kvp_block *b);
 void kvp_blk_load_dropped(struct kvp_region *r, struct kvp_block *b);
 void kvp_blk_load_unmapped(struct kvp_region *r, struct kvp_block *b);
-/* A fill (BLK_PARTIAL) given up without its install: RESIDENT again with
- * the pages it had, dirty as it was (its region is dying: destroy writes
- * them). */
+/* A fill (BLK_PARTIAL) of a block with dirty windows given up without
+ * its install: RESIDENT again with the pages it had, dirty as it was (its
+ * region is dying: destroy writes those windows). */
 void kvp_blk_fill_undone(struct kvp_region *r, struct kvp_block *b);
 void kvp_blk_begin_evict(struct kvp_region *r, struct kvp_block *b,
 			 struct kvp_op *op);

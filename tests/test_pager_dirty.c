@@ -195,6 +195,42 @@ START_TEST(test_peek_during_fill_sees_dirty_window)
 }
 END_TEST
 
+/* A read fault loads a window of block BLK (slow), the program drops a
+ * page elsewhere in the block meanwhile: the window goes in and the block
+ * is made whole (dirty beyond its windows: the dropped page's zeros), and
+ * the region is destroyed while that read is in flight.  Destroy writes
+ * the block as the program sees it: the dropped page zeros, the rest the
+ * store's bytes (never zeros where the block lacked pages). */
+START_TEST(test_destroy_during_drop_fill_keeps_store)
+{
+	char *a = dirty_region(_i ? KVP_INSTALL_COPY : KVP_INSTALL_MOVE);
+	struct reader rd = { a, BLK * BS + 8 * FA };
+	size_t dr = BLK * BS + PG;
+	struct kvp_stats s0 = rstats(R);
+	static char page[PG] __attribute__((aligned(4096)));
+	pthread_t t;
+	int err;
+
+	set_plan(SLOW_US, 0, 0);
+	ck_assert_int_eq(pthread_create(&t, NULL, reader_main, &rd), 0);
+	wait_loading();
+	ck_assert_int_eq(madvise(a + dr, PG, MADV_DONTNEED), 0);
+	wait_removed(R, s0.removed_bytes_total + PG);
+	pthread_join(t, NULL); /* the window is in: the rest loading */
+	err = kvp_region_destroy(R);
+	R = NULL;
+	ck_assert_int_eq(err, 0);
+	ck_assert_msg(store_check(S0, BLK * BS, PG, SEED_A) == -1 &&
+			  store_check(S0, dr + PG, BS - 2 * PG, SEED_A) == -1,
+		      "destroy during a fill wrote the pages the block lacked "
+		      "(zeros) over the store's");
+	/* The drop is a write of zeros, and reaches the store too. */
+	ck_assert_int_eq(kvp_store_pread(S0, page, PG, dr), 0);
+	ck_assert_msg(kvp_test_is_zero(page, PG),
+		      "destroy during a fill lost the zeros of a drop");
+}
+END_TEST
+
 static Suite *pager_dirty_suite(void)
 {
 	Suite *s = suite_create("pager_dirty");
@@ -204,6 +240,8 @@ static Suite *pager_dirty_suite(void)
 			    2);
 	tcase_add_loop_test(t, test_fill_read_error_keeps_dirty_window, 0, 2);
 	tcase_add_loop_test(t, test_peek_during_fill_sees_dirty_window, 0, 2);
+	tcase_add_loop_test(t, test_destroy_during_drop_fill_keeps_store, 0,
+			    2);
 	return s;
 }
 
