@@ -659,8 +659,17 @@ START_TEST(reattach_offers_nothing_wrong)
 	ck_assert_int_eq(kvp_model_prefill(s, p2, 300), 0);
 	kvp_model_seq_destroy(s);
 	ck_assert_int_eq(kvp_model_cache_first_token(mc), 0);
+	/* mc closed before the sequence (as kvpager run does), with chunks
+	 * held back: the sequence's destroy must not reach into mc */
 	kvp_kvcache_destroy(c);
+	c = pager_cache(m, &g);
+	ck_assert_int_eq(kvp_kvcache_seq_create(c, &id), 0);
+	ck_assert_int_eq(kvp_model_seq_create(m, c, id, 1, &s), 0);
+	ck_assert_int_eq(kvp_model_cache_attach(mc, s, p1, 300), 0);
+	ck_assert_int_eq(kvp_model_prefill(s, p1, 300), 0);
 	kvp_model_cache_close(mc);
+	kvp_model_seq_destroy(s);
+	kvp_kvcache_destroy(c);
 	kvp_model_close(m);
 }
 END_TEST

@@ -223,6 +223,10 @@ struct kvp_model_prefix {
 	uint32_t later_from, later_to;
 };
 
+/* Forget the chunks held back on px (its later_seq's): before px goes
+ * while a sequence may still hold some back, or before its keys change. */
+void kvp_model_prefix_drop_later(struct kvp_model_prefix *px);
+
 /* Bytes of one chunk's payload of chunk_tokens tokens for s's model. */
 size_t kvp_model_prefix_bytes(const struct kvp_model_seq *s,
 			      uint32_t chunk_tokens);

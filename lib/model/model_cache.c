@@ -285,6 +285,8 @@ void kvp_model_cache_close(struct kvp_model_cache *mc)
 {
 	if (!mc)
 		return;
+	/* a sequence that outlives mc must not reach back into mc->mp */
+	kvp_model_prefix_drop_later(&mc->mp);
 	/* first: its gets and puts go through the prefix */
 	kvp_model_remote_close(mc->remote, 30000);
 	kvp_prefix_destroy(mc->prefix);

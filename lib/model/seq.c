@@ -64,6 +64,9 @@ struct kvp_model_seq {
 	double compute_s;	   /* the model's own math */
 	struct kvp_model_prefill_times pt; /* the last prefill's */
 	struct kvp_model_prefix *px; /* the prefix store, or NULL */
+	bool later_pending;	     /* px->later_seq is this one: the
+					only case it reads px after the
+					prefill (px may be gone by then) */
 };
 
 static double now_s(void)
@@ -281,15 +284,20 @@ fail:
 	return err;
 }
 
-/* Forget the chunks s holds back on its prefix, if any. */
-static void later_drop(struct kvp_model_seq *s)
+void kvp_model_prefix_drop_later(struct kvp_model_prefix *px)
 {
-	struct kvp_model_prefix *px = s->px;
-
-	if (px && px->later_seq == s) {
+	if (px && px->later_seq) {
+		px->later_seq->later_pending = false;
 		px->later_seq = NULL;
 		px->later_from = px->later_to = 0;
 	}
+}
+
+/* Forget the chunks s holds back on its prefix, if any. */
+static void later_drop(struct kvp_model_seq *s)
+{
+	if (s->later_pending)
+		kvp_model_prefix_drop_later(s->px);
 }
 
 void kvp_model_seq_destroy(struct kvp_model_seq *s)
@@ -684,10 +692,7 @@ int kvp_model_prefill(struct kvp_model_seq *s, const uint32_t *tokens,
 
 	/* whatever is held back on this prefix was for a prompt before this
 	 * one (or this one's refused prefill): never offered now */
-	if (s->px && s->px->later_seq) {
-		s->px->later_seq = NULL;
-		s->px->later_from = s->px->later_to = 0;
-	}
+	kvp_model_prefix_drop_later(s->px);
 	if (!n || s->pos || past_context(s, n))
 		return -EINVAL;
 	for (i = 0; i < n; i++)
@@ -732,6 +737,7 @@ int kvp_model_prefill(struct kvp_model_seq *s, const uint32_t *tokens,
 		uint32_t C = px->chunk_tokens, max = px->later_max;
 
 		px->later_seq = s;
+		s->later_pending = true;
 		px->later_to = n / C;
 		px->later_from = hit / C;
 		if (max && px->later_to - px->later_from > max)
