@@ -587,6 +587,25 @@ static void *chunk0(struct kvp_model *m, struct kvp_model_cache *mc,
 	return buf;
 }
 
+/* A sequence on a fresh KV cache (into *c), attached to mc for the 300
+ * tokens of p and prefilled: its last chunks held back. */
+static struct kvp_model_seq *held_back(struct kvp_model *m,
+				       struct kvp_model_cache *mc,
+				       const uint32_t *p,
+				       struct kvp_kvcache **c)
+{
+	struct kvp_kv_geometry g;
+	struct kvp_model_seq *s;
+	uint32_t id;
+
+	*c = pager_cache(m, &g);
+	ck_assert_int_eq(kvp_kvcache_seq_create(*c, &id), 0);
+	ck_assert_int_eq(kvp_model_seq_create(m, *c, id, 1, &s), 0);
+	ck_assert_int_eq(kvp_model_cache_attach(mc, s, p, 300), 0);
+	ck_assert_int_eq(kvp_model_prefill(s, p, 300), 0);
+	return s;
+}
+
 /*
  * A sequence attached again (a new prompt) whose prefill is refused must
  * not offer the last prefill's held-back chunks under the new prompt's
@@ -601,7 +620,7 @@ START_TEST(reattach_offers_nothing_wrong)
 	struct kvp_kvcache *c;
 	struct kvp_model_seq *s;
 	struct kvp_model *m;
-	uint32_t p1[300], p2[300], id, i;
+	uint32_t p1[300], p2[300], i;
 	char err[256], warn[256];
 	uint64_t hit = 0;
 	void *cold, *served;
@@ -613,15 +632,12 @@ START_TEST(reattach_offers_nothing_wrong)
 	}
 	ck_assert_int_eq(kvp_model_random("tiny", NULL, &m, err, sizeof(err)),
 			 0);
-	c = pager_cache(m, &g);
+	ck_assert_int_eq(kvp_model_geometry(m, KVP_KV_FP16, 4, &g), 0);
 	ck_assert_int_eq(kvp_model_cache_open(&co, m, &g, &mc, err,
 					      sizeof(err), warn, sizeof(warn)),
 			 0);
-	ck_assert_int_eq(kvp_kvcache_seq_create(c, &id), 0);
-	ck_assert_int_eq(kvp_model_seq_create(m, c, id, 1, &s), 0);
 	/* request 1: prefilled, its chunks held back for the first token */
-	ck_assert_int_eq(kvp_model_cache_attach(mc, s, p1, 300), 0);
-	ck_assert_int_eq(kvp_model_prefill(s, p1, 300), 0);
+	s = held_back(m, mc, p1, &c);
 	/* the same seq attached to request 2 (say a retry), whose prefill
 	 * is refused (the seq is not empty): nothing was computed for p2 */
 	ck_assert_int_eq(kvp_model_cache_attach(mc, s, p2, 300), 0);
@@ -652,21 +668,13 @@ START_TEST(reattach_offers_nothing_wrong)
 	free(cold);
 	/* a sequence destroyed before the first token takes its held-back
 	 * chunks with it: first_token offers nothing (no use after free) */
-	c = pager_cache(m, &g);
-	ck_assert_int_eq(kvp_kvcache_seq_create(c, &id), 0);
-	ck_assert_int_eq(kvp_model_seq_create(m, c, id, 1, &s), 0);
-	ck_assert_int_eq(kvp_model_cache_attach(mc, s, p2, 300), 0);
-	ck_assert_int_eq(kvp_model_prefill(s, p2, 300), 0);
+	s = held_back(m, mc, p2, &c);
 	kvp_model_seq_destroy(s);
 	ck_assert_int_eq(kvp_model_cache_first_token(mc), 0);
+	kvp_kvcache_destroy(c);
 	/* mc closed before the sequence (as kvpager run does), with chunks
 	 * held back: the sequence's destroy must not reach into mc */
-	kvp_kvcache_destroy(c);
-	c = pager_cache(m, &g);
-	ck_assert_int_eq(kvp_kvcache_seq_create(c, &id), 0);
-	ck_assert_int_eq(kvp_model_seq_create(m, c, id, 1, &s), 0);
-	ck_assert_int_eq(kvp_model_cache_attach(mc, s, p1, 300), 0);
-	ck_assert_int_eq(kvp_model_prefill(s, p1, 300), 0);
+	s = held_back(m, mc, p1, &c);
 	kvp_model_cache_close(mc);
 	kvp_model_seq_destroy(s);
 	kvp_kvcache_destroy(c);
