@@ -209,7 +209,7 @@ ls "$tmp"/kvpbench* 2>/dev/null && fail "a backing file was left in $tmp"
 # predictor reads into reuse slots, counted in the RAM line's frames,
 # adjacent blocks in one read.
 "$B" decode --preset tiny --context 4096 --predictor window --steps 4 \
-	--warmup 0 --budget 3M --modes ram,kvpager --quiet --path "$tmp" \
+	--warmup 0 --rounds 5 --budget 3M --modes ram,kvpager --quiet --path "$tmp" \
 	>"$tmp/dec" 2>&1 || fail "kvpbench decode exit $?: $(cat "$tmp/dec")"
 cat "$tmp/dec"
 python3 - "$tmp/dec" <<'PY' || fail "decode's STEP, DISK or RAM lines break their promise"
@@ -231,6 +231,17 @@ assert m and 0 < int(m.group(2)) < int(m.group(1)), "no blocks in fewer reads"
 m = re.search(r"^RAM kvpager .*frames ([0-9.]+) .*reuse slots ([0-9.]+) of it",
               text, re.M)
 assert m and 0 < float(m.group(2)) < float(m.group(1)), "no reuse slots"
+# the 4 measured steps ran in 4 rounds (--rounds 5 asks more rounds than
+# steps), the modes taking turns; vs_ram is the median of the rounds'
+m = re.search(r"^ROUNDS kvpager +vs ram, round by round:((?: [0-9.]+)+) "
+              r"\(median ([0-9.]+)\)$", text, re.M)
+assert m, "no ROUNDS line for kvpager"
+each = sorted(float(x) for x in m.group(1).split())
+assert len(each) == 4, m.group(0)
+med = (each[1] + each[2]) / 2
+assert abs(med - float(m.group(2))) < 0.002, m.group(0)
+row = re.search(r"^kvpager +(.*)$", text, re.M).group(1).split()
+assert abs(float(row[8]) - med) < 0.002, "vs_ram %s is not the median %.3f" % (row[8], med)
 PY
 
 # Killed with SIGKILL while it holds its backing file (up to 1 GiB),

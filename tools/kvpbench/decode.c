@@ -17,6 +17,11 @@
  * Attention reads the predictor's blocks in every mode, so the work is the
  * same; modes differ only in where the KV is and how it gets there.
  *
+ * Every mode is opened and prefilled first; the measured steps then run in
+ * --rounds rounds, the modes taking turns, and each ratio is the median of
+ * the rounds' ratios (decode_rounds, paired_ratio): on a shared, noisy host
+ * a slow spell falls on every mode alike.
+ *
  * With --model (lib/model/model.h: a llama2.c checkpoint or random:PRESET)
  * the model makes the KV instead: each mode prefills the same prompt of
  * --context tokens (a checkpoint's own sampled text, a random model's
@@ -75,6 +80,9 @@ static const struct dmode dmodes[] = {
 #define CPU_MODES ((1u << DEV_ALL) - 1)
 #define DEV_MODES (7u << DEV_ALL)
 
+/* Rounds of steps, the modes taking turns (see decode_rounds). */
+#define MAX_ROUNDS 64
+
 struct dres {
 	bool ran;
 	uint32_t *tokens;      /* --model: the tokens generated */
@@ -94,6 +102,8 @@ struct dres {
 	size_t raw_block; /* their size */
 	char install[8];
 	struct kvp_kvcache_ram ram; /* what the cache held at the end */
+	double round_tps[MAX_ROUNDS]; /* synthetic: tokens/s per round */
+	uint32_t rounds;		/* rounds measured (0: --model) */
 };
 
 struct dopts {
@@ -101,6 +111,7 @@ struct dopts {
 	uint64_t context, budget, block;
 	uint64_t ram; /* --ram: every part counted (0: --budget is frames) */
 	uint32_t batch, steps, warmup, depth, M;
+	uint32_t rounds; /* --rounds: measured steps in turns of the modes */
 	uint32_t rank; /* --rank: lowrank r (0: the predictor's) */
 	enum kvp_predictor_kind pred;
 	int install;
@@ -275,25 +286,35 @@ static double raw_rate(struct kvp_store *st, size_t block, uint64_t len)
 	return rate;
 }
 
-static int run_mode(const struct dopts *o, const struct dmode *m,
-		    const struct kvp_kv_geometry *g, struct kvp_kv_synth *sy,
-		    const uint32_t *forced, struct dres *r)
-{
-	struct kvp_kv_source src;
-	struct kvp_kvcache_opts co;
-	struct kvp_kvcache_stats s0, s1;
-	struct kvp_kvcache_step_stats d;
-	struct kvp_kvcache_device_stats ds0, ds1;
-	struct kvp_config cfg;
+/* One mode's cache, open from its prefill to its results. */
+struct mrun {
+	const struct dmode *m;
 	struct kvp_kvcache *c;
+	struct kvp_kv_source src;
+	uint32_t *ids;
+	uint32_t steps;			 /* synthetic: steps run */
+	struct kvp_kvcache_stats s0, s1; /* at the warm-up's end, the end */
+	struct kvp_kvcache_device_stats ds0;
+};
+
+/* Open mode @m's cache and prefill its sequences (the synthetic KV @sy,
+ * or --model's prompt later, in model_decode).  0, or -errno. */
+static int mode_open(const struct dopts *o, const struct dmode *m,
+		     const struct kvp_kv_geometry *g, struct kvp_kv_synth *sy,
+		     struct mrun *mr, struct dres *r)
+{
+	struct kvp_kvcache_opts co;
+	struct kvp_config cfg;
 	struct kvp_progress pg;
-	uint32_t *ids, i;
-	double n, t0;
+	uint32_t i;
+	double t0;
 	char what[48];
 	int err;
 
+	memset(mr, 0, sizeof(*mr));
+	mr->m = m;
 	if (sy)
-		kvp_kv_source_synth(&src, sy);
+		kvp_kv_source_synth(&mr->src, sy);
 	kvp_kvcache_opts_default(&co, g);
 	co.backend = m->be;
 	co.prefetch = m->prefetch;
@@ -322,79 +343,82 @@ static int run_mode(const struct dopts *o, const struct dmode *m,
 		co.device_pool_bytes =
 		    m->dev == 1 ? UINT64_MAX / 2 : o->device_pool;
 	}
-	err = kvp_kvcache_create(&co, &c);
+	err = kvp_kvcache_create(&co, &mr->c);
 	if (err)
 		return err;
-	ids = calloc(o->batch, sizeof(*ids));
-	if (!ids) {
-		kvp_kvcache_destroy(c);
+	mr->ids = calloc(o->batch, sizeof(*mr->ids));
+	if (!mr->ids) {
+		kvp_kvcache_destroy(mr->c);
+		mr->c = NULL;
 		return -ENOMEM;
 	}
 	t0 = kvpb_now();
 	snprintf(what, sizeof(what), "prefill %s", m->name);
 	kvp_progress_start(&pg, "kvpbench", what, o->quiet || o->model);
 	for (i = 0; i < o->batch && !err; i++) {
-		err = kvp_kvcache_seq_create(c, &ids[i]);
+		err = kvp_kvcache_seq_create(mr->c, &mr->ids[i]);
 		if (!err && !o->model)
 			err = kvp_kvcache_prefill(
-			    c, ids[i], o->context, &src,
+			    mr->c, mr->ids[i], o->context, &mr->src,
 			    o->batch == 1 ? prefill_progress : NULL, &pg);
 		if (o->batch > 1)
 			kvp_progress_update(&pg, i + 1, o->batch, "sequences");
 	}
 	if (!err && m->dev == 1 && !o->model)
-		err = kvp_kvcache_device_preload(c);
-	if (!err && o->ram && kvp_kvcache_pager(c))
-		err = fit_ram(o, m, c);
+		err = kvp_kvcache_device_preload(mr->c);
+	if (!err && o->ram && kvp_kvcache_pager(mr->c))
+		err = fit_ram(o, m, mr->c);
 	r->t_prefill = kvpb_now() - t0;
-	snprintf(what, sizeof(what), "decode %s", m->name);
-	kvp_progress_start(&pg, "kvpbench", what, o->quiet || o->model);
-	memset(&s0, 0, sizeof(s0));
-	memset(&ds0, 0, sizeof(ds0));
-	if (o->model && !err) {
-		r->tokens = calloc(o->steps, sizeof(uint32_t));
-		err = r->tokens ? model_decode(o, m, c, ids[0], NULL, r, &s0,
-					       &s1)
-				: -ENOMEM;
-		if (!err && forced && !m->exact &&
-		    o->pred != KVP_PREDICTOR_EXACT) {
-			/* top-1 on the exact run's context, a fresh
-			 * sequence of its own */
-			kvp_kvcache_seq_free(c, ids[0]);
-			err = kvp_kvcache_seq_create(c, &ids[0]);
-			if (!err)
-				err = model_decode(o, m, c, ids[0], forced, r,
-						   NULL, NULL);
+	return err;
+}
+
+/* @n more synthetic steps of @mr; the warm-up's end is marked in s0. */
+static int mode_steps(const struct dopts *o, struct mrun *mr, uint32_t n)
+{
+	int err = 0;
+
+	for (; n && !err; n--, mr->steps++) {
+		if (mr->steps == o->warmup) {
+			kvp_kvcache_stats(mr->c, &mr->s0);
+			kvp_kvcache_device_stats(mr->c, &mr->ds0);
 		}
+		err = kvp_kvcache_step(mr->c, mr->ids, o->batch, &mr->src,
+				       NULL, NULL);
 	}
-	for (i = 0; i < o->steps && !err && !o->model; i++) {
-		if (i == o->warmup) {
-			kvp_kvcache_stats(c, &s0);
-			kvp_kvcache_device_stats(c, &ds0);
-		}
-		err = kvp_kvcache_step(c, ids, o->batch, &src, NULL, NULL);
-		kvp_progress_update(&pg, i + 1, o->steps, "steps");
-	}
-	if (!o->model)
-		kvp_progress_done(&pg, i, o->steps, "steps");
+	return err;
+}
+
+/* The figures of @mr's measured steps (s0 to s1) into @r (unless @err),
+ * then close it.  Returns @err, or the first error of this. */
+static int mode_close(const struct dopts *o, struct mrun *mr, struct dres *r,
+		      int err)
+{
+	struct kvp_kvcache *c = mr->c;
+	struct kvp_kvcache_stats *s0 = &mr->s0, *s1 = &mr->s1;
+	struct kvp_kvcache_device_stats ds1, *ds0 = &mr->ds0;
+	struct kvp_kvcache_step_stats d;
+	double n;
+
+	if (!c)
+		return err;
 	if (!err) {
 		if (!o->model)
-			kvp_kvcache_stats(c, &s1);
+			kvp_kvcache_stats(c, s1);
 		err = kvp_kvcache_quality(c, &r->recall, &r->rel, NULL, NULL);
 	}
 	if (!err) {
-		d = s1.sum;
-		n = (double)(d.steps - s0.sum.steps);
+		d = s1->sum;
+		n = (double)(d.steps - s0->sum.steps);
 		if (n < 1)
 			n = 1;
-		r->t_step = (d.t_step_s - s0.sum.t_step_s) / n;
+		r->t_step = (d.t_step_s - s0->sum.t_step_s) / n;
 		if (!o->model)
-			r->tps = (d.tokens - s0.sum.tokens) /
-				 (d.t_step_s - s0.sum.t_step_s);
-		r->t_attn = (d.t_compute_s - s0.sum.t_compute_s) / n;
-		r->t_pred = (d.t_predict_s - s0.sum.t_predict_s) / n;
-		r->t_fill = (d.t_fill_s - s0.sum.t_fill_s) / n;
-		r->t_wait = (d.t_wait_s - s0.sum.t_wait_s) / n;
+			r->tps = (d.tokens - s0->sum.tokens) /
+				 (d.t_step_s - s0->sum.t_step_s);
+		r->t_attn = (d.t_compute_s - s0->sum.t_compute_s) / n;
+		r->t_pred = (d.t_predict_s - s0->sum.t_predict_s) / n;
+		r->t_fill = (d.t_fill_s - s0->sum.t_fill_s) / n;
+		r->t_wait = (d.t_wait_s - s0->sum.t_wait_s) / n;
 		r->t_compute = r->t_attn + r->t_pred + r->t_fill;
 		if (o->model && r->tps > 0) {
 			/* the model's last layer and logits run outside
@@ -402,37 +426,37 @@ static int run_mode(const struct dopts *o, const struct dmode *m,
 			r->t_compute += 1 / r->tps - r->t_step;
 			r->t_step = 1 / r->tps;
 		}
-		r->t_load = (s1.t_load_busy_s - s0.t_load_busy_s) / n;
-		r->bytes_read = (d.bytes_read - s0.sum.bytes_read) / n;
-		r->faults = (d.demand_faults - s0.sum.demand_faults) / n;
-		r->slot_reads = (double)(s1.slot_reads - s0.slot_reads) / n;
-		r->slot_ios = (double)(s1.slot_ios - s0.slot_ios) / n;
-		r->hit = d.prefetch_hit - s0.sum.prefetch_hit;
-		r->late = d.prefetch_late - s0.sum.prefetch_late;
-		r->wasted = d.prefetch_wasted - s0.sum.prefetch_wasted;
+		r->t_load = (s1->t_load_busy_s - s0->t_load_busy_s) / n;
+		r->bytes_read = (d.bytes_read - s0->sum.bytes_read) / n;
+		r->faults = (d.demand_faults - s0->sum.demand_faults) / n;
+		r->slot_reads = (double)(s1->slot_reads - s0->slot_reads) / n;
+		r->slot_ios = (double)(s1->slot_ios - s0->slot_ios) / n;
+		r->hit = d.prefetch_hit - s0->sum.prefetch_hit;
+		r->late = d.prefetch_late - s0->sum.prefetch_late;
+		r->wasted = d.prefetch_wasted - s0->sum.prefetch_wasted;
 		r->reuse =
-		    d.chosen_blocks - s0.sum.chosen_blocks
-			? (double)(d.reused_blocks - s0.sum.reused_blocks) /
-			      (d.chosen_blocks - s0.sum.chosen_blocks)
+		    d.chosen_blocks - s0->sum.chosen_blocks
+			? (double)(d.reused_blocks - s0->sum.reused_blocks) /
+			      (d.chosen_blocks - s0->sum.chosen_blocks)
 			: 0;
 		if (!kvp_kvcache_device_stats(c, &ds1)) {
 			double seen = (double)(ds1.reused + ds1.copied -
-					       ds0.reused - ds0.copied);
+					       ds0->reused - ds0->copied);
 
-			r->t_gpu = (d.t_compute_s - s0.sum.t_compute_s) / n;
+			r->t_gpu = (d.t_compute_s - s0->sum.t_compute_s) / n;
 			r->dev_reuse =
-			    seen > 0 ? (ds1.reused - ds0.reused) / seen : 0;
+			    seen > 0 ? (ds1.reused - ds0->reused) / seen : 0;
 			r->dev_mib = (ds1.bytes_to_device -
-				      ds0.bytes_to_device) /
+				      ds0->bytes_to_device) /
 				     1048576.0 / n;
-			r->stage_s = (ds1.t_stage_s - ds0.t_stage_s) / n;
+			r->stage_s = (ds1.t_stage_s - ds0->t_stage_s) / n;
 		}
 		snprintf(r->install, sizeof(r->install), "%s",
 			 kvp_kvcache_region(c)
 			     ? kvp_region_install_mode(kvp_kvcache_region(c))
 			     : "-");
 		kvp_kvcache_ram(c, &r->ram);
-		if (m->be == KVP_KVCACHE_PAGER && !m->dev) {
+		if (mr->m->be == KVP_KVCACHE_PAGER && !mr->m->dev) {
 			r->raw_block = kvp_kvcache_layout(c)->pager_block_bytes;
 			r->raw_gbps = raw_rate(
 			    kvp_region_store(kvp_kvcache_region(c)),
@@ -440,9 +464,133 @@ static int run_mode(const struct dopts *o, const struct dmode *m,
 		}
 		r->ran = true;
 	}
-	free(ids);
+	free(mr->ids);
 	kvp_kvcache_destroy(c);
+	mr->c = NULL;
 	return err;
+}
+
+/* --model: mode @m alone, its model's greedy decode; forced: the exact
+ * run's tokens (NULL when this is that run). */
+static int model_mode(const struct dopts *o, const struct dmode *m,
+		      const struct kvp_kv_geometry *g, const uint32_t *forced,
+		      struct dres *r)
+{
+	struct mrun mr;
+	int err = mode_open(o, m, g, NULL, &mr, r);
+
+	if (!err) {
+		r->tokens = calloc(o->steps, sizeof(uint32_t));
+		err = r->tokens ? model_decode(o, m, mr.c, mr.ids[0], NULL, r,
+					       &mr.s0, &mr.s1)
+				: -ENOMEM;
+	}
+	if (!err && forced && !m->exact && o->pred != KVP_PREDICTOR_EXACT) {
+		/* top-1 on the exact run's context, a fresh sequence of
+		 * its own */
+		kvp_kvcache_seq_free(mr.c, mr.ids[0]);
+		err = kvp_kvcache_seq_create(mr.c, &mr.ids[0]);
+		if (!err)
+			err = model_decode(o, m, mr.c, mr.ids[0], forced, r,
+					   NULL, NULL);
+	}
+	return mode_close(o, &mr, r, err);
+}
+
+/*
+ * The synthetic decode: every mode in @want opens (prefill, warm-up
+ * steps), then the measured steps run in o->rounds rounds, the modes
+ * taking turns round by round, so that a slow spell of a shared, noisy
+ * host falls on every mode alike; each round's tokens/s is kept for the
+ * ratios (paired_ratio).  A mode that fails is said and left out; the
+ * others go on.  Returns the number of modes that failed.
+ */
+static int decode_rounds(const struct dopts *o, unsigned want,
+			 const struct kvp_kv_geometry *g,
+			 struct kvp_kv_synth *sy, struct dres *res)
+{
+	struct mrun mr[NDMODES];
+	int err[NDMODES] = { 0 }, failed = 0;
+	uint32_t meas = o->steps - o->warmup, k, per, done = 0;
+	struct kvp_progress pg;
+	unsigned i, nopen = 0;
+
+	for (i = 0; i < NDMODES; i++) {
+		mr[i].c = NULL;
+		if (!(want & (1u << i)))
+			continue;
+		err[i] = mode_open(o, &dmodes[i], g, sy, &mr[i], &res[i]);
+		if (!err[i])
+			err[i] = mode_steps(o, &mr[i], o->warmup);
+		nopen += !err[i];
+	}
+	kvp_progress_start(&pg, "kvpbench", "decode", o->quiet);
+	for (k = 0; k < o->rounds; k++) {
+		/* rounds differ by at most one step */
+		per = meas / o->rounds + (k < meas % o->rounds);
+		for (i = 0; i < NDMODES; i++) {
+			struct kvp_kvcache_stats a, b;
+			double t;
+
+			if (!mr[i].c || err[i])
+				continue;
+			kvp_kvcache_stats(mr[i].c, &a);
+			err[i] = mode_steps(o, &mr[i], per);
+			kvp_kvcache_stats(mr[i].c, &b);
+			t = b.sum.t_step_s - a.sum.t_step_s;
+			res[i].round_tps[k] =
+			    t > 0 ? (b.sum.tokens - a.sum.tokens) / t : 0;
+			res[i].rounds = k + 1;
+			done += per;
+			kvp_progress_update(&pg, done, (uint64_t)meas * nopen,
+					    "steps");
+		}
+	}
+	kvp_progress_done(&pg, done, (uint64_t)meas * nopen, "steps");
+	for (i = 0; i < NDMODES; i++) {
+		if (!(want & (1u << i)))
+			continue;
+		err[i] = mode_close(o, &mr[i], &res[i], err[i]);
+		if (err[i]) {
+			fprintf(stderr, "kvpbench decode: mode %s failed: %s\n",
+				dmodes[i].name, kvp_strerror(err[i]));
+			failed++;
+		}
+	}
+	return failed;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/*
+ * @a's tokens/s over @b's: the median of the rounds' ratios (each round
+ * of @a beside the same round of @b), or the ratio of the whole runs
+ * (--model, whose modes run one after the other); -1 when @b did not
+ * run.  @each, if not NULL, gets the rounds' ratios (MAX_ROUNDS).
+ */
+static double paired_ratio(const struct dres *a, const struct dres *b,
+			   double *each)
+{
+	double v[MAX_ROUNDS];
+	uint32_t k, n = a->rounds < b->rounds ? a->rounds : b->rounds;
+
+	if (!b->ran || b->tps <= 0)
+		return -1;
+	if (!n)
+		return a->tps / b->tps;
+	for (k = 0; k < n; k++) {
+		v[k] = b->round_tps[k] > 0 ? a->round_tps[k] / b->round_tps[k]
+					   : 0;
+		if (each)
+			each[k] = v[k];
+	}
+	qsort(v, n, sizeof(v[0]), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 /*
@@ -529,6 +677,7 @@ enum {
 	D_M,
 	D_STEPS,
 	D_WARMUP,
+	D_ROUNDS,
 	D_BUDGET,
 	D_BLOCK,
 	D_DEPTH,
@@ -556,6 +705,7 @@ static const struct kvpb_num_opt num_opts[] = {
 	{ D_M, "budget-tokens", false, 1, UINT32_MAX, FIELD(M) },
 	{ D_STEPS, "steps", false, 1, UINT32_MAX, FIELD(steps) },
 	{ D_WARMUP, "warmup", false, 0, UINT32_MAX, FIELD(warmup) },
+	{ D_ROUNDS, "rounds", false, 1, MAX_ROUNDS, FIELD(rounds) },
 	{ D_BUDGET, "budget", true, 2u << 20, 1ull << 50, FIELD(budget) },
 	{ D_RAM, "ram", true, 4u << 20, 1ull << 50, FIELD(ram) },
 	{ D_RANK, "rank", false, 1, 4096, FIELD(rank) },
@@ -573,8 +723,11 @@ static const struct kvp_cli_opt dopts_table[] = {
 	{ "batch", D_BATCH, 0, "B", "sequences (1)" },
 	{ "predictor", D_PRED, 0, "K", "exact | window | lowrank (lowrank)" },
 	{ "budget-tokens", D_M, 0, "M", "sparse predictors' tokens per layer (400)" },
-	{ "steps", D_STEPS, 0, "N", "decode steps per mode (12)" },
+	{ "steps", D_STEPS, 0, "N", "decode steps per mode (22)" },
 	{ "warmup", D_WARMUP, 0, "N", "steps left out (2)" },
+	{ "rounds", D_ROUNDS, 0, "N",
+	  "the measured steps in N rounds, the modes taking\n"
+	  "turns; ratios are the median of the rounds' (5)" },
 	{ "budget", D_BUDGET, 0, "BYTES", "RAM budget (a quarter of the KV)" },
 	{ "ram", D_RAM, 0, "BYTES",
 	  "kvpager modes: all the RAM, counted whole (frames,\n"
@@ -617,6 +770,35 @@ static void dusage(FILE *f)
 		   "(lib/synth/kv_synth.h).\n");
 }
 
+/* ROUNDS line: mode @m's ratio to all-in-RAM @ram, round by round. */
+static void print_rounds(const struct dmode *m, const struct dres *r,
+			 const struct dres *ram)
+{
+	double each[MAX_ROUNDS], med = paired_ratio(r, ram, each);
+	uint32_t k, n = r->rounds < ram->rounds ? r->rounds : ram->rounds;
+
+	printf("ROUNDS %-12s vs ram, round by round:", m->name);
+	for (k = 0; k < n; k++)
+		printf(" %.3f", each[k]);
+	printf(" (median %.3f)\n", med);
+}
+
+/* The JSON line's end: the rounds' ratios to all-in-RAM @ram. */
+static void json_rounds(const struct dres *r, const struct dres *ram)
+{
+	double each[MAX_ROUNDS];
+	uint32_t k, n = r->rounds < ram->rounds ? r->rounds : ram->rounds;
+
+	if (ram->ran)
+		(void)paired_ratio(r, ram, each);
+	else
+		n = 0;
+	printf(",\"rounds\":%u,\"ratio_vs_ram_rounds\":[", r->rounds);
+	for (k = 0; k < n; k++)
+		printf("%s%.4f", k ? "," : "", each[k]);
+	printf("]}\n");
+}
+
 int kvpbench_decode(int argc, char **argv)
 {
 	struct option lo[NDOPTS];
@@ -625,8 +807,9 @@ int kvpbench_decode(int argc, char **argv)
 		.preset = "llama3-8b",
 		.context = 32768,
 		.batch = 1,
-		.steps = 12,
+		.steps = 22,
 		.warmup = 2,
+		.rounds = 5,
 		.depth = 0, /* by the predictor */
 		.M = 400,
 		.pred = KVP_PREDICTOR_LOWRANK,
@@ -753,6 +936,8 @@ int kvpbench_decode(int argc, char **argv)
 		device_name(o.device, devname, sizeof(devname));
 	if (o.warmup >= o.steps)
 		o.warmup = o.steps - 1;
+	if (o.rounds > o.steps - o.warmup)
+		o.rounds = o.steps - o.warmup; /* no round without a step */
 	if (model) {
 		struct kvp_kv_geometry pg;
 		const struct kvp_model_config *mc;
@@ -846,15 +1031,15 @@ int kvpbench_decode(int argc, char **argv)
 			kvp_strerror(err));
 		return 1;
 	}
-	for (c = 0; c < (int)NDMODES; c++) {
+	for (c = 0; c < (int)NDMODES && o.model; c++) {
 		/* the reference first, so that the others can be held to it */
 		i = c ? (unsigned)c - 1 : REF_MODE;
 		if (!(o.modes & (1u << i)))
 			continue;
-		err = run_mode(&o, &dmodes[i], &g, sy, ref, &res[i]);
-		if (!err && o.model && !ref)
+		err = model_mode(&o, &dmodes[i], &g, ref, &res[i]);
+		if (!err && !ref)
 			ref = res[i].tokens; /* the first run is exact */
-		if (!err && o.model) {
+		if (!err) {
 			uint32_t k, same = 0;
 
 			for (k = 0; k < o.steps; k++)
@@ -869,6 +1054,8 @@ int kvpbench_decode(int argc, char **argv)
 			failed++;
 		}
 	}
+	if (!o.model)
+		failed += decode_rounds(&o, o.modes, &g, sy, res);
 	kvp_kv_synth_destroy(sy);
 
 	if (!o.json) {
@@ -879,13 +1066,17 @@ int kvpbench_decode(int argc, char **argv)
 			       kvp_model_config(o.model)->seq_len
 				   ? "its own text (temperature 0.8)"
 				   : "random tokens");
-		char mtok[32] = "";
+		char mtok[32] = "", rounds[64] = "";
 
 		if (o.pred != KVP_PREDICTOR_EXACT && o.rank)
 			snprintf(mtok, sizeof(mtok), " (M=%u, r=%u)", o.M,
 				 o.rank);
 		else if (o.pred != KVP_PREDICTOR_EXACT)
 			snprintf(mtok, sizeof(mtok), " (M=%u)", o.M);
+		if (!o.model)
+			snprintf(rounds, sizeof(rounds),
+				 " in %u rounds, the modes taking turns",
+				 o.rounds);
 		if (o.ram)
 			printf("kvpbench decode: --ram %.0f MiB: kvpager modes "
 			       "hold that in all, frames what the rest leaves "
@@ -893,11 +1084,11 @@ int kvpbench_decode(int argc, char **argv)
 			       o.ram / 1048576.0);
 		printf("kvpbench decode: %s, context %" PRIu64
 		       ", batch %u, predictor %s%s, budget %.0f MiB of %.0f "
-		       "MiB of KV, %u steps (%u warm-up left out); %s KV\n",
+		       "MiB of KV, %u steps (%u warm-up left out)%s; %s KV\n",
 		       o.preset, o.context, o.batch,
 		       kvp_predictor_kind_name(o.pred), mtok,
 		       o.budget / 1048576.0, kv / 1048576.0, o.steps, o.warmup,
-		       o.model ? "MODEL" : "SYNTHETIC");
+		       rounds, o.model ? "MODEL" : "SYNTHETIC");
 		if (o.device)
 			printf("device: %s\n", devname);
 		printf("%-15s %9s %9s %9s %9s %11s %9s %7s %7s %8s %8s%s%s\n",
@@ -908,12 +1099,10 @@ int kvpbench_decode(int argc, char **argv)
 	}
 	for (i = 0; i < NDMODES; i++) {
 		struct dres *r = &res[i];
-		double ram = res[0].ran ? res[0].tps : -1;
-		double wn = res[2].ran ? res[2].tps : -1;
-		double rr = ram > 0 ? r->tps / ram : -1;
-		double rw = wn > 0 ? r->tps / wn : -1;
-		double dv = res[DEV_ALL].ran ? res[DEV_ALL].tps : -1;
-		double rd = dv > 0 && dmodes[i].dev ? r->tps / dv : -1;
+		double rr = paired_ratio(r, &res[0], NULL);
+		double rw = paired_ratio(r, &res[2], NULL);
+		double rd = dmodes[i].dev ? paired_ratio(r, &res[DEV_ALL], NULL)
+					  : -1;
 		double mx = r->t_gpu > r->t_load ? r->t_gpu : r->t_load;
 		double sm = dmodes[i].dev && mx > 0 ? r->t_step / mx : -1;
 
@@ -950,7 +1139,7 @@ int kvpbench_decode(int argc, char **argv)
 			       ",\"ram_metadata_bytes\":%" PRIu64
 			       ",\"ram_rolling_bytes\":%" PRIu64
 			       ",\"ram_staging_bytes\":%" PRIu64
-			       ",\"ram_total_bytes\":%" PRIu64 "}\n",
+			       ",\"ram_total_bytes\":%" PRIu64,
 			       dmodes[i].name, o.preset, o.context, o.batch,
 			       kvp_predictor_kind_name(
 				   dmodes[i].exact ? KVP_PREDICTOR_EXACT
@@ -965,6 +1154,7 @@ int kvpbench_decode(int argc, char **argv)
 			       r->dev_reuse, r->dev_mib, r->stage_s, rd, sm,
 			       r->raw_gbps, r->ram.frames, r->ram.slots, r->ram.metadata,
 			       r->ram.rolling, r->ram.staging, r->ram.total);
+			json_rounds(r, &res[0]);
 		} else {
 			printf("%-15s %9.3f %9.4f %9.4f %9.4f %11.2f %9.1f "
 			       "%7.3f %7.4f %8.3f %8.3f",
@@ -979,6 +1169,9 @@ int kvpbench_decode(int argc, char **argv)
 			printf("\n");
 		}
 	}
+	for (i = 1; i < NDMODES && !o.json && res[0].ran; i++)
+		if (res[i].ran && res[i].rounds)
+			print_rounds(&dmodes[i], &res[i], &res[0]);
 	for (i = 0; i < NDMODES && !o.json; i++)
 		if (res[i].ran && !o.model)
 			printf("STEP %-14s %.4f s = attention %.4f + predictor "
