@@ -987,6 +987,8 @@ struct model_run {
 	struct kvp_model_cache *mc; /* --cache-dir, or NULL */
 	struct kvp_store *kv_store; /* the KV cache's store with mc */
 	double ttft_s;		  /* prefill start to the first token */
+	double t_tok;		  /* when the last token's logits were out */
+	double *gap_s;		  /* per step: since the token before */
 	struct kvp_model_prefill_times pt; /* where the prefill's went */
 };
 
@@ -1000,6 +1002,7 @@ static void model_run_free(struct model_run *mr)
 		fclose(mr->logits);
 	free(mr->prompt);
 	free(mr->out);
+	free(mr->gap_s);
 }
 
 /* Token ids separated by commas or white space, from arg or @FILE. */
@@ -1137,7 +1140,8 @@ static int model_open(struct run_opts *o, struct model_run *mr,
 		return -errno;
 	}
 	mr->out = calloc(o->steps, sizeof(uint32_t));
-	return mr->out ? 0 : -ENOMEM;
+	mr->gap_s = calloc(o->steps, sizeof(double));
+	return mr->out && mr->gap_s ? 0 : -ENOMEM;
 }
 
 /* The prefix cache of --cache-dir or KVP_CACHE_DIR (model runs only),
@@ -1345,6 +1349,8 @@ static int model_next(struct run_opts *o, struct model_run *mr, uint32_t i,
 		return -EIO;
 	}
 	err = kvp_model_step(mr->seq, mr->out[i], NULL);
+	mr->gap_s[i] = now_s() - mr->t_tok;
+	mr->t_tok += mr->gap_s[i];
 	if (measured) {
 		mr->t_wall_s += now_s() - t0;
 		mr->t_model_s += kvp_model_seq_compute_s(mr->seq) - c0;
@@ -1427,6 +1433,11 @@ static void model_report(const struct run_opts *o, const struct model_run *mr)
 		       mr->pt.restore_s, mr->pt.math_s, mr->pt.offer_s,
 		       mr->pt.kv_s, mr->pt.computed_tokens,
 		       mr->pt.offer_after_s);
+		/* token k+1 after token k, the first's wait included */
+		printf("\"inter_token_s\":[");
+		for (i = 0; i < o->steps; i++)
+			printf("%s%.6f", i ? "," : "", mr->gap_s[i]);
+		printf("],");
 		return;
 	}
 	printf("tokens:");
@@ -1660,6 +1671,7 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 							mr->nprompt);
 			/* its logits give the first token */
 			mr->ttft_s = now_s() - t0;
+			mr->t_tok = t0 + mr->ttft_s;
 			/* the chunks it computed: offered and stored now */
 			if (mr->mc && !err &&
 			    (e2 = kvp_model_cache_first_token(mr->mc)))
@@ -1730,8 +1742,12 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 	pf_snapshot(c, &s_end, &pf_end);
 	kvp_kvcache_ram(c, &ram);
 	t_decode = now_s() - t0;
-	if (mr->mc) /* the figures count every chunk written */
+	if (mr->mc) { /* the figures count every chunk written */
 		kvp_model_cache_drain(mr->mc);
+		/* with the read-back's time, its thread done */
+		if (mr->seq)
+			kvp_model_seq_prefill_times(mr->seq, &mr->pt);
+	}
 	if (stopped()) {
 		kvp_progress_done(&bar, done_steps, o.steps, "steps");
 		fprintf(stderr,
