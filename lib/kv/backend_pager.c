@@ -388,19 +388,20 @@ static int pg_write(struct kvp_kvcache *c, uint64_t off, const char *data,
 /*
  * Physical blocks phys[0..n) of layer into dst (n * stride), leaving the
  * pager's state alone: runs of absent blocks are read from the store,
- * others copied from their frames by kvp_region_peek.
+ * others copied from their frames by kvp_region_peek (through pbbuf, a
+ * pager block).  Only thread-safe calls (the region's, the store's): any
+ * thread may run it on blocks whose writes are done.
  */
-static int pg_read(struct kvp_kvcache *c, uint32_t layer, const uint32_t *phys,
-		   size_t n, char *dst)
+static int pg_read_shared(struct kvp_kvcache *c, uint32_t layer,
+			  const uint32_t *phys, size_t n, char *dst,
+			  char *pbbuf)
 {
 	struct pg_state *ps = c->bs;
 	size_t pbb = c->l.pager_block_bytes, i = 0;
 	uint64_t cached = UINT64_MAX;
 	uint32_t align = ps->store->offset_align ? ps->store->offset_align : 1;
-	int err = pg_write_wait(c, NULL, 0);
+	int err;
 
-	if (err)
-		return err;
 	while (i < n) {
 		uint64_t off = kvp_kv_layout_offset(&c->l, layer, phys[i]);
 		uint64_t pb = off / pbb;
@@ -438,16 +439,25 @@ static int pg_read(struct kvp_kvcache *c, uint32_t layer, const uint32_t *phys,
 			}
 		}
 		if (pb != cached) {
-			err = kvp_region_peek(c->region, pb, c->pbbuf);
+			err = kvp_region_peek(c->region, pb, pbbuf);
 			if (err)
 				return err;
 			cached = pb;
 		}
-		memcpy(dst + i * c->stride, c->pbbuf + (off - pb * pbb),
+		memcpy(dst + i * c->stride, pbbuf + (off - pb * pbb),
 		       c->stride);
 		i++;
 	}
 	return 0;
+}
+
+/* pg_read_shared on the driver, after the writes in flight. */
+static int pg_read(struct kvp_kvcache *c, uint32_t layer, const uint32_t *phys,
+		   size_t n, char *dst)
+{
+	int err = pg_write_wait(c, NULL, 0);
+
+	return err ? err : pg_read_shared(c, layer, phys, n, dst, c->pbbuf);
 }
 
 static bool pg_resident(struct kvp_kvcache *c, uint64_t pb)
@@ -542,6 +552,7 @@ const struct kvc_backend_ops kvc_backend_pager = {
 	.close = pg_close,
 	.write = pg_write,
 	.read = pg_read,
+	.read_shared = pg_read_shared,
 	.resident = pg_resident,
 	.in_store = pg_in_store,
 	.prefetch = pg_prefetch,

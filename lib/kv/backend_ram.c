@@ -41,6 +41,15 @@ static int ram_read(struct kvp_kvcache *c, uint32_t layer, const uint32_t *phys,
 	return 0;
 }
 
+/* The region is plain memory that never moves: any thread may copy. */
+static int ram_read_shared(struct kvp_kvcache *c, uint32_t layer,
+			   const uint32_t *phys, size_t n, char *dst,
+			   char *pbbuf)
+{
+	(void)pbbuf;
+	return ram_read(c, layer, phys, n, dst);
+}
+
 static bool ram_resident(struct kvp_kvcache *c, uint64_t pb)
 {
 	return true;
@@ -57,6 +66,7 @@ const struct kvc_backend_ops kvc_backend_ram = {
 	.close = ram_close,
 	.write = ram_write,
 	.read = ram_read,
+	.read_shared = ram_read_shared,
 	.resident = ram_resident,
 	.where = ram_where,
 };

@@ -17,7 +17,7 @@
  *
  * All ops are called from the cache's driving thread, except read, which
  * kvp_kvcache_quality and fork also call from there, and nothing runs
- * them concurrently.  They return 0 or -errno where they return int.
+ * them concurrently; read_shared alone runs beside them.  They return 0 or -errno where they return int.
  * Ops marked optional may be NULL: the cache then skips that step.
  */
 #ifndef KVP_KV_BACKEND_I_H
@@ -51,6 +51,15 @@ struct kvc_backend_ops {
 	 * without faulting anything in or changing residency. */
 	int (*read)(struct kvp_kvcache *c, uint32_t layer, const uint32_t *phys,
 		    size_t n, char *dst);
+	/*
+	 * Optional: read from any thread, while the driver runs the other
+	 * ops, blocks that nothing writes or frees meanwhile and whose
+	 * writes are done (kvp_kvcache_snap_read); pbbuf: a pager block of
+	 * the caller's scratch.  NULL: only read, on the driver.
+	 */
+	int (*read_shared)(struct kvp_kvcache *c, uint32_t layer,
+			   const uint32_t *phys, size_t n, char *dst,
+			   char *pbbuf);
 	/* Is pager block pb resident now (a plan's reuse count)? */
 	bool (*resident)(struct kvp_kvcache *c, uint64_t pb);
 	/* Optional: is pager block pb absent and clean, so that its next

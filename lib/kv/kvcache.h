@@ -290,6 +290,32 @@ int kvp_kvcache_read_blocks(struct kvp_kvcache *c, uint32_t seq,
 			    uint64_t first, uint64_t ntokens, void *dst);
 
 /*
+ * kvp_kvcache_snap - tokens [first, first + ntokens) of seq, as
+ * kvp_kvcache_read_blocks takes them, for kvp_kvcache_snap_read on ANY
+ * thread while the driver goes on (a prefix cache reads a prefill's
+ * chunks back while the decode runs).  Called on the driver: names the
+ * tokens' physical blocks and waits for the writes in flight.  Full
+ * blocks are never written again, so what the reader gets is what was
+ * written, as long as the caller keeps the sequence (and the cache)
+ * until kvp_kvcache_snap_free: freeing it would let other tokens take
+ * the blocks.  0 and *out; -EOPNOTSUPP (a backend that cannot be read
+ * beside its driver: kvp_kvcache_read_blocks instead; the mmap one);
+ * -EINVAL as kvp_kvcache_read_blocks; -ENOMEM; a write's error.
+ */
+struct kvp_kvcache_snap;
+int kvp_kvcache_snap(struct kvp_kvcache *c, uint32_t seq, uint64_t first,
+		     uint64_t ntokens, struct kvp_kvcache_snap **out);
+
+/* kvp_kvcache_read_blocks of tokens [first, first + ntokens) of the snap
+ * (within its range, multiples of G; dst 4096-aligned), from one thread
+ * at a time.  0, -EINVAL, the store's error. */
+int kvp_kvcache_snap_read(struct kvp_kvcache_snap *sn, uint64_t first,
+			  uint64_t ntokens, void *dst);
+
+/* NULL is a no-op. */
+void kvp_kvcache_snap_free(struct kvp_kvcache_snap *sn);
+
+/*
  * kvp_kvcache_layout_for - the layout kvp_kvcache_create(o) makes (its
  * region's bytes, its KV block stride), for a caller that brings its own
  * store (o->store) and must size it first.  0, -EINVAL, -EOVERFLOW.

@@ -100,6 +100,85 @@ int kvp_kvcache_read_blocks(struct kvp_kvcache *c, uint32_t seq,
 	return err;
 }
 
+struct kvp_kvcache_snap {
+	struct kvp_kvcache *c;
+	uint64_t first, nb; /* the range: its first token, its blocks */
+	uint32_t *phys;	    /* nb */
+	char *pbbuf;	    /* a pager block: the reader's own scratch */
+};
+
+int kvp_kvcache_snap(struct kvp_kvcache *c, uint32_t seq, uint64_t first,
+		     uint64_t ntokens, struct kvp_kvcache_snap **out)
+{
+	uint32_t G = c->g.block_tokens, layer;
+	struct kvp_kvcache_snap *sn;
+	struct kvc_seq *s;
+	uint64_t i;
+	int err = 0;
+
+	if (!c->be->read_shared)
+		return -EOPNOTSUPP;
+	if (!kvc_seq_ok(c, seq) || !ntokens || first % G || ntokens % G)
+		return -EINVAL;
+	s = &c->seqs[seq];
+	for (layer = 0; layer < c->g.layers; layer++)
+		if (first + ntokens > s->fill[layer])
+			return -EINVAL;
+	sn = calloc(1, sizeof(*sn));
+	if (!sn)
+		return -ENOMEM;
+	sn->c = c;
+	sn->first = first;
+	sn->nb = ntokens / G;
+	sn->phys = malloc(sizeof(*sn->phys) * sn->nb);
+	sn->pbbuf = aligned_alloc(4096, c->l.pager_block_bytes);
+	if (!sn->phys || !sn->pbbuf)
+		err = -ENOMEM;
+	for (i = 0; i < sn->nb && !err; i++) {
+		sn->phys[i] = kvp_block_table_physical(
+		    s->bt, (uint32_t)(first / G + i));
+		if (sn->phys[i] == KVP_BLOCK_NONE)
+			err = -EINVAL;
+	}
+	/* the reader reads the store: what was written must be there */
+	if (!err && c->be->write_wait)
+		err = c->be->write_wait(c, NULL, 0);
+	if (err) {
+		kvp_kvcache_snap_free(sn);
+		return err;
+	}
+	*out = sn;
+	return 0;
+}
+
+int kvp_kvcache_snap_read(struct kvp_kvcache_snap *sn, uint64_t first,
+			  uint64_t ntokens, void *dst)
+{
+	struct kvp_kvcache *c = sn->c;
+	uint32_t G = c->g.block_tokens, layer;
+	uint64_t b, nb = ntokens / G;
+	int err = 0;
+
+	if (!ntokens || first % G || ntokens % G || first < sn->first ||
+	    (first - sn->first) / G + nb > sn->nb || ((uintptr_t)dst & 4095))
+		return -EINVAL;
+	b = (first - sn->first) / G;
+	for (layer = 0; layer < c->g.layers && !err; layer++)
+		err = c->be->read_shared(c, layer, sn->phys + b, nb,
+					 (char *)dst + layer * nb * c->stride,
+					 sn->pbbuf);
+	return err;
+}
+
+void kvp_kvcache_snap_free(struct kvp_kvcache_snap *sn)
+{
+	if (!sn)
+		return;
+	free(sn->phys);
+	free(sn->pbbuf);
+	free(sn);
+}
+
 /* ---- sequences -------------------------------------------------------- */
 
 /* Free what seq_init allocated for a slot that did not become live. */
