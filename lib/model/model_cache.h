@@ -24,8 +24,9 @@
  * neither the chunks a prefill computes nor those it takes from the
  * remote tier are checksummed, written and synced before the first token;
  * they are after it, while the decode runs, and close waits for the last.
- * The computed ones are not even copied before it: first_token reads them
- * back from the KV cache (struct kvp_model_prefix's put_later).
+ * The computed ones are not even copied before it: first_token has a
+ * thread read them back from the KV cache (struct kvp_model_prefix's
+ * put_later) while the decode runs.
  *
  * KEYS bind the model's identity (BLAKE2b-256 of its weights: the whole
  * checkpoint file, or the random weights as drawn; or model_id when given),
@@ -104,14 +105,14 @@ int kvp_model_cache_attach(struct kvp_model_cache *mc,
 /*
  * kvp_model_cache_first_token - the first token is out: the writer stores
  * what the prefill queued (write behind), and the chunks the attached
- * sequence computed are read back from its KV cache and queued now
- * (kvp_model_seq_offer; its tokens must not be freed from its KV cache
- * before: destroying the sequence drops them), on the calling thread,
- * which waits only for room in the queue.  Without this call the queued
- * ones are stored at drain or close, and the computed ones are offered
- * at the next attach or never.  0, or
- * kvp_model_seq_offer's error (the chunks not offered are misses next
- * time; nothing stored is wrong).
+ * sequence computed are read back from its KV cache and queued by a
+ * thread of their own while the decode goes on
+ * (kvp_model_seq_offer_async; its tokens must not be freed from its KV
+ * cache before the sequence's destroy, drain, close or the next attach,
+ * which wait for that thread).  Without this call the queued ones are
+ * stored at drain or close, and the computed ones are offered at the
+ * next attach or never.  0, or kvp_model_seq_offer_async's error (the
+ * chunks not offered are misses next time; nothing stored is wrong).
  */
 int kvp_model_cache_first_token(struct kvp_model_cache *mc);
 
@@ -136,7 +137,8 @@ uint64_t kvp_model_cache_mapped_tokens(const struct kvp_model_cache *mc);
 int kvp_model_cache_store(struct kvp_model_cache *mc, struct kvp_store *inner,
 			  size_t granule, struct kvp_store **out);
 
-/* Wait for the chunks being written (kvp_prefix_drain). */
+/* Wait for the computed chunks being read back, then for the chunks
+ * being written (kvp_prefix_drain). */
 void kvp_model_cache_drain(struct kvp_model_cache *mc);
 
 void kvp_model_cache_stats(struct kvp_model_cache *mc,

@@ -24,9 +24,13 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "lib/model/model_i.h"
@@ -67,6 +71,26 @@ struct kvp_model_seq {
 	bool later_pending;	     /* px->later_seq is this one: the
 					only case it reads px after the
 					prefill (px may be gone by then) */
+	struct offer_job *job;	     /* kvp_model_seq_offer_async's
+					thread, or NULL */
+};
+
+/*
+ * kvp_model_seq_offer_async's reader: the held-back chunks [from, to)
+ * read from a snapshot of their KV blocks (kvp_kvcache_snap: full blocks,
+ * never written again) and put, on a thread of its own while the decode
+ * goes on.  It touches only the snapshot and px's put, never px's other
+ * fields nor the sequence: whatever would change the keys a put stores
+ * under, or free the blocks, waits for it first (offer_wait).
+ */
+struct offer_job {
+	pthread_t th;
+	struct kvp_kvcache_snap *snap;
+	struct kvp_model_prefix *px;
+	uint32_t from, to, C;
+	size_t len;
+	int err;      /* the first read's error: the rest not offered */
+	double s;     /* the thread's time */
 };
 
 static double now_s(void)
@@ -284,9 +308,13 @@ fail:
 	return err;
 }
 
+static int offer_wait(struct kvp_model_seq *s);
+
 void kvp_model_prefix_drop_later(struct kvp_model_prefix *px)
 {
 	if (px && px->later_seq) {
+		/* an offer in flight completes: its keys are still right */
+		(void)offer_wait(px->later_seq);
 		px->later_seq->later_pending = false;
 		px->later_seq = NULL;
 		px->later_from = px->later_to = 0;
@@ -569,27 +597,86 @@ static bool prefix_later(const struct kvp_model_seq *s)
 	       prefix_in_blocks(s, s->px->chunk_tokens);
 }
 
+/* One buffer of a chunk for all (the put copies it into the store's
+ * queue), in huge pages where the kernel grants them: one fresh 8 MiB
+ * buffer in 4 KiB pages costs tens of ms of first touches on a loaded
+ * VM.  NULL: out of memory. */
+static void *chunk_buf(size_t len)
+{
+	void *buf;
+
+	if (posix_memalign(&buf, 2u << 20, (len + (2u << 20) - 1) &
+					       ~(size_t)((2u << 20) - 1)))
+		return NULL;
+	(void)madvise(buf, len, MADV_HUGEPAGE);
+	return buf;
+}
+
+static void *offer_run(void *arg)
+{
+	struct offer_job *j = arg;
+	double t0 = now_s();
+	void *buf = chunk_buf(j->len);
+	uint32_t i;
+
+	(void)pthread_setname_np(pthread_self(), "kvp-offer");
+	/* the decode's CPU first: this takes what it leaves idle (raising
+	 * its own nice value needs no privilege; per thread on Linux) */
+	(void)!setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
+	j->err = buf ? 0 : -ENOMEM;
+	for (i = j->from; i < j->to && !j->err; i++) {
+		j->err = kvp_kvcache_snap_read(j->snap, (uint64_t)i * j->C,
+					       j->C, buf);
+		if (!j->err)
+			j->px->put(j->px->arg, i, buf, j->len);
+	}
+	free(buf);
+	j->s = now_s() - t0;
+	return NULL;
+}
+
+/* Wait for s's offer thread, if any: its error, or 0.  The chunks it had
+ * are offered (or failed): nothing is held back any more. */
+static int offer_wait(struct kvp_model_seq *s)
+{
+	struct offer_job *j = s->job;
+	int err;
+
+	if (!j)
+		return 0;
+	pthread_join(j->th, NULL);
+	s->job = NULL;
+	s->pt.offer_after_s += j->s;
+	err = j->err;
+	kvp_kvcache_snap_free(j->snap);
+	free(j);
+	s->px->later_from = s->px->later_to; /* offered once */
+	return err;
+}
+
 int kvp_model_seq_offer(struct kvp_model_seq *s)
 {
 	struct kvp_model_prefix *px = s->px;
 	uint32_t C, i;
 	size_t len;
-	double t0 = now_s();
+	double t0;
 	void *buf;
 	int err = 0;
 
+	if (s->job) {
+		err = offer_wait(s);
+		later_drop(s);
+		return err;
+	}
+	t0 = now_s();
 	if (!px || !px->put || px->later_seq != s ||
 	    px->later_from >= px->later_to)
 		return 0;
 	C = px->chunk_tokens;
 	len = kvp_model_prefix_bytes(s, C);
-	/* one buffer for all (the put copies it into the store's queue), in
-	 * huge pages where the kernel grants them: one fresh 8 MiB buffer
-	 * in 4 KiB pages costs tens of ms of first touches on a loaded VM */
-	if (posix_memalign(&buf, 2u << 20, (len + (2u << 20) - 1) &
-					       ~(size_t)((2u << 20) - 1)))
+	buf = chunk_buf(len);
+	if (!buf)
 		return -ENOMEM;
-	(void)madvise(buf, len, MADV_HUGEPAGE);
 	for (i = px->later_from; i < px->later_to && !err; i++) {
 		err = kvp_kvcache_read_blocks(s->c, s->seq, (uint64_t)i * C, C,
 					      buf);
@@ -600,6 +687,47 @@ int kvp_model_seq_offer(struct kvp_model_seq *s)
 	free(buf);
 	s->pt.offer_after_s += now_s() - t0;
 	return err;
+}
+
+int kvp_model_seq_offer_async(struct kvp_model_seq *s)
+{
+	struct kvp_model_prefix *px = s->px;
+	struct offer_job *j;
+	int err;
+
+	if (s->job || !px || !px->put || px->later_seq != s ||
+	    px->later_from >= px->later_to)
+		return 0;
+	j = calloc(1, sizeof(*j));
+	if (!j)
+		return kvp_model_seq_offer(s);
+	j->px = px;
+	j->C = px->chunk_tokens;
+	j->from = px->later_from;
+	j->to = px->later_to;
+	j->len = kvp_model_prefix_bytes(s, j->C);
+	err = kvp_kvcache_snap(s->c, s->seq, (uint64_t)j->from * j->C,
+			       (uint64_t)(j->to - j->from) * j->C, &j->snap);
+	if (!err && pthread_create(&j->th, NULL, offer_run, j))
+		err = -EAGAIN;
+	if (err) {
+		kvp_kvcache_snap_free(j->snap);
+		free(j);
+		/* a backend not to be read beside its driver, or no
+		 * thread: read here, as before */
+		if (err == -EOPNOTSUPP || err == -EAGAIN || err == -ENOMEM)
+			return kvp_model_seq_offer(s);
+		later_drop(s);
+		return err;
+	}
+	s->job = j;
+	return 0;
+}
+
+void kvp_model_prefix_offer_wait(struct kvp_model_prefix *px)
+{
+	if (px && px->later_seq && px->later_seq->job)
+		kvp_model_prefix_drop_later(px); /* waits, then forgets */
 }
 
 /* ---- prefill ------------------------------------------------------------ */
