@@ -455,7 +455,9 @@ static void bit_for_bit(size_t pbb)
  * kvp_kvcache_read_blocks gives back the KV blocks the source made, bit
  * for bit, in RAM, through the pager (a budget far below the KV: most
  * blocks absent, read from the store; the newest resident, peeked) and
- * through mmap; it refuses ranges that are not whole, full blocks.
+ * through mmap; it refuses ranges that are not whole, full blocks.  A
+ * snapshot (kvp_kvcache_snap) reads the same bytes, also after the
+ * sequence grew by a decode of other blocks (not on mmap: -EOPNOTSUPP).
  */
 static void read_blocks_on(enum kvp_kvcache_backend be)
 {
@@ -466,6 +468,7 @@ static void read_blocks_on(enum kvp_kvcache_backend be)
 	struct kvp_kv_synth *sy;
 	struct kvp_kv_source src;
 	struct kvp_kvcache_opts o;
+	struct kvp_kvcache_snap *sn;
 	struct kvp_kvcache *c;
 	size_t stride, cap;
 	char *got, *want;
@@ -516,6 +519,43 @@ static void read_blocks_on(enum kvp_kvcache_backend be)
 			 -EINVAL);
 	ck_assert_int_eq(kvp_kvcache_read_blocks(c, id + 1, 0, 4, got),
 			 -EINVAL);
+	if (be == KVP_KVCACHE_MMAP) {
+		ck_assert_int_eq(kvp_kvcache_snap(c, id, 0, 256, &sn),
+				 -EOPNOTSUPP);
+	} else {
+		uint64_t nb = 512 / g.block_tokens;
+
+		ck_assert_int_eq(kvp_kvcache_snap(c, id, 1024, 1024, &sn), 0);
+		/* the rolling block fills and flushes meanwhile */
+		for (b = 0; b < 8; b++)
+			ck_assert_int_eq(kvp_kvcache_step(c, &id, 1, &src, NULL,
+							  NULL),
+					 0);
+		for (l = 0; l < g.layers; l++)
+			for (b = 0; b < nb; b++)
+				ck_assert_int_eq(
+				    kvp_kv_synth_fill(
+					sy, id, l, 1536 + b * g.block_tokens,
+					g.block_tokens,
+					want + (l * nb + b) * stride),
+				    0);
+		memset(got, 0xa5, cap);
+		ck_assert_int_eq(kvp_kvcache_snap_read(sn, 1536, 512, got), 0);
+		ck_assert_msg(!memcmp(got, want, g.layers * nb * stride),
+			      "%s: the snapshot's tokens 1536+512 differ",
+			      kvp_kvcache_backend_name(be));
+		/* outside the snapshot, not whole blocks, unaligned */
+		ck_assert_int_eq(kvp_kvcache_snap_read(sn, 512, 512, got),
+				 -EINVAL);
+		ck_assert_int_eq(kvp_kvcache_snap_read(sn, 1536, 516, got),
+				 -EINVAL);
+		ck_assert_int_eq(kvp_kvcache_snap_read(sn, 1536, 6, got),
+				 -EINVAL);
+		ck_assert_int_eq(kvp_kvcache_snap_read(sn, 1536, 4, got + 64),
+				 -EINVAL);
+		kvp_kvcache_snap_free(sn);
+		ck_assert_int_eq(kvp_kvcache_snap(c, id, 3004, 8, &sn), -EINVAL);
+	}
 	kvp_kvcache_destroy(c);
 	free(got);
 	free(want);
