@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -439,6 +440,10 @@ struct rec_px {
 	bool after[8];	      /* offered after the prefill */
 	bool prefilled;
 	unsigned char *payload[8];
+	/* gate: the first put waits for go (up to a minute: timed_out) */
+	bool gate, go, timed_out;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
 };
 
 static int rec_get(void *arg, uint32_t chunk, void *buf, size_t len)
@@ -452,6 +457,18 @@ static void rec_put(void *arg, uint32_t chunk, const void *payload,
 {
 	struct rec_px *r = arg;
 
+	if (r->gate && !r->n) {
+		struct timespec ts;
+		int e = 0;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 60;
+		pthread_mutex_lock(&r->mu);
+		while (!r->go && e != ETIMEDOUT)
+			e = pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+		r->timed_out = !r->go;
+		pthread_mutex_unlock(&r->mu);
+	}
 	ck_assert_uint_lt(r->n, 8);
 	r->chunk[r->n] = chunk;
 	r->after[r->n] = r->prefilled;
@@ -461,9 +478,11 @@ static void rec_put(void *arg, uint32_t chunk, const void *payload,
 }
 
 /* A random model's 300-token prompt through the pager with px r, its
- * chunks of 64 tokens held back (put_later) up to later_max. */
+ * chunks of 64 tokens held back (put_later) up to later_max; async: offered
+ * by kvp_model_seq_offer_async, whose first put waits until 40 decode
+ * steps are done (they must not wait for it). */
 static void offer_run(struct kvp_model *m, struct rec_px *r, bool later,
-		      uint32_t later_max)
+		      uint32_t later_max, bool async)
 {
 	struct kvp_kv_geometry g;
 	struct kvp_kvcache_opts o;
@@ -483,6 +502,9 @@ static void offer_run(struct kvp_model *m, struct rec_px *r, bool later,
 	ck_assert_int_eq(kvp_kvcache_seq_create(c, &id), 0);
 	ck_assert_int_eq(kvp_model_seq_create(m, c, id, 2, &s), 0);
 	memset(r, 0, sizeof(*r));
+	pthread_mutex_init(&r->mu, NULL);
+	pthread_cond_init(&r->cv, NULL);
+	r->gate = async;
 	r->px.chunk_tokens = 64;
 	r->px.get = rec_get;
 	r->px.put = rec_put;
@@ -492,20 +514,36 @@ static void offer_run(struct kvp_model *m, struct rec_px *r, bool later,
 	ck_assert_int_eq(kvp_model_seq_set_prefix(s, &r->px), 0);
 	ck_assert_int_eq(kvp_model_prefill(s, toks, 300), 0);
 	r->prefilled = true;
-	ck_assert_int_eq(kvp_model_seq_offer(s), 0);
+	if (async) {
+		ck_assert_int_eq(kvp_model_seq_offer_async(s), 0);
+		/* the decode appends meanwhile (rolling blocks flushed into
+		 * the pager blocks of the held-back ones, evictions under the
+		 * 2 MiB budget) while the offer is held in its first put */
+		for (i = 0; i < 40; i++)
+			ck_assert_int_eq(kvp_model_step(s, toks[i], NULL), 0);
+		pthread_mutex_lock(&r->mu);
+		r->go = true;
+		pthread_cond_signal(&r->cv);
+		pthread_mutex_unlock(&r->mu);
+	}
+	ck_assert_int_eq(kvp_model_seq_offer(s), 0); /* waits for it */
 	ck_assert_int_eq(kvp_model_seq_offer(s), 0); /* offered once */
+	ck_assert(!r->timed_out); /* the steps did not wait for the put */
 	kvp_model_seq_destroy(s);
 	kvp_kvcache_destroy(c);
+	pthread_mutex_destroy(&r->mu);
+	pthread_cond_destroy(&r->cv);
 }
 
 /*
  * put_later: the chunks a prefill computes are offered after it, read
  * back from the KV cache, and are the bytes offered during a prefill, bit
- * for bit; later_max holds back only the last ones.
+ * for bit; later_max holds back only the last ones.  Read back on a
+ * thread of their own while the decode goes on: the same bytes.
  */
 START_TEST(prefix_put_later)
 {
-	static struct rec_px now, later, part;
+	static struct rec_px now, later, part, behind;
 	struct kvp_model *m;
 	char err[256];
 	size_t len;
@@ -513,9 +551,10 @@ START_TEST(prefix_put_later)
 
 	ck_assert_int_eq(kvp_model_random("tiny", NULL, &m, err, sizeof(err)),
 			 0);
-	offer_run(m, &now, false, 0);
-	offer_run(m, &later, true, 0);
-	offer_run(m, &part, true, 3);
+	offer_run(m, &now, false, 0, false);
+	offer_run(m, &later, true, 0, false);
+	offer_run(m, &part, true, 3, false);
+	offer_run(m, &behind, true, 0, true);
 	{
 		struct kvp_kv_geometry g;
 
@@ -525,7 +564,14 @@ START_TEST(prefix_put_later)
 	ck_assert_uint_eq(now.n, 4);
 	ck_assert_uint_eq(later.n, 4);
 	ck_assert_uint_eq(part.n, 4);
+	ck_assert_uint_eq(behind.n, 4);
 	for (i = 0; i < 4; i++) {
+		ck_assert_uint_eq(behind.chunk[i], i);
+		ck_assert(behind.after[i]);
+		ck_assert_msg(!memcmp(behind.payload[i], now.payload[i], len),
+			      "chunk %u read back behind the decode differs",
+			      i);
+		free(behind.payload[i]);
 		ck_assert_uint_eq(now.chunk[i], i);
 		ck_assert_uint_eq(later.chunk[i], i);
 		ck_assert_uint_eq(part.chunk[i], i);
@@ -682,6 +728,82 @@ START_TEST(reattach_offers_nothing_wrong)
 }
 END_TEST
 
+/*
+ * The held-back chunks read back behind the decode (first_token's
+ * thread): stored as computed, under their own prompt's keys, while the
+ * sequence decodes, when the next prompt is attached, the sequence
+ * destroyed or the model cache closed with the read-back in flight.
+ */
+START_TEST(offer_behind_decode)
+{
+	char cdir[300];
+	struct kvp_model_cache_opts co = { .dir = cdir };
+	struct kvp_model_cache *mc;
+	struct kvp_kv_geometry g;
+	struct kvp_kvcache *c, *c2;
+	struct kvp_model_seq *s, *s2;
+	struct kvp_model *m;
+	uint32_t p1[300], p2[300], i;
+	char err[256], warn[256];
+	uint64_t hit = 0;
+	void *cold, *served;
+
+	snprintf(cdir, sizeof(cdir), "%s/cache-behind", dir);
+	for (i = 0; i < 300; i++) {
+		p1[i] = (i * 7919 + 5) % 500 + 1;
+		p2[i] = (i * 104729 + 11) % 500 + 1;
+	}
+	ck_assert_int_eq(kvp_model_random("tiny", NULL, &m, err, sizeof(err)),
+			 0);
+	ck_assert_int_eq(kvp_model_geometry(m, KVP_KV_FP16, 4, &g), 0);
+	ck_assert_int_eq(kvp_model_cache_open(&co, m, &g, &mc, err,
+					      sizeof(err), warn, sizeof(warn)),
+			 0);
+	/* p1: read back while its sequence decodes, then destroyed */
+	s = held_back(m, mc, p1, &c);
+	ck_assert_int_eq(kvp_model_cache_first_token(mc), 0);
+	for (i = 0; i < 20; i++)
+		ck_assert_int_eq(kvp_model_step(s, p2[i], NULL), 0);
+	kvp_model_seq_destroy(s);
+	kvp_kvcache_destroy(c);
+	/* p2: the next prompt attached at once, on another sequence */
+	s = held_back(m, mc, p2, &c);
+	ck_assert_int_eq(kvp_model_cache_first_token(mc), 0);
+	c2 = pager_cache(m, &g);
+	ck_assert_int_eq(kvp_kvcache_seq_create(c2, &i), 0);
+	ck_assert_int_eq(kvp_model_seq_create(m, c2, i, 1, &s2), 0);
+	ck_assert_int_eq(kvp_model_cache_attach(mc, s2, p1, 300), 0);
+	kvp_model_seq_destroy(s2);
+	kvp_kvcache_destroy(c2);
+	kvp_model_seq_destroy(s);
+	kvp_kvcache_destroy(c);
+	kvp_model_cache_drain(mc);
+	served = chunk0(m, mc, p1, &hit);
+	cold = chunk0(m, NULL, p1, NULL);
+	ck_assert_uint_eq(hit, 256);
+	ck_assert_msg(!memcmp(served, cold, kvp_model_chunk_bytes(&g, 64)),
+		      "p1's chunk 0, read back behind the decode, is not p1's");
+	free(served);
+	free(cold);
+	served = chunk0(m, mc, p2, &hit);
+	cold = chunk0(m, NULL, p2, NULL);
+	ck_assert_uint_eq(hit, 256);
+	ck_assert_msg(!memcmp(served, cold, kvp_model_chunk_bytes(&g, 64)),
+		      "p2's chunk 0 is not p2's");
+	free(served);
+	free(cold);
+	/* the model cache closed with a read-back in flight (kvpager run
+	 * closes it before the sequence): close waits for it */
+	s = held_back(m, mc, p1, &c);
+	ck_assert_int_eq(kvp_model_cache_first_token(mc), 0);
+	kvp_model_cache_close(mc);
+	ck_assert_int_eq(kvp_model_step(s, 1, NULL), 0);
+	kvp_model_seq_destroy(s);
+	kvp_kvcache_destroy(c);
+	kvp_model_close(m);
+}
+END_TEST
+
 START_TEST(refuses_bad_use)
 {
 	struct kvp_kvcache *c;
@@ -816,6 +938,7 @@ int main(void)
 	tcase_add_test(tc, refuses_bad_use);
 	tcase_add_test(tc, prefix_put_later);
 	tcase_add_test(tc, reattach_offers_nothing_wrong);
+	tcase_add_test(tc, offer_behind_decode);
 	tcase_add_test(tc, sample);
 	tcase_add_test(tc, tokenizer);
 	return kvp_test_run(s);
