@@ -611,10 +611,17 @@ void kvp_prefix_put(void *arg, uint32_t chunk, const void *payload,
 	put(arg, chunk, payload, len, true, true);
 }
 
-void kvp_prefix_put_local(struct kvp_prefix *p, uint32_t chunk,
-			  const void *payload, size_t len)
+int kvp_prefix_put_local(struct kvp_prefix *p, uint32_t chunk,
+			 const void *payload, size_t len)
 {
-	put(p, chunk, payload, len, true, false);
+	return put(p, chunk, payload, len, true, false);
+}
+
+uint32_t kvp_prefix_queue_fits(const struct kvp_prefix *p, size_t len)
+{
+	uint64_t n = p->o.queue_bytes / (job_bytes(len) ? job_bytes(len) : 1);
+
+	return n < 1 ? 1 : n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
 }
 
 void kvp_prefix_on_stored(struct kvp_prefix *p, kvp_prefix_stored_fn fn,

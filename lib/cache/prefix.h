@@ -147,9 +147,14 @@ void kvp_prefix_on_stored(struct kvp_prefix *p, kvp_prefix_stored_fn fn,
 			  void *arg);
 
 /* kvp_prefix_put without the stored hook (a chunk that came from the
- * tier the hook feeds). */
-void kvp_prefix_put_local(struct kvp_prefix *p, uint32_t chunk,
-			  const void *payload, size_t len);
+ * tier the hook feeds): 0 queued, or -ENOENT (no such chunk) and -ENOMEM,
+ * counted as failed. */
+int kvp_prefix_put_local(struct kvp_prefix *p, uint32_t chunk,
+			 const void *payload, size_t len);
+
+/* How many payloads of len bytes the queue holds at once, as it counts
+ * them (a buffer of 2 MiB or more in whole huge pages); at least 1. */
+uint32_t kvp_prefix_queue_fits(const struct kvp_prefix *p, size_t len);
 
 /* Hold the writer (write behind, above) until kvp_prefix_release. */
 void kvp_prefix_hold(struct kvp_prefix *p);

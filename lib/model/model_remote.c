@@ -368,9 +368,11 @@ int kvp_model_remote_get(void *arg, uint32_t chunk, void *buf, size_t len)
 		return 0;
 	err = remote_get(mr, chunk, buf, len);
 	if (!err) { /* next time from the directory, not published back */
-		kvp_prefix_put_local(mr->prefix, chunk, buf, len);
-		mr->got_queued = !kvp_prefix_key(mr->prefix, chunk,
-						 &mr->got_key);
+		/* only a chunk queued spares the bind its put_fd: one that
+		 * failed to queue (no memory) goes to the directory that way */
+		mr->got_queued =
+		    !kvp_prefix_put_local(mr->prefix, chunk, buf, len) &&
+		    !kvp_prefix_key(mr->prefix, chunk, &mr->got_key);
 	}
 	return err;
 }
