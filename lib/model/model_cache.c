@@ -167,13 +167,12 @@ int kvp_model_cache_open(const struct kvp_model_cache_opts *o,
 	/* write behind: the computed chunks are read back from the KV
 	 * cache after the first token, not copied before it */
 	mc->mp.put_later = mc->write_behind;
-	/* as many as the writer's queue takes: a long prefill offers the
-	 * earlier ones as it computes them, so that the first token's
-	 * offers do not wait for the writer */
-	mc->mp.later_max = (uint32_t)(KVP_PREFIX_QUEUE_BYTES /
-				      kvp_model_chunk_bytes(g, C));
-	if (!mc->mp.later_max)
-		mc->mp.later_max = 1;
+	/* as many as the writer's queue takes, counted as it counts them
+	 * (whole huge pages): a long prefill offers the earlier ones as it
+	 * computes them, so that the read-back's puts do not wait for the
+	 * writer */
+	mc->mp.later_max =
+	    kvp_prefix_queue_fits(mc->prefix, kvp_model_chunk_bytes(g, C));
 	if (o->remote_url) {
 		struct kvp_model_remote_opts ro = { .url = o->remote_url,
 						    .prefix = mc->prefix,
