@@ -652,6 +652,51 @@ static struct kvp_model_seq *held_back(struct kvp_model *m,
 	return s;
 }
 
+/* Two 300-token prompts, a random tiny model (*m, its fp16 geometry g)
+ * and a model cache in dir/name over it. */
+static struct kvp_model_cache *two_prompts(const char *name,
+					   struct kvp_model **m,
+					   struct kvp_kv_geometry *g,
+					   uint32_t p1[300], uint32_t p2[300])
+{
+	char cdir[300], err[256], warn[256];
+	struct kvp_model_cache_opts co = { .dir = cdir };
+	struct kvp_model_cache *mc;
+	uint32_t i;
+
+	snprintf(cdir, sizeof(cdir), "%s/%s", dir, name);
+	for (i = 0; i < 300; i++) {
+		p1[i] = (i * 7919 + 5) % 500 + 1;
+		p2[i] = (i * 104729 + 11) % 500 + 1;
+	}
+	ck_assert_int_eq(kvp_model_random("tiny", NULL, m, err, sizeof(err)),
+			 0);
+	ck_assert_int_eq(kvp_model_geometry(*m, KVP_KV_FP16, 4, g), 0);
+	ck_assert_int_eq(kvp_model_cache_open(&co, *m, g, &mc, err,
+					      sizeof(err), warn, sizeof(warn)),
+			 0);
+	return mc;
+}
+
+/* Prompt p's chunk 0 served through mc is the one computed without it,
+ * and mc had want_hit tokens of p. */
+static void served_as_computed(struct kvp_model *m,
+			       struct kvp_model_cache *mc,
+			       const struct kvp_kv_geometry *g,
+			       const uint32_t *p, uint64_t want_hit)
+{
+	uint64_t hit = 0;
+	void *served = chunk0(m, mc, p, &hit), *cold = chunk0(m, NULL, p, NULL);
+
+	ck_assert_msg(!memcmp(served, cold, kvp_model_chunk_bytes(g, 64)),
+		      "chunk 0 served from the cache (hit %lu tokens) is not "
+		      "the prompt's KV",
+		      (unsigned long)hit);
+	ck_assert_uint_eq(hit, want_hit);
+	free(served);
+	free(cold);
+}
+
 /*
  * A sequence attached again (a new prompt) whose prefill is refused must
  * not offer the last prefill's held-back chunks under the new prompt's
@@ -659,29 +704,13 @@ static struct kvp_model_seq *held_back(struct kvp_model *m,
  */
 START_TEST(reattach_offers_nothing_wrong)
 {
-	char cdir[300];
-	struct kvp_model_cache_opts co = { .dir = cdir };
-	struct kvp_model_cache *mc;
 	struct kvp_kv_geometry g;
 	struct kvp_kvcache *c;
 	struct kvp_model_seq *s;
 	struct kvp_model *m;
-	uint32_t p1[300], p2[300], i;
-	char err[256], warn[256];
-	uint64_t hit = 0;
-	void *cold, *served;
+	uint32_t p1[300], p2[300];
+	struct kvp_model_cache *mc = two_prompts("cache", &m, &g, p1, p2);
 
-	snprintf(cdir, sizeof(cdir), "%s/cache", dir);
-	for (i = 0; i < 300; i++) {
-		p1[i] = (i * 7919 + 5) % 500 + 1;
-		p2[i] = (i * 104729 + 11) % 500 + 1;
-	}
-	ck_assert_int_eq(kvp_model_random("tiny", NULL, &m, err, sizeof(err)),
-			 0);
-	ck_assert_int_eq(kvp_model_geometry(m, KVP_KV_FP16, 4, &g), 0);
-	ck_assert_int_eq(kvp_model_cache_open(&co, m, &g, &mc, err,
-					      sizeof(err), warn, sizeof(warn)),
-			 0);
 	/* request 1: prefilled, its chunks held back for the first token */
 	s = held_back(m, mc, p1, &c);
 	/* the same seq attached to request 2 (say a retry), whose prefill
@@ -694,24 +723,12 @@ START_TEST(reattach_offers_nothing_wrong)
 	kvp_model_seq_destroy(s);
 	kvp_kvcache_destroy(c);
 
-	/* request 3: p2 for real, from the cache */
-	served = chunk0(m, mc, p2, &hit);
-	cold = chunk0(m, NULL, p2, NULL);
-	ck_assert_msg(!memcmp(served, cold, kvp_model_chunk_bytes(&g, 64)),
-		      "p2's chunk 0 served from the cache (hit %lu tokens) "
-		      "is not p2's KV", (unsigned long)hit);
-	ck_assert_uint_eq(hit, 0); /* a correct cache has nothing of p2 */
-	free(served);
-	free(cold);
+	/* request 3: p2 for real, from the cache, which has nothing of p2 */
+	served_as_computed(m, mc, &g, p2, 0);
 	/* p1's held-back chunks went at the second attach, under p1's keys
 	 * (request 3 computed p2, whose chunks 0..3 were offered too) */
 	kvp_model_cache_drain(mc);
-	served = chunk0(m, mc, p1, &hit);
-	cold = chunk0(m, NULL, p1, NULL);
-	ck_assert_uint_eq(hit, 256);
-	ck_assert(!memcmp(served, cold, kvp_model_chunk_bytes(&g, 64)));
-	free(served);
-	free(cold);
+	served_as_computed(m, mc, &g, p1, 256);
 	/* a sequence destroyed before the first token takes its held-back
 	 * chunks with it: first_token offers nothing (no use after free) */
 	s = held_back(m, mc, p2, &c);
@@ -736,29 +753,14 @@ END_TEST
  */
 START_TEST(offer_behind_decode)
 {
-	char cdir[300];
-	struct kvp_model_cache_opts co = { .dir = cdir };
-	struct kvp_model_cache *mc;
 	struct kvp_kv_geometry g;
 	struct kvp_kvcache *c, *c2;
 	struct kvp_model_seq *s, *s2;
 	struct kvp_model *m;
 	uint32_t p1[300], p2[300], i;
-	char err[256], warn[256];
-	uint64_t hit = 0;
-	void *cold, *served;
+	struct kvp_model_cache *mc = two_prompts("cache-behind", &m, &g, p1,
+						 p2);
 
-	snprintf(cdir, sizeof(cdir), "%s/cache-behind", dir);
-	for (i = 0; i < 300; i++) {
-		p1[i] = (i * 7919 + 5) % 500 + 1;
-		p2[i] = (i * 104729 + 11) % 500 + 1;
-	}
-	ck_assert_int_eq(kvp_model_random("tiny", NULL, &m, err, sizeof(err)),
-			 0);
-	ck_assert_int_eq(kvp_model_geometry(m, KVP_KV_FP16, 4, &g), 0);
-	ck_assert_int_eq(kvp_model_cache_open(&co, m, &g, &mc, err,
-					      sizeof(err), warn, sizeof(warn)),
-			 0);
 	/* p1: read back while its sequence decodes, then destroyed */
 	s = held_back(m, mc, p1, &c);
 	ck_assert_int_eq(kvp_model_cache_first_token(mc), 0);
@@ -778,20 +780,8 @@ START_TEST(offer_behind_decode)
 	kvp_model_seq_destroy(s);
 	kvp_kvcache_destroy(c);
 	kvp_model_cache_drain(mc);
-	served = chunk0(m, mc, p1, &hit);
-	cold = chunk0(m, NULL, p1, NULL);
-	ck_assert_uint_eq(hit, 256);
-	ck_assert_msg(!memcmp(served, cold, kvp_model_chunk_bytes(&g, 64)),
-		      "p1's chunk 0, read back behind the decode, is not p1's");
-	free(served);
-	free(cold);
-	served = chunk0(m, mc, p2, &hit);
-	cold = chunk0(m, NULL, p2, NULL);
-	ck_assert_uint_eq(hit, 256);
-	ck_assert_msg(!memcmp(served, cold, kvp_model_chunk_bytes(&g, 64)),
-		      "p2's chunk 0 is not p2's");
-	free(served);
-	free(cold);
+	served_as_computed(m, mc, &g, p1, 256);
+	served_as_computed(m, mc, &g, p2, 256);
 	/* the model cache closed with a read-back in flight (kvpager run
 	 * closes it before the sequence): close waits for it */
 	s = held_back(m, mc, p1, &c);

@@ -68,31 +68,49 @@ int kvc_read_logical(struct kvp_kvcache *c, struct kvc_seq *s, uint32_t layer,
 	return c->be->read(c, layer, &p, 1, dst);
 }
 
-int kvp_kvcache_read_blocks(struct kvp_kvcache *c, uint32_t seq,
-			    uint64_t first, uint64_t ntokens, void *dst)
+/* The physical blocks of tokens [first, first + ntokens) of seq, whole
+ * blocks the backing holds (none of them the rolling one), into a new
+ * *out: 0, -EINVAL, -ENOMEM. */
+static int range_phys(struct kvp_kvcache *c, uint32_t seq, uint64_t first,
+		      uint64_t ntokens, uint32_t **out)
 {
 	uint32_t G = c->g.block_tokens, layer, *phys;
 	uint64_t nb = ntokens / G, i;
 	struct kvc_seq *s;
-	int err = 0;
 
-	if (!kvc_seq_ok(c, seq) || !ntokens || first % G || ntokens % G ||
-	    ((uintptr_t)dst & 4095))
+	if (!kvc_seq_ok(c, seq) || !ntokens || first % G || ntokens % G)
 		return -EINVAL;
 	s = &c->seqs[seq];
-	/* whole blocks the backing holds, none of them the rolling one */
 	for (layer = 0; layer < c->g.layers; layer++)
 		if (first + ntokens > s->fill[layer])
 			return -EINVAL;
 	phys = malloc(sizeof(*phys) * nb);
 	if (!phys)
 		return -ENOMEM;
-	for (i = 0; i < nb && !err; i++) {
+	for (i = 0; i < nb; i++) {
 		phys[i] = kvp_block_table_physical(s->bt,
 						   (uint32_t)(first / G + i));
-		if (phys[i] == KVP_BLOCK_NONE)
-			err = -EINVAL;
+		if (phys[i] == KVP_BLOCK_NONE) {
+			free(phys);
+			return -EINVAL;
+		}
 	}
+	*out = phys;
+	return 0;
+}
+
+int kvp_kvcache_read_blocks(struct kvp_kvcache *c, uint32_t seq,
+			    uint64_t first, uint64_t ntokens, void *dst)
+{
+	uint64_t nb = ntokens / c->g.block_tokens;
+	uint32_t layer, *phys;
+	int err;
+
+	if ((uintptr_t)dst & 4095)
+		return -EINVAL;
+	err = range_phys(c, seq, first, ntokens, &phys);
+	if (err)
+		return err;
 	for (layer = 0; layer < c->g.layers && !err; layer++)
 		err = c->be->read(c, layer, phys, nb,
 				  (char *)dst + layer * nb * c->stride);
@@ -110,36 +128,20 @@ struct kvp_kvcache_snap {
 int kvp_kvcache_snap(struct kvp_kvcache *c, uint32_t seq, uint64_t first,
 		     uint64_t ntokens, struct kvp_kvcache_snap **out)
 {
-	uint32_t G = c->g.block_tokens, layer;
 	struct kvp_kvcache_snap *sn;
-	struct kvc_seq *s;
-	uint64_t i;
-	int err = 0;
+	int err;
 
 	if (!c->be->read_shared)
 		return -EOPNOTSUPP;
-	if (!kvc_seq_ok(c, seq) || !ntokens || first % G || ntokens % G)
-		return -EINVAL;
-	s = &c->seqs[seq];
-	for (layer = 0; layer < c->g.layers; layer++)
-		if (first + ntokens > s->fill[layer])
-			return -EINVAL;
 	sn = calloc(1, sizeof(*sn));
 	if (!sn)
 		return -ENOMEM;
 	sn->c = c;
 	sn->first = first;
-	sn->nb = ntokens / G;
-	sn->phys = malloc(sizeof(*sn->phys) * sn->nb);
+	sn->nb = ntokens / c->g.block_tokens;
 	sn->pbbuf = aligned_alloc(4096, c->l.pager_block_bytes);
-	if (!sn->phys || !sn->pbbuf)
-		err = -ENOMEM;
-	for (i = 0; i < sn->nb && !err; i++) {
-		sn->phys[i] = kvp_block_table_physical(
-		    s->bt, (uint32_t)(first / G + i));
-		if (sn->phys[i] == KVP_BLOCK_NONE)
-			err = -EINVAL;
-	}
+	err = sn->pbbuf ? range_phys(c, seq, first, ntokens, &sn->phys)
+			: -ENOMEM;
 	/* the reader reads the store: what was written must be there */
 	if (!err && c->be->write_wait)
 		err = c->be->write_wait(c, NULL, 0);
