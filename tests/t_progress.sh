@@ -44,7 +44,7 @@ echo "ok: no bar off a terminal, nothing with --quiet"
 
 # The bars each command must finish: its phases, by name.
 declare -A bars=(
-	["$dec"]="decode kvpager"
+	["$dec"]="decode"
 	["$run"]="decode"
 	["$fill"]="fill|stream raw"
 	["$rnd"]="random raw|random kvpager-copy"
