@@ -43,19 +43,22 @@ Q := @
 msg = @printf '  %-6s %s\n' $(1) $(2)
 endif
 
-DEPS_PKGS := fuse3 liburing check libsodium libcrypto hiredis libmicrohttpd
+DEPS_PKGS := fuse3 liburing check libsodium libcrypto hiredis libmicrohttpd \
+	libxxhash
 # redis-server (and redis-tools: redis-cli, redis-benchmark) for the remote
 # tier's tests and kvpbench tier, which start their own servers; curl and
 # python3-prometheus-client for the /metrics tests; gnuplot-nox for
 # kvpbench's and kvpager run's --plot (run, not linked) and their test.
 DEBIAN_PKGS := libfuse3-dev fuse3 liburing-dev check pkg-config libsodium-dev libssl-dev \
+	libxxhash-dev \
 	python3-numpy python3-pytest libhiredis-dev redis-server redis-tools \
 	libmicrohttpd-dev curl python3-prometheus-client gnuplot-nox
 # The Python binding's interpreter: Debian's, which sees Debian's numpy.
 PYTHON ?= /usr/bin/python3
 # Expanded when a recipe runs, after the deps stamp has installed them.
 PKG_CFLAGS = $(shell pkg-config --cflags $(DEPS_PKGS) 2>/dev/null)
-PKG_LIBS = $(shell pkg-config --libs fuse3 liburing libsodium libcrypto hiredis libmicrohttpd 2>/dev/null)
+PKG_LIBS = $(shell pkg-config --libs fuse3 liburing libsodium libcrypto hiredis libmicrohttpd \
+	libxxhash 2>/dev/null)
 CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null)
 
 override CFLAGS += -std=c11 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -fPIC \

@@ -66,6 +66,8 @@
 
 #include "pager/pager_i.h"
 
+void (*kvp_test_hook)(enum kvp_test_point at, void *addr);
+
 uint64_t kvp_blk_index(const struct kvp_region *r, const struct kvp_block *b)
 {
 	return (uint64_t)(b - r->blocks);

@@ -247,8 +247,16 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 			readahead(s, r, blk, -1);
 		break;
 	case KVP_BLOCK_LOADING: {
-		bool ra = kvp_blk_joined(r, b);
+		bool ra;
 		int slot = b->op->ra_slot;
+
+		if (b->op->verifying) {
+			/* Moved in whole and being read back (load.c): a
+			 * page missing now was dropped by the program. */
+			act = HOLE;
+			break;
+		}
+		ra = kvp_blk_joined(r, b);
 
 		/* A window's write faults again once it is in (its window
 		 * dirty then), where dirty windows are kept. */

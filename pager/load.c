@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "pager/pager_i.h"
 
@@ -226,6 +227,50 @@ int kvp_load_complete(struct kvp_service *s, struct kvp_region *r,
 }
 
 /*
+ * A block moved in arrives writable (the kernel makes a moved page
+ * writable, and UFFDIO_MOVE has no write-protect mode), and is
+ * write-protected just after.  Only the threads that faulted on it are
+ * held meanwhile: another thread whose first access to it falls in
+ * between writes with no fault, and a clean block would drop that write
+ * when it leaves.  So the slot is digested before the move (slot_digest)
+ * and the block read back once protected (a write after that faults):
+ * bytes other than those moved in were written unseen, and the block is
+ * dirty.  XXH3-128: a change goes unseen with odds of 2^-128.
+ */
+static void slot_digest(struct kvp_op *op)
+{
+	XXH128_hash_t h = XXH3_128bits(op->slot, op->win_len);
+
+	op->sum[0] = h.low64;
+	op->sum[1] = h.high64;
+	op->summed = true;
+}
+
+/* Did the program write the block @op moved in and protected before its
+ * protection?  True too where it cannot be read back whole: pages the
+ * program dropped meanwhile (a fault there is filled with zeros while
+ * op->verifying, events.c) leave holes. */
+static bool written_unseen(struct kvp_pager *p, struct kvp_op *op)
+{
+	struct kvp_block *b = &op->r->blocks[op->blk];
+	XXH128_hash_t after;
+	bool whole;
+
+	pthread_mutex_lock(&p->lock);
+	whole = !op->rm_any && !(b->flags & (BLK_DROP | BLK_GONE | BLK_SPLIT));
+	op->verifying = whole;
+	pthread_mutex_unlock(&p->lock);
+	if (!whole)
+		return true;
+	after = XXH3_128bits(kvp_blk_addr(op->r, op->blk), op->win_len);
+	pthread_mutex_lock(&p->lock);
+	op->verifying = false;
+	whole = !op->rm_any;
+	pthread_mutex_unlock(&p->lock);
+	return !whole || after.low64 != op->sum[0] || after.high64 != op->sum[1];
+}
+
+/*
  * Move a load's frame into its region (the op's window of its block).
  * Returns 0, or -ENOENT when none of it is mapped any more.  A block the
  * program unmapped in part (the range crosses a hole, which the ioctls
@@ -233,10 +278,12 @@ int kvp_load_complete(struct kvp_service *s, struct kvp_region *r,
  * *split is set: its write protection cannot be set over the hole, so the
  * caller counts it dirty.  A page already there (a hole refilled, or one a
  * block resident in part has) is kept; *placed counts the pages that
- * arrived.
+ * arrived.  *check is set for a block moved in and then protected: the
+ * caller reads it back (written_unseen) before it counts it clean.
  */
 static int install(struct kvp_pager *p, struct kvp_op *op, bool wp,
-		   bool paged, bool *slot_full, bool *split, uint32_t *placed)
+		   bool paged, bool *slot_full, bool *split, uint32_t *placed,
+		   bool *check)
 {
 	struct kvp_region *r = op->r;
 	char *addr = kvp_blk_addr(r, op->blk) + op->win_off;
@@ -247,6 +294,9 @@ static int install(struct kvp_pager *p, struct kvp_op *op, bool wp,
 	int err = 0;
 
 	*split = false;
+	*check = false;
+	if (move && wp && !op->summed)
+		slot_digest(op);
 	while (off < len) {
 		size_t done = 0, n = pagewise ? KVP_PAGE_BYTES : len - off;
 
@@ -295,9 +345,13 @@ static int install(struct kvp_pager *p, struct kvp_op *op, bool wp,
 	if (r->install == KVP_INSTALL_MOVE && !paged) {
 		KVP_STAT_ADD(r, installs_move_total, 1);
 		/* Moved pages arrive writable (and, after a fallback to
-		 * copy, the part moved first). */
-		if (wp && !*split)
+		 * copy, the part moved first): protected, then read back. */
+		if (kvp_test_hook)
+			kvp_test_hook(KVP_TEST_MOVED, addr);
+		if (wp && !*split) {
 			(void)kvp_uffd_protect(p, addr, len, true);
+			*check = true;
+		}
 	} else {
 		KVP_STAT_ADD(r, installs_copy_total, 1);
 	}
@@ -539,6 +593,7 @@ void kvp_load_install(struct kvp_service *s, struct kvp_op *op)
 	size_t len = op->win_len, grew = 0;
 	bool whole = len == r->block_bytes;
 	bool drop, dirty, fill, paged, full = true, split, more = false;
+	bool check = false, unseen = false;
 	struct kvp_op *next = NULL;
 	uint32_t placed = 0;
 	int err;
@@ -553,18 +608,28 @@ void kvp_load_install(struct kvp_service *s, struct kvp_op *op)
 	dirty = op->dirty || !p->have_wp;
 	pthread_mutex_unlock(&p->lock);
 
-	if (op->zero || drop)
+	if (op->zero || drop) {
 		memset(op->slot, 0, len);
-	else
-		(void)kvp_op_zero_dropped(op);
+		op->summed = false;
+	} else if (kvp_op_zero_dropped(op)) {
+		op->summed = false;
+	}
 	/* A window may have to make its block whole at once (see below):
 	 * its op is ready before the install, which cannot be undone. */
 	if (!whole)
 		next = kvp_op_new(OP_LOAD, r, op->blk);
 	err = !whole && !next ? -ENOMEM
 			      : install(p, op, !dirty, paged, &full, &split,
-					&placed);
+					&placed, &check);
 	op->placed += placed;
+	if (check) {
+		/* Its waiters go on now (what they read is there; a write
+		 * faults, and waits until it is RESIDENT) while it is read
+		 * back. */
+		(void)kvp_uffd_wake(&p->uffd, kvp_blk_addr(r, op->blk),
+				    r->block_bytes);
+		unseen = written_unseen(p, op);
+	}
 
 	if (err && err != -ENOENT) {
 		/* Could not map it (out of memory): keep it loading and try
@@ -593,8 +658,13 @@ void kvp_load_install(struct kvp_service *s, struct kvp_op *op)
 		 * is made whole at once, always clean in part. */
 		more = !whole && !(b->flags & BLK_DROP) &&
 		       (op->dirty || op->rm_any || split);
-		drop = kvp_blk_installed(r, b, dirty || more, split, whole,
-					 op->placed, &grew);
+		drop = kvp_blk_installed(r, b, dirty || more || unseen, split,
+					 whole, op->placed, &grew);
+		/* Pages of a whole block the program dropped while it went
+		 * in (their REMOVE handled meanwhile): holes, as when they
+		 * go once it is resident (events.c). */
+		if (whole && op->rm_any && !drop)
+			kvp_blk_holes(b, false);
 		/* The frame was charged for the window; the block for what
 		 * arrived. */
 		kvp_frame_unuse(p, len - grew);
@@ -641,6 +711,11 @@ void kvp_load_done(struct kvp_service *s, struct kvp_op *op)
 			KVP_STAT_ADD(r, bytes_read_total,
 				     (uint64_t)op->io.result);
 	}
+	/* A block to be moved in whole: its digest now, while no fault
+	 * waits for it where it is read ahead (written_unseen). */
+	if (ok && !op->zero && r->install == KVP_INSTALL_MOVE &&
+	    len == r->block_bytes && p->have_wp)
+		slot_digest(op);
 	pthread_mutex_lock(&p->lock);
 	/* A dying region's loads are given up, but for a fill of a block
 	 * the program wrote: installed, it is whole (or has its windows)

@@ -180,6 +180,12 @@ struct kvp_op {
 	struct kvp_pf_ref *pfs;	   /* prefetch handles waiting on it */
 	uint8_t *cover;		   /* zap: REMOVE events seen, per page */
 	uint32_t uncovered;	   /* zap: pages no event has covered yet */
+	bool verifying;		   /* load: the block moved in is read back
+				      (a missing fault there is a page the
+				      program dropped: zeros) */
+	bool summed;		   /* load: sum holds the slot's digest */
+	uint64_t sum[2];	   /* load: XXH3-128 of the slot, for a block
+				      moved in whole (load.c) */
 	bool zapped;		   /* zap: our call dropped all of it */
 	bool parked;		   /* zap: call done, our events not all
 				      handled yet (zap.c) */
@@ -326,6 +332,16 @@ struct kvp_pager {
  *   service.c                        the service loop
  *   region.c pager.c                 the public calls
  */
+
+/* Test only: the points where a test may hold a service thread, to
+ * place a program's access in a race window.  kvp_test_hook is NULL but in
+ * tests (tests/test_pager_race.c), which set it before opening a pager;
+ * it is called on the service thread with the block's address. */
+enum kvp_test_point {
+	KVP_TEST_MOVED,	    /* install: moved in, not yet write-protected */
+	KVP_TEST_UNPROTECT, /* write fault: marked dirty, not yet unprotected */
+};
+extern void (*kvp_test_hook)(enum kvp_test_point at, void *addr);
 
 /* Why a load starts. */
 enum kvp_load_why { LOAD_FAULT, LOAD_PREFETCH, LOAD_READAHEAD };

@@ -1,0 +1,131 @@
+/*
+ * test_pager_race.c - the paging engine (pager/): a program's write that
+ * lands in one of the engine's race windows is never lost.
+ *
+ * Each test holds a service thread at a point of the engine
+ * (kvp_test_hook, pager/pager_i.h) while another thread of the program
+ * writes, so that the write lands in the window every run, then makes the
+ * block leave and reads it back.  The fixture and helpers are
+ * tests/helpers/pager_fx.c.  The binary exits 77 when this machine cannot
+ * open a pager.
+ */
+#include <check.h>
+#include <errno.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "pager/pager.h"
+#include "pager/pager_i.h"
+#include "tests/helpers/pager_fx.h"
+
+#define BS     (2 * MIB)
+#define NBLK   16
+#define SIZE   (NBLK * BS)
+#define BUDGET (8 * MIB)
+#define BLK    5
+#define WR     (BLK * BS + 3 * PG) /* the page written in the window */
+
+/* The hook's rendezvous: the service thread posts `held` at the point and
+ * waits (up to 30 s, never timed) for `go`. */
+static sem_t held, go;
+static enum kvp_test_point hold_at;
+static char *hold_addr;
+static volatile int holds_seen;
+
+static void sem_wait_30s(sem_t *s)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_REALTIME, &t);
+	t.tv_sec += 30;
+	while (sem_timedwait(s, &t) != 0 && errno == EINTR)
+		;
+}
+
+static void hook(enum kvp_test_point at, void *addr)
+{
+	if (at != hold_at || addr != hold_addr || holds_seen)
+		return;
+	holds_seen = 1;
+	sem_post(&held);
+	sem_wait_30s(&go);
+}
+
+static void hold(enum kvp_test_point at, char *addr)
+{
+	ck_assert_int_eq(sem_init(&held, 0, 0), 0);
+	ck_assert_int_eq(sem_init(&go, 0, 0), 0);
+	hold_at = at;
+	hold_addr = addr;
+	holds_seen = 0;
+	kvp_test_hook = hook;
+}
+
+static void *read_one(void *arg)
+{
+	(void)*(volatile uint64_t *)arg;
+	return NULL;
+}
+
+/* Block BLK moved in (a read fault of another thread), written by this
+ * thread after the move and before the write protection (a first access
+ * that takes no fault), then evicted: read back, it holds the write. */
+START_TEST(test_write_between_move_and_protect)
+{
+	struct popts po = { .budget = BUDGET, .mode = KVP_INSTALL_MOVE };
+	char *a;
+	pthread_t t;
+
+	hold(KVP_TEST_MOVED, NULL);
+	a = fx_seeded_region(ST_MEM, SIZE, BS, &po);
+	hold_addr = a + BLK * BS;
+	ck_assert_int_eq(pthread_create(&t, NULL, read_one, a + BLK * BS), 0);
+	sem_wait_30s(&held);
+	ck_assert_msg(holds_seen, "the install of block %d never came", BLK);
+	/* Moved in and writable: this write takes no fault. */
+	kvp_test_fill(a + WR, PG, SEED_B, WR);
+	sem_post(&go);
+	pthread_join(t, NULL);
+	ck_assert(binfo(R, BLK).dirty);
+
+	push_out(R, BUDGET);
+	ck_assert_int_eq(binfo(R, BLK).state, KVP_BLOCK_ABSENT);
+	check_region(R, WR, PG, SEED_B);
+	check_region(R, BLK * BS, 3 * PG, SEED_A);
+	check_region(R, WR + PG, BS - 4 * PG, SEED_A);
+}
+END_TEST
+
+/* The same block moved in and read back with nobody writing: clean, so
+ * that a block read is never written back. */
+START_TEST(test_move_unwritten_stays_clean)
+{
+	struct popts po = { .budget = BUDGET, .mode = KVP_INSTALL_MOVE };
+	char *a = fx_seeded_region(ST_MEM, SIZE, BS, &po);
+
+	(void)touch_read(R, BLK * BS, BS);
+	ck_assert(!binfo(R, BLK).dirty);
+	check_region(R, BLK * BS, BS, SEED_A);
+	(void)a;
+}
+END_TEST
+
+static Suite *pager_race_suite(void)
+{
+	Suite *s = suite_create("pager_race");
+	TCase *t = fx_tcase(s, "move", 120);
+
+	tcase_add_test(t, test_write_between_move_and_protect);
+	tcase_add_test(t, test_move_unwritten_stays_clean);
+	return s;
+}
+
+int main(void)
+{
+	return fx_main(pager_race_suite);
+}
