@@ -54,11 +54,12 @@
  * EVICTING blocks, but a block resident in part (BLK_PARTIAL) counts only
  * the pages it holds.
  *
- * Known window: a block installed by UFFDIO_MOVE arrives writable and is
- * write-protected just after (the kernel does not carry the uffd-wp bit
- * across a move).  A thread that did not fault on the block and writes it
- * in those microseconds is not seen as a writer; install_mode=copy
- * (UFFDIO_COPY with MODE_WP, atomic) has no such window.
+ * A block installed by UFFDIO_MOVE arrives writable and is write-protected
+ * just after (the kernel does not carry the uffd-wp bit across a move): a
+ * thread that did not fault on it may write it in between with no fault.
+ * load.c reads such a block back once protected and installs it dirty
+ * when its bytes changed (written_unseen); install_mode=copy (UFFDIO_COPY
+ * with MODE_WP, atomic) has no such window.
  */
 #include <assert.h>
 #include <stdlib.h>

@@ -691,11 +691,10 @@ void kvp_load_install(struct kvp_service *s, struct kvp_op *op)
 /*
  * A read (or zero fill) is done.  A read-ahead block nobody has asked for
  * yet is staged, not installed: it is installed when the program faults on
- * it (a fault with no I/O to wait for), so that the faulting thread is held
- * while the block becomes visible and write-protected (installing it while
- * the program runs would let a write slip in between UFFDIO_MOVE and
- * UFFDIO_WRITEPROTECT unseen), and so that read-ahead nobody uses is seen:
- * it is dropped from the stage, counted wasted, and read-ahead shrinks.
+ * it (a fault with no I/O to wait for), so that read-ahead nobody uses is
+ * seen: it is dropped from the stage, counted wasted, and read-ahead
+ * shrinks.  (A write between its move and its protection is caught by
+ * written_unseen, whoever installs it.)
  */
 void kvp_load_done(struct kvp_service *s, struct kvp_op *op)
 {
