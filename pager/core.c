@@ -15,7 +15,9 @@
  *             given up: its region dying; the pages it had are its
  *             data)--> RESIDENT
  *   RESIDENT --kvp_blk_written (first write, a WP fault)--> RESIDENT (dirty)
- *   RESIDENT --kvp_blk_write_begin / kvp_blk_write_done (flush)--> RESIDENT
+ *   RESIDENT --kvp_blk_write_begin / kvp_blk_write_done (flush, once no
+ *             write fault's unprotect is pending: kvp_blk_unprotect_begin
+ *             and _done count them)--> RESIDENT
  *   RESIDENT --kvp_blk_write_retry (the store takes writes again)--> RESIDENT
  *   RESIDENT --kvp_blk_begin_fill (more of a block resident in part, or
  *             all of it before a write or a drop: load.c)--> LOADING
@@ -318,6 +320,20 @@ static uint64_t win_mask(const struct kvp_region *r, uint32_t off, uint32_t len)
 		return 0;
 	return (end - first >= 64 ? ~0ull : ((1ull << (end - first)) - 1))
 	       << first;
+}
+
+void kvp_blk_unprotect_begin(struct kvp_region *r, struct kvp_block *b)
+{
+	assert(b->state == KVP_BLOCK_RESIDENT && b->unprot < UINT8_MAX);
+	b->unprot++;
+	r->inflight++;
+}
+
+bool kvp_blk_unprotect_done(struct kvp_region *r, struct kvp_block *b)
+{
+	assert(b->unprot);
+	r->inflight--;
+	return --b->unprot == 0;
 }
 
 void kvp_blk_redirty(struct kvp_block *b)

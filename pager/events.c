@@ -144,7 +144,8 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 	uint64_t flags = m->arg.pagefault.flags;
 	char *page = (char *)(uintptr_t)(m->arg.pagefault.address &
 					 ~(uint64_t)(KVP_PAGE_BYTES - 1));
-	enum { NOTHING, WAKE_PAGE, UNPROTECT, HOLE, POISON } act = NOTHING;
+	enum { NOTHING, WAKE_PAGE, UNPROTECT, UNPROTECT_ONLY, HOLE, POISON } act =
+	    NOTHING;
 	struct kvp_region *r;
 	struct kvp_block *b;
 	char *baddr = NULL, *uaddr = NULL;
@@ -177,6 +178,7 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 				kvp_blk_written_window(r, b, win);
 				kvp_blk_used(r, b);
 				kvp_blk_touch(p, b);
+				kvp_blk_unprotect_begin(r, b);
 				uaddr = baddr + (size_t)win * r->win_bytes;
 				ulen = r->win_bytes;
 				act = UNPROTECT;
@@ -195,6 +197,7 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 			kvp_blk_written(r, b);
 			kvp_blk_used(r, b);
 			kvp_blk_touch(p, b);
+			kvp_blk_unprotect_begin(r, b);
 			act = UNPROTECT;
 			break;
 		}
@@ -217,7 +220,7 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 		case KVP_BLOCK_POISONED:
 			/* A page a failed fill left: nothing of the block is
 			 * ever written back, the write may go on. */
-			act = UNPROTECT;
+			act = UNPROTECT_ONLY;
 			break;
 		default:
 			act = WAKE_PAGE;
@@ -304,10 +307,20 @@ out:
 		(void)kvp_uffd_wake(&p->uffd, page, KVP_PAGE_BYTES);
 		break;
 	case UNPROTECT:
+	case UNPROTECT_ONLY:
 		/* The block, or the window written of one resident in
-		 * part. */
+		 * part.  A flush waits for it (kvp_blk_unprotect_begin):
+		 * its protection must not be undone by this one. */
+		if (act == UNPROTECT && kvp_test_hook)
+			kvp_test_hook(KVP_TEST_UNPROTECT, uaddr ? uaddr : baddr);
 		(void)kvp_uffd_protect(p, uaddr ? uaddr : baddr,
 				       uaddr ? ulen : r->block_bytes, false);
+		if (act == UNPROTECT_ONLY)
+			break;
+		pthread_mutex_lock(&p->lock);
+		if (kvp_blk_unprotect_done(r, b))
+			pthread_cond_broadcast(&p->idle);
+		pthread_mutex_unlock(&p->lock);
 		break;
 	case HOLE:
 		kvp_uffd_fill_zeros(p, page);

@@ -62,6 +62,9 @@ struct kvp_block {
 	uint16_t flags; /* BLK_* */
 	uint16_t pins;
 	uint8_t holds; /* transient: a flush or peek copying it out */
+	uint8_t unprot; /* transient: write faults that marked it dirty and
+			   have not lifted its protection yet (a flush waits
+			   for them: its protection must come after) */
 	uint16_t present; /* BLK_PARTIAL: pages installed (an upper bound
 			     once the program drops some: those make it
 			     whole again at once, events.c) */
@@ -442,6 +445,11 @@ bool kvp_blk_dirty_windows(const struct kvp_block *b);
 /* The next run of set bits in *@mask (cleared there): its first bit in
  * *first, its length returned; 0 when none is left. */
 unsigned kvp_win_next_run(uint64_t *mask, unsigned *first);
+/* A write fault marked @b dirty and lifts its protection after p->lock
+ * is let go: begun (counted in the block and in its region's inflight,
+ * so that a flush and destroy wait), done (true: none left). */
+void kvp_blk_unprotect_begin(struct kvp_region *r, struct kvp_block *b);
+bool kvp_blk_unprotect_done(struct kvp_region *r, struct kvp_block *b);
 void kvp_blk_redirty(struct kvp_block *b);
 void kvp_blk_abandon_dirty(struct kvp_block *b);
 /* A fault waits for the block's transition; the waiters, taken once. */

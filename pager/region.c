@@ -284,6 +284,11 @@ int kvp_region_flush(struct kvp_region *r)
 		uint64_t wins = 0;
 
 		pthread_mutex_lock(&p->lock);
+		/* A write fault marked it dirty and has yet to lift its
+		 * protection: after that, or it would undo ours and the
+		 * writes that follow would go unseen. */
+		while (b->unprot)
+			pthread_cond_wait(&p->idle, &p->lock);
 		want = b->state == KVP_BLOCK_RESIDENT &&
 		       (b->flags & BLK_DIRTY) && !(b->flags & BLK_DROP);
 		if (want) {

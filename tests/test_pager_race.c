@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "pager/pager.h"
 #include "pager/pager_i.h"
@@ -115,13 +116,67 @@ START_TEST(test_move_unwritten_stays_clean)
 }
 END_TEST
 
+static void *write_one(void *arg)
+{
+	kvp_test_fill(arg, PG, SEED_B, WR);
+	return NULL;
+}
+
+static volatile int flushed;
+
+static void *flush_all(void *arg)
+{
+	(void)arg;
+	ck_assert_int_eq(kvp_region_flush(R), 0);
+	flushed = 1;
+	return NULL;
+}
+
+/* Block BLK resident and clean; a write to it faults, and the service
+ * thread is held after it marked the block dirty and before it lifts the
+ * protection.  A flush meanwhile writes the block and protects it again:
+ * the late unprotect must not undo that, or the write (and every later
+ * one) goes unseen and is lost when the block leaves.  The flush waits for
+ * the unprotect; the test lets the service thread go after 5 s without the
+ * flush done (never timed: a flush that finishes first is the bug). */
+START_TEST(test_flush_during_late_unprotect)
+{
+	struct popts po = { .budget = BUDGET, .mode = KVP_INSTALL_MOVE };
+	char *a;
+	pthread_t w, f;
+
+	hold(KVP_TEST_UNPROTECT, NULL);
+	a = fx_seeded_region(ST_MEM, SIZE, BS, &po);
+	hold_addr = a + BLK * BS;
+	(void)touch_read(R, BLK * BS, BS);
+	ck_assert(!binfo(R, BLK).dirty);
+	flushed = 0;
+	ck_assert_int_eq(pthread_create(&w, NULL, write_one, a + WR), 0);
+	sem_wait_30s(&held);
+	ck_assert_msg(holds_seen, "the write fault on block %d never came",
+		      BLK);
+	ck_assert_int_eq(pthread_create(&f, NULL, flush_all, NULL), 0);
+	for (int i = 0; i < 500 && !flushed; i++)
+		usleep(10000);
+	sem_post(&go);
+	pthread_join(w, NULL);
+	pthread_join(f, NULL);
+
+	push_out(R, BUDGET);
+	ck_assert_int_eq(binfo(R, BLK).state, KVP_BLOCK_ABSENT);
+	check_region(R, WR, PG, SEED_B);
+}
+END_TEST
+
 static Suite *pager_race_suite(void)
 {
 	Suite *s = suite_create("pager_race");
 	TCase *t = fx_tcase(s, "move", 120);
+	TCase *u = fx_tcase(s, "unprotect", 120);
 
 	tcase_add_test(t, test_write_between_move_and_protect);
 	tcase_add_test(t, test_move_unwritten_stays_clean);
+	tcase_add_test(u, test_flush_during_late_unprotect);
 	return s;
 }
 
