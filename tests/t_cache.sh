@@ -206,5 +206,37 @@ else
 	echo "note: no /dev/fuse or fusermount3: the view's case skipped"
 fi
 
+# A run that fails after its first token, while the held-back chunks are
+# read back from the KV cache behind it (--ram 2M leaves the decode no
+# frames): a clear error, not a crash in the freed KV cache; the
+# directory it leaves serves a later run the same tokens.
+gen_prompt 512 7 "$tmp/p512"
+d="$tmp/stop"
+run --model random:tiny --ram 2M --prompt-tokens "@$tmp/p512" --generate 4 \
+	--json --cache-dir "$d" >"$tmp/stop.out" 2>"$tmp/stop.err"
+check "failing after the first token: exit" "$?" 1
+grep -q "leaves no frames" "$tmp/stop.err" ||
+	{ echo "FAIL: failing after the first token: $(cat "$tmp/stop.err")"; fail=1; }
+a=$(run --model random:tiny --prompt-tokens "@$tmp/p512" --generate 4 --json)
+c=$(run --model random:tiny --prompt-tokens "@$tmp/p512" --generate 4 --json --cache-dir "$d")
+check "after a failed run: tokens" "$(tokens <<<"$c")" "$(tokens <<<"$a")"
+
+# SIGTERM with a cache open stops the run cleanly, as without one: the
+# prefix cache's threads leave the signal to the run's own handler.
+d="$tmp/term"
+"$kvp" run --budget 8M --model random:tiny --prompt-tokens "@$tmp/p512" \
+	--generate 1000000 --cache-dir "$d" >"$tmp/term.out" 2>"$tmp/term.err" &
+pid=$!
+for _ in $(seq 600); do # decoding, 60 s at most
+	grep -q "decode" "$tmp/term.err" 2>/dev/null && break
+	kill -0 $pid 2>/dev/null || break
+	sleep 0.1
+done
+kill -TERM $pid 2>/dev/null
+wait $pid
+check "SIGTERM with a cache: exit" "$?" 143
+grep -q "interrupted after [0-9]* of 1000000 decode steps" "$tmp/term.err" ||
+	{ echo "FAIL: SIGTERM with a cache: no word of it: $(tail -c 300 "$tmp/term.err")"; fail=1; }
+
 [ $fail = 0 ] && echo "t_cache: ok"
 exit $fail

@@ -1416,7 +1416,10 @@ static void json_str(const char *s)
 	putchar('"');
 }
 
-static void model_report(const struct run_opts *o, const struct model_run *mr)
+/* The model's part of the report: the @done tokens made (fewer than
+ * --generate when the run was stopped). */
+static void model_report(const struct run_opts *o, const struct model_run *mr,
+			 uint32_t done)
 {
 	uint32_t i;
 
@@ -1424,7 +1427,7 @@ static void model_report(const struct run_opts *o, const struct model_run *mr)
 		printf("\"model\":");
 		json_str(o->model);
 		printf(",\"prompt_tokens\":%u,\"tokens\":[", mr->nprompt);
-		for (i = 0; i < o->steps; i++)
+		for (i = 0; i < done; i++)
 			printf("%s%u", i ? "," : "", mr->out[i]);
 		printf("],\"prefill_restore_s\":%.6f,\"prefill_math_s\":%.6f,"
 		       "\"prefill_offer_s\":%.6f,\"prefill_kv_s\":%.6f,"
@@ -1435,13 +1438,13 @@ static void model_report(const struct run_opts *o, const struct model_run *mr)
 		       mr->pt.offer_after_s);
 		/* token k+1 after token k, the first's wait included */
 		printf("\"inter_token_s\":[");
-		for (i = 0; i < o->steps; i++)
+		for (i = 0; i < done; i++)
 			printf("%s%.6f", i ? "," : "", mr->gap_s[i]);
 		printf("],");
 		return;
 	}
 	printf("tokens:");
-	for (i = 0; i < o->steps; i++)
+	for (i = 0; i < done; i++)
 		printf(" %u", mr->out[i]);
 	printf("\n");
 	printf("prefill: %u tokens computed: model %.3f s, into the KV cache "
@@ -1455,7 +1458,7 @@ static void model_report(const struct run_opts *o, const struct model_run *mr)
 		       mr->pt.offer_after_s);
 	if (mr->tok) {
 		printf("text: ");
-		for (i = 0; i < o->steps; i++)
+		for (i = 0; i < done; i++)
 			fputs(kvp_tokenizer_piece(
 				  mr->tok,
 				  i ? mr->out[i - 1]
@@ -1544,17 +1547,20 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 	}
 	if (check_geometry(&o, &g, &kv))
 		return 2;
-	if (model_cache_open(&o, mr, &g))
-		return 2;
-	kv_start = kv;
-	if (!o.block)
-		o.block = kv.predictor == KVP_PREDICTOR_EXACT ? 2u << 20 : 0;
+	/* Before the prefix cache starts its threads: they inherit the
+	 * blocked signals, so that SIGINT and SIGTERM reach the thread that
+	 * stops the run cleanly. */
 	err = signals_take();
 	if (err) {
 		fprintf(stderr, "kvpager: cannot take SIGINT and SIGTERM: %s\n",
 			kvp_strerror(err));
 		return 1;
 	}
+	if (model_cache_open(&o, mr, &g))
+		return 2;
+	kv_start = kv;
+	if (!o.block)
+		o.block = kv.predictor == KVP_PREDICTOR_EXACT ? 2u << 20 : 0;
 
 	kvp_kv_synth_opts_default(&so);
 	so.seed = o.seed;
@@ -1810,7 +1816,7 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 		if (o.json) {
 			putchar('{');
 			if (mr->m)
-				model_report(&o, mr);
+				model_report(&o, mr, done_steps);
 			cache_report(&o, mr, done_steps);
 			remote_report(&o, mr);
 			device_report(c, true);
@@ -1987,7 +1993,7 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 			       human((double)ram.rolling, h4, sizeof(h4)),
 			       human((double)ram.staging, h5, sizeof(h5)));
 			if (mr->m)
-				model_report(&o, mr);
+				model_report(&o, mr, done_steps);
 			cache_report(&o, mr, done_steps);
 			remote_report(&o, mr);
 		}
@@ -2003,6 +2009,10 @@ out:
 		kvp_view_set_cache(tree, NULL);
 		kvp_view_set_remote(tree, NULL);
 	}
+	/* Before the KV cache: its destroy joins the thread that reads the
+	 * held-back chunks back from it (every exit, not only the drain). */
+	kvp_model_seq_destroy(mr->seq);
+	mr->seq = NULL;
 	kvp_kvcache_destroy(c);
 	kvp_store_destroy(kv_store); /* after the region it backs */
 	kvp_instance_close(inst);
