@@ -17,7 +17,8 @@
  *
  * All ops are called from the cache's driving thread, except read, which
  * kvp_kvcache_quality and fork also call from there, and nothing runs
- * them concurrently; read_shared alone runs beside them.  They return 0 or -errno where they return int.
+ * them concurrently; read_shared alone runs beside them.  They return 0
+ * or -errno where they return int.
  * Ops marked optional may be NULL: the cache then skips that step.
  */
 #ifndef KVP_KV_BACKEND_I_H

@@ -152,7 +152,12 @@ struct kvp_model_remote *kvp_model_cache_remote(struct kvp_model_cache *mc);
 struct kvp_cache *kvp_model_cache_dir(struct kvp_model_cache *mc);
 
 /* Drain and close (the remote tier's publishes get up to 30 s).  NULL is
- * a no-op. */
+ * a no-op.  A sequence attached to mc may outlive it only to be stepped
+ * or destroyed: it keeps a pointer into mc, so attach, prefill or offer
+ * on it afterwards read freed memory.  Destroy the sequences first where
+ * you can: the destroy of one whose held-back chunks are being read back
+ * (kvp_model_cache_first_token) waits for that read, which needs its KV
+ * cache alive. */
 void kvp_model_cache_close(struct kvp_model_cache *mc);
 
 #endif /* KVP_MODEL_CACHE_H */
