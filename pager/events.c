@@ -154,13 +154,25 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 
 	pthread_mutex_lock(&p->lock);
 	r = kvp_region_find(p, (uintptr_t)page);
-	if (!r || r->dying) {
+	if (!r) {
 		pthread_mutex_unlock(&p->lock);
 		return;
 	}
 	blk = (uint64_t)(page - r->addr) >> r->block_shift;
 	b = &r->blocks[blk];
 	baddr = kvp_blk_addr(r, blk);
+	if (b->state == KVP_BLOCK_LOADING && b->op->verifying &&
+	    !(flags & UFFD_PAGEFAULT_FLAG_WP)) {
+		/* Moved in whole and being read back (load.c): a page
+		 * missing now was dropped by the program.  Served in a dying
+		 * region too: its destroy waits for this load. */
+		act = HOLE;
+		goto out;
+	}
+	if (r->dying) {
+		pthread_mutex_unlock(&p->lock);
+		return;
+	}
 
 	if (flags & UFFD_PAGEFAULT_FLAG_WP) {
 		switch (b->state) {
@@ -213,6 +225,11 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 				if (!kvp_blk_keeps_windows(r, b))
 					b->op->dirty = true;
 				kvp_blk_wait(b);
+			} else if (b->op->verifying) {
+				/* Moved in, protected and being read back:
+				 * woken once it is RESIDENT, where the write
+				 * faults again (not a fault/wake spin). */
+				kvp_blk_wait(b);
 			} else {
 				act = WAKE_PAGE; /* stale: it faults again */
 			}
@@ -253,12 +270,6 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 		bool ra;
 		int slot = b->op->ra_slot;
 
-		if (b->op->verifying) {
-			/* Moved in whole and being read back (load.c): a
-			 * page missing now was dropped by the program. */
-			act = HOLE;
-			break;
-		}
 		ra = kvp_blk_joined(r, b);
 
 		/* A window's write faults again once it is in (its window

@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "pager/pager_i.h"
@@ -88,6 +90,7 @@ int kvp_load_start(struct kvp_service *s, struct kvp_region *r, uint64_t blk,
 		pf->pending++;
 	}
 	op->dirty = write;
+	op->ahead = why == LOAD_READAHEAD;
 	kvp_blk_begin_load(r, b, op, why);
 	if (why == LOAD_FAULT)
 		KVP_STAT_ADD(r, demand_faults_total, 1);
@@ -246,15 +249,63 @@ static void slot_digest(struct kvp_op *op)
 	op->summed = true;
 }
 
+/* Bytes read back a chunk at a time (L2-sized), for the digest. */
+#define READBACK_CHUNK (256u << 10)
+
+/*
+ * XXH3-128 of [@addr, @addr + @len) of our own memory, read through the
+ * kernel (process_vm_readv) into @s's bounce buffer: a page the program
+ * unmapped meanwhile is an error here, never a SIGSEGV on the service
+ * thread.  (A page dropped meanwhile faults on the kernel's side and is
+ * served as a hole, events.c.)  The same digest as XXH3_128bits over the
+ * whole range.  0, or -errno (-EFAULT: part of it is gone).
+ */
+static int digest_own(struct kvp_service *s, const char *addr, size_t len,
+		      XXH128_hash_t *out)
+{
+	XXH3_state_t *st;
+	size_t off, n;
+	int err = 0;
+
+	if (!s->bounce && !(s->bounce = malloc(READBACK_CHUNK)))
+		return -ENOMEM;
+	st = XXH3_createState();
+	if (!st)
+		return -ENOMEM;
+	(void)XXH3_128bits_reset(st);
+	for (off = 0; off < len && !err; off += n) {
+		struct iovec to, from;
+		ssize_t got;
+
+		n = len - off < READBACK_CHUNK ? len - off : READBACK_CHUNK;
+		to = (struct iovec){ .iov_base = s->bounce, .iov_len = n };
+		from = (struct iovec){ .iov_base = (void *)(addr + off),
+				       .iov_len = n };
+		got = process_vm_readv(getpid(), &to, 1, &from, 1, 0);
+		if (got != (ssize_t)n)
+			err = got < 0 ? -errno : -EFAULT;
+		else
+			(void)XXH3_128bits_update(st, s->bounce, n);
+	}
+	if (!err)
+		*out = XXH3_128bits_digest(st);
+	XXH3_freeState(st);
+	return err;
+}
+
 /* Did the program write the block @op moved in and protected before its
  * protection?  True too where it cannot be read back whole: pages the
  * program dropped meanwhile (a fault there is filled with zeros while
- * op->verifying, events.c) leave holes. */
-static bool written_unseen(struct kvp_pager *p, struct kvp_op *op)
+ * op->verifying, events.c) leave holes, and pages it unmapped (or a
+ * read-back refused: process_vm_readv forbidden here) cannot be told
+ * apart from written ones. */
+static bool written_unseen(struct kvp_service *s, struct kvp_op *op)
 {
+	struct kvp_pager *p = s->p;
 	struct kvp_block *b = &op->r->blocks[op->blk];
 	XXH128_hash_t after;
 	bool whole;
+	int err;
 
 	pthread_mutex_lock(&p->lock);
 	whole = !op->rm_any && !(b->flags & (BLK_DROP | BLK_GONE | BLK_SPLIT));
@@ -262,12 +313,15 @@ static bool written_unseen(struct kvp_pager *p, struct kvp_op *op)
 	pthread_mutex_unlock(&p->lock);
 	if (!whole)
 		return true;
-	after = XXH3_128bits(kvp_blk_addr(op->r, op->blk), op->win_len);
+	if (kvp_test_hook)
+		kvp_test_hook(KVP_TEST_READBACK, kvp_blk_addr(op->r, op->blk));
+	err = digest_own(s, kvp_blk_addr(op->r, op->blk), op->win_len, &after);
 	pthread_mutex_lock(&p->lock);
 	op->verifying = false;
 	whole = !op->rm_any;
 	pthread_mutex_unlock(&p->lock);
-	return !whole || after.low64 != op->sum[0] || after.high64 != op->sum[1];
+	return err || !whole || after.low64 != op->sum[0] ||
+	       after.high64 != op->sum[1];
 }
 
 /*
@@ -628,7 +682,7 @@ void kvp_load_install(struct kvp_service *s, struct kvp_op *op)
 		 * back. */
 		(void)kvp_uffd_wake(&p->uffd, kvp_blk_addr(r, op->blk),
 				    r->block_bytes);
-		unseen = written_unseen(p, op);
+		unseen = written_unseen(s, op);
 	}
 
 	if (err && err != -ENOENT) {
@@ -710,9 +764,10 @@ void kvp_load_done(struct kvp_service *s, struct kvp_op *op)
 			KVP_STAT_ADD(r, bytes_read_total,
 				     (uint64_t)op->io.result);
 	}
-	/* A block to be moved in whole: its digest now, while no fault
-	 * waits for it where it is read ahead (written_unseen). */
-	if (ok && !op->zero && r->install == KVP_INSTALL_MOVE &&
+	/* A read-ahead block to be moved in whole: its digest now, while
+	 * no fault waits for it (written_unseen); a demand load's is taken
+	 * at its install, only where it goes in by move, protected. */
+	if (ok && !op->zero && op->ahead && r->install == KVP_INSTALL_MOVE &&
 	    len == r->block_bytes && p->have_wp)
 		slot_digest(op);
 	pthread_mutex_lock(&p->lock);

@@ -164,6 +164,7 @@ struct kvp_op {
 	bool staged;		   /* load: read, waiting for a fault to be
 				      installed (read-ahead), on p->staged */
 	uint8_t ra_slot;	   /* load by read-ahead: its stream (ra[]) */
+	bool ahead;		   /* load: by read-ahead (LOAD_READAHEAD) */
 	uint32_t placed;	   /* load: pages its installs placed (an
 				      install retried counts on) */
 	bool dirty;		   /* load: install writable and dirty (a
@@ -254,6 +255,7 @@ struct kvp_service {
 	unsigned nwant;		   /* loads on want_frame */
 	struct uffd_msg *deferred; /* faults read inside an ioctl's retry */
 	size_t ndeferred, deferred_cap;
+	char *bounce;		   /* a block's read-back (load.c), or NULL */
 	bool stopping;
 };
 
@@ -343,8 +345,11 @@ struct kvp_pager {
 enum kvp_test_point {
 	KVP_TEST_MOVED,	    /* install: moved in, not yet write-protected */
 	KVP_TEST_UNPROTECT, /* write fault: marked dirty, not yet unprotected */
+	KVP_TEST_READBACK,  /* install: protected, before its read-back */
 };
-extern void (*kvp_test_hook)(enum kvp_test_point at, void *addr);
+/* hidden: not a symbol of libkvpager.so (the tests link the archive) */
+extern void (*kvp_test_hook)(enum kvp_test_point at, void *addr)
+    __attribute__((visibility("hidden")));
 
 /* Why a load starts. */
 enum kvp_load_why { LOAD_FAULT, LOAD_PREFETCH, LOAD_READAHEAD };

@@ -607,6 +607,7 @@ static void *service_main(void *arg)
 	}
 	free(pfd);
 	free(s->deferred);
+	free(s->bounce);
 	return NULL;
 }
 

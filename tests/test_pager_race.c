@@ -13,10 +13,12 @@
 #include <errno.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -168,15 +170,130 @@ START_TEST(test_flush_during_late_unprotect)
 }
 END_TEST
 
+/* A page of block BLK dropped (MADV_DONTNEED) or unmapped by the
+ * program while the service thread reads BLK back after its move. */
+static char *drop_addr;
+static int drop_advice; /* 0: munmap, else the madvise advice */
+
+static void *drop_one(void *arg)
+{
+	(void)arg;
+	if (drop_advice)
+		(void)madvise(drop_addr, PG, drop_advice);
+	else
+		(void)munmap(drop_addr, PG);
+	return NULL;
+}
+
+/* Hold the read-back of BLK, moved in for a read fault of another thread;
+ * with the reader done (woken before the read-back) when @join. */
+static char *hold_readback(unsigned threads, bool join)
+{
+	struct popts po = { .budget = BUDGET, .mode = KVP_INSTALL_MOVE,
+			    .threads = threads };
+	char *a;
+	pthread_t t;
+
+	hold(KVP_TEST_READBACK, NULL);
+	a = fx_seeded_region(ST_MEM, SIZE, BS, &po);
+	hold_addr = a + BLK * BS;
+	ck_assert_int_eq(pthread_create(&t, NULL, read_one, a + BLK * BS), 0);
+	sem_wait_30s(&held);
+	ck_assert(holds_seen);
+	if (join)
+		pthread_join(t, NULL);
+	else
+		pthread_detach(t);
+	return a;
+}
+
+/* Unmapped while it is read back: the read-back fails (the block is
+ * counted dirty), it does not take the process down with a SIGSEGV. */
+START_TEST(test_munmap_during_readback)
+{
+	char *a = hold_readback(1, true);
+	pthread_t d;
+
+	drop_addr = a + BLK * BS + 7 * PG;
+	drop_advice = 0;
+	ck_assert_int_eq(pthread_create(&d, NULL, drop_one, NULL), 0);
+	pthread_join(d, NULL);
+	sem_post(&go);
+	check_region(R, BLK * BS, 7 * PG, SEED_A);
+	ck_assert(binfo(R, BLK).dirty);
+}
+END_TEST
+
+/* Dropped while it is read back, with a second service thread to take the
+ * drop: the page reads zeros (a hole), the block is dirty, and the rest of
+ * it is the store's, also after it left. */
+START_TEST(test_dontneed_during_readback)
+{
+	char *a = hold_readback(2, true);
+	pthread_t d;
+
+	drop_addr = a + BLK * BS + 7 * PG;
+	drop_advice = MADV_DONTNEED;
+	ck_assert_int_eq(pthread_create(&d, NULL, drop_one, NULL), 0);
+	pthread_join(d, NULL); /* once the other thread read the REMOVE */
+	sem_post(&go);
+	ck_assert(kvp_test_is_zero(a + BLK * BS + 7 * PG, PG));
+	ck_assert(binfo(R, BLK).dirty);
+	push_out(R, BUDGET);
+	ck_assert_int_eq(binfo(R, BLK).state, KVP_BLOCK_ABSENT);
+	ck_assert(kvp_test_is_zero(a + BLK * BS + 7 * PG, PG));
+	check_region(R, BLK * BS, 7 * PG, SEED_A);
+	check_region(R, BLK * BS + 8 * PG, BS - 8 * PG, SEED_A);
+}
+END_TEST
+
+static volatile int destroyed;
+
+static void *destroy_region(void *arg)
+{
+	(void)arg;
+	(void)kvp_region_destroy(R);
+	destroyed = 1;
+	return NULL;
+}
+
+/* Destroy begins while BLK is read back and the program drops a page of
+ * it: the read-back's fault there is still served (a hole), so the load
+ * ends and destroy returns, where both used to wait for ever. */
+START_TEST(test_destroy_and_drop_during_readback)
+{
+	char *a = hold_readback(2, true);
+	pthread_t d, x;
+
+	destroyed = 0;
+	ck_assert_int_eq(pthread_create(&x, NULL, destroy_region, NULL), 0);
+	usleep(200000); /* destroy is waiting for the load */
+	drop_addr = a + BLK * BS + 7 * PG;
+	drop_advice = MADV_DONTNEED;
+	ck_assert_int_eq(pthread_create(&d, NULL, drop_one, NULL), 0);
+	pthread_join(d, NULL);
+	sem_post(&go);
+	for (int i = 0; i < 3000 && !destroyed; i++)
+		usleep(10000);
+	ck_assert_msg(destroyed, "destroy still waits 30 s later");
+	pthread_join(x, NULL);
+	R = NULL; /* destroyed: the fixture's teardown skips it */
+}
+END_TEST
+
 static Suite *pager_race_suite(void)
 {
 	Suite *s = suite_create("pager_race");
 	TCase *t = fx_tcase(s, "move", 120);
 	TCase *u = fx_tcase(s, "unprotect", 120);
+	TCase *b = fx_tcase(s, "readback", 120);
 
 	tcase_add_test(t, test_write_between_move_and_protect);
 	tcase_add_test(t, test_move_unwritten_stays_clean);
 	tcase_add_test(u, test_flush_during_late_unprotect);
+	tcase_add_test(b, test_munmap_during_readback);
+	tcase_add_test(b, test_dontneed_during_readback);
+	tcase_add_test(b, test_destroy_and_drop_during_readback);
 	return s;
 }
 
