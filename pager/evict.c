@@ -93,8 +93,11 @@ struct kvp_block *kvp_clock_victim(struct kvp_pager *p, struct kvp_region **rp,
 		 * rounds found nothing else (the first only clears
 		 * reference bits), and only for a load that waits.  A dying
 		 * region's blocks stay: its destroy writes them back and
-		 * frees them once nothing of it is in flight. */
-		if (b->pins == 0 && b->holds == 0 && !b->owner->dying &&
+		 * frees them once nothing of it is in flight.  So does a
+		 * block whose write fault has yet to lift its protection:
+		 * that late unprotect would lift the next load's. */
+		if (b->pins == 0 && b->holds == 0 && b->unprot == 0 &&
+		    !b->owner->dying &&
 		    (!(b->flags & BLK_WB_FAILED) || retry) &&
 		    !(b->flags & BLK_REF) &&
 		    ((rounds > 1 && take_prefetched) ||

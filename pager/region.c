@@ -539,7 +539,9 @@ int kvp_region_advise(struct kvp_region *r, uint64_t first, uint64_t n,
 		}
 		switch (b->state) {
 		case KVP_BLOCK_RESIDENT:
-			if (b->pins || b->holds) {
+			/* (a write fault's unprotect still under way would
+			 * lift the protection of what comes next) */
+			if (b->pins || b->holds || b->unprot) {
 				err = -EBUSY;
 				break;
 			}

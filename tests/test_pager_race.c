@@ -170,6 +170,49 @@ START_TEST(test_flush_during_late_unprotect)
 }
 END_TEST
 
+/* Push every block but BLK out (BLK first in the clock), under the
+ * budget. */
+static void push_others(void)
+{
+	ck_assert_int_eq(kvp_region_advise(R, BLK, 1, KVP_ADVICE_COLD), 0);
+	for (int i = 0; i < NBLK; i++)
+		if (i != BLK)
+			(void)touch_read(R, (size_t)i * BS, BS);
+}
+
+/* Two service threads; one is held before the unprotect of a write fault
+ * on BLK.  Meanwhile the budget wants BLK's frame: were it evicted and
+ * loaded again (clean, protected), the late unprotect would lift that
+ * protection, a second write would go unseen and be lost when BLK left.
+ * Such a block is not a victim until its unprotect is done. */
+#define WR2 (BLK * BS + 9 * PG)
+START_TEST(test_evict_during_late_unprotect)
+{
+	struct popts po = { .budget = BUDGET, .mode = KVP_INSTALL_MOVE,
+			    .threads = 2 };
+	char *a;
+	pthread_t w;
+
+	hold(KVP_TEST_UNPROTECT, NULL);
+	a = fx_seeded_region(ST_MEM, SIZE, BS, &po);
+	hold_addr = a + BLK * BS;
+	(void)touch_read(R, BLK * BS, BS);
+	ck_assert(!binfo(R, BLK).dirty);
+	ck_assert_int_eq(pthread_create(&w, NULL, write_one, a + WR), 0);
+	sem_wait_30s(&held);
+	ck_assert(holds_seen);
+	push_others();
+	(void)touch_read(R, BLK * BS, PG);
+	sem_post(&go); /* the late unprotect */
+	pthread_join(w, NULL);
+	kvp_test_fill(a + WR2, PG, SEED_B, WR2);
+	push_out(R, BUDGET);
+	ck_assert_int_eq(binfo(R, BLK).state, KVP_BLOCK_ABSENT);
+	check_region(R, WR, PG, SEED_B);
+	check_region(R, WR2, PG, SEED_B);
+}
+END_TEST
+
 /* A page of block BLK dropped (MADV_DONTNEED) or unmapped by the
  * program while the service thread reads BLK back after its move. */
 static char *drop_addr;
@@ -291,6 +334,7 @@ static Suite *pager_race_suite(void)
 	tcase_add_test(t, test_write_between_move_and_protect);
 	tcase_add_test(t, test_move_unwritten_stays_clean);
 	tcase_add_test(u, test_flush_during_late_unprotect);
+	tcase_add_test(u, test_evict_during_late_unprotect);
 	tcase_add_test(b, test_munmap_during_readback);
 	tcase_add_test(b, test_dontneed_during_readback);
 	tcase_add_test(b, test_destroy_and_drop_during_readback);
