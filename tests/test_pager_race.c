@@ -13,7 +13,6 @@
 #include <errno.h>
 #include <pthread.h>
 #include <semaphore.h>
-#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,21 +74,33 @@ static void *read_one(void *arg)
 	return NULL;
 }
 
+/* A pager of @threads service threads in move mode over the seeded
+ * region; a thread @t of the program reads block BLK, and the service
+ * thread that installs it is held at @at.  Returns the region. */
+static char *hold_read_fault(enum kvp_test_point at, unsigned threads,
+			     pthread_t *t)
+{
+	struct popts po = { .budget = BUDGET, .mode = KVP_INSTALL_MOVE,
+			    .threads = threads };
+	char *a;
+
+	hold(at, NULL);
+	a = fx_seeded_region(ST_MEM, SIZE, BS, &po);
+	hold_addr = a + BLK * BS;
+	ck_assert_int_eq(pthread_create(t, NULL, read_one, a + BLK * BS), 0);
+	sem_wait_30s(&held);
+	ck_assert_msg(holds_seen, "the install of block %d never came", BLK);
+	return a;
+}
+
 /* Block BLK moved in (a read fault of another thread), written by this
  * thread after the move and before the write protection (a first access
  * that takes no fault), then evicted: read back, it holds the write. */
 START_TEST(test_write_between_move_and_protect)
 {
-	struct popts po = { .budget = BUDGET, .mode = KVP_INSTALL_MOVE };
-	char *a;
 	pthread_t t;
+	char *a = hold_read_fault(KVP_TEST_MOVED, 1, &t);
 
-	hold(KVP_TEST_MOVED, NULL);
-	a = fx_seeded_region(ST_MEM, SIZE, BS, &po);
-	hold_addr = a + BLK * BS;
-	ck_assert_int_eq(pthread_create(&t, NULL, read_one, a + BLK * BS), 0);
-	sem_wait_30s(&held);
-	ck_assert_msg(holds_seen, "the install of block %d never came", BLK);
 	/* Moved in and writable: this write takes no fault. */
 	kvp_test_fill(a + WR, PG, SEED_B, WR);
 	sem_post(&go);
@@ -228,34 +239,14 @@ static void *drop_one(void *arg)
 	return NULL;
 }
 
-/* Hold the read-back of BLK, moved in for a read fault of another thread;
- * with the reader done (woken before the read-back) when @join. */
-static char *hold_readback(unsigned threads, bool join)
-{
-	struct popts po = { .budget = BUDGET, .mode = KVP_INSTALL_MOVE,
-			    .threads = threads };
-	char *a;
-	pthread_t t;
-
-	hold(KVP_TEST_READBACK, NULL);
-	a = fx_seeded_region(ST_MEM, SIZE, BS, &po);
-	hold_addr = a + BLK * BS;
-	ck_assert_int_eq(pthread_create(&t, NULL, read_one, a + BLK * BS), 0);
-	sem_wait_30s(&held);
-	ck_assert(holds_seen);
-	if (join)
-		pthread_join(t, NULL);
-	else
-		pthread_detach(t);
-	return a;
-}
-
 /* Unmapped while it is read back: the read-back fails (the block is
  * counted dirty), it does not take the process down with a SIGSEGV. */
 START_TEST(test_munmap_during_readback)
 {
-	char *a = hold_readback(1, true);
-	pthread_t d;
+	pthread_t t, d;
+	char *a = hold_read_fault(KVP_TEST_READBACK, 1, &t);
+
+	pthread_join(t, NULL); /* woken before the read-back */
 
 	drop_addr = a + BLK * BS + 7 * PG;
 	drop_advice = 0;
@@ -272,8 +263,10 @@ END_TEST
  * it is the store's, also after it left. */
 START_TEST(test_dontneed_during_readback)
 {
-	char *a = hold_readback(2, true);
-	pthread_t d;
+	pthread_t t, d;
+	char *a = hold_read_fault(KVP_TEST_READBACK, 2, &t);
+
+	pthread_join(t, NULL); /* woken before the read-back */
 
 	drop_addr = a + BLK * BS + 7 * PG;
 	drop_advice = MADV_DONTNEED;
@@ -305,8 +298,10 @@ static void *destroy_region(void *arg)
  * ends and destroy returns, where both used to wait for ever. */
 START_TEST(test_destroy_and_drop_during_readback)
 {
-	char *a = hold_readback(2, true);
-	pthread_t d, x;
+	pthread_t t, d, x;
+	char *a = hold_read_fault(KVP_TEST_READBACK, 2, &t);
+
+	pthread_join(t, NULL);
 
 	destroyed = 0;
 	ck_assert_int_eq(pthread_create(&x, NULL, destroy_region, NULL), 0);
