@@ -22,6 +22,10 @@
 #include <sys/uio.h>
 #include <unistd.h>
 #include <xxhash.h>
+#if defined(__x86_64__) || defined(__i386__)
+/* The library's SSE2, AVX2 and AVX-512 versions, picked at run time. */
+#include <xxh_x86dispatch.h>
+#endif
 
 #include "pager/pager_i.h"
 
@@ -263,16 +267,14 @@ static void slot_digest(struct kvp_op *op)
 static int digest_own(struct kvp_service *s, const char *addr, size_t len,
 		      XXH128_hash_t *out)
 {
-	XXH3_state_t *st;
 	size_t off, n;
 	int err = 0;
 
 	if (!s->bounce && !(s->bounce = malloc(READBACK_CHUNK)))
 		return -ENOMEM;
-	st = XXH3_createState();
-	if (!st)
+	if (!s->readback && !(s->readback = XXH3_createState()))
 		return -ENOMEM;
-	(void)XXH3_128bits_reset(st);
+	(void)XXH3_128bits_reset(s->readback);
 	for (off = 0; off < len && !err; off += n) {
 		struct iovec to, from;
 		ssize_t got;
@@ -285,11 +287,10 @@ static int digest_own(struct kvp_service *s, const char *addr, size_t len,
 		if (got != (ssize_t)n)
 			err = got < 0 ? -errno : -EFAULT;
 		else
-			(void)XXH3_128bits_update(st, s->bounce, n);
+			(void)XXH3_128bits_update(s->readback, s->bounce, n);
 	}
 	if (!err)
-		*out = XXH3_128bits_digest(st);
-	XXH3_freeState(st);
+		*out = XXH3_128bits_digest(s->readback);
 	return err;
 }
 

@@ -256,6 +256,7 @@ struct kvp_service {
 	struct uffd_msg *deferred; /* faults read inside an ioctl's retry */
 	size_t ndeferred, deferred_cap;
 	char *bounce;		   /* a block's read-back (load.c), or NULL */
+	struct XXH3_state_s *readback; /* its XXH3 state, or NULL */
 	bool stopping;
 };
 

@@ -29,6 +29,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "pager/pager_i.h"
 
@@ -608,6 +609,7 @@ static void *service_main(void *arg)
 	free(pfd);
 	free(s->deferred);
 	free(s->bounce);
+	XXH3_freeState(s->readback);
 	return NULL;
 }
 
