@@ -111,7 +111,7 @@ static void readahead(struct kvp_service *s, struct kvp_region *r, uint64_t blk,
 		struct kvp_block *b = &r->blocks[i];
 
 		if (b->state != KVP_BLOCK_ABSENT ||
-		    !(b->flags & BLK_IN_STORE) || b->pins)
+		    !(b->flags & BLK_IN_STORE) || b->pins || b->unprot)
 			continue;
 		if (kvp_load_start(s, r, i, LOAD_READAHEAD, NULL, false))
 			break;
@@ -150,6 +150,7 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 	struct kvp_block *b;
 	char *baddr = NULL, *uaddr = NULL;
 	size_t ulen = 0;
+	bool wake = false;
 	uint64_t blk;
 
 	pthread_mutex_lock(&p->lock);
@@ -249,6 +250,14 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 	case KVP_BLOCK_ABSENT:
 		if (b->flags & BLK_GONE)
 			break;
+		if (b->unprot) {
+			/* Dropped while a write fault of its residency still
+			 * lifts its protection: loaded now, the new copy's
+			 * protection would be lifted too, and the writes
+			 * after it lost.  Woken once that is done. */
+			kvp_blk_wait(b);
+			break;
+		}
 		/* A write too, where dirty windows are kept: the window
 		 * goes in write-protected, and the write faults again. */
 		if ((!(flags & UFFD_PAGEFAULT_FLAG_WRITE) || r->win_bytes) &&
@@ -329,9 +338,15 @@ out:
 		if (act == UNPROTECT_ONLY)
 			break;
 		pthread_mutex_lock(&p->lock);
-		if (kvp_blk_unprotect_done(r, b))
+		if (kvp_blk_unprotect_done(r, b)) {
 			pthread_cond_broadcast(&p->idle);
+			/* Dropped meanwhile: its faults may load it now. */
+			wake = b->state == KVP_BLOCK_ABSENT &&
+			       kvp_blk_take_waiters(b);
+		}
 		pthread_mutex_unlock(&p->lock);
+		if (wake)
+			(void)kvp_uffd_wake(&p->uffd, baddr, r->block_bytes);
 		break;
 	case HOLE:
 		kvp_uffd_fill_zeros(p, page);

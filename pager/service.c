@@ -446,7 +446,9 @@ static void run_prefetch(struct kvp_service *s, struct kvp_prefetch *pf)
 			break;
 		switch (b->state) {
 		case KVP_BLOCK_ABSENT:
-			if (b->flags & BLK_GONE)
+			/* (Not one whose write fault still lifts its
+			 * protection: events.c.) */
+			if ((b->flags & BLK_GONE) || b->unprot)
 				break;
 			if (kvp_load_start(s, r, blk, LOAD_PREFETCH, pf, false))
 				pf->failed = true;

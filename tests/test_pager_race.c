@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,18 +40,39 @@ static enum kvp_test_point hold_at;
 static char *hold_addr;
 static volatile int holds_seen;
 
-static void sem_wait_30s(sem_t *s)
+/* Did @s come within @secs seconds? */
+static bool sem_wait_secs(sem_t *s, int secs)
 {
 	struct timespec t;
+	int rc;
 
 	clock_gettime(CLOCK_REALTIME, &t);
-	t.tv_sec += 30;
-	while (sem_timedwait(s, &t) != 0 && errno == EINTR)
+	t.tv_sec += secs;
+	while ((rc = sem_timedwait(s, &t)) != 0 && errno == EINTR)
 		;
+	return rc == 0;
 }
+
+static void sem_wait_30s(sem_t *s)
+{
+	(void)sem_wait_secs(s, 30);
+}
+
+/* A second point, armed apart (hold2), for a test that holds both
+ * service threads. */
+static sem_t held2, go2;
+static enum kvp_test_point hold2_at;
+static char *volatile hold2_addr;
+static volatile int holds2_seen;
 
 static void hook(enum kvp_test_point at, void *addr)
 {
+	if (at == hold2_at && addr == hold2_addr && !holds2_seen) {
+		holds2_seen = 1;
+		sem_post(&held2);
+		sem_wait_30s(&go2);
+		return;
+	}
 	if (at != hold_at || addr != hold_addr || holds_seen)
 		return;
 	holds_seen = 1;
@@ -224,6 +246,62 @@ START_TEST(test_evict_during_late_unprotect)
 }
 END_TEST
 
+/* The same late unprotect, while the program drops all of BLK
+ * (MADV_DONTNEED, read by the other service thread) and reads it again.
+ * Were BLK loaded again meanwhile, protected and clean, the late unprotect
+ * would lift that protection, and the writes after it (the held writer's,
+ * and a second) would go unseen and be lost when BLK left: the store's
+ * bytes read back there.  The read waits instead until the unprotect is
+ * done (its load would stop in its read-back, held here: it must not come
+ * within 2 s, the passing path's one wait). */
+static void *read_first(void *arg)
+{
+	(void)*(volatile uint64_t *)arg;
+	return NULL;
+}
+
+START_TEST(test_drop_during_late_unprotect)
+{
+	struct popts po = { .budget = BUDGET, .mode = KVP_INSTALL_MOVE,
+			    .threads = 2 };
+	enum kvp_block_state st;
+	pthread_t w, rd;
+	bool reloaded;
+	char *a;
+
+	hold(KVP_TEST_UNPROTECT, NULL);
+	ck_assert_int_eq(sem_init(&held2, 0, 0), 0);
+	ck_assert_int_eq(sem_init(&go2, 0, 0), 0);
+	hold2_at = KVP_TEST_READBACK;
+	holds2_seen = 0;
+	a = fx_seeded_region(ST_MEM, SIZE, BS, &po);
+	hold_addr = a + BLK * BS;
+	(void)touch_read(R, BLK * BS, BS);
+	ck_assert_int_eq(pthread_create(&w, NULL, write_one, a + WR), 0);
+	sem_wait_30s(&held);
+	ck_assert(holds_seen);
+	hold2_addr = a + BLK * BS; /* the read-back of a load again */
+	ck_assert_int_eq(madvise(a + BLK * BS, BS, MADV_DONTNEED), 0);
+	ck_assert_int_eq(pthread_create(&rd, NULL, read_first, a + BLK * BS),
+			 0);
+	reloaded = sem_wait_secs(&held2, 2);
+	hold2_addr = NULL; /* the loads after the unprotect go on */
+	sem_post(&go);	   /* the late unprotect */
+	if (reloaded)
+		sem_post(&go2);
+	pthread_join(rd, NULL);
+	pthread_join(w, NULL);
+	kvp_test_fill(a + WR2, PG, SEED_B, WR2);
+	push_out(R, BUDGET);
+	st = binfo(R, BLK).state;
+	check_region(R, WR, PG, SEED_B);
+	check_region(R, WR2, PG, SEED_B);
+	ck_assert(kvp_test_is_zero(a + BLK * BS + 5 * PG, PG));
+	ck_assert_int_eq(st, KVP_BLOCK_ABSENT);
+	ck_assert_msg(!reloaded, "loaded again under its late unprotect");
+}
+END_TEST
+
 /* A page of block BLK dropped (MADV_DONTNEED) or unmapped by the
  * program while the service thread reads BLK back after its move. */
 static char *drop_addr;
@@ -330,6 +408,7 @@ static Suite *pager_race_suite(void)
 	tcase_add_test(t, test_move_unwritten_stays_clean);
 	tcase_add_test(u, test_flush_during_late_unprotect);
 	tcase_add_test(u, test_evict_during_late_unprotect);
+	tcase_add_test(u, test_drop_during_late_unprotect);
 	tcase_add_test(b, test_munmap_during_readback);
 	tcase_add_test(b, test_dontneed_during_readback);
 	tcase_add_test(b, test_destroy_and_drop_during_readback);
