@@ -324,7 +324,9 @@ static uint64_t win_mask(const struct kvp_region *r, uint32_t off, uint32_t len)
 
 void kvp_blk_unprotect_begin(struct kvp_region *r, struct kvp_block *b)
 {
-	assert(b->state == KVP_BLOCK_RESIDENT && b->unprot < UINT8_MAX);
+	assert((b->state == KVP_BLOCK_RESIDENT ||
+		b->state == KVP_BLOCK_POISONED) &&
+	       b->unprot < UINT8_MAX);
 	b->unprot++;
 	r->inflight++;
 }

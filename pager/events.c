@@ -144,12 +144,11 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 	uint64_t flags = m->arg.pagefault.flags;
 	char *page = (char *)(uintptr_t)(m->arg.pagefault.address &
 					 ~(uint64_t)(KVP_PAGE_BYTES - 1));
-	enum { NOTHING, WAKE_PAGE, UNPROTECT, UNPROTECT_ONLY, HOLE, POISON } act =
-	    NOTHING;
+	enum { NOTHING, WAKE_PAGE, UNPROTECT, HOLE, POISON } act = NOTHING;
 	struct kvp_region *r;
 	struct kvp_block *b;
 	char *baddr = NULL, *uaddr = NULL;
-	size_t ulen = 0;
+	size_t ulen = 0, blen;
 	bool wake = false;
 	uint64_t blk;
 
@@ -162,6 +161,7 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 	blk = (uint64_t)(page - r->addr) >> r->block_shift;
 	b = &r->blocks[blk];
 	baddr = kvp_blk_addr(r, blk);
+	blen = r->block_bytes; /* r may go once the lock is released */
 	if (b->state == KVP_BLOCK_LOADING && b->op->verifying &&
 	    !(flags & UFFD_PAGEFAULT_FLAG_WP)) {
 		/* Moved in whole and being read back (load.c): a page
@@ -237,8 +237,11 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 			break;
 		case KVP_BLOCK_POISONED:
 			/* A page a failed fill left: nothing of the block is
-			 * ever written back, the write may go on. */
-			act = UNPROTECT_ONLY;
+			 * ever written back, the write may go on (counted as
+			 * a RESIDENT block's: a drop meanwhile must not let
+			 * it be loaded again before that is done). */
+			kvp_blk_unprotect_begin(r, b);
+			act = UNPROTECT;
 			break;
 		default:
 			act = WAKE_PAGE;
@@ -327,26 +330,28 @@ out:
 		(void)kvp_uffd_wake(&p->uffd, page, KVP_PAGE_BYTES);
 		break;
 	case UNPROTECT:
-	case UNPROTECT_ONLY:
 		/* The block, or the window written of one resident in
 		 * part.  A flush waits for it (kvp_blk_unprotect_begin):
 		 * its protection must not be undone by this one. */
-		if (act == UNPROTECT && kvp_test_hook)
+		if (kvp_test_hook)
 			kvp_test_hook(KVP_TEST_UNPROTECT, uaddr ? uaddr : baddr);
 		(void)kvp_uffd_protect(p, uaddr ? uaddr : baddr,
-				       uaddr ? ulen : r->block_bytes, false);
-		if (act == UNPROTECT_ONLY)
-			break;
+				       uaddr ? ulen : blen, false);
+		if (kvp_test_hook)
+			kvp_test_hook(KVP_TEST_UNPROTECTED, baddr);
 		pthread_mutex_lock(&p->lock);
+		/* Dropped meanwhile: its faults may load it now.  Woken
+		 * whether or not a wait is marked (a second drop clears
+		 * the mark; a woken thread only faults again). */
 		if (kvp_blk_unprotect_done(r, b)) {
 			pthread_cond_broadcast(&p->idle);
-			/* Dropped meanwhile: its faults may load it now. */
-			wake = b->state == KVP_BLOCK_ABSENT &&
-			       kvp_blk_take_waiters(b);
+			wake = b->state == KVP_BLOCK_ABSENT;
+			if (wake)
+				(void)kvp_blk_take_waiters(b);
 		}
 		pthread_mutex_unlock(&p->lock);
 		if (wake)
-			(void)kvp_uffd_wake(&p->uffd, baddr, r->block_bytes);
+			(void)kvp_uffd_wake(&p->uffd, baddr, blen);
 		break;
 	case HOLE:
 		kvp_uffd_fill_zeros(p, page);

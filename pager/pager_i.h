@@ -347,6 +347,8 @@ enum kvp_test_point {
 	KVP_TEST_MOVED,	    /* install: moved in, not yet write-protected */
 	KVP_TEST_UNPROTECT, /* write fault: marked dirty, not yet unprotected */
 	KVP_TEST_READBACK,  /* install: protected, before its read-back */
+	KVP_TEST_UNPROTECTED, /* write fault: unprotected, not yet counted
+				 done */
 };
 /* hidden: not a symbol of libkvpager.so (the tests link the archive) */
 extern void (*kvp_test_hook)(enum kvp_test_point at, void *addr)

@@ -254,12 +254,6 @@ END_TEST
  * bytes read back there.  The read waits instead until the unprotect is
  * done (its load would stop in its read-back, held here: it must not come
  * within 2 s, the passing path's one wait). */
-static void *read_first(void *arg)
-{
-	(void)*(volatile uint64_t *)arg;
-	return NULL;
-}
-
 START_TEST(test_drop_during_late_unprotect)
 {
 	struct popts po = { .budget = BUDGET, .mode = KVP_INSTALL_MOVE,
@@ -282,7 +276,7 @@ START_TEST(test_drop_during_late_unprotect)
 	ck_assert(holds_seen);
 	hold2_addr = a + BLK * BS; /* the read-back of a load again */
 	ck_assert_int_eq(madvise(a + BLK * BS, BS, MADV_DONTNEED), 0);
-	ck_assert_int_eq(pthread_create(&rd, NULL, read_first, a + BLK * BS),
+	ck_assert_int_eq(pthread_create(&rd, NULL, read_one, a + BLK * BS),
 			 0);
 	reloaded = sem_wait_secs(&held2, 2);
 	hold2_addr = NULL; /* the loads after the unprotect go on */
@@ -299,6 +293,45 @@ START_TEST(test_drop_during_late_unprotect)
 	ck_assert(kvp_test_is_zero(a + BLK * BS + 5 * PG, PG));
 	ck_assert_int_eq(st, KVP_BLOCK_ABSENT);
 	ck_assert_msg(!reloaded, "loaded again under its late unprotect");
+}
+END_TEST
+
+/* The same, but the unprotect is done (held just after it, before it is
+ * counted) while the program drops BLK, reads it (a fault that waits for
+ * the count) and drops it again: the second drop forgets BLK again, which
+ * cleared the wait's mark, and the reader was never woken.  It is woken
+ * whenever the count ends on a dropped block.  (The reader's fault is
+ * given 300 ms to be waiting before the second drop; sooner or later, it
+ * is woken either way with the fix.) */
+START_TEST(test_redrop_during_late_unprotect)
+{
+	struct popts po = { .budget = BUDGET, .mode = KVP_INSTALL_MOVE,
+			    .threads = 2 };
+	struct timespec t;
+	pthread_t w, rd;
+	char *a;
+
+	hold(KVP_TEST_UNPROTECTED, NULL);
+	a = fx_seeded_region(ST_MEM, SIZE, BS, &po);
+	hold_addr = a + BLK * BS;
+	(void)touch_read(R, BLK * BS, BS);
+	ck_assert_int_eq(pthread_create(&w, NULL, write_one, a + WR), 0);
+	sem_wait_30s(&held);
+	ck_assert(holds_seen);
+	pthread_join(w, NULL); /* unprotected: the write went on */
+	ck_assert_int_eq(madvise(a + BLK * BS, BS, MADV_DONTNEED), 0);
+	(void)wait_removed(R, BS);
+	ck_assert_int_eq(
+	    pthread_create(&rd, NULL, read_one, a + BLK * BS + 7 * PG), 0);
+	usleep(300000);
+	ck_assert_int_eq(madvise(a + BLK * BS, BS, MADV_DONTNEED), 0);
+	(void)wait_removed(R, 2 * BS);
+	sem_post(&go);
+	clock_gettime(CLOCK_REALTIME, &t);
+	t.tv_sec += 30;
+	ck_assert_msg(pthread_timedjoin_np(rd, NULL, &t) == 0,
+		      "the reader of the block dropped twice was never woken");
+	ck_assert(kvp_test_is_zero(a + BLK * BS + 7 * PG, PG));
 }
 END_TEST
 
@@ -409,6 +442,7 @@ static Suite *pager_race_suite(void)
 	tcase_add_test(u, test_flush_during_late_unprotect);
 	tcase_add_test(u, test_evict_during_late_unprotect);
 	tcase_add_test(u, test_drop_during_late_unprotect);
+	tcase_add_test(u, test_redrop_during_late_unprotect);
 	tcase_add_test(b, test_munmap_during_readback);
 	tcase_add_test(b, test_dontneed_during_readback);
 	tcase_add_test(b, test_destroy_and_drop_during_readback);
