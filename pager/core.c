@@ -640,9 +640,11 @@ void kvp_blk_write_done(struct kvp_region *r, struct kvp_block *b, int err)
 		return;
 	}
 	b->flags |= BLK_IN_STORE;
-	/* Without write protection, or across a hole where it cannot be
-	 * set, a later write would go unseen: it stays dirty. */
-	if (!r->p->have_wp || (b->flags & BLK_SPLIT))
+	/* Without write protection, across a hole where it cannot be set,
+	 * or on a page the program dropped (its zeros go in writable, at
+	 * its next fault or at this write-back's read), a later write would
+	 * go unseen: it stays dirty. */
+	if (!r->p->have_wp || (b->flags & (BLK_SPLIT | BLK_HOLES)))
 		b->flags |= BLK_DIRTY;
 }
 

@@ -72,6 +72,32 @@ START_TEST(test_remove_whole_block)
 }
 END_TEST
 
+/* A page dropped from a resident block reads as zeros (a hole, filled
+ * writable at its next fault); the block is dirty.  A flush stores it
+ * (reading the hole, which fills it) and counted it clean: a write to
+ * that page after the flush went unseen, and the clean block left without
+ * it.  A block with holes stays dirty after its write-back. */
+START_TEST(test_write_to_hole_after_flush)
+{
+	size_t bs = 64 * KIB, size = 64 * bs, po = 2 * bs + 7 * PG;
+	struct popts opts = { .budget = 4 * MIB,
+			      .mode = _i ? KVP_INSTALL_COPY
+					 : KVP_INSTALL_MOVE };
+	char *a = fx_seeded_region(ST_MEM, size, bs, &opts);
+
+	check_region(R, 2 * bs, bs, SEED_A);
+	ck_assert_int_eq(madvise(a + po, PG, MADV_DONTNEED), 0);
+	ck_assert_uint_ge(wait_removed(R, PG), PG);
+	ck_assert_int_eq(kvp_region_flush(R), 0);
+	kvp_test_fill(a + po, PG, SEED_B, po);
+	ck_assert(binfo(R, 2).dirty);
+	push_out(R, 4 * MIB);
+	ck_assert_int_ne(binfo(R, 2).state, KVP_BLOCK_RESIDENT);
+	check_region(R, po, PG, SEED_B);
+	check_region(R, 2 * bs, 7 * PG, SEED_A);
+}
+END_TEST
+
 START_TEST(test_remove_part_of_block)
 {
 	size_t bs = 64 * KIB, size = 64 * bs;
@@ -378,6 +404,7 @@ static Suite *pager_drop_suite(void)
 	t = fx_tcase(s, "remove_unmap", 120);
 	tcase_add_loop_test(t, test_remove_whole_block, 0, 2);
 	tcase_add_loop_test(t, test_remove_part_of_block, 0, 2);
+	tcase_add_loop_test(t, test_write_to_hole_after_flush, 0, 2);
 	tcase_add_loop_test(t, test_remove_during_writeback, 0, 2);
 	tcase_add_loop_test(t, test_remove_while_waiting_for_frame, 0, 2);
 	tcase_add_loop_test(t, test_remove_part_of_staged, 0, 2);
