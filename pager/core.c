@@ -16,8 +16,9 @@
  *             data)--> RESIDENT
  *   RESIDENT --kvp_blk_written (first write, a WP fault)--> RESIDENT (dirty)
  *   RESIDENT --kvp_blk_write_begin / kvp_blk_write_done (flush, once no
- *             write fault's unprotect is pending: kvp_blk_unprotect_begin
- *             and _done count them)--> RESIDENT
+ *             fault's late change is pending, such as a write fault's
+ *             unprotect: kvp_blk_late_begin and _done count
+ *             them)--> RESIDENT
  *   RESIDENT --kvp_blk_write_retry (the store takes writes again)--> RESIDENT
  *   RESIDENT --kvp_blk_begin_fill (more of a block resident in part, or
  *             all of it before a write or a drop: load.c)--> LOADING
@@ -322,20 +323,21 @@ static uint64_t win_mask(const struct kvp_region *r, uint32_t off, uint32_t len)
 	       << first;
 }
 
-void kvp_blk_unprotect_begin(struct kvp_region *r, struct kvp_block *b)
+void kvp_blk_late_begin(struct kvp_region *r, struct kvp_block *b)
 {
 	assert((b->state == KVP_BLOCK_RESIDENT ||
-		b->state == KVP_BLOCK_POISONED) &&
-	       b->unprot < UINT8_MAX);
-	b->unprot++;
+		b->state == KVP_BLOCK_POISONED ||
+		(b->state == KVP_BLOCK_LOADING && b->op->verifying)) &&
+	       b->late < UINT8_MAX);
+	b->late++;
 	r->inflight++;
 }
 
-bool kvp_blk_unprotect_done(struct kvp_region *r, struct kvp_block *b)
+bool kvp_blk_late_done(struct kvp_region *r, struct kvp_block *b)
 {
-	assert(b->unprot);
+	assert(b->late);
 	r->inflight--;
-	return --b->unprot == 0;
+	return --b->late == 0;
 }
 
 void kvp_blk_redirty(struct kvp_block *b)

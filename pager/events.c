@@ -111,7 +111,7 @@ static void readahead(struct kvp_service *s, struct kvp_region *r, uint64_t blk,
 		struct kvp_block *b = &r->blocks[i];
 
 		if (b->state != KVP_BLOCK_ABSENT ||
-		    !(b->flags & BLK_IN_STORE) || b->pins || b->unprot)
+		    !(b->flags & BLK_IN_STORE) || b->pins || b->late)
 			continue;
 		if (kvp_load_start(s, r, i, LOAD_READAHEAD, NULL, false))
 			break;
@@ -138,6 +138,27 @@ static bool run_fault(const struct kvp_region *r, uint64_t blk, uint32_t off)
 	       prev->op->win_len == r->block_bytes;
 }
 
+/* A fault's late change to block @b (at @baddr, @blen bytes) is made.  A
+ * block dropped meanwhile may be loaded now: its faults are woken whether
+ * or not a wait is marked (a second drop clears the mark; a woken thread
+ * only faults again). */
+static void late_done(struct kvp_pager *p, struct kvp_region *r,
+		      struct kvp_block *b, char *baddr, size_t blen)
+{
+	bool wake = false;
+
+	pthread_mutex_lock(&p->lock);
+	if (kvp_blk_late_done(r, b)) {
+		pthread_cond_broadcast(&p->idle);
+		wake = b->state == KVP_BLOCK_ABSENT;
+		if (wake)
+			(void)kvp_blk_take_waiters(b);
+	}
+	pthread_mutex_unlock(&p->lock);
+	if (wake)
+		(void)kvp_uffd_wake(&p->uffd, baddr, blen);
+}
+
 static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 {
 	struct kvp_pager *p = s->p;
@@ -149,7 +170,6 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 	struct kvp_block *b;
 	char *baddr = NULL, *uaddr = NULL;
 	size_t ulen = 0, blen;
-	bool wake = false;
 	uint64_t blk;
 
 	pthread_mutex_lock(&p->lock);
@@ -167,6 +187,7 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 		/* Moved in whole and being read back (load.c): a page
 		 * missing now was dropped by the program.  Served in a dying
 		 * region too: its destroy waits for this load. */
+		kvp_blk_late_begin(r, b);
 		act = HOLE;
 		goto out;
 	}
@@ -191,7 +212,7 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 				kvp_blk_written_window(r, b, win);
 				kvp_blk_used(r, b);
 				kvp_blk_touch(p, b);
-				kvp_blk_unprotect_begin(r, b);
+				kvp_blk_late_begin(r, b);
 				uaddr = baddr + (size_t)win * r->win_bytes;
 				ulen = r->win_bytes;
 				act = UNPROTECT;
@@ -210,7 +231,7 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 			kvp_blk_written(r, b);
 			kvp_blk_used(r, b);
 			kvp_blk_touch(p, b);
-			kvp_blk_unprotect_begin(r, b);
+			kvp_blk_late_begin(r, b);
 			act = UNPROTECT;
 			break;
 		}
@@ -240,7 +261,7 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 			 * ever written back, the write may go on (counted as
 			 * a RESIDENT block's: a drop meanwhile must not let
 			 * it be loaded again before that is done). */
-			kvp_blk_unprotect_begin(r, b);
+			kvp_blk_late_begin(r, b);
 			act = UNPROTECT;
 			break;
 		default:
@@ -253,11 +274,12 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 	case KVP_BLOCK_ABSENT:
 		if (b->flags & BLK_GONE)
 			break;
-		if (b->unprot) {
-			/* Dropped while a write fault of its residency still
-			 * lifts its protection: loaded now, the new copy's
-			 * protection would be lifted too, and the writes
-			 * after it lost.  Woken once that is done. */
+		if (b->late) {
+			/* Dropped while a fault of its residency still
+			 * changes its pages: loaded now, the new copy's
+			 * protection would be lifted (and the writes after
+			 * it lost), or a hole's zeros land on it.  Woken
+			 * once that is done. */
 			kvp_blk_wait(b);
 			break;
 		}
@@ -312,7 +334,12 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 			act = WAKE_PAGE; /* no memory: it faults again */
 			break;
 		}
-		act = (b->flags & BLK_HOLES) ? HOLE : WAKE_PAGE;
+		if (b->flags & BLK_HOLES) {
+			kvp_blk_late_begin(r, b);
+			act = HOLE;
+		} else {
+			act = WAKE_PAGE;
+		}
 		break;
 	case KVP_BLOCK_EVICTING:
 		kvp_blk_wait(b);
@@ -331,7 +358,7 @@ out:
 		break;
 	case UNPROTECT:
 		/* The block, or the window written of one resident in
-		 * part.  A flush waits for it (kvp_blk_unprotect_begin):
+		 * part.  A flush waits for it (kvp_blk_late_begin):
 		 * its protection must not be undone by this one. */
 		if (kvp_test_hook)
 			kvp_test_hook(KVP_TEST_UNPROTECT, uaddr ? uaddr : baddr);
@@ -339,22 +366,17 @@ out:
 				       uaddr ? ulen : blen, false);
 		if (kvp_test_hook)
 			kvp_test_hook(KVP_TEST_UNPROTECTED, baddr);
-		pthread_mutex_lock(&p->lock);
-		/* Dropped meanwhile: its faults may load it now.  Woken
-		 * whether or not a wait is marked (a second drop clears
-		 * the mark; a woken thread only faults again). */
-		if (kvp_blk_unprotect_done(r, b)) {
-			pthread_cond_broadcast(&p->idle);
-			wake = b->state == KVP_BLOCK_ABSENT;
-			if (wake)
-				(void)kvp_blk_take_waiters(b);
-		}
-		pthread_mutex_unlock(&p->lock);
-		if (wake)
-			(void)kvp_uffd_wake(&p->uffd, baddr, blen);
+		late_done(p, r, b, baddr, blen);
 		break;
 	case HOLE:
+		/* Counted (kvp_blk_late_begin) until they are in: zeros
+		 * that landed after the block left would stay in its range,
+		 * and its next load keep them (a page already there) over
+		 * the store's bytes. */
+		if (kvp_test_hook)
+			kvp_test_hook(KVP_TEST_HOLE, page);
 		kvp_uffd_fill_zeros(p, page);
+		late_done(p, r, b, baddr, blen);
 		break;
 	case POISON:
 		kvp_uffd_poison_range(p, page, KVP_PAGE_BYTES);

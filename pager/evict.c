@@ -94,9 +94,10 @@ struct kvp_block *kvp_clock_victim(struct kvp_pager *p, struct kvp_region **rp,
 		 * reference bits), and only for a load that waits.  A dying
 		 * region's blocks stay: its destroy writes them back and
 		 * frees them once nothing of it is in flight.  So does a
-		 * block whose write fault has yet to lift its protection:
-		 * that late unprotect would lift the next load's. */
-		if (b->pins == 0 && b->holds == 0 && b->unprot == 0 &&
+		 * block a fault has yet to change (b->late): a late
+		 * unprotect would lift the next load's protection, late
+		 * zeros land on its next copy. */
+		if (b->pins == 0 && b->holds == 0 && b->late == 0 &&
 		    !b->owner->dying &&
 		    (!(b->flags & BLK_WB_FAILED) || retry) &&
 		    !(b->flags & BLK_REF) &&

@@ -332,13 +332,14 @@ static bool written_unseen(struct kvp_service *s, struct kvp_op *op)
  * refuse as a whole) is installed page by page, skipping the hole, and
  * *split is set: its write protection cannot be set over the hole, so the
  * caller counts it dirty.  A page already there (a hole refilled, or one a
- * block resident in part has) is kept; *placed counts the pages that
- * arrived.  *check is set for a block moved in and then protected: the
- * caller reads it back (written_unseen) before it counts it clean.
+ * block resident in part has) is kept, and *kept set; *placed counts the
+ * pages that arrived.  *check is set for a block moved in and then
+ * protected: the caller reads it back (written_unseen) before it counts
+ * it clean.
  */
 static int install(struct kvp_pager *p, struct kvp_op *op, bool wp,
 		   bool paged, bool *slot_full, bool *split, uint32_t *placed,
-		   bool *check)
+		   bool *check, bool *kept)
 {
 	struct kvp_region *r = op->r;
 	char *addr = kvp_blk_addr(r, op->blk) + op->win_off;
@@ -350,6 +351,7 @@ static int install(struct kvp_pager *p, struct kvp_op *op, bool wp,
 
 	*split = false;
 	*check = false;
+	*kept = false;
 	if (move && wp && !op->summed)
 		slot_digest(op);
 	while (off < len) {
@@ -371,6 +373,7 @@ static int install(struct kvp_pager *p, struct kvp_op *op, bool wp,
 			off += KVP_PAGE_BYTES;
 			mapped += KVP_PAGE_BYTES;
 			skipped = true;
+			*kept = true;
 		} else if (err == -ENOENT && !pagewise) {
 			pagewise = true;
 		} else if (err == -ENOENT) {
@@ -648,7 +651,7 @@ void kvp_load_install(struct kvp_service *s, struct kvp_op *op)
 	size_t len = op->win_len, grew = 0;
 	bool whole = len == r->block_bytes;
 	bool drop, dirty, fill, paged, full = true, split, more = false;
-	bool check = false, unseen = false;
+	bool check = false, unseen = false, kept = false;
 	struct kvp_op *next = NULL;
 	uint32_t placed = 0;
 	int err;
@@ -675,7 +678,7 @@ void kvp_load_install(struct kvp_service *s, struct kvp_op *op)
 		next = kvp_op_new(OP_LOAD, r, op->blk);
 	err = !whole && !next ? -ENOMEM
 			      : install(p, op, !dirty, paged, &full, &split,
-					&placed, &check);
+					&placed, &check, &kept);
 	op->placed += placed;
 	if (check) {
 		/* Its waiters go on now (what they read is there; a write
@@ -713,6 +716,12 @@ void kvp_load_install(struct kvp_service *s, struct kvp_op *op)
 		 * is made whole at once, always clean in part. */
 		more = !whole && !(b->flags & BLK_DROP) &&
 		       (op->dirty || op->rm_any || split);
+		/* A page already there in a block that had none (not one
+		 * resident in part): zeros a hole's late fill left after
+		 * the block was dropped, which the program may have written
+		 * since, with no fault.  The store never had it: dirty. */
+		if (kept && !fill)
+			unseen = true;
 		drop = kvp_blk_installed(r, b, dirty || more || unseen, split,
 					 whole, op->placed, &grew);
 		/* Pages of a whole block the program dropped while it went

@@ -62,9 +62,12 @@ struct kvp_block {
 	uint16_t flags; /* BLK_* */
 	uint16_t pins;
 	uint8_t holds; /* transient: a flush or peek copying it out */
-	uint8_t unprot; /* transient: write faults that marked it dirty and
-			   have not lifted its protection yet (a flush waits
-			   for them: its protection must come after) */
+	uint8_t late; /* transient: faults whose change to its page table
+			 comes after p->lock is let go, not made yet: a
+			 write fault's unprotect, a hole's zeros.  Until
+			 then it is not flushed (the protection must come
+			 after), evicted, or loaded again once dropped
+			 (the change would land on the next copy) */
 	uint16_t present; /* BLK_PARTIAL: pages installed (an upper bound
 			     once the program drops some: those make it
 			     whole again at once, events.c) */
@@ -349,6 +352,8 @@ enum kvp_test_point {
 	KVP_TEST_READBACK,  /* install: protected, before its read-back */
 	KVP_TEST_UNPROTECTED, /* write fault: unprotected, not yet counted
 				 done */
+	KVP_TEST_HOLE, /* fault on a dropped page: its zeros not yet in
+			  (called with the page's address) */
 };
 /* hidden: not a symbol of libkvpager.so (the tests link the archive) */
 extern void (*kvp_test_hook)(enum kvp_test_point at, void *addr)
@@ -453,11 +458,12 @@ bool kvp_blk_dirty_windows(const struct kvp_block *b);
 /* The next run of set bits in *@mask (cleared there): its first bit in
  * *first, its length returned; 0 when none is left. */
 unsigned kvp_win_next_run(uint64_t *mask, unsigned *first);
-/* A write fault marked @b dirty and lifts its protection after p->lock
- * is let go: begun (counted in the block and in its region's inflight,
- * so that a flush and destroy wait), done (true: none left). */
-void kvp_blk_unprotect_begin(struct kvp_region *r, struct kvp_block *b);
-bool kvp_blk_unprotect_done(struct kvp_region *r, struct kvp_block *b);
+/* A fault changes @b's page table after p->lock is let go (a write
+ * fault lifts its protection, a hole's zeros go in): begun (counted in
+ * the block and in its region's inflight, so that a flush and destroy
+ * wait), done (true: none left). */
+void kvp_blk_late_begin(struct kvp_region *r, struct kvp_block *b);
+bool kvp_blk_late_done(struct kvp_region *r, struct kvp_block *b);
 void kvp_blk_redirty(struct kvp_block *b);
 void kvp_blk_abandon_dirty(struct kvp_block *b);
 /* A fault waits for the block's transition; the waiters, taken once. */

@@ -285,9 +285,9 @@ int kvp_region_flush(struct kvp_region *r)
 
 		pthread_mutex_lock(&p->lock);
 		/* A write fault marked it dirty and has yet to lift its
-		 * protection: after that, or it would undo ours and the
-		 * writes that follow would go unseen. */
-		while (b->unprot)
+		 * protection (kvp_blk_late_begin): after that, or it would
+		 * undo ours and the writes that follow would go unseen. */
+		while (b->late)
 			pthread_cond_wait(&p->idle, &p->lock);
 		want = b->state == KVP_BLOCK_RESIDENT &&
 		       (b->flags & BLK_DIRTY) && !(b->flags & BLK_DROP);
@@ -539,9 +539,9 @@ int kvp_region_advise(struct kvp_region *r, uint64_t first, uint64_t n,
 		}
 		switch (b->state) {
 		case KVP_BLOCK_RESIDENT:
-			/* (a write fault's unprotect still under way would
-			 * lift the protection of what comes next) */
-			if (b->pins || b->holds || b->unprot) {
+			/* (a fault's late change, such as an unprotect,
+			 * would land on what comes next) */
+			if (b->pins || b->holds || b->late) {
 				err = -EBUSY;
 				break;
 			}

@@ -446,9 +446,9 @@ static void run_prefetch(struct kvp_service *s, struct kvp_prefetch *pf)
 			break;
 		switch (b->state) {
 		case KVP_BLOCK_ABSENT:
-			/* (Not one whose write fault still lifts its
-			 * protection: events.c.) */
-			if ((b->flags & BLK_GONE) || b->unprot)
+			/* (Not one whose fault still changes its pages:
+			 * events.c.) */
+			if ((b->flags & BLK_GONE) || b->late)
 				break;
 			if (kvp_load_start(s, r, blk, LOAD_PREFETCH, pf, false))
 				pf->failed = true;

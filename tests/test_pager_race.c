@@ -296,6 +296,92 @@ START_TEST(test_drop_during_late_unprotect)
 }
 END_TEST
 
+/* A block moved in is RESIDENT once read back, after its faults were
+ * woken. */
+static void wait_resident(uint64_t blk)
+{
+	for (int i = 0; i < 3000 && binfo(R, blk).state != KVP_BLOCK_RESIDENT;
+	     i++)
+		usleep(10000);
+	ck_assert_int_eq(binfo(R, blk).state, KVP_BLOCK_RESIDENT);
+}
+
+#define HOLE (BLK * BS + 11 * PG)
+
+/* A pager of two service threads in @mode over the seeded region, block
+ * BLK resident; the program drops page HOLE of it and a thread @rd reads
+ * it, and the service thread that fills its zeros is held before they go
+ * in.  Returns the region. */
+static char *hold_hole_fill(unsigned mode, pthread_t *rd)
+{
+	struct popts po = { .budget = BUDGET, .mode = mode, .threads = 2 };
+	char *a;
+
+	hold(KVP_TEST_HOLE, NULL);
+	a = fx_seeded_region(ST_MEM, SIZE, BS, &po);
+	(void)touch_read(R, BLK * BS, BS);
+	wait_resident(BLK); /* the drop is the program's, not the read-back's */
+	ck_assert_int_eq(madvise(a + HOLE, PG, MADV_DONTNEED), 0);
+	(void)wait_removed(R, PG);
+	hold_addr = a + HOLE;
+	ck_assert_int_eq(pthread_create(rd, NULL, read_one, a + HOLE), 0);
+	sem_wait_30s(&held);
+	ck_assert_msg(holds_seen, "the fault on the dropped page never came");
+	return a;
+}
+
+/* A read of a page dropped from BLK (a hole) held before its zeros go in
+ * (hold_hole_fill).  Meanwhile BLK is evicted, loaded again by a write to
+ * that page and evicted again: the late zeros would land in the absent
+ * block, and its next load keep them (a page already there) over the
+ * write.  Such a block is not a victim until its zeros are in. */
+START_TEST(test_evict_during_late_hole_fill)
+{
+	pthread_t rd;
+	char *a;
+
+	a = hold_hole_fill(KVP_INSTALL_MOVE, &rd);
+	push_others();
+	kvp_test_fill(a + HOLE, PG, SEED_B, HOLE);
+	/* (Its write fault may still be counting its unprotect.) */
+	for (int i = 0; i < 20 && binfo(R, BLK).state != KVP_BLOCK_ABSENT;
+	     i++)
+		push_others();
+	sem_post(&go); /* the late zeros */
+	pthread_join(rd, NULL);
+	push_out(R, BUDGET);
+	ck_assert_int_eq(binfo(R, BLK).state, KVP_BLOCK_ABSENT);
+	check_region(R, HOLE, PG, SEED_B);
+	check_region(R, BLK * BS, 11 * PG, SEED_A);
+}
+END_TEST
+
+/* The same held zeros while the program drops all of BLK: they land in
+ * its range once it is absent (and forgotten: zeros is what it holds),
+ * and the program writes that page, which takes no fault.  The next load
+ * of BLK keeps that page (already there): it holds the program's write,
+ * and the block is dirty, or the write is lost when it leaves. */
+START_TEST(test_drop_during_late_hole_fill)
+{
+	pthread_t rd;
+	char *a;
+
+	a = hold_hole_fill(_i ? KVP_INSTALL_COPY : KVP_INSTALL_MOVE, &rd);
+	ck_assert_int_eq(madvise(a + BLK * BS, BS, MADV_DONTNEED), 0);
+	(void)wait_removed(R, PG + BS);
+	ck_assert_int_eq(binfo(R, BLK).state, KVP_BLOCK_ABSENT);
+	sem_post(&go); /* the late zeros */
+	pthread_join(rd, NULL);
+	kvp_test_fill(a + HOLE, PG, SEED_B, HOLE);
+	ck_assert(kvp_test_is_zero(a + BLK * BS, PG)); /* loads BLK */
+	wait_resident(BLK);
+	push_out(R, BUDGET);
+	ck_assert_int_eq(binfo(R, BLK).state, KVP_BLOCK_ABSENT);
+	check_region(R, HOLE, PG, SEED_B);
+	ck_assert(kvp_test_is_zero(a + BLK * BS, 11 * PG));
+}
+END_TEST
+
 /* The same, but the unprotect is done (held just after it, before it is
  * counted) while the program drops BLK, reads it (a fault that waits for
  * the count) and drops it again: the second drop forgets BLK again, which
@@ -443,6 +529,8 @@ static Suite *pager_race_suite(void)
 	tcase_add_test(u, test_evict_during_late_unprotect);
 	tcase_add_test(u, test_drop_during_late_unprotect);
 	tcase_add_test(u, test_redrop_during_late_unprotect);
+	tcase_add_test(u, test_evict_during_late_hole_fill);
+	tcase_add_loop_test(u, test_drop_during_late_hole_fill, 0, 2);
 	tcase_add_test(b, test_munmap_during_readback);
 	tcase_add_test(b, test_dontneed_during_readback);
 	tcase_add_test(b, test_destroy_and_drop_during_readback);
