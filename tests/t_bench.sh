@@ -154,6 +154,12 @@ for r in rows:
         need(r["read_bytes"] >= r["bytes"], f"{tag}: read less than "
              "it touched")
         need(r["block_bytes"] >= 4096, f"{tag}: no block_bytes")
+        # The pager's own figures: its faults, its reads (at least what
+        # was touched) and its threads' CPU.
+        need(r.get("demand_faults_total", 0) > 0 and
+             r.get("bytes_read_total", 0) >= r["bytes"] and
+             r.get("cpu_pager_us_per_touch", -1) >= 0,
+             f"{tag}: no pager statistics")
         if r["pattern"] == "sequential":
             need(r["amplification"] <= 2, f"{tag}: amplification "
                  f"{r['amplification']}: blocks read more than twice")

@@ -423,3 +423,37 @@ int kvpb_num_opt_set(const struct kvpb_num_opt *table, int id, const char *text,
 		*(uint32_t *)((char *)opts + n->off) = (uint32_t)v;
 	return 0;
 }
+
+/* The upper bound of the latency bucket holding the @q quantile. */
+static uint64_t lat_pct(const struct kvp_stats *s, double q)
+{
+	uint64_t n = 0, acc = 0;
+	unsigned i;
+
+	for (i = 0; i < KVP_LATENCY_BUCKETS; i++)
+		n += s->io_latency_us[i];
+	if (!n)
+		return 0;
+	for (i = 0; i < KVP_LATENCY_BUCKETS; i++) {
+		acc += s->io_latency_us[i];
+		if (acc >= q * n)
+			break;
+	}
+	return 2ull << i;
+}
+
+void kvpb_print_stats_json(const struct kvpb_result *r)
+{
+	const struct kvp_stats *s = &r->stats;
+
+	printf(",\"install_mode\":\"%s\"", r->install_mode);
+	/* Every statistic the pager declares, by its name. */
+#define J(name, kind, doc)                                                     \
+	printf(",\"" #name "\":%llu", (unsigned long long)s->name);
+	KVP_STATS(J)
+#undef J
+	printf(",\"io_latency_p50_us_below\":%llu,"
+	       "\"io_latency_p99_us_below\":%llu",
+	       (unsigned long long)lat_pct(s, 0.50),
+	       (unsigned long long)lat_pct(s, 0.99));
+}

@@ -221,6 +221,10 @@ struct kvpb_result *kvpb_result_new(struct kvpb_ctx *c,
 
 /* qsort's comparison of struct kvpb_result by gb_per_s, ascending. */
 int kvpb_cmp_gbps(const void *a, const void *b);
+/* A kvpager mode's statistics (@r->has_stats) as JSON members, each
+ * ",\"name\":value": the install mode, every counter the pager declares
+ * by its name, and the I/O latency's p50 and p99 buckets. */
+void kvpb_print_stats_json(const struct kvpb_result *r);
 
 /*
  * kvpb_parse_opt - @text as the value of option --@name: a size (@bytes:

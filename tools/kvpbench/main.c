@@ -290,24 +290,6 @@ static void ratios(struct kvpb_ctx *c, unsigned first)
 	}
 }
 
-/* The upper bound of the latency bucket holding the @q quantile. */
-static uint64_t lat_pct(const struct kvp_stats *s, double q)
-{
-	uint64_t n = 0, acc = 0;
-	unsigned i;
-
-	for (i = 0; i < KVP_LATENCY_BUCKETS; i++)
-		n += s->io_latency_us[i];
-	if (!n)
-		return 0;
-	for (i = 0; i < KVP_LATENCY_BUCKETS; i++) {
-		acc += s->io_latency_us[i];
-		if (acc >= q * n)
-			break;
-	}
-	return 2ull << i;
-}
-
 static bool thp_off;
 
 /* Microseconds of this process's CPU per block read, or -1 (cpu.c). */
@@ -348,24 +330,13 @@ static void print_json(const struct kvpb_result *r)
 	if (r->machine_busy >= 0)
 		printf(",\"machine_busy\":%.3f", r->machine_busy);
 	if (r->has_stats) {
-		const struct kvp_stats *s = &r->stats;
-
 		if (r->cpu_pager_s >= 0 && r->bytes)
 			printf(",\"cpu_pager_s\":%.6f,"
 			       "\"cpu_pager_us_per_block\":%.1f",
 			       r->cpu_pager_s,
 			       r->cpu_pager_s * 1e6 /
 				   ((double)r->bytes / (double)r->block_bytes));
-		printf(",\"install_mode\":\"%s\"", r->install_mode);
-		/* Every statistic the pager declares, by its name. */
-#define J(name, kind, doc)                                                     \
-	printf(",\"" #name "\":%llu", (unsigned long long)s->name);
-		KVP_STATS(J)
-#undef J
-		printf(",\"io_latency_p50_us_below\":%llu,"
-		       "\"io_latency_p99_us_below\":%llu",
-		       (unsigned long long)lat_pct(s, 0.50),
-		       (unsigned long long)lat_pct(s, 0.99));
+		kvpb_print_stats_json(r);
 	}
 	printf("}\n");
 }

@@ -78,6 +78,8 @@ struct touch_result {
 	double cpu_s;			   /* < 0: unknown */
 	uint64_t bad;
 	double vs_raw, vs_mmap; /* < 0: no such line */
+	/* The kvpager line: its pager's statistics and threads' CPU. */
+	struct kvpb_result pager;
 };
 
 #define MAX_TOUCH_RESULTS (2 * 8 * 2 * TOUCH_MODES)
@@ -419,6 +421,8 @@ static int run_here(struct touch_set *s, const struct kvpb_job *j,
 	r->cpu_s = k.cpu_s;
 	r->bad = k.bad;
 	r->touches = k.bytes / KVPB_PAGE;
+	if (k.has_stats)
+		r->pager = k;
 	if (rd0 >= 0 && rd1 >= rd0)
 		r->read_bytes = rd1 - rd0, r->written_bytes = wr1 - wr0;
 	return err;
@@ -704,6 +708,14 @@ static void print_json(const struct touch_result *r, long ra_kb)
 		printf(",\"ratio_vs_mmap\":%.4f", r->vs_mmap);
 	if (!strcmp(r->mode, "mmap") && ra_kb >= 0)
 		printf(",\"read_ahead_kb\":%ld", ra_kb);
+	if (r->pager.has_stats) {
+		if (r->pager.cpu_pager_s >= 0 && r->touches)
+			printf(",\"cpu_pager_s\":%.6f,"
+			       "\"cpu_pager_us_per_touch\":%.2f",
+			       r->pager.cpu_pager_s,
+			       r->pager.cpu_pager_s * 1e6 / r->touches);
+		kvpb_print_stats_json(&r->pager);
+	}
 	printf("}\n");
 }
 
