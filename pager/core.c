@@ -428,7 +428,8 @@ static bool refault_in_budget(const struct kvp_region *r,
 void kvp_blk_begin_load(struct kvp_region *r, struct kvp_block *b,
 			struct kvp_op *op, enum kvp_load_why why)
 {
-	assert(b->state == KVP_BLOCK_ABSENT && kvp_blk_sane(r, b));
+	/* (Not while a fault's late change is on its way: events.c.) */
+	assert(b->state == KVP_BLOCK_ABSENT && kvp_blk_sane(r, b) && !b->late);
 	b->state = KVP_BLOCK_LOADING;
 	b->op = op;
 	b->owner = r;

@@ -389,7 +389,10 @@ static int install(struct kvp_pager *p, struct kvp_op *op, bool wp,
 			move = false;
 			copied = true;
 		} else if (err && err != -EAGAIN) {
-			return err; /* the block stays LOADING: retried */
+			/* The block stays LOADING: retried (the pages placed
+			 * so far stay, counted here; kept then). */
+			*placed = (uint32_t)(arrived / KVP_PAGE_BYTES);
+			return err;
 		}
 		if (!err && !pagewise)
 			break;
@@ -716,11 +719,15 @@ void kvp_load_install(struct kvp_service *s, struct kvp_op *op)
 		 * is made whole at once, always clean in part. */
 		more = !whole && !(b->flags & BLK_DROP) &&
 		       (op->dirty || op->rm_any || split);
-		/* A page already there in a block that had none (not one
-		 * resident in part): zeros a hole's late fill left after
-		 * the block was dropped, which the program may have written
-		 * since, with no fault.  The store never had it: dirty. */
-		if (kept && !fill)
+		/* A page already there in a whole block that had none: zeros
+		 * a hole's late fill left after the block was dropped, which
+		 * the program may have written since, with no fault.  The
+		 * store never had it: dirty.  (Or one this load placed before
+		 * a failed try: a write-back too many.)  Not a window: only a
+		 * block the store holds is loaded in windows, and a drop
+		 * forgets that; a window kept its own pages from a failed
+		 * try, and dirty it would be written whole. */
+		if (kept && whole && !fill)
 			unseen = true;
 		drop = kvp_blk_installed(r, b, dirty || more || unseen, split,
 					 whole, op->placed, &grew);

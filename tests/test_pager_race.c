@@ -213,6 +213,24 @@ static void push_others(void)
 			(void)touch_read(R, (size_t)i * BS, BS);
 }
 
+/* A thread of the program is woken by the page-table change itself (the
+ * zeros, the unprotect), before the service thread counts it done
+ * (b->late): until then @blk is no victim.  Up to 30 s. */
+static void wait_late_done(uint64_t blk)
+{
+	struct kvp_pager *p = R->p;
+	unsigned late = 1;
+
+	for (int i = 0; i < 3000 && late; i++) {
+		pthread_mutex_lock(&p->lock);
+		late = R->blocks[blk].late;
+		pthread_mutex_unlock(&p->lock);
+		if (late)
+			usleep(10000);
+	}
+	ck_assert_uint_eq(late, 0);
+}
+
 /* Two service threads; one is held before the unprotect of a write fault
  * on BLK.  Meanwhile the budget wants BLK's frame: were it evicted and
  * loaded again (clean, protected), the late unprotect would lift that
@@ -238,6 +256,7 @@ START_TEST(test_evict_during_late_unprotect)
 	(void)touch_read(R, BLK * BS, PG);
 	sem_post(&go); /* the late unprotect */
 	pthread_join(w, NULL);
+	wait_late_done(BLK);
 	kvp_test_fill(a + WR2, PG, SEED_B, WR2);
 	push_out(R, BUDGET);
 	ck_assert_int_eq(binfo(R, BLK).state, KVP_BLOCK_ABSENT);
@@ -347,8 +366,10 @@ START_TEST(test_evict_during_late_hole_fill)
 	for (int i = 0; i < 20 && binfo(R, BLK).state != KVP_BLOCK_ABSENT;
 	     i++)
 		push_others();
+	ck_assert_int_eq(binfo(R, BLK).state, KVP_BLOCK_RESIDENT);
 	sem_post(&go); /* the late zeros */
-	pthread_join(rd, NULL);
+	pthread_join(rd, NULL); /* (woken by the writer's fill, long since) */
+	wait_late_done(BLK);
 	push_out(R, BUDGET);
 	ck_assert_int_eq(binfo(R, BLK).state, KVP_BLOCK_ABSENT);
 	check_region(R, HOLE, PG, SEED_B);
@@ -472,6 +493,7 @@ START_TEST(test_dontneed_during_readback)
 	sem_post(&go);
 	ck_assert(kvp_test_is_zero(a + BLK * BS + 7 * PG, PG));
 	ck_assert(binfo(R, BLK).dirty);
+	wait_late_done(BLK); /* (the hole's zeros, counted until done) */
 	push_out(R, BUDGET);
 	ck_assert_int_eq(binfo(R, BLK).state, KVP_BLOCK_ABSENT);
 	ck_assert(kvp_test_is_zero(a + BLK * BS + 7 * PG, PG));
