@@ -107,7 +107,7 @@ static int cs_submit(struct kvp_store_queue *q, struct kvp_io *const *ios,
 	int got, i;
 
 	for (i = 0; q->cs->lazy_writes && i < (int)n; i++)
-		if (ios[i]->op != KVP_IO_WRITE || q->nlazy == 64)
+		if (ios[i]->op != KVP_IO_WRITE || q->nlazy + i == 64)
 			break;
 	if (i) { /* held until reaped */
 		for (got = 0; got < i; got++) {
