@@ -240,8 +240,9 @@ static size_t moved_run(const char *dst, const char *src, size_t len)
 	return run;
 }
 
-int kvp_uffd_move(struct kvp_uffd *u, void *dst, void *src, size_t len,
-		  uint64_t mode, size_t *done)
+/* One UFFDIO_MOVE, its uncounted pages counted (below). */
+static int move_once(struct kvp_uffd *u, void *dst, void *src, size_t len,
+		     uint64_t mode, size_t *done)
 {
 	struct uffdio_move m = {
 		.dst = (uintptr_t)dst,
@@ -267,6 +268,52 @@ int kvp_uffd_move(struct kvp_uffd *u, void *dst, void *src, size_t len,
 			      len - did))) {
 		did += more;
 		err = did == len ? 0 : -EAGAIN;
+	}
+	*done = did;
+	return err;
+}
+
+/* The page at @addr, where a move stopped with ENOENT, is a hole: mapped,
+ * nothing there.  (One page only: past it, a page swapped out is not
+ * resident either, and the kernel moves it.) */
+static bool src_hole(const char *addr)
+{
+	unsigned char v;
+
+	return mincore((void *)addr, KVP_PAGE_SIZE, &v) == 0 && !(v & 1);
+}
+
+int kvp_uffd_move(struct kvp_uffd *u, void *dst, void *src, size_t len,
+		  uint64_t mode, size_t *done)
+{
+	bool holes = mode & UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES;
+	size_t did = 0, n;
+	int err;
+
+	/*
+	 * Linux 6.18's batched move keeps a transient EAGAIN (a pte that
+	 * changed under it) for the rest of its loop and retries the same
+	 * address: where that address is a hole by then (the program
+	 * dropping the page) and ALLOW_SRC_HOLES is set, each retry
+	 * "moves" the hole and loops again, for ever, in the kernel; only a
+	 * fatal signal ends it, and a pager stuck there hangs every fault.
+	 * So the mode is never passed: a hole is ENOENT there (at the
+	 * first page, nothing moved: after a move the call returns EAGAIN),
+	 * and is counted here as the mode counts it, moved.
+	 */
+	mode &= ~(uint64_t)UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES;
+	for (;;) {
+		n = 0;
+		err = move_once(u, (char *)dst + did, (char *)src + did,
+				len - did, mode, &n);
+		did += n;
+		if (err != -ENOENT || !holes || !src_hole((char *)src + did))
+			break;
+		did += KVP_PAGE_SIZE;
+		if (did == len) {
+			err = 0;
+			break;
+		}
 	}
 	if (done)
 		*done = did;

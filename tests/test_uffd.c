@@ -25,6 +25,7 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kmod-helpers/mem.h"
@@ -657,6 +658,83 @@ START_TEST(test_move_counts_pages_already_moved)
 }
 END_TEST
 
+/*
+ * Linux 6.18's batched UFFDIO_MOVE keeps a transient EAGAIN and retries the
+ * same address; with ALLOW_SRC_HOLES, a retry on a page dropped meanwhile
+ * "moves" the hole and retries again, for ever, in the kernel.
+ * kvp_uffd_move never passes the mode to the kernel.  Here moves race a
+ * thread that drops source pages, for up to 4 s: every call returns, and
+ * each page that arrived holds the bytes written to it.  (With the mode passed
+ * on, such a loop hung within 2,000 to 72,000 moves on that kernel.)
+ */
+#define RACE_PAGES 16
+static atomic_bool race_stop;
+
+static void *drop_src_pages(void *arg)
+{
+	char *src = arg;
+	unsigned seed = 1;
+
+	while (!atomic_load(&race_stop)) {
+		(void)madvise(src + (rand_r(&seed) % RACE_PAGES) * PG, PG,
+			      MADV_DONTNEED);
+		if (rand_r(&seed) % 4 == 0)
+			sched_yield();
+	}
+	return NULL;
+}
+
+START_TEST(test_move_holes_race)
+{
+	const size_t len = RACE_PAGES * PG;
+	unsigned char in[RACE_PAGES];
+	struct timespec t0, t;
+	long moves, arrived = 0;
+	pthread_t th;
+	char *p, *src;
+
+	if (!have(UFFD_FEATURE_MOVE, "move_holes_race"))
+		return;
+	p = registered(&uf, len, PG, UFFDIO_REGISTER_MODE_MISSING);
+	ck_assert_int_eq(kvp_mem_reserve(len, PG, false, (void **)&src), 0);
+	atomic_store(&race_stop, false);
+	ck_assert_int_eq(pthread_create(&th, NULL, drop_src_pages, src), 0);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (moves = 0; moves < 100000; moves++) {
+		int c = (int)(moves % 251) + 1, err;
+		size_t done = 0;
+
+		memset(src, c, len);
+		err = kvp_uffd_move(&uf, p, src, len,
+				    UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES, &done);
+		ck_assert_msg(err == 0 || err == -EAGAIN, "move %ld: %s", moves,
+			      strerror(-err));
+		ck_assert_int_eq(mincore(p, len, in), 0);
+		for (size_t i = 0; i < RACE_PAGES; i++)
+			if (in[i] & 1) {
+				/* (A drop during the memset leaves zeros
+				 * before the bytes written after it.) */
+				ck_assert_msg(p[i * PG + PG - 1] == (char)c &&
+						  (!p[i * PG] ||
+						   p[i * PG] == (char)c),
+					      "move %ld, page %zu", moves, i);
+				arrived++;
+			}
+		ck_assert_int_eq(madvise(p, len, MADV_DONTNEED), 0);
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if (t.tv_sec - t0.tv_sec >= 4)
+			break;
+	}
+	atomic_store(&race_stop, true);
+	pthread_join(th, NULL);
+	ck_assert_int_gt(arrived, 0);
+	printf("move_holes_race: %ld moves, %ld pages arrived\n", moves,
+	       arrived);
+	kvp_mem_release(src, len);
+	kvp_mem_release(p, len);
+}
+END_TEST
+
 START_TEST(test_writeprotect)
 {
 	struct handler h;
@@ -1187,6 +1265,7 @@ static Suite *uffd_suite(void)
 	tcase_add_test(tc, test_move_2m);
 	tcase_add_test(tc, test_move_holes);
 	tcase_add_test(tc, test_move_counts_pages_already_moved);
+	tcase_add_test(tc, test_move_holes_race);
 	tcase_add_test(tc, test_writeprotect);
 	tcase_add_test(tc, test_continue);
 	tcase_add_test(tc, test_poison);
