@@ -273,14 +273,16 @@ static int move_once(struct kvp_uffd *u, void *dst, void *src, size_t len,
 	return err;
 }
 
-/* The page at @addr, where a move stopped with ENOENT, is a hole: mapped,
- * nothing there.  (One page only: past it, a page swapped out is not
- * resident either, and the kernel moves it.) */
-static bool src_hole(const char *addr)
+/* The page at @src, where a move stopped with ENOENT, is a hole: mapped,
+ * nothing there, and @dst mapped (else the kernel's ENOENT stands).  One
+ * page only: past it, a page swapped out is not resident either, and only
+ * the kernel can move it. */
+static bool src_hole(const char *dst, const char *src)
 {
 	unsigned char v;
 
-	return mincore((void *)addr, KVP_PAGE_SIZE, &v) == 0 && !(v & 1);
+	return mincore((void *)src, KVP_PAGE_SIZE, &v) == 0 && !(v & 1) &&
+	       mincore((void *)dst, KVP_PAGE_SIZE, &v) == 0;
 }
 
 int kvp_uffd_move(struct kvp_uffd *u, void *dst, void *src, size_t len,
@@ -298,8 +300,9 @@ int kvp_uffd_move(struct kvp_uffd *u, void *dst, void *src, size_t len,
 	 * "moves" the hole and loops again, for ever, in the kernel; only a
 	 * fatal signal ends it, and a pager stuck there hangs every fault.
 	 * So the mode is never passed: a hole is ENOENT there (at the
-	 * first page, nothing moved: after a move the call returns EAGAIN),
-	 * and is counted here as the mode counts it, moved.
+	 * first page, nothing moved: after a move the call stops there
+	 * with EAGAIN, and goes on here), and is counted here as the mode
+	 * counts it, moved.
 	 */
 	mode &= ~(uint64_t)UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES;
 	for (;;) {
@@ -307,7 +310,10 @@ int kvp_uffd_move(struct kvp_uffd *u, void *dst, void *src, size_t len,
 		err = move_once(u, (char *)dst + did, (char *)src + did,
 				len - did, mode, &n);
 		did += n;
-		if (err != -ENOENT || !holes || !src_hole((char *)src + did))
+		if (holes && err == -EAGAIN && n && did < len)
+			continue;
+		if (err != -ENOENT || !holes ||
+		    !src_hole((char *)dst + did, (char *)src + did))
 			break;
 		did += KVP_PAGE_SIZE;
 		if (did == len) {

@@ -119,7 +119,8 @@ int kvp_uffd_zeropage(struct kvp_uffd *u, void *dst, size_t len, bool dontwake,
  * dst and absent at src from where the kernel stopped, and returns 0 or
  * -EAGAIN with *done past them.  A dst page that was there before the call
  * over a src hole is counted too: neither needs moving.  ALLOW_SRC_HOLES is
- * done here, never by the kernel (6.18 can spin for ever in it: uffd.c).
+ * done here, never by the kernel (6.18 can spin for ever in it: uffd.c);
+ * with it, -ENOENT (a page or range unmapped) may come with *done > 0.
  */
 int kvp_uffd_move(struct kvp_uffd *u, void *dst, void *src, size_t len,
 		  uint64_t mode, size_t *done);
