@@ -29,8 +29,34 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include "pager/pager_i.h"
+
+bool kvp_range_mapped(const char *addr, size_t len)
+{
+	unsigned char vec[KVP_BLOCK_PAGES_MAX];
+
+	return len <= sizeof(vec) * KVP_PAGE_BYTES &&
+	       mincore((void *)addr, len, vec) == 0;
+}
+
+void kvp_copy_own(char *to, const char *from, size_t len)
+{
+	struct iovec l = { to, len }, rv = { (void *)from, len };
+	ssize_t got = process_vm_readv(getpid(), &l, 1, &rv, 1, 0);
+	size_t off = got > 0 ? (size_t)got & ~(size_t)(KVP_PAGE_BYTES - 1) : 0;
+
+	for (; off < len; off += KVP_PAGE_BYTES) {
+		l = (struct iovec){ to + off, KVP_PAGE_BYTES };
+		rv = (struct iovec){ (void *)(from + off), KVP_PAGE_BYTES };
+		if (process_vm_readv(getpid(), &l, 1, &rv, 1, 0) !=
+		    (ssize_t)KVP_PAGE_BYTES)
+			memset(to + off, 0, KVP_PAGE_BYTES);
+	}
+}
 
 /* Is any page of [off, off + len) of a block set in @drops? */
 static bool any_dropped(const uint64_t *drops, size_t off, size_t len)
@@ -52,8 +78,10 @@ int kvp_store_windows(struct kvp_region *r, uint64_t blk, uint64_t wins,
 		size_t off = (size_t)first * unit, len = (size_t)n * unit;
 		char *src = kvp_blk_addr(r, blk) + off, *bounce = NULL;
 
-		if (any_dropped(drops, off, len)) {
-			/* Never read a dropped page: it may fault. */
+		if (any_dropped(drops, off, len) ||
+		    !kvp_range_mapped(src, len)) {
+			/* Never read a dropped page: it may fault; nor one
+			 * unmapped (kvp_copy_own). */
 			bounce = aligned_alloc(KVP_PAGE_BYTES, len);
 			if (!bounce) {
 				err = -ENOMEM;
@@ -63,8 +91,8 @@ int kvp_store_windows(struct kvp_region *r, uint64_t blk, uint64_t wins,
 				if (any_dropped(drops, off + o, KVP_PAGE_BYTES))
 					memset(bounce + o, 0, KVP_PAGE_BYTES);
 				else
-					memcpy(bounce + o, src + o,
-					       KVP_PAGE_BYTES);
+					kvp_copy_own(bounce + o, src + o,
+						     KVP_PAGE_BYTES);
 			src = bounce;
 		}
 		err = kvp_store_pwrite(r->store, src, len,

@@ -180,8 +180,8 @@ out_meta:
 
 /*
  * Store one block's bytes from the region itself.  A block the program
- * unmapped in part is copied out around the hole first (the hole reads as
- * zeros): process_vm_readv reports an unmapped page instead of faulting.
+ * unmapped in part (BLK_SPLIT, or an unmap whose event is not handled yet)
+ * is copied out around the hole first (the hole reads as zeros).
  */
 static int store_from_region(struct kvp_region *r, uint64_t blk)
 {
@@ -190,20 +190,13 @@ static int store_from_region(struct kvp_region *r, uint64_t blk)
 	char *bounce;
 	int err;
 
-	if (!(r->blocks[blk].flags & BLK_SPLIT))
+	if (!(r->blocks[blk].flags & BLK_SPLIT) && kvp_range_mapped(addr, len))
 		return kvp_store_pwrite(r->store, addr, len,
 					kvp_blk_store_off(r, blk));
 	bounce = aligned_alloc(KVP_PAGE_BYTES, len);
 	if (!bounce)
 		return -ENOMEM;
-	for (size_t off = 0; off < len; off += KVP_PAGE_BYTES) {
-		struct iovec l = { bounce + off, KVP_PAGE_BYTES };
-		struct iovec rv = { addr + off, KVP_PAGE_BYTES };
-
-		if (process_vm_readv(getpid(), &l, 1, &rv, 1, 0) !=
-		    (ssize_t)KVP_PAGE_BYTES)
-			memset(bounce + off, 0, KVP_PAGE_BYTES);
-	}
+	kvp_copy_own(bounce, addr, len);
 	err =
 	    kvp_store_pwrite(r->store, bounce, len, kvp_blk_store_off(r, blk));
 	free(bounce);
