@@ -167,6 +167,29 @@ static void *flush_all(void *arg)
 	return NULL;
 }
 
+/* A pager of @threads service threads in move mode over the seeded
+ * region, block BLK resident and clean; a thread @w of the program writes
+ * page WR, and the service thread that takes its write fault is held at
+ * @at.  Returns the region. */
+static char *hold_write_fault(enum kvp_test_point at, unsigned threads,
+			      pthread_t *w)
+{
+	struct popts po = { .budget = BUDGET, .mode = KVP_INSTALL_MOVE,
+			    .threads = threads };
+	char *a;
+
+	hold(at, NULL);
+	a = fx_seeded_region(ST_MEM, SIZE, BS, &po);
+	hold_addr = a + BLK * BS;
+	(void)touch_read(R, BLK * BS, BS);
+	ck_assert(!binfo(R, BLK).dirty);
+	ck_assert_int_eq(pthread_create(w, NULL, write_one, a + WR), 0);
+	sem_wait_30s(&held);
+	ck_assert_msg(holds_seen, "the write fault on block %d never came",
+		      BLK);
+	return a;
+}
+
 /* Block BLK resident and clean; a write to it faults, and the service
  * thread is held after it marked the block dirty and before it lifts the
  * protection.  A flush meanwhile writes the block and protects it again:
@@ -176,20 +199,10 @@ static void *flush_all(void *arg)
  * flush done (never timed: a flush that finishes first is the bug). */
 START_TEST(test_flush_during_late_unprotect)
 {
-	struct popts po = { .budget = BUDGET, .mode = KVP_INSTALL_MOVE };
-	char *a;
 	pthread_t w, f;
 
-	hold(KVP_TEST_UNPROTECT, NULL);
-	a = fx_seeded_region(ST_MEM, SIZE, BS, &po);
-	hold_addr = a + BLK * BS;
-	(void)touch_read(R, BLK * BS, BS);
-	ck_assert(!binfo(R, BLK).dirty);
 	flushed = 0;
-	ck_assert_int_eq(pthread_create(&w, NULL, write_one, a + WR), 0);
-	sem_wait_30s(&held);
-	ck_assert_msg(holds_seen, "the write fault on block %d never came",
-		      BLK);
+	(void)hold_write_fault(KVP_TEST_UNPROTECT, 1, &w);
 	ck_assert_int_eq(pthread_create(&f, NULL, flush_all, NULL), 0);
 	for (int i = 0; i < 500 && !flushed; i++)
 		usleep(10000);
@@ -239,19 +252,9 @@ static void wait_late_done(uint64_t blk)
 #define WR2 (BLK * BS + 9 * PG)
 START_TEST(test_evict_during_late_unprotect)
 {
-	struct popts po = { .budget = BUDGET, .mode = KVP_INSTALL_MOVE,
-			    .threads = 2 };
-	char *a;
 	pthread_t w;
+	char *a = hold_write_fault(KVP_TEST_UNPROTECT, 2, &w);
 
-	hold(KVP_TEST_UNPROTECT, NULL);
-	a = fx_seeded_region(ST_MEM, SIZE, BS, &po);
-	hold_addr = a + BLK * BS;
-	(void)touch_read(R, BLK * BS, BS);
-	ck_assert(!binfo(R, BLK).dirty);
-	ck_assert_int_eq(pthread_create(&w, NULL, write_one, a + WR), 0);
-	sem_wait_30s(&held);
-	ck_assert(holds_seen);
 	push_others();
 	(void)touch_read(R, BLK * BS, PG);
 	sem_post(&go); /* the late unprotect */
@@ -275,24 +278,16 @@ END_TEST
  * within 2 s, the passing path's one wait). */
 START_TEST(test_drop_during_late_unprotect)
 {
-	struct popts po = { .budget = BUDGET, .mode = KVP_INSTALL_MOVE,
-			    .threads = 2 };
 	enum kvp_block_state st;
 	pthread_t w, rd;
 	bool reloaded;
 	char *a;
 
-	hold(KVP_TEST_UNPROTECT, NULL);
 	ck_assert_int_eq(sem_init(&held2, 0, 0), 0);
 	ck_assert_int_eq(sem_init(&go2, 0, 0), 0);
 	hold2_at = KVP_TEST_READBACK;
 	holds2_seen = 0;
-	a = fx_seeded_region(ST_MEM, SIZE, BS, &po);
-	hold_addr = a + BLK * BS;
-	(void)touch_read(R, BLK * BS, BS);
-	ck_assert_int_eq(pthread_create(&w, NULL, write_one, a + WR), 0);
-	sem_wait_30s(&held);
-	ck_assert(holds_seen);
+	a = hold_write_fault(KVP_TEST_UNPROTECT, 2, &w);
 	hold2_addr = a + BLK * BS; /* the read-back of a load again */
 	ck_assert_int_eq(madvise(a + BLK * BS, BS, MADV_DONTNEED), 0);
 	ck_assert_int_eq(pthread_create(&rd, NULL, read_one, a + BLK * BS),
@@ -412,19 +407,10 @@ END_TEST
  * is woken either way with the fix.) */
 START_TEST(test_redrop_during_late_unprotect)
 {
-	struct popts po = { .budget = BUDGET, .mode = KVP_INSTALL_MOVE,
-			    .threads = 2 };
 	struct timespec t;
 	pthread_t w, rd;
-	char *a;
+	char *a = hold_write_fault(KVP_TEST_UNPROTECTED, 2, &w);
 
-	hold(KVP_TEST_UNPROTECTED, NULL);
-	a = fx_seeded_region(ST_MEM, SIZE, BS, &po);
-	hold_addr = a + BLK * BS;
-	(void)touch_read(R, BLK * BS, BS);
-	ck_assert_int_eq(pthread_create(&w, NULL, write_one, a + WR), 0);
-	sem_wait_30s(&held);
-	ck_assert(holds_seen);
 	pthread_join(w, NULL); /* unprotected: the write went on */
 	ck_assert_int_eq(madvise(a + BLK * BS, BS, MADV_DONTNEED), 0);
 	(void)wait_removed(R, BS);
