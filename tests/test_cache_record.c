@@ -2,6 +2,7 @@
  * open, and every way a record can be wrong. */
 #include <check.h>
 #include <errno.h>
+#include <openssl/evp.h>
 #include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,12 +141,13 @@ START_TEST(plain_damage)
 	check_open(rec, 100, payload, 4096, &k, NULL, -EINVAL);
 	check_open(rec, 0, payload, 4096, &k, NULL, -EINVAL);
 	/* one flipped bit anywhere (0x10 of byte 48 makes the length
-	 * 4112, past the buffer; of byte 49, 0: its check fails) */
+	 * 4112, past the buffer; of byte 49, 0: its check fails; the
+	 * check's last 16 bytes are zeros, as reserved bytes are) */
 	for (i = 0; i < n; i += 3) {
 		int want = -EBADMSG;
 
 		if (i < 8 || (i >= 12 && i < 16) || (i >= 50 && i < 80) ||
-		    (i >= 112 && i < 128) || i == 48)
+		    (i >= 96 && i < 128) || i == 48)
 			want = -EINVAL;
 		else if (i < 12)
 			want = -EPROTONOSUPPORT;
@@ -158,9 +160,11 @@ START_TEST(plain_damage)
 	bad[20] ^= 1;
 	check_open(bad, n, payload, 4096, &k, NULL, -EKEYREJECTED);
 	check_open(bad, n, payload, 4096, NULL, NULL, -EBADMSG);
-	/* another version */
+	/* another version (0, or one after this one) */
 	memcpy(bad, rec, n);
-	bad[8] = 3;
+	bad[8] = 0;
+	check_open(bad, n, payload, 4096, &k, NULL, -EPROTONOSUPPORT);
+	bad[8] = KVP_REC_VERSION + 1;
 	check_open(bad, n, payload, 4096, &k, NULL, -EPROTONOSUPPORT);
 	/* zeros where a record was never written */
 	memset(bad, 0, n);
@@ -171,29 +175,63 @@ START_TEST(plain_damage)
 }
 END_TEST
 
-/* Records of version 1, whose plain check is BLAKE2b-256, are still
- * read; the version field says which check a record carries. */
-START_TEST(version1_still_read)
+/* A plain record rewritten as kvpager wrote it with version @ver: its
+ * check is BLAKE2b-256 (1) or SHA-256 (2) over the header's first 80
+ * bytes and the payload. */
+static void rewrite_as(uint8_t *rec, size_t len, uint8_t ver)
+{
+	crypto_generichash_state st;
+	unsigned int got = 0;
+	EVP_MD_CTX *md;
+
+	rec[8] = ver;
+	if (ver == 1) {
+		ck_assert_int_ge(sodium_init(), 0);
+		crypto_generichash_init(&st, NULL, 0, 32);
+		crypto_generichash_update(&st, rec, 80);
+		crypto_generichash_update(&st, rec + 128, len);
+		crypto_generichash_final(&st, rec + 80, 32);
+		return;
+	}
+	md = EVP_MD_CTX_new();
+	ck_assert(md && EVP_DigestInit_ex(md, EVP_sha256(), NULL) &&
+		  EVP_DigestUpdate(md, rec, 80) &&
+		  EVP_DigestUpdate(md, rec + 128, len) &&
+		  EVP_DigestFinal_ex(md, rec + 80, &got));
+	EVP_MD_CTX_free(md);
+	ck_assert_uint_eq(got, 32);
+}
+
+/* Records of versions 1 and 2 are still read; the version field says
+ * which check a record carries, and no version's check passes as
+ * another's. */
+START_TEST(older_versions_still_read)
 {
 	struct kvp_rec_key k;
 	uint8_t *payload, *rec = make_rec(4096, NULL, &payload);
 	size_t n = kvp_rec_size(4096);
-	crypto_generichash_state st;
+	uint8_t ver;
 
 	key_of(&k, 0x11);
-	ck_assert_uint_eq(rec[8], 2); /* written as version 2 */
-	/* the same record as kvpager wrote it before: version 1 */
-	rec[8] = 1;
-	check_open(rec, n, payload, 4096, &k, NULL, -EBADMSG);
-	ck_assert_int_ge(sodium_init(), 0);
-	crypto_generichash_init(&st, NULL, 0, 32);
-	crypto_generichash_update(&st, rec, 80);
-	crypto_generichash_update(&st, rec + 128, 4096);
-	crypto_generichash_final(&st, rec + 80, 32);
-	check_open(rec, n, payload, 4096, &k, NULL, 0);
-	/* its BLAKE2b check does not pass as version 2's */
-	rec[8] = 2;
-	check_open(rec, n, payload, 4096, &k, NULL, -EBADMSG);
+	ck_assert_uint_eq(rec[8], 3); /* written as version 3 */
+	for (ver = 1; ver <= 2; ver++) {
+		uint8_t *old = malloc(n);
+
+		memcpy(old, rec, n);
+		old[8] = ver; /* version 3's check under an older version */
+		check_open(old, n, payload, 4096, &k, NULL, -EBADMSG);
+		rewrite_as(old, 4096, ver);
+		check_open(old, n, payload, 4096, &k, NULL, 0);
+		/* its check does not pass as the other older version's,
+		 * nor as version 3's (whose last 16 bytes are zeros) */
+		old[8] = 3 - ver;
+		check_open(old, n, payload, 4096, &k, NULL, -EBADMSG);
+		old[8] = 3;
+		check_open(old, n, payload, 4096, &k, NULL, -EINVAL);
+		memset(old + 96, 0, 16);
+		check_open(old, n, payload, 4096, &k, NULL, -EBADMSG);
+		free(old);
+	}
 	free(rec);
 	free(payload);
 }
@@ -275,7 +313,7 @@ int main(void)
 	tcase_add_test(tc, keys_chain);
 	tcase_add_test(tc, plain_round_trip);
 	tcase_add_test(tc, plain_damage);
-	tcase_add_test(tc, version1_still_read);
+	tcase_add_test(tc, older_versions_still_read);
 	tcase_add_test(tc, sealed);
 	tcase_add_test(tc, limits);
 	return kvp_test_run(s);
