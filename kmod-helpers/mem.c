@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 /*
@@ -161,5 +162,75 @@ int kvp_thp_mode(char *buf, size_t len)
 		return -ENAMETOOLONG;
 	memcpy(buf, open_br + 1, n);
 	buf[n] = '\0';
+	return 0;
+}
+
+static double now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static volatile uint64_t touch_sink; /* keeps the reads */
+
+/* Read one word of each page of [mem, mem + len): the us it took. */
+static double read_pages(const void *mem, size_t len)
+{
+	const volatile uint64_t *w = mem;
+	uint64_t sum = 0;
+	double t0 = now_us();
+
+	for (size_t off = 0; off < len; off += KVP_PAGE_SIZE)
+		sum += w[off / sizeof(*w)];
+	touch_sink = sum;
+	return now_us() - t0;
+}
+
+/* One try of kvp_mem_touch_cost: two halves of @pages each, both read for
+ * the first time and again, then the first copied over the second. */
+static int touch_try(unsigned pages, struct kvp_mem_touch_cost *c)
+{
+	size_t len = (size_t)pages * KVP_PAGE_SIZE;
+	char *mem;
+	double t0;
+	int err;
+
+	err = kvp_mem_reserve(2 * len, KVP_PAGE_SIZE, false, (void **)&mem);
+	if (err)
+		return err;
+	err = kvp_mem_advise(mem, 2 * len, MADV_NOHUGEPAGE);
+	if (!err)
+		err = kvp_mem_populate(mem, 2 * len);
+	if (!err) {
+		c->first_us = read_pages(mem, 2 * len) / (2.0 * pages);
+		c->again_us = read_pages(mem, 2 * len) / (2.0 * pages);
+		t0 = now_us();
+		memcpy(mem + len, mem, len);
+		c->copy_us = (now_us() - t0) / pages;
+		touch_sink += (uint64_t)mem[len];
+	}
+	kvp_mem_release(mem, 2 * len);
+	return err;
+}
+
+int kvp_mem_touch_cost(unsigned pages, struct kvp_mem_touch_cost *out)
+{
+	struct kvp_mem_touch_cost best = { 0 }, c;
+	int err;
+
+	for (int i = 0; i < 3; i++) {
+		err = touch_try(pages ? pages : 1, &c);
+		if (err)
+			return err;
+		if (!i || c.first_us < best.first_us)
+			best.first_us = c.first_us;
+		if (!i || c.again_us < best.again_us)
+			best.again_us = c.again_us;
+		if (!i || c.copy_us < best.copy_us)
+			best.copy_us = c.copy_us;
+	}
+	*out = best;
 	return 0;
 }

@@ -81,4 +81,22 @@ int kvp_mem_memfd(const char *name, size_t len, int *fd);
  */
 int kvp_thp_mode(char *buf, size_t len);
 
+/* What a 4 KiB page costs this machine, in microseconds (kvp_mem_touch_cost). */
+struct kvp_mem_touch_cost {
+	double first_us; /* reading it the first time after it was mapped */
+	double again_us; /* reading it again */
+	double copy_us;	 /* copying it whole into another mapped page */
+};
+
+/*
+ * kvp_mem_touch_cost - measure *out now, on @pages 4 KiB pages mapped and
+ * populated for the purpose (no huge pages), the least of three tries (a
+ * try preempted halfway says nothing of the machine).  In a guest whose
+ * hypervisor shadows page tables the first read of each new mapping traps
+ * (microseconds); with nested paging it costs nothing more than a second
+ * read.  Takes well under a millisecond there and a few where first
+ * touches are slow.  Returns 0 or -errno (-ENOMEM: no memory to map).
+ */
+int kvp_mem_touch_cost(unsigned pages, struct kvp_mem_touch_cost *out);
+
 #endif /* KVP_MEM_H */

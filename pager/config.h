@@ -54,7 +54,9 @@ enum kvp_install_mode {
 	  "on from the last (0: the whole block; a power of two from 4K)")   \
 	X(install_mode, KVP_T_CHOICE, 0, 2, KVP_INSTALL_AUTO, true,            \
 	  "auto move copy",                                                    \
-	  "how a loaded block enters the region: UFFDIO_MOVE or UFFDIO_COPY")  \
+	  "how a loaded block enters the region: UFFDIO_MOVE or UFFDIO_COPY " \
+	  "(auto: copy, and move for blocks of 2 MiB and more where a "     \
+	  "page's first touch costs more than copying it)")                 \
 	X(evict_high_watermark_percent, KVP_T_UINT, 50, 100, 95, true, NULL,   \
 	  "resident share of the budget that starts eviction")                 \
 	X(evict_low_watermark_percent, KVP_T_UINT, 10, 99, 85, true, NULL,     \

@@ -122,6 +122,16 @@ const char *kvp_region_name(const struct kvp_region *r);
 struct kvp_store *kvp_region_store(const struct kvp_region *r);
 /* The install mode in use: "move" or "copy". */
 const char *kvp_region_install_mode(const struct kvp_region *r);
+
+/*
+ * kvp_install_auto_moves - does install_mode auto move blocks of
+ * @block_bytes in (else it copies them), on a machine where the first
+ * read of a newly mapped 4 KiB page costs @first_touch_us and copying a
+ * page @copy_us (kmod-helpers' kvp_mem_touch_cost, which the pager
+ * measures at open)?
+ */
+bool kvp_install_auto_moves(size_t block_bytes, double first_touch_us,
+			    double copy_us);
 void kvp_region_stats(const struct kvp_region *r, struct kvp_stats *out);
 
 /* Write back every dirty block (blocks stay resident).  0 or first error. */

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kmod-helpers/mem.h"
 #include "kmod-helpers/uffd.h"
 #include "pager/pager.h"
 
@@ -280,6 +281,8 @@ struct kvp_pager {
 	struct kvp_uffd uffd;
 	bool have_wp; /* dirty tracking by write-protect */
 	bool have_poison;
+	/* measured at open, for install_mode auto (region.c) */
+	struct kvp_mem_touch_cost touch;
 	pthread_mutex_t lock;
 	pthread_mutex_t rlock; /* the region list, for foreach; taken
 				      before lock */

@@ -29,13 +29,28 @@
 
 #define MAX_BLOCK_BYTES ((size_t)4096 << (KVP_SIZE_CLASSES - 1))
 
-/* auto install: UFFDIO_MOVE for blocks of a THP and more, UFFDIO_COPY
- * below.  `kvpbench install` on this project's machines: a 2 MiB block
- * moves as one PMD at 7.4 GB/s against 1.5 GB/s copied (5x); from 4 KiB
- * to 1 MiB the two are within 20% of each other (fault cost dominates),
- * and a copy installs write-protected in one step, with no window between
- * mapping and protecting. */
+/*
+ * auto install.  Below a THP, UFFDIO_COPY: from 4 KiB to 1 MiB the two
+ * are within 20-30% of each other (`kvpbench install`), and a copy
+ * installs write-protected in one step, with no window between mapping
+ * and protecting.  A block of a THP and more moves as one PMD, but then
+ * pays for that window: its slot digested before the move, a protection
+ * (a TLB flush) and a read-back after it (load.c), two to three passes
+ * over the block on the service thread.  A copy pays one pass, 4 KiB
+ * pages, and the program's first touch of each page, which is free with
+ * nested paging and microseconds where a hypervisor shadows page tables.
+ * So it moves where a page's first touch costs more than copying the
+ * page, and copies where it costs less.  `kvpbench stream` (2 MiB, 16
+ * deep): copy 0.93x raw against move's 0.60x on a guest whose first
+ * touch costs 0.01 us a page; 0.28x against 0.87x where it cost 7-9 us.
+ */
 #define AUTO_MOVE_MIN_BYTES KVP_HUGE_SIZE
+
+bool kvp_install_auto_moves(size_t block_bytes, double first_touch_us,
+			    double copy_us)
+{
+	return block_bytes >= AUTO_MOVE_MIN_BYTES && first_touch_us >= copy_us;
+}
 
 static bool valid_block_bytes(size_t b)
 {
@@ -84,9 +99,11 @@ int kvp_region_create(struct kvp_pager *p, const struct kvp_region_opts *o,
 		r->install = (enum kvp_install_mode)p->cfg.install_mode;
 		break;
 	default:
-		r->install = o->block_bytes >= AUTO_MOVE_MIN_BYTES
-				 ? KVP_INSTALL_MOVE
-				 : KVP_INSTALL_COPY;
+		r->install = kvp_install_auto_moves(o->block_bytes,
+						    p->touch.first_us,
+						    p->touch.copy_us)
+				     ? KVP_INSTALL_MOVE
+				     : KVP_INSTALL_COPY;
 	}
 
 	/* A block resident in part is written back by the windows written

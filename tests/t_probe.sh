@@ -35,7 +35,7 @@ for f in 'userfaultfd syscall' 'userfaultfd device' 'userfaultfd user-mode' \
 	'uffd EVENT_REMOVE' 'uffd EVENT_UNMAP' 'io_uring' \
 	'io_uring op READ' 'io_uring op WRITE' 'O_DIRECT' \
 	'transparent hugepages' 'process_madvise DONTNEED' \
-	'page first touch' 'tlb flush' '/dev/fuse' \
+	'page first touch' 'install auto' 'tlb flush' '/dev/fuse' \
 	'fusermount3' \
 	'RLIMIT_MEMLOCK' 'CUDA device'; do
 	grep -Eq "^$f +(ok|missing) " "$tmp/out" || fail "no line for '$f'"
@@ -47,6 +47,8 @@ grep -Eq '^transparent hugepages +(ok|missing) +mode (always|madvise|never)' \
 	"$tmp/out" || fail "THP line has no mode"
 grep -Eq '^page first touch +ok +[0-9]+\.[0-9]+ us per 4 KiB page .*\([0-9]+\.[0-9]+ us after\): [0-9]+ us per 64 KiB block' \
 	"$tmp/out" || fail "first-touch line has no figures"
+grep -Eq '^install auto +ok +2 MiB blocks go in by (move|copy): a page.s first touch costs (more|less) than copying it \([0-9]+\.[0-9]+ us\)' \
+	"$tmp/out" || fail "install auto line has no choice"
 grep -Eq '^tlb flush +ok +a 64 KiB range dropped alone: [0-9]+\.[0-9] us \([0-9]+\.[0-9]+ us per page flushed\)(; in batches of 16, [0-9]+\.[0-9] us each)?$' \
 	"$tmp/out" || fail "tlb flush line has no figures"
 grep -Eq '^RLIMIT_MEMLOCK +ok +[0-9]+ bytes' "$tmp/out" ||

@@ -29,6 +29,7 @@
 #include "kmod-helpers/uffd.h"
 #include "kmod-helpers/uring.h"
 #include "lib/cli/cli.h"
+#include "pager/pager.h"
 
 static bool json;
 
@@ -356,44 +357,43 @@ static void *measure_range(const char *name, size_t len)
 	return NULL;
 }
 
-static volatile uint64_t first_touch_sink; /* keeps the reads */
-
 /*
  * What the program pays the first time it touches a page the pager has
  * just mapped.  In a guest whose hypervisor shadows page tables that is a
  * trap per 4 KiB mapping, however the page got there (here: populated in
  * advance, then read twice); a huge page is one mapping.  Each block
  * installed from 4 KiB pages pays it once per page, on the program's CPU.
+ * The pager measures the same at open and picks how blocks of a huge page
+ * go in from it (install_mode auto): the second line says what it picks.
  */
 static void probe_first_touch(void)
 {
-	enum { PAGES = 512, BLOCK_PAGES = (64 << 10) / KVP_PAGE_SIZE };
-	size_t len = PAGES * KVP_PAGE_SIZE, step = KVP_PAGE_SIZE / 8;
-	volatile const uint64_t *w;
-	double t0, t1, t2;
-	uint64_t sum = 0;
+	enum { PAGES = 256, BLOCK_PAGES = (64 << 10) / KVP_PAGE_SIZE };
+	struct kvp_mem_touch_cost c;
 	char detail[256];
-	void *mem = measure_range("page first touch", len);
+	bool moves;
+	int err = kvp_mem_touch_cost(PAGES, &c);
 
-	if (!mem)
+	if (err) {
+		snprintf(detail, sizeof(detail),
+			 "cannot map a %u KiB test range: %s",
+			 2 * PAGES * 4, strerror(-err));
+		report("page first touch", false, detail,
+		       "none needed: this line only measures");
 		return;
-	w = mem;
-	t0 = now_us();
-	for (size_t i = 0; i < len / 8; i += step)
-		sum += w[i];
-	t1 = now_us();
-	for (size_t i = 0; i < len / 8; i += step)
-		sum += w[i];
-	t2 = now_us();
-	kvp_mem_release(mem, len);
-	first_touch_sink = sum;
+	}
 	snprintf(detail, sizeof(detail),
 		 "%.2f us per 4 KiB page the first time it is read after "
 		 "being mapped (%.2f us after): %.0f us per 64 KiB block "
 		 "installed, on the program's CPU",
-		 (t1 - t0) / PAGES, (t2 - t1) / PAGES,
-		 (t1 - t0) / PAGES * BLOCK_PAGES);
+		 c.first_us, c.again_us, c.first_us * BLOCK_PAGES);
 	report("page first touch", true, detail, NULL);
+	moves = kvp_install_auto_moves(KVP_HUGE_SIZE, c.first_us, c.copy_us);
+	snprintf(detail, sizeof(detail),
+		 "2 MiB blocks go in by %s: a page's first touch costs %s "
+		 "than copying it (%.2f us); smaller ones by copy",
+		 moves ? "move" : "copy", moves ? "more" : "less", c.copy_us);
+	report("install auto", true, detail, NULL);
 }
 
 /*
