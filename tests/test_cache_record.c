@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <openssl/evp.h>
 #include <sodium.h>
+#include <xxhash.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -237,6 +238,33 @@ START_TEST(older_versions_still_read)
 }
 END_TEST
 
+/* Version 3's check is exactly XXH3-128, canonical (big endian), of
+ * bytes 0..79 and the payload, then 16 zeros: computed here without the
+ * library's code, at lengths that take each of XXH3's paths. */
+START_TEST(v3_check_is_xxh3_128)
+{
+	static const size_t lens[] = { 0, 1, 100, 160, 161, 1000, 1024,
+				       4096, 100000 };
+	size_t i;
+
+	for (i = 0; i < sizeof(lens) / sizeof(*lens); i++) {
+		uint8_t *payload, *rec = make_rec(lens[i], NULL, &payload);
+		uint8_t *cat = malloc(80 + lens[i] + 1), zero[16] = { 0 };
+		XXH128_canonical_t c;
+
+		memcpy(cat, rec, 80);
+		memcpy(cat + 80, payload, lens[i]);
+		XXH128_canonicalFromHash(&c, XXH3_128bits(cat, 80 + lens[i]));
+		ck_assert_uint_eq(rec[8], 3);
+		ck_assert_mem_eq(rec + 80, c.digest, 16);
+		ck_assert_mem_eq(rec + 96, zero, 16);
+		free(cat);
+		free(rec);
+		free(payload);
+	}
+}
+END_TEST
+
 START_TEST(sealed)
 {
 	struct kvp_rec_cipher c1, c2;
@@ -314,6 +342,7 @@ int main(void)
 	tcase_add_test(tc, plain_round_trip);
 	tcase_add_test(tc, plain_damage);
 	tcase_add_test(tc, older_versions_still_read);
+	tcase_add_test(tc, v3_check_is_xxh3_128);
 	tcase_add_test(tc, sealed);
 	tcase_add_test(tc, limits);
 	return kvp_test_run(s);

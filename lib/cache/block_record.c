@@ -20,6 +20,11 @@
 #include <openssl/evp.h>
 #include <sodium.h>
 #include <xxhash.h>
+/* XXH3's output is stable from 0.8.0 on: an older library would write
+ * records every other build rejects (and removes, as torn). */
+#if XXH_VERSION_NUMBER < 800
+#error "libxxhash 0.8.0 or later is needed (XXH3's digests change before it)"
+#endif
 #if defined(__x86_64__) || defined(__i386__)
 /* The library's SSE2, AVX2 and AVX-512 versions, picked at run time. */
 #include <xxh_x86dispatch.h>

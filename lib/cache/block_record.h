@@ -107,7 +107,8 @@ static inline uint64_t kvp_rec_size(uint64_t len)
  * kvp_rec_seal - write the record of payload (len bytes) under key into rec
  * (kvp_rec_size(len) bytes; payload may not overlap it): sealed with
  * cipher, or plain with its checksum when cipher is NULL.  Returns 0,
- * -EINVAL (len over KVP_REC_MAX_PAYLOAD), -ENOSYS (libsodium).
+ * -EINVAL (len over KVP_REC_MAX_PAYLOAD), -ENOSYS (libsodium), -ENOMEM
+ * (no memory for the checksum's digest state).
  */
 int kvp_rec_seal(const struct kvp_rec_key *key, const void *payload,
 		 uint64_t len, const struct kvp_rec_cipher *cipher, void *rec);
@@ -130,7 +131,7 @@ int kvp_rec_seal(const struct kvp_rec_key *key, const void *payload,
  *   -EBADMSG         the checksum or the authentication tag does not match
  *                    (corrupt, torn, tampered, or another cipher key)
  *   -ENOSYS          libsodium cannot initialise
- *   -ENOMEM          libcrypto could not make its digest's context
+ *   -ENOMEM          no memory for the plain check's digest state
  */
 int kvp_rec_open(void *rec, size_t rec_len, const struct kvp_rec_key *expect,
 		 const struct kvp_rec_cipher *cipher, const void **payload,
