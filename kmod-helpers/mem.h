@@ -88,6 +88,9 @@ struct kvp_mem_touch_cost {
 	double copy_us;	 /* copying it whole into another mapped page */
 };
 
+/* The pages the pager measures at open, and kvp-probe with it. */
+#define KVP_MEM_TOUCH_COST_PAGES 64
+
 /*
  * kvp_mem_touch_cost - measure *out now, on @pages 4 KiB pages mapped and
  * populated for the purpose (no huge pages), the least of three tries (a

@@ -11,9 +11,6 @@
 #include "kmod-helpers/mem.h"
 #include "pager/pager_i.h"
 
-/* Pages measured at open for install_mode auto: half a MiB in all. */
-#define TOUCH_COST_PAGES 64
-
 /* What the engine asks of userfaultfd.  MOVE is needed to evict without
  * MADV_DONTNEED on a registered range (whose REMOVE event would block the
  * evicting thread until a service thread read it); REMOVE and UNMAP make
@@ -71,7 +68,7 @@ int kvp_pager_open(const struct kvp_config *cfg, struct kvp_pager **out)
 	p->have_wp = p->uffd.features & UFFD_FEATURE_PAGEFAULT_FLAG_WP;
 	p->have_poison = p->uffd.features & UFFD_FEATURE_POISON;
 	/* Unmeasured (no memory to try), blocks of a THP move as before. */
-	if (kvp_mem_touch_cost(TOUCH_COST_PAGES, &p->touch))
+	if (kvp_mem_touch_cost(KVP_MEM_TOUCH_COST_PAGES, &p->touch))
 		p->touch = (struct kvp_mem_touch_cost){ .first_us = 1 };
 	err = kvp_frames_init(p);
 	if (err)

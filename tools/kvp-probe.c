@@ -368,18 +368,23 @@ static void *measure_range(const char *name, size_t len)
  */
 static void probe_first_touch(void)
 {
-	enum { PAGES = 256, BLOCK_PAGES = (64 << 10) / KVP_PAGE_SIZE };
+	enum { BLOCK_PAGES = (64 << 10) / KVP_PAGE_SIZE };
 	struct kvp_mem_touch_cost c;
 	char detail[256];
 	bool moves;
-	int err = kvp_mem_touch_cost(PAGES, &c);
+	int err = kvp_mem_touch_cost(KVP_MEM_TOUCH_COST_PAGES, &c);
 
 	if (err) {
 		snprintf(detail, sizeof(detail),
 			 "cannot map a %u KiB test range: %s",
-			 2 * PAGES * 4, strerror(-err));
+			 2 * KVP_MEM_TOUCH_COST_PAGES * 4, strerror(-err));
 		report("page first touch", false, detail,
 		       "none needed: this line only measures");
+		snprintf(detail, sizeof(detail),
+			 "2 MiB blocks go in by move (not measured: %s); "
+			 "smaller ones by copy",
+			 strerror(-err));
+		report("install auto", true, detail, NULL);
 		return;
 	}
 	snprintf(detail, sizeof(detail),
@@ -392,7 +397,8 @@ static void probe_first_touch(void)
 	snprintf(detail, sizeof(detail),
 		 "2 MiB blocks go in by %s: a page's first touch costs %s "
 		 "than copying it (%.2f us); smaller ones by copy",
-		 moves ? "move" : "copy", moves ? "more" : "less", c.copy_us);
+		 moves ? "move" : "copy", moves ? "no less" : "less",
+		 c.copy_us);
 	report("install auto", true, detail, NULL);
 }
 
