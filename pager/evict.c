@@ -189,9 +189,11 @@ int kvp_detach(struct kvp_pager *p, struct kvp_region *r, uint64_t blk,
 				    UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES, &done);
 		off += done;
 		moved += done;
-		if (err == -ENOENT && !pagewise) {
-			/* The range crosses a hole the program unmapped:
-			 * go page by page. */
+		if ((err == -ENOENT || err == -EINVAL) && !pagewise) {
+			/* The range crosses a hole the program unmapped
+			 * (ENOENT where the hole starts the range, EINVAL
+			 * where it crosses the end of a mapping, as it
+			 * does a boundary between two): go page by page. */
 			pagewise = true;
 			err = 0;
 		} else if (err == -ENOENT) {

@@ -318,6 +318,39 @@ START_TEST(test_unmap_part_of_block)
 }
 END_TEST
 
+/*
+ * A dirty block the program unmapped in part: its last page (0) or its
+ * first (1).  UFFDIO_MOVE refuses a range that crosses the end of its
+ * source mapping with EINVAL, not ENOENT as where the range starts in
+ * the hole, so eviction's detach must go page by page on both: else the
+ * block was given up on every clock round, never left, and held its
+ * memory.
+ */
+START_TEST(test_evict_block_unmapped_in_part)
+{
+	size_t bs = 64 * KIB, size = 64 * bs, lo = 0, hi = bs;
+	struct popts po = { .budget = 2 * MIB };
+	char *a, *b;
+
+	a = fx_seeded_region(ST_MEM, size, bs, &po);
+	b = a + 3 * bs;
+	kvp_test_fill(b, bs, SEED_B, 3 * bs);
+	if (_i == 0) {
+		ck_assert_int_eq(munmap(b + bs - PG, PG), 0);
+		hi = bs - PG;
+	} else {
+		ck_assert_int_eq(munmap(b, PG), 0);
+		lo = PG;
+	}
+	wait_removed(R, PG);
+	ck_assert(binfo(R, 3).dirty);
+	push_out(R, 2 * MIB);
+	ck_assert_int_eq(binfo(R, 3).state, KVP_BLOCK_ABSENT);
+	check_region(R, 3 * bs + lo, hi - lo, SEED_B);
+	ck_assert_int_eq(store_check(S, 3 * bs + lo, hi - lo, SEED_B), -1);
+}
+END_TEST
+
 START_TEST(test_discard)
 {
 	size_t bs = 64 * KIB, nb = 64;
@@ -410,6 +443,7 @@ static Suite *pager_drop_suite(void)
 	tcase_add_loop_test(t, test_remove_part_of_staged, 0, 2);
 	tcase_add_loop_test(t, test_unmap, 0, 2);
 	tcase_add_test(t, test_unmap_part_of_block);
+	tcase_add_loop_test(t, test_evict_block_unmapped_in_part, 0, 2);
 	t = fx_tcase(s, "discard", 120);
 	tcase_add_test(t, test_discard);
 	tcase_add_test(t, test_bug_discard_after_fault);
