@@ -142,7 +142,12 @@ int kvp_region_flush(struct kvp_region *r);
  * block is never evicted (pins nest); pinning more than the budget fails
  * with -ENOSPC and pins nothing.  COLD makes blocks the next victims;
  * DISCARD drops their contents without write-back: they read back as zeros,
- * like MADV_DONTNEED on ordinary memory.
+ * like MADV_DONTNEED on ordinary memory.  Returns 0; -EINVAL (a range past
+ * the region, an unknown advice); for DISCARD, -EBUSY when some block was
+ * pinned, being copied out (a flush, a peek), or resident with a fault's
+ * change still landing on it (a write fault's unprotect, a dropped page's
+ * zeros, on another service thread): the other blocks are dropped, that
+ * one is not; call again.
  */
 enum kvp_advice { KVP_ADVICE_COLD, KVP_ADVICE_DISCARD };
 int kvp_region_pin(struct kvp_region *r, uint64_t first, uint64_t n);
