@@ -82,6 +82,13 @@ int kvp_mem_populate(void *addr, size_t len)
 	return 0;
 }
 
+bool kvp_mem_page_resident(const void *page)
+{
+	unsigned char v = 0;
+
+	return !mincore((void *)page, KVP_PAGE_SIZE, &v) && (v & 1);
+}
+
 int kvp_mem_advise(void *addr, size_t len, int advice)
 {
 	return madvise(addr, len, advice) ? -errno : 0;

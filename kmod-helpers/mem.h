@@ -41,6 +41,12 @@ int kvp_mem_release(void *addr, size_t len);
  */
 int kvp_mem_populate(void *addr, size_t len);
 
+/*
+ * kvp_mem_page_resident - is the 4 KiB page at @page (aligned) present in
+ * memory (mincore)?  False too when it is not mapped.
+ */
+bool kvp_mem_page_resident(const void *page);
+
 /* kvp_mem_advise - madvise(2) returning -errno. */
 int kvp_mem_advise(void *addr, size_t len, int advice);
 

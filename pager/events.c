@@ -334,6 +334,13 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 			act = WAKE_PAGE; /* no memory: it faults again */
 			break;
 		}
+		/* A page missing from a whole block: one the program
+		 * dropped (a hole), or a fault from before the install read
+		 * late (the page is there: woken).  A drop whose pages the
+		 * kernel zapped after a fill had placed them leaves the first
+		 * kind without BLK_HOLES: without this, a fault/wake spin. */
+		if (!(b->flags & BLK_HOLES) && !kvp_mem_page_resident(page))
+			kvp_blk_holes(b, false);
 		if (b->flags & BLK_HOLES) {
 			kvp_blk_late_begin(r, b);
 			act = HOLE;

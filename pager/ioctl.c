@@ -36,14 +36,25 @@ void kvp_uffd_unblock(struct kvp_pager *p)
 	sched_yield(); /* another thread holds the event: let it run */
 }
 
-int kvp_uffd_protect(struct kvp_pager *p, void *addr, size_t len, bool wp)
+static int protect(struct kvp_pager *p, void *addr, size_t len, bool wp,
+		   bool dontwake)
 {
 	int err;
 
-	while ((err = kvp_uffd_writeprotect(&p->uffd, addr, len, wp, false)) ==
-	       -EAGAIN)
+	while ((err = kvp_uffd_writeprotect(&p->uffd, addr, len, wp,
+					    dontwake)) == -EAGAIN)
 		kvp_uffd_unblock(p);
 	return err;
+}
+
+int kvp_uffd_protect(struct kvp_pager *p, void *addr, size_t len, bool wp)
+{
+	return protect(p, addr, len, wp, false);
+}
+
+int kvp_uffd_unprotect_quiet(struct kvp_pager *p, void *addr, size_t len)
+{
+	return protect(p, addr, len, false, true);
 }
 
 void kvp_uffd_poison_range(struct kvp_pager *p, void *addr, size_t len)

@@ -702,10 +702,12 @@ void kvp_load_install(struct kvp_service *s, struct kvp_op *op)
 		kvp_op_free(next);
 		return;
 	}
-	/* A fill for a write: the pages it had are still write-protected. */
+	/* A fill for a write: the pages it had are still write-protected.
+	 * Lifted quietly: a thread woken now would find the block LOADING
+	 * (advice passes such a block by, a COLD hint among them). */
 	if (err == 0 && whole && dirty && fill)
-		(void)kvp_uffd_protect(p, kvp_blk_addr(r, op->blk),
-				       r->block_bytes, false);
+		(void)kvp_uffd_unprotect_quiet(p, kvp_blk_addr(r, op->blk),
+					       r->block_bytes);
 	pthread_mutex_lock(&p->lock);
 	if (err == -ENOENT) {
 		fill_release(p, r, b);

@@ -550,6 +550,9 @@ void kvp_uffd_bind_reader(struct kvp_service *s,
 			  size_t (*reader)(struct kvp_service *s));
 /* UFFDIO_WRITEPROTECT (clearing wakes). */
 int kvp_uffd_protect(struct kvp_pager *p, void *addr, size_t len, bool wp);
+/* Clear write protection waking nobody: the caller wakes the waiters
+ * once the block's state says what they will find. */
+int kvp_uffd_unprotect_quiet(struct kvp_pager *p, void *addr, size_t len);
 /* UFFDIO_POISON over the range's missing pages. */
 void kvp_uffd_poison_range(struct kvp_pager *p, void *addr, size_t len);
 /* A page of zeros into a hole of a resident block (or a wake-up, if a

@@ -165,9 +165,12 @@ static int cs_reap(struct kvp_store_queue *q, struct kvp_io **out, unsigned max,
 	return n;
 }
 
+/* Lazy writes complete when reaped, which the inner queue's descriptor
+ * never says (store.h: it must poll readable when completions wait):
+ * none then, and the pager looks at the queue every millisecond. */
 static int cs_queue_fd(struct kvp_store_queue *q)
 {
-	return q->cs->inner->ops->queue_fd(q->inner);
+	return q->cs->lazy_writes ? -1 : q->cs->inner->ops->queue_fd(q->inner);
 }
 
 static int cs_discard(struct kvp_store *s, uint64_t off, uint64_t len)
