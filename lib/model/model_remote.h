@@ -12,7 +12,9 @@
  *   get  chunk i from the directory; on a miss, from Redis under the same
  *        key (the chunk's record, block_record.h, verified by kvp_rec_open
  *        against the key and the cache's cipher: a foreign, torn or
- *        tampered value is a counted miss, never served); a chunk fetched
+ *        damaged value is a counted miss, never served; only sealed
+ *        records stand against a writer to the Redis, whose plain ones
+ *        carry an unkeyed checksum); a chunk fetched
  *        is served and stored in the directory for next time.  Fetches
  *        read ahead: the window of the next chunks is fetched on the
  *        tier's thread while the prefill takes this one.

@@ -30,8 +30,9 @@ tokens of every KV head, [2, kv_heads, G, head_dim], padded with zeros to
 the stride); otherwise, per layer and token, K then V ([layers, C, 2,
 kv_heads, head_dim]).  chunk_kv() views either as K and V.  What was
 stored is verified when it is read (checksum, or authentication when
-encrypted): a torn, tampered or foreign chunk is a counted miss, never
-served.
+encrypted): a torn, damaged or foreign chunk is a counted miss, never
+served.  Only encrypted (sealed) chunks stand against someone who may
+write the directory or the Redis: a plain chunk's checksum has no key.
 """
 
 from __future__ import annotations
