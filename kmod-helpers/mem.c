@@ -89,6 +89,20 @@ bool kvp_mem_page_resident(const void *page)
 	return !mincore((void *)page, KVP_PAGE_SIZE, &v) && (v & 1);
 }
 
+bool kvp_mem_range_mapped(const void *addr, size_t len)
+{
+	unsigned char vec[512];
+	size_t step = sizeof(vec) * KVP_PAGE_SIZE;
+
+	for (size_t off = 0; off < len; off += step) {
+		size_t n = len - off < step ? len - off : step;
+
+		if (mincore((char *)addr + off, n, vec))
+			return false;
+	}
+	return true;
+}
+
 int kvp_mem_advise(void *addr, size_t len, int advice)
 {
 	return madvise(addr, len, advice) ? -errno : 0;

@@ -47,6 +47,12 @@ int kvp_mem_populate(void *addr, size_t len);
  */
 bool kvp_mem_page_resident(const void *page);
 
+/*
+ * kvp_mem_range_mapped - is all of [@addr, @addr + @len) (page aligned)
+ * mapped, whatever is present (mincore)?
+ */
+bool kvp_mem_range_mapped(const void *addr, size_t len);
+
 /* kvp_mem_advise - madvise(2) returning -errno. */
 int kvp_mem_advise(void *addr, size_t len, int advice);
 

@@ -279,10 +279,9 @@ static int move_once(struct kvp_uffd *u, void *dst, void *src, size_t len,
  * the kernel can move it. */
 static bool src_hole(const char *dst, const char *src)
 {
-	unsigned char v;
-
-	return mincore((void *)src, KVP_PAGE_SIZE, &v) == 0 && !(v & 1) &&
-	       mincore((void *)dst, KVP_PAGE_SIZE, &v) == 0;
+	return !kvp_mem_page_resident(src) &&
+	       kvp_mem_range_mapped(src, KVP_PAGE_SIZE) &&
+	       kvp_mem_range_mapped(dst, KVP_PAGE_SIZE);
 }
 
 int kvp_uffd_move(struct kvp_uffd *u, void *dst, void *src, size_t len,

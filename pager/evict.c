@@ -29,19 +29,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include "pager/pager_i.h"
-
-bool kvp_range_mapped(const char *addr, size_t len)
-{
-	unsigned char vec[KVP_BLOCK_PAGES_MAX];
-
-	return len <= sizeof(vec) * KVP_PAGE_BYTES &&
-	       mincore((void *)addr, len, vec) == 0;
-}
 
 void kvp_copy_own(char *to, const char *from, size_t len)
 {
@@ -79,7 +70,7 @@ int kvp_store_windows(struct kvp_region *r, uint64_t blk, uint64_t wins,
 		char *src = kvp_blk_addr(r, blk) + off, *bounce = NULL;
 
 		if (any_dropped(drops, off, len) ||
-		    !kvp_range_mapped(src, len)) {
+		    !kvp_mem_range_mapped(src, len)) {
 			/* Never read a dropped page: it may fault; nor one
 			 * unmapped (kvp_copy_own). */
 			bounce = aligned_alloc(KVP_PAGE_BYTES, len);

@@ -616,11 +616,6 @@ bool kvp_writeback_retry_due(const struct kvp_pager *p);
  * NULL) were dropped by the program and are written as zeros, never read.
  * Every other page of those runs must be mapped.  Counted in the region's
  * statistics; 0 or -errno. */
-/* Is all of [@addr, @addr + @len) mapped (at most a block)?  A page the
- * program unmapped may still count in a block as there: its UNMAP not
- * handled yet (or never: a dying region's events are not), so what reads
- * a block straight from the region asks first. */
-bool kvp_range_mapped(const char *addr, size_t len);
 /* Copy @len bytes of our own memory from @from to @to through the kernel
  * (process_vm_readv): a page unmapped reads as zeros, never a SIGSEGV. */
 void kvp_copy_own(char *to, const char *from, size_t len);

@@ -207,7 +207,7 @@ static int store_from_region(struct kvp_region *r, uint64_t blk)
 	char *bounce;
 	int err;
 
-	if (!(r->blocks[blk].flags & BLK_SPLIT) && kvp_range_mapped(addr, len))
+	if (!(r->blocks[blk].flags & BLK_SPLIT) && kvp_mem_range_mapped(addr, len))
 		return kvp_store_pwrite(r->store, addr, len,
 					kvp_blk_store_off(r, blk));
 	bounce = aligned_alloc(KVP_PAGE_BYTES, len);

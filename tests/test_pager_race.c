@@ -97,10 +97,9 @@ static void *read_one(void *arg)
 }
 
 /* A pager of @threads service threads in move mode over the seeded
- * region; a thread @t of the program reads block BLK, and the service
- * thread that installs it is held at @at.  Returns the region. */
-static char *hold_read_fault(enum kvp_test_point at, unsigned threads,
-			     pthread_t *t)
+ * region, armed to hold a service thread at @at on block BLK.  Returns
+ * the region. */
+static char *held_region(enum kvp_test_point at, unsigned threads)
 {
 	struct popts po = { .budget = BUDGET, .mode = KVP_INSTALL_MOVE,
 			    .threads = threads };
@@ -109,6 +108,16 @@ static char *hold_read_fault(enum kvp_test_point at, unsigned threads,
 	hold(at, NULL);
 	a = fx_seeded_region(ST_MEM, SIZE, BS, &po);
 	hold_addr = a + BLK * BS;
+	return a;
+}
+
+/* held_region; a thread @t of the program reads block BLK, and the
+ * service thread that installs it is held. */
+static char *hold_read_fault(enum kvp_test_point at, unsigned threads,
+			     pthread_t *t)
+{
+	char *a = held_region(at, threads);
+
 	ck_assert_int_eq(pthread_create(t, NULL, read_one, a + BLK * BS), 0);
 	sem_wait_30s(&held);
 	ck_assert_msg(holds_seen, "the install of block %d never came", BLK);
@@ -167,20 +176,14 @@ static void *flush_all(void *arg)
 	return NULL;
 }
 
-/* A pager of @threads service threads in move mode over the seeded
- * region, block BLK resident and clean; a thread @w of the program writes
- * page WR, and the service thread that takes its write fault is held at
- * @at.  Returns the region. */
+/* held_region, block BLK resident and clean; a thread @w of the program
+ * writes page WR, and the service thread that takes its write fault is
+ * held. */
 static char *hold_write_fault(enum kvp_test_point at, unsigned threads,
 			      pthread_t *w)
 {
-	struct popts po = { .budget = BUDGET, .mode = KVP_INSTALL_MOVE,
-			    .threads = threads };
-	char *a;
+	char *a = held_region(at, threads);
 
-	hold(at, NULL);
-	a = fx_seeded_region(ST_MEM, SIZE, BS, &po);
-	hold_addr = a + BLK * BS;
 	(void)touch_read(R, BLK * BS, BS);
 	ck_assert(!binfo(R, BLK).dirty);
 	ck_assert_int_eq(pthread_create(w, NULL, write_one, a + WR), 0);
