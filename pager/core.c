@@ -350,6 +350,25 @@ void kvp_blk_abandon_dirty(struct kvp_block *b)
 	b->flags &= ~BLK_DIRTY;
 }
 
+void kvp_blk_cold_later(struct kvp_block *b)
+{
+	assert(b->state == KVP_BLOCK_LOADING);
+	b->flags |= BLK_COLD;
+}
+
+/* Under p->lock: RESIDENT again or at last; a COLD hint that came
+ * meanwhile (a woken fault's thread may give one before the install ends:
+ * load.c wakes a moved-in block's waiters before its read-back) is taken
+ * now, or it would be lost. */
+static void cold_if_hinted(struct kvp_pager *p, struct kvp_block *b)
+{
+	if (!(b->flags & BLK_COLD))
+		return;
+	b->flags &= ~BLK_COLD;
+	if (!b->pins && !b->holds)
+		kvp_clock_cold(p, b);
+}
+
 void kvp_blk_wait(struct kvp_block *b)
 {
 	b->flags |= BLK_WAITERS;
@@ -512,6 +531,7 @@ bool kvp_blk_installed(struct kvp_region *r, struct kvp_block *b, bool dirty,
 	r->inflight--;
 	kvp_clock_add(r->p, b);
 	kvp_blk_touch(r->p, b);
+	cold_if_hinted(r->p, b);
 	KVP_STAT_ADD(r, resident_bytes, *grew);
 	assert(kvp_blk_sane(r, b));
 	return drop;
@@ -525,7 +545,7 @@ void kvp_blk_load_failed(struct kvp_region *r, struct kvp_block *b)
 	b->state = KVP_BLOCK_POISONED;
 	b->op = NULL;
 	b->flags &= ~(BLK_PREFETCHED | BLK_READAHEAD | BLK_WAITERS |
-		      BLK_ACTIVE);
+		      BLK_ACTIVE | BLK_COLD);
 	r->inflight--;
 	KVP_STAT_ADD(r, poisoned_blocks, 1);
 	assert(kvp_blk_sane(r, b));
@@ -542,7 +562,7 @@ void kvp_blk_load_dropped(struct kvp_region *r, struct kvp_block *b)
 	b->state = KVP_BLOCK_ABSENT;
 	b->op = NULL;
 	b->flags &= ~(BLK_PREFETCHED | BLK_READAHEAD | BLK_DROP | BLK_DIRTY |
-		      BLK_ACTIVE);
+		      BLK_ACTIVE | BLK_COLD);
 	r->inflight--;
 	assert(kvp_blk_sane(r, b));
 }
@@ -557,6 +577,7 @@ void kvp_blk_fill_undone(struct kvp_region *r, struct kvp_block *b)
 	b->flags &= ~(BLK_PREFETCHED | BLK_READAHEAD | BLK_WAITERS);
 	r->inflight--;
 	kvp_clock_add(r->p, b);
+	cold_if_hinted(r->p, b);
 	assert(kvp_blk_sane(r, b));
 }
 

@@ -531,28 +531,65 @@ static bool defer_fault(struct kvp_service *s, const struct uffd_msg *m)
 	return true;
 }
 
+/* This thread holds p->evlock (a read nested in an ioctl's EAGAIN retry,
+ * kvp_uffd_unblock). */
+static _Thread_local bool ev_held;
+
+/*
+ * From a read until the drops it read are handled, no other thread reads:
+ * madvise and munmap return once their REMOVE or UNMAP is read, not
+ * handled, so the program's next fault on the range it dropped may already
+ * be queued.  Read and handled by a second service thread before the drop,
+ * it loaded the store's bytes where the program must read zeros.  The
+ * faults read are handled after the drops of their batch and the lock: a
+ * fault's handling may wait (ioctls), and the other thread reads meanwhile.
+ * (A fault read before a drop of its range, handled after it, is an access
+ * that ends after the drop: it reads what the drop left.)  A read nested in
+ * an ioctl's retry (ioctl.c) that finds another thread reading returns
+ * nothing: that thread reads the event.
+ */
 size_t kvp_events_read(struct kvp_service *s, bool defer_faults)
 {
 	struct kvp_pager *p = s->p;
 	struct uffd_msg msgs[KVP_EVENT_BATCH];
-	size_t got = 0;
+	size_t got = 0, nf = 0;
+	bool outer = !ev_held;
 
-	if (kvp_uffd_read(&p->uffd, msgs, KVP_EVENT_BATCH, &got) == 0 && got) {
-		for (size_t i = 0; i < got; i++) {
-			const struct uffd_msg *m = &msgs[i];
+	if (outer) {
+		if (defer_faults ? pthread_mutex_trylock(&p->evlock) != 0
+				 : pthread_mutex_lock(&p->evlock) != 0)
+			return 0;
+		ev_held = true;
+	}
+	if (kvp_uffd_read(&p->uffd, msgs, KVP_EVENT_BATCH, &got) != 0)
+		got = 0;
+	for (size_t i = 0; i < got; i++) {
+		const struct uffd_msg *m = &msgs[i];
 
-			if (m->event == UFFD_EVENT_PAGEFAULT && defer_faults &&
-			    defer_fault(s, m))
-				continue;
-			if (m->event == UFFD_EVENT_PAGEFAULT)
-				handle_fault(s, m);
-			else if (m->event == UFFD_EVENT_REMOVE)
-				handle_drop(s, m->arg.remove.start,
-					    m->arg.remove.end, false);
-			else if (m->event == UFFD_EVENT_UNMAP)
-				handle_drop(s, m->arg.remove.start,
-					    m->arg.remove.end, true);
+		if (m->event == UFFD_EVENT_PAGEFAULT) {
+			msgs[nf++] = *m; /* in order, after the drops */
+			continue;
 		}
+		if (kvp_test_hook)
+			kvp_test_hook(KVP_TEST_DROP_READ,
+				      (void *)(uintptr_t)m->arg.remove.start);
+		if (m->event == UFFD_EVENT_REMOVE)
+			handle_drop(s, m->arg.remove.start, m->arg.remove.end,
+				    false);
+		else if (m->event == UFFD_EVENT_UNMAP)
+			handle_drop(s, m->arg.remove.start, m->arg.remove.end,
+				    true);
+	}
+	if (outer) {
+		ev_held = false;
+		pthread_mutex_unlock(&p->evlock);
+	}
+	for (size_t i = 0; i < nf; i++) {
+		const struct uffd_msg *m = &msgs[i];
+
+		if (defer_faults && defer_fault(s, m))
+			continue;
+		handle_fault(s, m);
 	}
 	return got;
 }

@@ -43,6 +43,7 @@ int kvp_pager_open(const struct kvp_config *cfg, struct kvp_pager **out)
 	p->frames.land.fd = -1;
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_mutex_init(&p->rlock, NULL);
+	pthread_mutex_init(&p->evlock, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&p->idle, &ca);
@@ -125,6 +126,7 @@ void kvp_pager_close(struct kvp_pager *p)
 	pthread_cond_destroy(&p->idle);
 	pthread_cond_destroy(&p->zap_cond);
 	pthread_mutex_destroy(&p->rlock);
+	pthread_mutex_destroy(&p->evlock);
 	pthread_mutex_destroy(&p->lock);
 	free(p);
 }

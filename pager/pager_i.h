@@ -27,6 +27,8 @@ enum {
 	BLK_IN_STORE = 1u << 1,	  /* the store holds its data */
 	BLK_PREFETCHED = 1u << 2, /* loaded by prefetch, not used yet */
 	BLK_REF = 1u << 3,	  /* clock reference bit */
+	BLK_COLD = 1u << 4,	  /* a COLD hint came while it was LOADING:
+				     taken when it is installed */
 	BLK_WAITERS = 1u << 5,	  /* a fault waits for the transition */
 	BLK_WB_FAILED = 1u << 6,  /* write-back failed: keep resident */
 	BLK_DROP = 1u << 7,	  /* contents dropped while LOADING or
@@ -286,6 +288,9 @@ struct kvp_pager {
 	pthread_mutex_t lock;
 	pthread_mutex_t rlock; /* the region list, for foreach; taken
 				      before lock */
+	pthread_mutex_t evlock; /* one service thread at a time reads the
+				   userfaultfd and handles what it read
+				   (events.c); taken before lock */
 	struct kvp_frames frames;
 	struct kvp_block *clock; /* clock hand (a resident block) */
 	uint64_t tick;		 /* pager clock, for last_use */
@@ -357,6 +362,8 @@ enum kvp_test_point {
 				 done */
 	KVP_TEST_HOLE, /* fault on a dropped page: its zeros not yet in
 			  (called with the page's address) */
+	KVP_TEST_DROP_READ, /* a REMOVE or UNMAP read, not yet handled
+			       (called with its start) */
 };
 /* hidden: not a symbol of libkvpager.so (the tests link the archive) */
 extern void (*kvp_test_hook)(enum kvp_test_point at, void *addr)
@@ -471,6 +478,8 @@ void kvp_blk_redirty(struct kvp_block *b);
 void kvp_blk_abandon_dirty(struct kvp_block *b);
 /* A fault waits for the block's transition; the waiters, taken once. */
 void kvp_blk_wait(struct kvp_block *b);
+/* A COLD hint for a LOADING block: kept until it is installed. */
+void kvp_blk_cold_later(struct kvp_block *b);
 bool kvp_blk_take_waiters(struct kvp_block *b);
 /* The program's drops: all of a LOADING or EVICTING block (zeros when it
  * arrives or leaves); part of a RESIDENT one; unmapped (whole: forgotten;

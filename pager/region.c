@@ -545,6 +545,8 @@ int kvp_region_advise(struct kvp_region *r, uint64_t first, uint64_t n,
 			if (b->state == KVP_BLOCK_RESIDENT && !b->pins &&
 			    !b->holds)
 				kvp_clock_cold(p, b);
+			else if (b->state == KVP_BLOCK_LOADING)
+				kvp_blk_cold_later(b); /* at its install */
 			continue;
 		}
 		switch (b->state) {

@@ -527,6 +527,71 @@ START_TEST(test_destroy_and_drop_during_readback)
 }
 END_TEST
 
+/* The program reads a page it dropped while one service thread has read
+ * the REMOVE and not yet handled it: madvise returned once the event was
+ * read.  The other thread must not take the fault first and load the
+ * store's bytes there: the page reads zeros.  (The sleep gives that
+ * thread time to: without the one-reader rule of events.c it did, every
+ * run.) */
+START_TEST(test_fault_after_unhandled_drop)
+{
+	struct popts po = { .budget = BUDGET,
+			    .mode = _i ? KVP_INSTALL_COPY : KVP_INSTALL_MOVE,
+			    .threads = 2 };
+	pthread_t d, rd;
+	char *a;
+
+	hold(KVP_TEST_DROP_READ, NULL);
+	a = fx_seeded_region(ST_MEM, SIZE, BS, &po);
+	/* Block BLK was never loaded: its first page dropped. */
+	hold_addr = drop_addr = a + BLK * BS;
+	drop_advice = MADV_DONTNEED;
+	ck_assert_int_eq(pthread_create(&d, NULL, drop_one, NULL), 0);
+	sem_wait_30s(&held);
+	ck_assert_msg(holds_seen, "the REMOVE was never read");
+	pthread_join(d, NULL); /* madvise returned: its event is read */
+	ck_assert_int_eq(pthread_create(&rd, NULL, read_one, a + BLK * BS), 0);
+	usleep(300000);
+	sem_post(&go); /* the drop is handled */
+	pthread_join(rd, NULL);
+	ck_assert(kvp_test_is_zero(a + BLK * BS, PG));
+	check_region(R, BLK * BS + PG, BS - PG, SEED_A);
+}
+END_TEST
+
+/* A COLD hint given while BLK is read back after its move (LOADING, the
+ * faulting thread already woken) is kept and taken at the install: with
+ * the budget full, BLK is the block that leaves.  _i 2, the control: the
+ * hint given once BLK is RESIDENT. */
+START_TEST(test_cold_during_readback)
+{
+	struct kvp_block_info bi;
+	pthread_t t;
+	char *a = held_region(KVP_TEST_READBACK, _i ? 2 : 1);
+
+	/* Blocks 0..2 resident first: on the clock before BLK. */
+	check_region(R, 0, 3 * BS, SEED_A);
+	ck_assert_int_eq(pthread_create(&t, NULL, read_one, a + BLK * BS), 0);
+	sem_wait_30s(&held);
+	ck_assert_msg(holds_seen, "the install of block %d never came", BLK);
+	pthread_join(t, NULL); /* woken before the read-back */
+	ck_assert_int_eq(kvp_region_block_info(R, BLK, &bi), 0);
+	ck_assert_int_eq(bi.state, KVP_BLOCK_LOADING);
+	if (_i < 2)
+		ck_assert_int_eq(
+		    kvp_region_advise(R, BLK, 1, KVP_ADVICE_COLD), 0);
+	sem_post(&go);
+	ck_assert_int_ne(binfo(R, BLK).state, KVP_BLOCK_LOADING);
+	if (_i == 2)
+		ck_assert_int_eq(
+		    kvp_region_advise(R, BLK, 1, KVP_ADVICE_COLD), 0);
+	/* One more block: past the budget, one block leaves. */
+	check_region(R, 6 * BS, BS, SEED_A);
+	settle(R);
+	ck_assert_int_ne(binfo(R, BLK).state, KVP_BLOCK_RESIDENT);
+}
+END_TEST
+
 static Suite *pager_race_suite(void)
 {
 	Suite *s = suite_create("pager_race");
@@ -545,6 +610,8 @@ static Suite *pager_race_suite(void)
 	tcase_add_test(b, test_munmap_during_readback);
 	tcase_add_test(b, test_dontneed_during_readback);
 	tcase_add_test(b, test_destroy_and_drop_during_readback);
+	tcase_add_loop_test(b, test_cold_during_readback, 0, 3);
+	tcase_add_loop_test(u, test_fault_after_unhandled_drop, 0, 2);
 	return s;
 }
 
