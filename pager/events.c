@@ -272,8 +272,13 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 
 	switch (b->state) {
 	case KVP_BLOCK_ABSENT:
-		if (b->flags & BLK_GONE)
+		if (b->flags & BLK_GONE) {
+			/* Unmapped before its fault was handled (a fault and
+			 * the UNMAP read in one batch, the drop first): woken,
+			 * it faults again and finds nothing there. */
+			act = WAKE_PAGE;
 			break;
+		}
 		if (b->late) {
 			/* Dropped while a fault of its residency still
 			 * changes its pages: loaded now, the new copy's

@@ -85,6 +85,8 @@ void kvp_uffd_fill_zeros(struct kvp_pager *p, char *page)
 				    KVP_PAGE_BYTES, false, false, &done)) ==
 	       -EAGAIN)
 		kvp_uffd_unblock(p);
-	if (err == -EEXIST)
+	/* there already, or unmapped meanwhile: either way, its fault is
+	 * woken to find what is there */
+	if (err == -EEXIST || err == -ENOENT)
 		(void)kvp_uffd_wake(&p->uffd, page, KVP_PAGE_BYTES);
 }

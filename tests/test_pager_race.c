@@ -13,6 +13,8 @@
 #include <errno.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -592,6 +594,74 @@ START_TEST(test_cold_during_readback)
 }
 END_TEST
 
+static __thread sigjmp_buf segv_jb;
+static volatile int segv_seen, segv_done;
+
+static void on_segv(int sig)
+{
+	(void)sig;
+	siglongjmp(segv_jb, 1);
+}
+
+/* Reads the page at arg, which is unmapped meanwhile: SIGSEGV. */
+static void *read_unmapped(void *arg)
+{
+	if (sigsetjmp(segv_jb, 1) == 0)
+		(void)*(volatile char *)arg;
+	else
+		segv_seen = 1;
+	segv_done = 1;
+	return NULL;
+}
+
+static void *unmap_blk(void *arg)
+{
+	(void)munmap(arg, BS);
+	return NULL;
+}
+
+/* With one service thread held, the program reads block BLK (never
+ * loaded) and another of its threads unmaps BLK: the fault and the UNMAP
+ * wait to be read together, and the drop is handled first.  The reader is
+ * still woken, and faults again into SIGSEGV; it used to sleep for ever. */
+START_TEST(test_fault_then_unmap_in_one_batch)
+{
+	struct popts po = { .budget = BUDGET, .mode = KVP_INSTALL_MOVE,
+			    .threads = 1 };
+	struct sigaction sa = { .sa_handler = on_segv }, old;
+	pthread_t d, u, rd;
+	char *a;
+	int i;
+
+	hold(KVP_TEST_DROP_READ, NULL);
+	a = fx_seeded_region(ST_MEM, SIZE, BS, &po);
+	/* The service thread, held at the REMOVE of block 2's first page. */
+	hold_addr = drop_addr = a + 2 * BS;
+	drop_advice = MADV_DONTNEED;
+	ck_assert_int_eq(pthread_create(&d, NULL, drop_one, NULL), 0);
+	sem_wait_30s(&held);
+	ck_assert_msg(holds_seen, "the REMOVE was never read");
+	pthread_join(d, NULL);
+	ck_assert_int_eq(sigaction(SIGSEGV, &sa, &old), 0);
+	segv_seen = segv_done = 0;
+	ck_assert_int_eq(pthread_create(&rd, NULL, read_unmapped, a + BLK * BS),
+			 0);
+	usleep(200000); /* its fault waits to be read */
+	ck_assert_int_eq(pthread_create(&u, NULL, unmap_blk, a + BLK * BS), 0);
+	usleep(200000); /* the UNMAP too */
+	sem_post(&go);
+	for (i = 0; i < 1000 && !segv_done; i++)
+		usleep(10000);
+	ck_assert_msg(segv_done, "the reader of the unmapped block still "
+				 "sleeps 10 s later");
+	pthread_join(rd, NULL);
+	pthread_join(u, NULL);
+	ck_assert_int_eq(sigaction(SIGSEGV, &old, NULL), 0);
+	ck_assert(segv_seen);
+	check_region(R, 2 * BS + PG, BS - PG, SEED_A);
+}
+END_TEST
+
 static Suite *pager_race_suite(void)
 {
 	Suite *s = suite_create("pager_race");
@@ -612,6 +682,7 @@ static Suite *pager_race_suite(void)
 	tcase_add_test(b, test_destroy_and_drop_during_readback);
 	tcase_add_loop_test(b, test_cold_during_readback, 0, 3);
 	tcase_add_loop_test(u, test_fault_after_unhandled_drop, 0, 2);
+	tcase_add_test(u, test_fault_then_unmap_in_one_batch);
 	return s;
 }
 
