@@ -204,6 +204,7 @@ START_TEST(test_remove_while_waiting_for_frame)
 	struct popts po = { .budget = 2 * MIB,
 			    .mode = _i ? KVP_INSTALL_COPY : KVP_INSTALL_MOVE,
 			    .exact_budget = true };
+	struct kvp_block_info bi;
 	pthread_t t;
 	char *a;
 	int k;
@@ -214,10 +215,14 @@ START_TEST(test_remove_while_waiting_for_frame)
 	ck_assert_int_eq(pthread_create(&t, NULL, touch_block_main,
 					(void *)(uintptr_t)(40 * bs)),
 			 0);
-	for (k = 0; k < 10000 && binfo(R, 40).state != KVP_BLOCK_LOADING;
-	     k++)
+	/* (block_info, not binfo: that one waits for LOADING to end) */
+	for (k = 0; k < 10000; k++) {
+		ck_assert_int_eq(kvp_region_block_info(R, 40, &bi), 0);
+		if (bi.state == KVP_BLOCK_LOADING)
+			break;
 		usleep(1000);
-	ck_assert_int_eq(binfo(R, 40).state, KVP_BLOCK_LOADING);
+	}
+	ck_assert_int_eq(bi.state, KVP_BLOCK_LOADING);
 	ck_assert_int_eq(madvise(a + 40 * bs, bs, MADV_DONTNEED), 0);
 	usleep(50000);
 	ck_assert_int_eq(kvp_region_unpin(R, 0, 32), 0);
