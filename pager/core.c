@@ -350,10 +350,12 @@ void kvp_blk_abandon_dirty(struct kvp_block *b)
 	b->flags &= ~BLK_DIRTY;
 }
 
-void kvp_blk_cold_later(struct kvp_block *b)
+void kvp_blk_cold(struct kvp_pager *p, struct kvp_block *b)
 {
-	assert(b->state == KVP_BLOCK_LOADING);
-	b->flags |= BLK_COLD;
+	if (b->state == KVP_BLOCK_LOADING)
+		b->flags |= BLK_COLD; /* taken at its install */
+	else if (b->state == KVP_BLOCK_RESIDENT && !b->pins && !b->holds)
+		kvp_clock_cold(p, b);
 }
 
 /* Under p->lock: RESIDENT again or at last; a COLD hint that came
@@ -365,8 +367,7 @@ static void cold_if_hinted(struct kvp_pager *p, struct kvp_block *b)
 	if (!(b->flags & BLK_COLD))
 		return;
 	b->flags &= ~BLK_COLD;
-	if (!b->pins && !b->holds)
-		kvp_clock_cold(p, b);
+	kvp_blk_cold(p, b);
 }
 
 void kvp_blk_wait(struct kvp_block *b)

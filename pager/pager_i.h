@@ -478,8 +478,9 @@ void kvp_blk_redirty(struct kvp_block *b);
 void kvp_blk_abandon_dirty(struct kvp_block *b);
 /* A fault waits for the block's transition; the waiters, taken once. */
 void kvp_blk_wait(struct kvp_block *b);
-/* A COLD hint for a LOADING block: kept until it is installed. */
-void kvp_blk_cold_later(struct kvp_block *b);
+/* A COLD hint: a resident block, unless pinned or held, goes first; a
+ * LOADING one keeps it until it is installed. */
+void kvp_blk_cold(struct kvp_pager *p, struct kvp_block *b);
 bool kvp_blk_take_waiters(struct kvp_block *b);
 /* The program's drops: all of a LOADING or EVICTING block (zeros when it
  * arrives or leaves); part of a RESIDENT one; unmapped (whole: forgotten;

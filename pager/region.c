@@ -207,7 +207,8 @@ static int store_from_region(struct kvp_region *r, uint64_t blk)
 	char *bounce;
 	int err;
 
-	if (!(r->blocks[blk].flags & BLK_SPLIT) && kvp_mem_range_mapped(addr, len))
+	if (!(r->blocks[blk].flags & BLK_SPLIT) &&
+	    kvp_mem_range_mapped(addr, len))
 		return kvp_store_pwrite(r->store, addr, len,
 					kvp_blk_store_off(r, blk));
 	bounce = aligned_alloc(KVP_PAGE_BYTES, len);
@@ -542,11 +543,7 @@ int kvp_region_advise(struct kvp_region *r, uint64_t first, uint64_t n,
 
 		if (advice == KVP_ADVICE_COLD) {
 			kvp_blk_used(r, b);
-			if (b->state == KVP_BLOCK_RESIDENT && !b->pins &&
-			    !b->holds)
-				kvp_clock_cold(p, b);
-			else if (b->state == KVP_BLOCK_LOADING)
-				kvp_blk_cold_later(b); /* at its install */
+			kvp_blk_cold(p, b);
 			continue;
 		}
 		switch (b->state) {
