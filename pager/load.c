@@ -616,15 +616,25 @@ void kvp_stage_drop(struct kvp_pager *p, struct kvp_op *op)
 	kvp_op_free(op);
 }
 
-bool kvp_stage_drop_oldest(struct kvp_pager *p)
+/* How far a staged block is from its stream's last fault: the one a
+ * stream needs last (passed by its faults: never). */
+static uint64_t stage_distance(const struct kvp_op *op)
 {
-	struct kvp_op *old = p->staged;
+	uint64_t last = op->r->ra[op->ra_slot].last;
 
-	if (!old)
+	return op->blk < last ? UINT64_MAX : op->blk - last;
+}
+
+bool kvp_stage_drop_farthest(struct kvp_pager *p)
+{
+	struct kvp_op *far = p->staged;
+
+	if (!far)
 		return false;
-	while (old->next)
-		old = old->next;
-	kvp_stage_drop(p, old);
+	for (struct kvp_op *op = far->next; op; op = op->next)
+		if (stage_distance(op) > stage_distance(far))
+			far = op;
+	kvp_stage_drop(p, far);
 	return true;
 }
 

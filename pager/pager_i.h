@@ -673,8 +673,8 @@ void kvp_load_install(struct kvp_service *s, struct kvp_op *op);
 /* A staged read-ahead block is wanted now (to s->ready) / dropped. */
 void kvp_stage_release(struct kvp_service *s, struct kvp_op *op);
 void kvp_stage_drop(struct kvp_pager *p, struct kvp_op *op);
-/* Drop the oldest staged block (false: none is staged). */
-bool kvp_stage_drop_oldest(struct kvp_pager *p);
+/* Drop the staged block its stream needs last (false: none is staged). */
+bool kvp_stage_drop_farthest(struct kvp_pager *p);
 /* Drop the staged blocks the faults of their region have run past (below
  * its last fault): skipped, so wasted. */
 void kvp_stage_drop_passed(struct kvp_pager *p);

@@ -218,19 +218,24 @@ static void frame_stage(struct kvp_service *s)
 			pthread_mutex_unlock(&p->lock);
 			continue;
 		}
-		if (kvp_stage_drop_oldest(p)) {
-			/* Read ahead and never asked for: make room. */
-			pthread_mutex_unlock(&p->lock);
-			continue;
-		}
-		/* Each write-back queued or in flight frees a frame when it
-		 * is done: evict only for the loads they will not cover. */
-		bool wait = p->leaving >= s->nwant;
 		/* Read-ahead nobody has asked for yet takes the frame of a
 		 * block read once, never one of the working set or of a
 		 * prefetch: when only those are left, it is given up. */
 		bool ra = op->r->blocks[op->blk].flags & BLK_READAHEAD;
+		/* Each write-back queued or in flight frees a frame when it
+		 * is done: evict only for the loads they will not cover. */
+		bool wait = p->leaving >= s->nwant;
 
+		/* Staged read-ahead was read already: dropped, it is read
+		 * again.  So only a load that is asked for, and no
+		 * write-back will free a frame for, takes one's frame, and
+		 * the one its stream needs last (a sequential writer whose
+		 * blocks leave by write-back read each block twice when
+		 * its next block was taken). */
+		if (!ra && !wait && kvp_stage_drop_farthest(p)) {
+			pthread_mutex_unlock(&p->lock);
+			continue;
+		}
 		pthread_mutex_unlock(&p->lock);
 		if (wait || ++tries > 64)
 			return;

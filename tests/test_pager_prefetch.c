@@ -356,6 +356,41 @@ START_TEST(test_readahead_working_set)
 }
 END_TEST
 
+/*
+ * A sequential writer reads each block once.  Its blocks leave by
+ * write-back, so loads wait for frames while read-ahead is staged ahead
+ * of it; before the fix a load took the frame of the oldest staged block,
+ * the very next one the writer needed (a read-ahead load did so too), and
+ * the touch benchmark's sequential read-write line read 1.13-1.17x what it
+ * touched.  Now a load waits for the write-backs in flight, and where it
+ * must take a staged block's frame takes the one its stream needs last.
+ */
+START_TEST(test_readahead_writer)
+{
+	size_t bs = 256 * KIB, size = 64 * MIB;
+	struct popts po = { .budget = 8 * MIB,
+			    .mode = _i ? KVP_INSTALL_COPY : KVP_INSTALL_MOVE,
+			    .readahead = 2 * MIB };
+	volatile uint64_t *a;
+	struct kvp_stats s;
+
+	a = (volatile uint64_t *)fx_seeded_region(ST_FILE, size, bs, &po);
+	for (size_t off = 0; off < size; off += PG)
+		a[off / 8] = a[off / 8]; /* dirty, same data */
+	s = rstats(R);
+	printf("readahead_writer %s: read %llu MiB of %zu, %llu read-ahead "
+	       "blocks, %llu wasted\n",
+	       kvp_region_install_mode(R),
+	       (unsigned long long)(s.bytes_read_total / MIB), size / MIB,
+	       (unsigned long long)s.readahead_blocks_total,
+	       (unsigned long long)s.readahead_wasted_total);
+	ck_assert_uint_gt(s.readahead_blocks_total, size / bs / 2);
+	ck_assert_uint_le(s.bytes_read_total, size + size / 50);
+	ck_assert_uint_eq(s.read_errors_total, 0);
+	check_region(R, 0, size, SEED_A);
+}
+END_TEST
+
 static Suite *pager_prefetch_suite(void)
 {
 	Suite *s = suite_create("pager_prefetch");
@@ -371,6 +406,7 @@ static Suite *pager_prefetch_suite(void)
 	tcase_add_test(t, test_bug_readahead_copy);
 	tcase_add_loop_test(t, test_readahead_sparse_runs, 0, 2);
 	tcase_add_loop_test(t, test_readahead_working_set, 0, 2);
+	tcase_add_loop_test(t, test_readahead_writer, 0, 2);
 	return s;
 }
 
