@@ -84,7 +84,7 @@ struct kvc_slot {
 	uint64_t pb;   /* the pager block it holds or loads, or ~0 */
 	uint32_t refs; /* plans holding it */
 	uint8_t state; /* slots.c: FREE, LOADING, VALID, DEAD */
-	bool used;     /* CLOCK's reference bit */
+	uint8_t used;  /* CLOCK's count: chosen again, up to SLOT_USE_MAX */
 };
 
 /* One recorded (sequence, layer) of a sampled step, for quality. */

@@ -34,6 +34,12 @@
  * it touches only the plans' I/O records and their counts.  Settling (the
  * results into the slots' states) is the driving thread's, after the wait.
  *
+ * Which slot a new block takes: CLOCK with a count, not a bit.  A slot
+ * chosen again gains a pass of the hand, up to SLOT_USE_MAX, so that the
+ * blocks the predictor keeps choosing (heavy hitters, sinks) outlive the
+ * ones chosen once (lowrank decode at 32K in 84 MiB of slots: reuse 0.248
+ * against 0.231 with a bit, the same for counts of 2 to 255).
+ *
  * Fewer, larger reads: a disk serves one read of four blocks sooner than
  * four reads of one.  A plan's blocks adjacent in the store are read as
  * one I/O into adjacent slots: CLOCK's hand looks on for a run of free
@@ -55,6 +61,7 @@
 #define SLOT_WAKE_BATCH	 32   /* completions the waiter wakes for, at most */
 #define SLOT_READ_MAX	 (256u << 10) /* one read of adjacent blocks, at most */
 #define SLOT_RUN_SCAN	 64 /* slots CLOCK looks on for a run of free ones */
+#define SLOT_USE_MAX	 3  /* CLOCK's count: passes a slot chosen again survives */
 
 enum { SLOT_FREE, SLOT_LOADING, SLOT_VALID, SLOT_DEAD };
 
@@ -232,8 +239,8 @@ void kvc_slots_fini(struct kvp_kvcache *c)
 	c->sl_of = NULL;
 }
 
-/* Can slot i hold a new block: free, or VALID, unreferenced and not
- * used since CLOCK's hand last passed? */
+/* Can slot i hold a new block: free, or VALID, unreferenced and its
+ * CLOCK count spent? */
 static bool slot_takeable(const struct kvp_kvcache *c, uint32_t i)
 {
 	const struct kvc_slot *s = &c->sl[i];
@@ -256,7 +263,7 @@ static void slot_take(struct kvp_kvcache *c, uint32_t i)
 }
 
 /*
- * A slot no plan holds, by CLOCK over the reference bits, where the next
+ * A slot no plan holds, by CLOCK over the use counts, where the next
  * @want - 1 are takeable too if the hand finds such a run within
  * SLOT_RUN_SCAN slots of the first: a run of blocks adjacent in the store
  * is then read as one I/O into them (slots_extend).  The first slot of
@@ -266,7 +273,7 @@ static int32_t slot_victim(struct kvp_kvcache *c, uint32_t want)
 {
 	uint32_t k, run = 0, best = 0, at = 0, scan = 0;
 
-	for (k = 0; k < 2 * c->sl_n && run < want; k++) {
+	for (k = 0; k < (SLOT_USE_MAX + 1) * c->sl_n && run < want; k++) {
 		uint32_t i = c->sl_hand;
 		struct kvc_slot *s = &c->sl[i];
 
@@ -281,9 +288,9 @@ static int32_t slot_victim(struct kvp_kvcache *c, uint32_t want)
 			continue;
 		}
 		if (s->state == SLOT_VALID && s->used) {
-			/* looking on for a run spares the reference bits */
+			/* looking on for a run spares the counts */
 			if (!best)
-				s->used = false;
+				s->used--;
 			run = 0;
 			continue;
 		}
@@ -347,7 +354,8 @@ int kvc_slots_plan(struct kvp_kvcache *c, struct kvc_plan *pl)
 		pl->slot[i] = -1;
 		if (s >= 0) {
 			c->sl[s].refs++;
-			c->sl[s].used = true;
+			if (c->sl[s].used < SLOT_USE_MAX)
+				c->sl[s].used++;
 			pl->slot[i] = s;
 			pl->res[i] = c->sl[s].state == SLOT_VALID;
 			last = NULL;
@@ -367,7 +375,7 @@ int kvc_slots_plan(struct kvp_kvcache *c, struct kvc_plan *pl)
 		c->sl[s].pb = pb;
 		c->sl[s].state = SLOT_LOADING;
 		c->sl[s].refs = 1;
-		c->sl[s].used = true;
+		c->sl[s].used = 1;
 		c->sl_of[pb] = s;
 		pl->slot[i] = s;
 		if (grown)
