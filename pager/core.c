@@ -263,6 +263,16 @@ bool kvp_blk_joined(struct kvp_region *r, struct kvp_block *b)
 	return readahead;
 }
 
+void kvp_blk_prefetch_joined(struct kvp_region *r, struct kvp_block *b)
+{
+	assert(b->state == KVP_BLOCK_LOADING);
+	if (!(b->flags & BLK_READAHEAD))
+		return;
+	readahead_used(r, b);
+	b->flags &= ~BLK_READAHEAD;
+	b->flags |= BLK_PREFETCHED;
+}
+
 void kvp_blk_written(struct kvp_region *r, struct kvp_block *b)
 {
 	assert(b->state == KVP_BLOCK_RESIDENT);

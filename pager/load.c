@@ -616,16 +616,18 @@ void kvp_stage_drop(struct kvp_pager *p, struct kvp_op *op)
 	kvp_op_free(op);
 }
 
-/* How far a staged block is from its stream's last fault: the one a
- * stream needs last (passed by its faults: never). */
+/* How far a staged block is from its stream's last fault, in bytes (so
+ * that regions of other block sizes compare): the one a stream needs
+ * last.  One its faults have passed is never needed: UINT64_MAX. */
 static uint64_t stage_distance(const struct kvp_op *op)
 {
 	uint64_t last = op->r->ra[op->ra_slot].last;
 
-	return op->blk < last ? UINT64_MAX : op->blk - last;
+	return op->blk < last ? UINT64_MAX
+			      : (op->blk - last) << op->r->block_shift;
 }
 
-bool kvp_stage_drop_farthest(struct kvp_pager *p)
+bool kvp_stage_drop_farthest(struct kvp_pager *p, bool passed_only)
 {
 	struct kvp_op *far = p->staged;
 
@@ -634,6 +636,8 @@ bool kvp_stage_drop_farthest(struct kvp_pager *p)
 	for (struct kvp_op *op = far->next; op; op = op->next)
 		if (stage_distance(op) > stage_distance(far))
 			far = op;
+	if (passed_only && stage_distance(far) != UINT64_MAX)
+		return false;
 	kvp_stage_drop(p, far);
 	return true;
 }

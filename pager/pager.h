@@ -188,6 +188,8 @@ struct kvp_block_info {
 	enum kvp_block_state state;
 	bool dirty;	   /* written since it was last stored */
 	bool in_store;	   /* the store holds data for it */
+	bool staged;	   /* LOADING: read ahead and read, kept in its frame
+			      until a fault or a prefetch asks for it */
 	unsigned pins;	   /* pin count */
 	uint64_t last_use; /* pager clock tick of the last access seen, or
 			      of its eviction when absent */

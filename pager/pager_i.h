@@ -450,6 +450,10 @@ void kvp_blk_touch(struct kvp_pager *p, struct kvp_block *b);
 void kvp_blk_unref(struct kvp_block *b);
 void kvp_blk_used(struct kvp_region *r, struct kvp_block *b);
 bool kvp_blk_joined(struct kvp_region *r, struct kvp_block *b);
+/* A prefetch joins a read-ahead load in flight: asked for now, so it is
+ * installed once read, not staged (the prefetch would wait until a fault
+ * or a drop). */
+void kvp_blk_prefetch_joined(struct kvp_region *r, struct kvp_block *b);
 /* Dirty bit: the first write to a resident block (a WP fault); written
  * while being evicted; dirty data given up (the pager closes). */
 void kvp_blk_written(struct kvp_region *r, struct kvp_block *b);
@@ -673,8 +677,9 @@ void kvp_load_install(struct kvp_service *s, struct kvp_op *op);
 /* A staged read-ahead block is wanted now (to s->ready) / dropped. */
 void kvp_stage_release(struct kvp_service *s, struct kvp_op *op);
 void kvp_stage_drop(struct kvp_pager *p, struct kvp_op *op);
-/* Drop the staged block its stream needs last (false: none is staged). */
-bool kvp_stage_drop_farthest(struct kvp_pager *p);
+/* Drop the staged block its stream needs last (false: none is staged, or
+ * with @passed_only none its stream's faults have passed). */
+bool kvp_stage_drop_farthest(struct kvp_pager *p, bool passed_only);
 /* Drop the staged blocks the faults of their region have run past (below
  * its last fault): skipped, so wasted. */
 void kvp_stage_drop_passed(struct kvp_pager *p);

@@ -610,6 +610,7 @@ int kvp_region_block_info(struct kvp_region *r, uint64_t block,
 	out->state = (enum kvp_block_state)b->state;
 	out->dirty = b->flags & BLK_DIRTY;
 	out->in_store = b->flags & BLK_IN_STORE;
+	out->staged = b->state == KVP_BLOCK_LOADING && b->op->staged;
 	out->pins = b->pins;
 	out->last_use = b->last_use;
 	pthread_mutex_unlock(&r->p->lock);

@@ -231,8 +231,10 @@ static void frame_stage(struct kvp_service *s)
 		 * write-back will free a frame for, takes one's frame, and
 		 * the one its stream needs last (a sequential writer whose
 		 * blocks leave by write-back read each block twice when
-		 * its next block was taken). */
-		if (!ra && !wait && kvp_stage_drop_farthest(p)) {
+		 * its next block was taken); any load takes the frame of
+		 * one its stream has passed, which nobody will ask for,
+		 * before a resident block's. */
+		if (kvp_stage_drop_farthest(p, ra || wait)) {
 			pthread_mutex_unlock(&p->lock);
 			continue;
 		}
@@ -463,6 +465,8 @@ static void run_prefetch(struct kvp_service *s, struct kvp_prefetch *pf)
 
 			if (b->op->staged)
 				kvp_stage_release(s, b->op);
+			else
+				kvp_blk_prefetch_joined(r, b);
 			if (!ref) {
 				pf->failed = true;
 				break;

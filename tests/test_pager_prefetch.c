@@ -391,6 +391,59 @@ START_TEST(test_readahead_writer)
 }
 END_TEST
 
+/*
+ * A prefetch that joins a read-ahead read still in flight ends when the
+ * read does.  Before the fix the block kept its read-ahead mark, so the
+ * read went to the stage instead of the region, and the prefetch waited
+ * until a fault or a frame-hungry load came (here: its 2 s, then
+ * -ETIMEDOUT, both blocks still LOADING).
+ */
+static void *touch_block_1(void *arg)
+{
+	touch_read(R, *(size_t *)arg, *(size_t *)arg);
+	return NULL;
+}
+
+START_TEST(test_prefetch_joins_readahead)
+{
+	size_t bs = 64 * KIB, nb = 64;
+	struct kvp_prefetch *pf = NULL;
+	uint64_t want[] = { 2, 3 };
+	struct kvp_block_info bi;
+	pthread_t t;
+	int k;
+
+	struct popts po = { .budget = 16 * MIB, .readahead = 1 * MIB };
+	/* every I/O takes 50 ms: read-ahead is in flight a while */
+	struct kvp_fault_plan plan = { .delay_us = 50000 };
+
+	make_faulty_store(nb * bs);
+	store_fill(S0, 0, nb * bs, SEED_A);
+	ck_assert_int_eq(kvp_store_faulty_set(S, &plan), 0);
+	open_pager(&po);
+	R = make_region(nb * bs, bs, KVP_REGION_FROM_STORE);
+	touch_read(R, 0, bs);
+	/* the next block, from another thread: a sequential run, so
+	 * read-ahead starts past it */
+	ck_assert_int_eq(pthread_create(&t, NULL, touch_block_1, &bs), 0);
+	for (k = 0; k < 20000; k++) {
+		ck_assert_int_eq(kvp_region_block_info(R, 3, &bi), 0);
+		if (bi.state == KVP_BLOCK_LOADING)
+			break;
+		usleep(100);
+	}
+	ck_assert_int_eq(bi.state, KVP_BLOCK_LOADING);
+	ck_assert(!bi.staged);
+	ck_assert_int_eq(kvp_prefetch_submit(R, want, 2, &pf), 0);
+	ck_assert_int_eq(kvp_prefetch_wait(pf, 2000), 0);
+	kvp_prefetch_release(pf);
+	pthread_join(t, NULL);
+	ck_assert_int_eq(binfo(R, 2).state, KVP_BLOCK_RESIDENT);
+	ck_assert_int_eq(binfo(R, 3).state, KVP_BLOCK_RESIDENT);
+	check_region(R, 0, 4 * bs, SEED_A);
+}
+END_TEST
+
 static Suite *pager_prefetch_suite(void)
 {
 	Suite *s = suite_create("pager_prefetch");
@@ -407,6 +460,7 @@ static Suite *pager_prefetch_suite(void)
 	tcase_add_loop_test(t, test_readahead_sparse_runs, 0, 2);
 	tcase_add_loop_test(t, test_readahead_working_set, 0, 2);
 	tcase_add_loop_test(t, test_readahead_writer, 0, 2);
+	tcase_add_test(t, test_prefetch_joins_readahead);
 	return s;
 }
 
