@@ -127,6 +127,7 @@ int main(void)
 	F(kvp_block_info, state);
 	F(kvp_block_info, dirty);
 	F(kvp_block_info, in_store);
+	F(kvp_block_info, staged);
 	F(kvp_block_info, pins);
 	F(kvp_block_info, last_use);
 	struct_end();

@@ -207,7 +207,7 @@ class RegionOpts(Structure):
 class BlockInfo(Structure):
     _c_name_ = "kvp_block_info"
     _fields_ = [("state", c_int), ("dirty", c_bool), ("in_store", c_bool),
-                ("pins", c_uint), ("last_use", c_uint64)]
+                ("staged", c_bool), ("pins", c_uint), ("last_use", c_uint64)]
 
 
 class FaultPlan(Structure):

@@ -323,7 +323,8 @@ class Region(Handle, Viewed):
     def block_info(self, block: int) -> dict:
         """A block's state without faulting it in: state ("absent",
         "loading", "resident", "evicting", "poisoned"), dirty, in_store,
-        pins, last_use."""
+        staged (loading: read ahead and read, kept until asked for), pins,
+        last_use."""
         self._blocks("Region.block_info", block, 1)
         bi = BlockInfo()
         check(lib.kvp_region_block_info(self._live(), block, byref(bi)),
