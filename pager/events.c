@@ -121,16 +121,21 @@ static void readahead(struct kvp_service *s, struct kvp_region *r, uint64_t blk,
 }
 
 /* Under p->lock: is a fault at byte @off of ABSENT block @blk part of a
- * run, to be loaded whole?  Yes when the faults go on from the last one
- * (readahead's test), or when it begins the block after one resident
- * whole: a stream of another thread, whose faults interleave. */
+ * run, to be loaded whole?  A run enters a block at its start (within
+ * the fault-around window), where the faults go on from the last one
+ * (readahead's test) or from a block resident whole: a stream of another
+ * thread, whose faults interleave.  (Not anywhere in the block: a random
+ * fault on the block after a recent one would load it whole, the more
+ * often the more streams are tracked.) */
 static bool run_fault(const struct kvp_region *r, uint64_t blk, uint32_t off)
 {
 	const struct kvp_block *prev = blk ? &r->blocks[blk - 1] : NULL;
 
+	if (off >= r->p->cfg.fault_around_bytes)
+		return false;
 	if (ra_match(r, blk) >= 0)
 		return true;
-	if (!prev || off >= r->p->cfg.fault_around_bytes)
+	if (!prev)
 		return false;
 	if (prev->state == KVP_BLOCK_RESIDENT)
 		return !(prev->flags & BLK_PARTIAL);

@@ -98,8 +98,8 @@ struct kvp_astats {
 /* One sequential run of faults that read-ahead follows.  Several at once
  * (a region's threads each streaming their own part) each keep their
  * window: one state for the region took their interleaved faults for
- * random ones. */
-#define KVP_RA_STREAMS 4
+ * random ones, and four left eight threads none. */
+#define KVP_RA_STREAMS 16
 struct kvp_ra_stream {
 	uint64_t last;	 /* block of its last fault */
 	uint64_t next;	 /* block after its window */
