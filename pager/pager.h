@@ -167,8 +167,11 @@ int kvp_region_advise(struct kvp_region *r, uint64_t first, uint64_t n,
  */
 int kvp_prefetch_submit(struct kvp_region *r, const uint64_t *blocks, size_t n,
 			struct kvp_prefetch **out);
-/* Wait until every block is installed, failed or cancelled; @timeout_ms < 0
- * waits for ever.  Returns 0, -ETIMEDOUT, or -EIO if some block failed. */
+/* Wait until every block is installed, failed, cancelled or given up (no
+ * frame within the budget for it, or the program dropped or unmapped it:
+ * the block is then left to the program's faults, as without the
+ * prefetch); @timeout_ms < 0 waits for ever.  Returns 0, -ETIMEDOUT, or
+ * -EIO if some block failed. */
 int kvp_prefetch_wait(struct kvp_prefetch *pf, int timeout_ms);
 bool kvp_prefetch_done(const struct kvp_prefetch *pf);
 /* Drop the blocks not yet submitted; those in flight still complete. */

@@ -171,7 +171,8 @@ class Prefetch(Handle):
 
     @property
     def done(self) -> bool:
-        """True once every block is installed, failed or cancelled."""
+        """True once every block is installed, failed, cancelled or given
+        up (no frame within the budget, or dropped: left to faults)."""
         return bool(lib.kvp_prefetch_done(self._live()))
 
     def wait(self, timeout: float | None = None) -> bool:
