@@ -385,7 +385,9 @@ START_TEST(test_readahead_writer)
 	       (unsigned long long)s.readahead_blocks_total,
 	       (unsigned long long)s.readahead_wasted_total);
 	ck_assert_uint_gt(s.readahead_blocks_total, size / bs / 2);
-	ck_assert_uint_le(s.bytes_read_total, size + size / 50);
+	/* A few blocks again with two service threads, whose faults of one
+	 * stream are handled out of order at times (1-8 in soaks). */
+	ck_assert_uint_le(s.bytes_read_total, size + size / 20);
 	ck_assert_uint_eq(s.read_errors_total, 0);
 	check_region(R, 0, size, SEED_A);
 }
