@@ -46,13 +46,16 @@ static int ra_begin(struct kvp_region *r, uint64_t blk)
 	return old;
 }
 
-/* Streams seen within the last faults: they share the read-ahead cap. */
+/* Streams reading ahead, seen within the last faults: they share the
+ * read-ahead cap.  (Not the states random faults take, which never read
+ * ahead: with sixteen, a stream among random faults got none.) */
 static unsigned ra_active(const struct kvp_region *r)
 {
 	unsigned n = 0;
 
 	for (int i = 0; i < KVP_RA_STREAMS; i++)
-		n += r->ra[i].seen && r->ra[i].seen + 64 > r->ra_tick;
+		n += r->ra[i].seen && r->ra[i].window &&
+		     r->ra[i].seen + 64 > r->ra_tick;
 	return n ? n : 1;
 }
 
@@ -120,27 +123,33 @@ static void readahead(struct kvp_service *s, struct kvp_region *r, uint64_t blk,
 	ra->next = blk + 1 + ra->window;
 }
 
+/* Under p->lock: is @b resident whole, or being loaded whole? */
+static bool loaded_whole(const struct kvp_region *r, const struct kvp_block *b)
+{
+	if (b->state == KVP_BLOCK_RESIDENT)
+		return !(b->flags & BLK_PARTIAL);
+	return b->state == KVP_BLOCK_LOADING && b->op->win_len == r->block_bytes;
+}
+
 /* Under p->lock: is a fault at byte @off of ABSENT block @blk part of a
- * run, to be loaded whole?  A run enters a block at its start (within
- * the fault-around window), where the faults go on from the last one
- * (readahead's test) or from a block resident whole: a stream of another
- * thread, whose faults interleave.  (Not anywhere in the block: a random
- * fault on the block after a recent one would load it whole, the more
- * often the more streams are tracked.) */
+ * run, to be loaded whole?  At the block's start (within the fault-around
+ * window): when the faults go on from the last one (readahead's test), or
+ * from a block loaded whole (a stream of another thread, whose faults
+ * interleave).  Past it, only where they go on from a stream under way:
+ * reading ahead, or its last block loaded whole (a reader that enters
+ * each block at its end, or whose threads share each block).  A random
+ * fault on the block after a recent one, which its window alone holds,
+ * is none: that would load 2 MiB for 4 KiB, the more often the more
+ * streams are followed. */
 static bool run_fault(const struct kvp_region *r, uint64_t blk, uint32_t off)
 {
-	const struct kvp_block *prev = blk ? &r->blocks[blk - 1] : NULL;
+	int i = ra_match(r, blk);
 
 	if (off >= r->p->cfg.fault_around_bytes)
-		return false;
-	if (ra_match(r, blk) >= 0)
-		return true;
-	if (!prev)
-		return false;
-	if (prev->state == KVP_BLOCK_RESIDENT)
-		return !(prev->flags & BLK_PARTIAL);
-	return prev->state == KVP_BLOCK_LOADING &&
-	       prev->op->win_len == r->block_bytes;
+		return i >= 0 &&
+		       (r->ra[i].window ||
+			loaded_whole(r, &r->blocks[r->ra[i].last]));
+	return i >= 0 || (blk && loaded_whole(r, &r->blocks[blk - 1]));
 }
 
 /* A fault's late change to block @b (at @baddr, @blen bytes) is made.  A

@@ -100,6 +100,7 @@ struct kvp_astats {
  * window: one state for the region took their interleaved faults for
  * random ones, and four left eight threads none. */
 #define KVP_RA_STREAMS 16
+_Static_assert(KVP_RA_STREAMS <= 256, "kvp_op.ra_slot is a uint8_t");
 struct kvp_ra_stream {
 	uint64_t last;	 /* block of its last fault */
 	uint64_t next;	 /* block after its window */
