@@ -35,6 +35,7 @@ static void want_frame_push(struct kvp_service *s, struct kvp_op *op)
 	*s->want_tail = op;
 	s->want_tail = &op->next;
 	s->nwant++;
+	s->p->nwant_all++;
 }
 
 struct kvp_op *kvp_want_frame_pop(struct kvp_service *s)
@@ -45,6 +46,7 @@ struct kvp_op *kvp_want_frame_pop(struct kvp_service *s)
 	if (!s->want_frame)
 		s->want_tail = &s->want_frame;
 	s->nwant--;
+	s->p->nwant_all--;
 	return op;
 }
 
@@ -67,7 +69,12 @@ void kvp_load_arm(struct kvp_service *s, struct kvp_op *op, void *slot)
 /* A load's frame now, or its place in the queue for one. */
 static void load_frame(struct kvp_service *s, struct kvp_op *op)
 {
-	void *slot = s->want_frame ? NULL : kvp_frame_get(s->p, op->win_len);
+	/* Behind every load waiting for a frame, on any thread: with two
+	 * threads, read-ahead on one took the frames a fault's load on the
+	 * other waited for, and that load then dropped staged read-ahead
+	 * (read again) or evicted the working set. */
+	void *slot = s->p->nwant_all ? NULL
+				     : kvp_frame_get(s->p, op->win_len);
 
 	if (slot)
 		kvp_load_arm(s, op, slot);

@@ -318,6 +318,9 @@ struct kvp_pager {
 	struct kvp_service *svc;
 	unsigned nsvc;
 	unsigned rr;		/* round robin for requests */
+	unsigned nwant_all;	/* loads on every thread's want_frame:
+				   a new load queues behind them, and
+				   write-backs in flight cover them all */
 	unsigned forget_acks;	/* threads done with REQ_FORGET_STORE */
 	struct kvp_astats gone; /* totals of destroyed regions */
 	/* zap.c: clean eviction by batched MADV_DONTNEED. */

@@ -224,7 +224,7 @@ static void frame_stage(struct kvp_service *s)
 		bool ra = op->r->blocks[op->blk].flags & BLK_READAHEAD;
 		/* Each write-back queued or in flight frees a frame when it
 		 * is done: evict only for the loads they will not cover. */
-		bool wait = p->leaving >= s->nwant;
+		bool wait = p->leaving >= p->nwant_all;
 
 		/* Staged read-ahead was read already: dropped, it is read
 		 * again.  So only a load that is asked for, and no
