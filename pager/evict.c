@@ -605,22 +605,24 @@ void kvp_discard_resident(struct kvp_region *r, uint64_t blk)
 	int err = kvp_detach(p, r, blk, &slot);
 
 	pthread_mutex_lock(&p->lock);
+	/* A fault that came while it was EVICTING waits either way: the
+	 * pages put back (kvp_put_back does not wake), or gone. */
+	bool waiters = kvp_blk_take_waiters(b);
+
 	if (err && err != -ENOENT) {
 		if (slot)
 			undone_slot_put(p, r, b, slot);
 		kvp_blk_evict_aborted(r, b, ABORT_DISCARD);
 	} else {
-		bool waiters = kvp_blk_take_waiters(b);
-
 		kvp_blk_evicted(r, b, false);
 		kvp_frame_unuse(p, op->held);
 		detached_slot_put(p, r, b, slot);
-		if (waiters) {
-			pthread_mutex_unlock(&p->lock);
-			(void)kvp_uffd_wake(&p->uffd, kvp_blk_addr(r, blk),
-					    r->block_bytes);
-			pthread_mutex_lock(&p->lock);
-		}
+	}
+	if (waiters) {
+		pthread_mutex_unlock(&p->lock);
+		(void)kvp_uffd_wake(&p->uffd, kvp_blk_addr(r, blk),
+				    r->block_bytes);
+		pthread_mutex_lock(&p->lock);
 	}
 	pthread_cond_broadcast(&p->idle);
 	kvp_op_free(op);
