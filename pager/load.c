@@ -637,13 +637,20 @@ static uint64_t stage_distance(const struct kvp_op *op)
 bool kvp_stage_drop_farthest(struct kvp_pager *p, bool passed_only)
 {
 	struct kvp_op *far = p->staged;
+	uint64_t fd;
 
 	if (!far)
 		return false;
-	for (struct kvp_op *op = far->next; op; op = op->next)
-		if (stage_distance(op) > stage_distance(far))
+	fd = stage_distance(far);
+	for (struct kvp_op *op = far->next; op; op = op->next) {
+		uint64_t d = stage_distance(op);
+
+		if (d > fd) {
 			far = op;
-	if (passed_only && stage_distance(far) != UINT64_MAX)
+			fd = d;
+		}
+	}
+	if (passed_only && fd != UINT64_MAX)
 		return false;
 	kvp_stage_drop(p, far);
 	return true;
@@ -653,7 +660,7 @@ void kvp_stage_drop_passed(struct kvp_pager *p)
 {
 	for (struct kvp_op *op = p->staged, *next; op; op = next) {
 		next = op->next;
-		if (op->blk < op->r->ra[op->ra_slot].last)
+		if (stage_distance(op) == UINT64_MAX)
 			kvp_stage_drop(p, op);
 	}
 }
