@@ -287,7 +287,10 @@ END_TEST
  * of the readers, for ever).  Now unused read-ahead goes first and
  * shrinks, and a block loaded again soon after its eviction is working
  * set, taken last by the clock: the next passes may still load what the
- * first one lost, once each, and then the bytes read stay near zero.
+ * first one lost, once each, and then read nothing.  (Read-ahead the
+ * readers skip stays staged and holds frames: with it the set passes the
+ * high watermark, and blocks not yet known as the working set are
+ * evicted once more, so how soon the reads stop depends on timing.)
  */
 struct ws_reader {
 	pthread_t t;
@@ -330,28 +333,35 @@ START_TEST(test_readahead_working_set)
 	struct popts po = { .budget = 64 * MIB,
 			    .readahead = 32 * MIB,
 			    .mode = _i ? KVP_INSTALL_COPY : KVP_INSTALL_MOVE };
-	uint64_t first, settle, later;
+	uint64_t first, settle = 0, last = 1;
+	unsigned rounds;
 
 	(void)fx_seeded_region(ST_FILE, size, bs, &po);
 	ws_passes(1);
 	first = rstats(R).bytes_read_total;
-	ws_passes(6);
-	settle = rstats(R).bytes_read_total - first;
-	ws_passes(4);
-	later = rstats(R).bytes_read_total - first - settle;
-	printf("readahead_working_set %s: first pass read %llu MiB, 6 more "
-	       "%llu MiB, 4 more %llu MiB, %llu read-ahead blocks wasted\n",
+	/* Two passes at a time, so that the readers drift apart as they
+	 * do in one long run, until two passes read nothing. */
+	for (rounds = 0; last && rounds < 15; rounds++) {
+		uint64_t before = rstats(R).bytes_read_total;
+
+		ws_passes(2);
+		last = rstats(R).bytes_read_total - before;
+		settle += last;
+	}
+	printf("readahead_working_set %s: first pass read %llu MiB, then "
+	       "%llu MiB in %u passes until two read nothing, %llu "
+	       "read-ahead blocks wasted\n",
 	       kvp_region_install_mode(R), (unsigned long long)(first / MIB),
-	       (unsigned long long)(settle / MIB),
-	       (unsigned long long)(later / MIB),
+	       (unsigned long long)(settle / MIB), 2 * rounds,
 	       (unsigned long long)rstats(R).readahead_wasted_total);
 	ck_assert_uint_ge(first, ws);
 	/* Each block of the working set is read again at most once before
 	 * it is known (active), and read-ahead around those reads is
-	 * bounded: the 6 passes read less than two passes' worth ... */
+	 * bounded: less than two passes' worth in all ... */
 	ck_assert_uint_le(settle, 2 * ws);
-	/* ... and then nothing: a tenth of one pass over 4 passes. */
-	ck_assert_uint_le(later, ws / 10);
+	/* ... and then nothing.  How many passes that takes depends on how
+	 * the readers interleave (with the other CPU busy, 2 to 12). */
+	ck_assert_uint_eq(last, 0);
 	check_region(R, 0, size, SEED_A);
 }
 END_TEST
