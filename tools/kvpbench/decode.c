@@ -113,6 +113,7 @@ struct dopts {
 	uint32_t batch, steps, warmup, depth, M;
 	uint32_t rounds; /* --rounds: measured steps in turns of the modes */
 	uint32_t rank; /* --rank: lowrank r (0: the predictor's) */
+	uint32_t pager_threads; /* --pager-threads (0: the pager's) */
 	enum kvp_predictor_kind pred;
 	int install;
 	bool json, quiet;
@@ -337,6 +338,8 @@ static int mode_open(const struct dopts *o, const struct dmode *m,
 	kvp_config_defaults(&cfg);
 	if (o->install >= 0)
 		cfg.install_mode = (uint64_t)o->install;
+	if (o->pager_threads)
+		cfg.service_threads = o->pager_threads;
 	co.cfg = &cfg;
 	if (m->dev) {
 		co.device = o->device;
@@ -693,7 +696,8 @@ enum {
 	D_DEVPOOL,
 	D_PLOT,
 	D_RAM,
-	D_RANK
+	D_RANK,
+	D_PTHREADS
 };
 
 /* The numeric options: whole values, range checked before they reach a
@@ -711,6 +715,7 @@ static const struct kvpb_num_opt num_opts[] = {
 	{ D_RANK, "rank", false, 1, 4096, FIELD(rank) },
 	{ D_BLOCK, "block", true, 4096, 1u << 30, FIELD(block) },
 	{ D_DEPTH, "depth", false, 1, 1024, FIELD(depth) },
+	{ D_PTHREADS, "pager-threads", false, 1, 64, FIELD(pager_threads) },
 	{ D_DEVPOOL, "device-pool", true, 4096, 1ull << 50,
 	  FIELD(device_pool) },
 	{ 0, NULL, false, 0, 0, 0, 0 },
@@ -738,6 +743,7 @@ static const struct kvp_cli_opt dopts_table[] = {
 	{ "depth", D_DEPTH, 0, "D",
 	  "prefetch depth in layers (2; window and lowrank: 8)" },
 	{ "install", D_INSTALL, 0, "M", "auto | move | copy (copy: see the report)" },
+	{ "pager-threads", D_PTHREADS, 0, "N", "the pager's service_threads (its default)" },
 	{ "modes", D_MODES, 0, "LIST",
 	  "comma list of ram,mmap,mmap-willneed,kvpager-demand,kvpager\n"
 	  "(device-all,device-kvpager,device-demand with --device)" },
