@@ -242,12 +242,23 @@ static void readahead_wasted(struct kvp_region *r, struct kvp_block *b)
 		r->ra_shrink++;
 }
 
+/* Read-ahead asked for now: a load of it that waits for a frame goes
+ * before the read-ahead nobody asked for (load.c counts them). */
+static void readahead_asked(struct kvp_block *b)
+{
+	if ((b->flags & BLK_READAHEAD) && b->state == KVP_BLOCK_LOADING &&
+	    b->op->wanting)
+		b->owner->p->nwant_asked++;
+	b->flags &= ~BLK_READAHEAD;
+}
+
 void kvp_blk_used(struct kvp_region *r, struct kvp_block *b)
 {
 	if (b->flags & BLK_PREFETCHED)
 		KVP_STAT_ADD(r, prefetch_hit_total, 1);
 	readahead_used(r, b);
-	b->flags &= ~(BLK_PREFETCHED | BLK_READAHEAD);
+	readahead_asked(b);
+	b->flags &= ~BLK_PREFETCHED;
 }
 
 bool kvp_blk_joined(struct kvp_region *r, struct kvp_block *b)
@@ -259,7 +270,8 @@ bool kvp_blk_joined(struct kvp_region *r, struct kvp_block *b)
 	if (b->flags & BLK_PREFETCHED)
 		KVP_STAT_ADD(r, prefetch_late_total, 1);
 	readahead_used(r, b);
-	b->flags &= ~(BLK_PREFETCHED | BLK_READAHEAD);
+	readahead_asked(b);
+	b->flags &= ~BLK_PREFETCHED;
 	return readahead;
 }
 
@@ -269,7 +281,7 @@ void kvp_blk_prefetch_joined(struct kvp_region *r, struct kvp_block *b)
 	if (!(b->flags & BLK_READAHEAD))
 		return;
 	readahead_used(r, b);
-	b->flags &= ~BLK_READAHEAD;
+	readahead_asked(b);
 	b->flags |= BLK_PREFETCHED;
 }
 
@@ -416,7 +428,7 @@ void kvp_blk_unmapped(struct kvp_block *b, bool whole)
 void kvp_blk_load_keep(struct kvp_block *b)
 {
 	assert(b->state == KVP_BLOCK_LOADING);
-	b->flags &= ~BLK_READAHEAD;
+	readahead_asked(b);
 }
 
 void kvp_blk_contents_gone(struct kvp_block *b)

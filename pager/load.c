@@ -4,7 +4,8 @@
  * A load (struct kvp_op, OP_LOAD) starts when a fault, a prefetch or
  * read-ahead finds a block ABSENT (kvp_load_start).  It gets a frame from
  * the pool at once or waits on its thread's want_frame queue until an
- * eviction frees one (the service loop's frame stage).  With its frame it
+ * eviction frees one (the service loop's frame stage); loads a fault or a
+ * prefetch asked for go before read-ahead.  With its frame it
  * is queued for the submit stage: a read from the store, or a zero fill
  * for a block the store never held.  When the read completes
  * (kvp_load_done) the block is installed into its region (kvp_load_install:
@@ -14,6 +15,7 @@
  * (kvp_stage_release) or a frame is needed (kvp_stage_drop).  A read that
  * fails poisons the block: every access gets SIGBUS.
  */
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -29,25 +31,46 @@
 
 #include "pager/pager_i.h"
 
+/* A load a fault or a prefetch asked for (read-ahead a fault joined
+ * too): it takes a frame before read-ahead nobody asked for yet. */
+static bool load_asked(const struct kvp_op *op)
+{
+	return !(op->r->blocks[op->blk].flags & BLK_READAHEAD);
+}
+
 static void want_frame_push(struct kvp_service *s, struct kvp_op *op)
 {
 	op->next = NULL;
+	op->wanting = true;
 	*s->want_tail = op;
 	s->want_tail = &op->next;
 	s->nwant++;
 	s->p->nwant_all++;
+	s->p->nwant_asked += load_asked(op);
 }
 
-struct kvp_op *kvp_want_frame_pop(struct kvp_service *s)
+struct kvp_op *kvp_want_frame_next(const struct kvp_service *s)
 {
-	struct kvp_op *op = s->want_frame;
+	for (struct kvp_op *op = s->want_frame; op; op = op->next)
+		if (load_asked(op))
+			return op;
+	return s->want_frame;
+}
 
-	s->want_frame = op->next;
-	if (!s->want_frame)
-		s->want_tail = &s->want_frame;
+void kvp_want_frame_remove(struct kvp_service *s, struct kvp_op *op)
+{
+	struct kvp_op **t = &s->want_frame;
+
+	while (*t != op)
+		t = &(*t)->next;
+	*t = op->next;
+	if (s->want_tail == &op->next)
+		s->want_tail = t;
+	op->wanting = false;
 	s->nwant--;
 	s->p->nwant_all--;
-	return op;
+	s->p->nwant_asked -= load_asked(op);
+	assert(s->p->nwant_asked <= s->p->nwant_all);
 }
 
 void kvp_load_arm(struct kvp_service *s, struct kvp_op *op, void *slot)
@@ -69,12 +92,15 @@ void kvp_load_arm(struct kvp_service *s, struct kvp_op *op, void *slot)
 /* A load's frame now, or its place in the queue for one. */
 static void load_frame(struct kvp_service *s, struct kvp_op *op)
 {
-	/* Behind every load waiting for a frame, on any thread: with two
-	 * threads, read-ahead on one took the frames a fault's load on the
-	 * other waited for, and that load then dropped staged read-ahead
-	 * (read again) or evicted the working set. */
-	void *slot = s->p->nwant_all ? NULL
-				     : kvp_frame_get(s->p, op->win_len);
+	/* Behind every load waiting for a frame, on any thread (a load
+	 * asked for: behind those asked for): with two threads, read-ahead
+	 * on one took the frames a fault's load on the other waited for,
+	 * and that load then dropped staged read-ahead (read again) or
+	 * evicted the working set. */
+	struct kvp_pager *p = s->p;
+	void *slot = (load_asked(op) ? p->nwant_asked : p->nwant_all)
+			 ? NULL
+			 : kvp_frame_get(p, op->win_len);
 
 	if (slot)
 		kvp_load_arm(s, op, slot);
@@ -565,14 +591,14 @@ void kvp_load_past_budget(struct kvp_service *s, struct kvp_op *op)
 
 	if (b->flags & (BLK_PREFETCHED | BLK_READAHEAD)) {
 		/* Nobody faulted on it: not worth the overdraft. */
-		kvp_want_frame_pop(s);
+		kvp_want_frame_remove(s, op);
 		kvp_load_abandon(s, op);
 		return;
 	}
 	slot = kvp_frame_get_overdraft(p, op->win_len);
 	if (slot) {
 		KVP_STAT_ADD(r, overdraft_loads_total, 1);
-		kvp_want_frame_pop(s);
+		kvp_want_frame_remove(s, op);
 		kvp_load_arm(s, op, slot);
 		pthread_mutex_unlock(&p->lock);
 		return;
@@ -586,7 +612,7 @@ void kvp_load_past_budget(struct kvp_service *s, struct kvp_op *op)
 		return;
 	}
 	KVP_STAT_ADD(r, unservable_faults_total, 1);
-	kvp_want_frame_pop(s);
+	kvp_want_frame_remove(s, op);
 	poison_load(s, op);
 }
 

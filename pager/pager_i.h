@@ -172,6 +172,7 @@ struct kvp_op {
 				      installed (read-ahead), on p->staged */
 	uint8_t ra_slot;	   /* load by read-ahead: its stream (ra[]) */
 	bool ahead;		   /* load: by read-ahead (LOAD_READAHEAD) */
+	bool wanting;		   /* load: on a thread's want_frame */
 	uint32_t placed;	   /* load: pages its installs placed (an
 				      install retried counts on) */
 	bool dirty;		   /* load: install writable and dirty (a
@@ -257,7 +258,8 @@ struct kvp_service {
 	unsigned nqueues;
 	struct kvp_op *to_submit;  /* ops waiting for a store queue slot */
 	struct kvp_op *ready;	   /* loads to install now */
-	struct kvp_op *want_frame; /* loads waiting for a frame (FIFO) */
+	struct kvp_op *want_frame; /* loads waiting for a frame: served
+				      asked for first, each in order */
 	struct kvp_op **want_tail;
 	unsigned nwant;		   /* loads on want_frame */
 	struct uffd_msg *deferred; /* faults read inside an ioctl's retry */
@@ -321,6 +323,8 @@ struct kvp_pager {
 	unsigned nwant_all;	/* loads on every thread's want_frame:
 				   a new load queues behind them, and
 				   write-backs in flight cover them all */
+	unsigned nwant_asked;	/* those a fault or a prefetch asked for
+				   (not BLK_READAHEAD): they go first */
 	unsigned forget_acks;	/* threads done with REQ_FORGET_STORE */
 	struct kvp_astats gone; /* totals of destroyed regions */
 	/* zap.c: clean eviction by batched MADV_DONTNEED. */
@@ -660,8 +664,10 @@ int kvp_load_window(struct kvp_service *s, struct kvp_region *r, uint64_t blk,
  * dirty; @drops (or NULL): pages dropped, one bit each, to zero. */
 int kvp_load_complete(struct kvp_service *s, struct kvp_region *r,
 		      uint64_t blk, bool dirty, const uint64_t *drops);
-/* The oldest load waiting for a frame, off the queue. */
-struct kvp_op *kvp_want_frame_pop(struct kvp_service *s);
+/* The load on @s's want_frame to serve next: the first asked for, or
+ * else the first (read-ahead), in the order they came. */
+struct kvp_op *kvp_want_frame_next(const struct kvp_service *s);
+void kvp_want_frame_remove(struct kvp_service *s, struct kvp_op *op);
 /* Give a load its frame and queue its read (or zero fill). */
 void kvp_load_arm(struct kvp_service *s, struct kvp_op *op, void *slot);
 /* Give up a load that holds no frame (its region dying, its range

@@ -196,7 +196,7 @@ static void frame_stage(struct kvp_service *s)
 		void *slot;
 
 		pthread_mutex_lock(&p->lock);
-		op = s->want_frame;
+		op = kvp_want_frame_next(s);
 		if (!op) {
 			pthread_mutex_unlock(&p->lock);
 			return;
@@ -207,24 +207,30 @@ static void frame_stage(struct kvp_service *s)
 		    (op->r->blocks[op->blk].flags & BLK_GONE) ||
 		    ((op->r->blocks[op->blk].flags & BLK_DROP) &&
 		     !(op->r->blocks[op->blk].flags & BLK_PARTIAL))) {
-			kvp_want_frame_pop(s);
+			kvp_want_frame_remove(s, op);
 			kvp_load_abandon(s, op);
 			continue;
 		}
+		/* Read-ahead waits while a load asked for does, on any
+		 * thread: the frames write-backs free go to those first. */
+		bool ra = op->r->blocks[op->blk].flags & BLK_READAHEAD;
+		unsigned asked = p->nwant_asked;
+
+		if (ra && asked) {
+			pthread_mutex_unlock(&p->lock);
+			return;
+		}
 		slot = kvp_frame_get(p, op->win_len);
 		if (slot) {
-			kvp_want_frame_pop(s);
+			kvp_want_frame_remove(s, op);
 			kvp_load_arm(s, op, slot);
 			pthread_mutex_unlock(&p->lock);
 			continue;
 		}
-		/* Read-ahead nobody has asked for yet takes the frame of a
-		 * block read once, never one of the working set or of a
-		 * prefetch: when only those are left, it is given up. */
-		bool ra = op->r->blocks[op->blk].flags & BLK_READAHEAD;
 		/* Each write-back queued or in flight frees a frame when it
-		 * is done: evict only for the loads they will not cover. */
-		bool wait = p->leaving >= p->nwant_all;
+		 * is done: evict only for the loads they will not cover
+		 * (those asked for first). */
+		bool wait = p->leaving >= (ra ? p->nwant_all : asked);
 
 		/* Staged read-ahead was read already: dropped, it is read
 		 * again.  So only a load that is asked for, and no
@@ -241,12 +247,15 @@ static void frame_stage(struct kvp_service *s)
 		pthread_mutex_unlock(&p->lock);
 		if (wait || ++tries > 64)
 			return;
+		/* Read-ahead nobody has asked for yet takes the frame of a
+		 * block read once, never one of the working set or of a
+		 * prefetch: when only those are left, it is given up. */
 		if (kvp_evict_one(s, !ra) != -EAGAIN)
 			continue;
 		if (ra) {
 			pthread_mutex_lock(&p->lock);
-			if (s->want_frame == op) {
-				kvp_want_frame_pop(s);
+			if (kvp_want_frame_next(s) == op) {
+				kvp_want_frame_remove(s, op);
 				kvp_load_abandon(s, op); /* unlocks */
 			} else {
 				pthread_mutex_unlock(&p->lock);
@@ -258,7 +267,7 @@ static void frame_stage(struct kvp_service *s)
 		 * write again): the fault is served past the budget, or
 		 * gets SIGBUS, now. */
 		pthread_mutex_lock(&p->lock);
-		if (s->want_frame == op && !p->leaving &&
+		if (kvp_want_frame_next(s) == op && !p->leaving &&
 		    (op->r->blocks[op->blk].flags & BLK_PARTIAL)) {
 			/* A fill holds its block's pages while it waits, and
 			 * nothing else can leave: past the budget by one
@@ -266,13 +275,13 @@ static void frame_stage(struct kvp_service *s)
 			slot = kvp_frame_get_overdraft(p, op->win_len);
 			if (slot) {
 				KVP_STAT_ADD(op->r, overdraft_loads_total, 1);
-				kvp_want_frame_pop(s);
+				kvp_want_frame_remove(s, op);
 				kvp_load_arm(s, op, slot);
 				pthread_mutex_unlock(&p->lock);
 				continue;
 			}
 		}
-		if (!p->wb_failed_bytes || p->leaving || s->want_frame != op) {
+		if (!p->wb_failed_bytes || p->leaving || kvp_want_frame_next(s) != op) {
 			pthread_mutex_unlock(&p->lock);
 			return;
 		}
