@@ -247,8 +247,8 @@ static void readahead_wasted(struct kvp_region *r, struct kvp_block *b)
 static void readahead_asked(struct kvp_block *b)
 {
 	if ((b->flags & BLK_READAHEAD) && b->state == KVP_BLOCK_LOADING &&
-	    b->op->wanting)
-		b->owner->p->nwant_asked++;
+	    b->op->want_svc)
+		kvp_want_frame_asked(b->op);
 	b->flags &= ~BLK_READAHEAD;
 }
 

@@ -40,20 +40,30 @@ static bool load_asked(const struct kvp_op *op)
 
 static void want_frame_push(struct kvp_service *s, struct kvp_op *op)
 {
+	bool asked = load_asked(op);
+
 	op->next = NULL;
-	op->wanting = true;
+	op->want_svc = s;
 	*s->want_tail = op;
 	s->want_tail = &op->next;
 	s->nwant++;
+	s->nasked += asked;
 	s->p->nwant_all++;
-	s->p->nwant_asked += load_asked(op);
+	s->p->nwant_asked += asked;
+}
+
+void kvp_want_frame_asked(struct kvp_op *op)
+{
+	op->want_svc->nasked++;
+	op->want_svc->p->nwant_asked++;
 }
 
 struct kvp_op *kvp_want_frame_next(const struct kvp_service *s)
 {
-	for (struct kvp_op *op = s->want_frame; op; op = op->next)
-		if (load_asked(op))
-			return op;
+	if (s->nasked)
+		for (struct kvp_op *op = s->want_frame; op; op = op->next)
+			if (load_asked(op))
+				return op;
 	return s->want_frame;
 }
 
@@ -66,11 +76,14 @@ void kvp_want_frame_remove(struct kvp_service *s, struct kvp_op *op)
 	*t = op->next;
 	if (s->want_tail == &op->next)
 		s->want_tail = t;
-	op->wanting = false;
+	bool asked = load_asked(op);
+
+	op->want_svc = NULL;
 	s->nwant--;
+	s->nasked -= asked;
 	s->p->nwant_all--;
-	s->p->nwant_asked -= load_asked(op);
-	assert(s->p->nwant_asked <= s->p->nwant_all);
+	s->p->nwant_asked -= asked;
+	assert(s->nasked <= s->nwant && s->p->nwant_asked <= s->p->nwant_all);
 }
 
 void kvp_load_arm(struct kvp_service *s, struct kvp_op *op, void *slot)

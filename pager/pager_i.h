@@ -172,7 +172,8 @@ struct kvp_op {
 				      installed (read-ahead), on p->staged */
 	uint8_t ra_slot;	   /* load by read-ahead: its stream (ra[]) */
 	bool ahead;		   /* load: by read-ahead (LOAD_READAHEAD) */
-	bool wanting;		   /* load: on a thread's want_frame */
+	struct kvp_service *want_svc; /* load: the thread whose want_frame
+					 holds it, or NULL */
 	uint32_t placed;	   /* load: pages its installs placed (an
 				      install retried counts on) */
 	bool dirty;		   /* load: install writable and dirty (a
@@ -262,6 +263,7 @@ struct kvp_service {
 				      asked for first, each in order */
 	struct kvp_op **want_tail;
 	unsigned nwant;		   /* loads on want_frame */
+	unsigned nasked;	   /* of them, asked for (load.c) */
 	struct uffd_msg *deferred; /* faults read inside an ioctl's retry */
 	size_t ndeferred, deferred_cap;
 	char *bounce;		   /* a block's read-back (load.c), or NULL */
@@ -667,6 +669,9 @@ int kvp_load_complete(struct kvp_service *s, struct kvp_region *r,
 /* The load on @s's want_frame to serve next: the first asked for, or
  * else the first (read-ahead), in the order they came. */
 struct kvp_op *kvp_want_frame_next(const struct kvp_service *s);
+/* Under p->lock: read-ahead on a want_frame was asked for (joined): it
+ * now goes first. */
+void kvp_want_frame_asked(struct kvp_op *op);
 void kvp_want_frame_remove(struct kvp_service *s, struct kvp_op *op);
 /* Give a load its frame and queue its read (or zero fill). */
 void kvp_load_arm(struct kvp_service *s, struct kvp_op *op, void *slot);

@@ -12,7 +12,8 @@
  *   zap       settle the blocks the zapper dropped (zap.c)
  *   ready     install loads handed over (staged read-ahead asked for)
  *   reap      complete reads (install, load.c) and write-backs (evict.c)
- *   frame     give loads waiting for a frame one, evicting as needed
+ *   frame     give loads waiting for a frame one, evicting as needed, and
+ *             give up those nobody can want any more
  *   submit    submit every queued read, write and zero fill
  *   watermark evict ahead of need past the high watermark
  *
@@ -185,8 +186,19 @@ static unsigned reap_stage(struct kvp_service *s)
 	return total;
 }
 
+/* A load nobody can want any more: its region dying, its block unmapped
+ * or dropped whole meanwhile.  (Not a fill's: its block has pages mapped,
+ * which given up would stay, uncounted; a dropped one installs zeros.) */
+static bool load_unwanted(const struct kvp_op *op)
+{
+	const struct kvp_block *b = &op->r->blocks[op->blk];
+
+	return op->r->dying || (b->flags & BLK_GONE) ||
+	       ((b->flags & BLK_DROP) && !(b->flags & BLK_PARTIAL));
+}
+
 /* Give waiting loads their frames, evicting as needed. */
-static void frame_stage(struct kvp_service *s)
+static void serve_frames(struct kvp_service *s)
 {
 	struct kvp_pager *p = s->p;
 	unsigned tries = 0;
@@ -201,12 +213,7 @@ static void frame_stage(struct kvp_service *s)
 			pthread_mutex_unlock(&p->lock);
 			return;
 		}
-		/* A fill's block has pages mapped: given up, they would
-		 * stay, uncounted (a dropped one installs zeros instead). */
-		if (op->r->dying ||
-		    (op->r->blocks[op->blk].flags & BLK_GONE) ||
-		    ((op->r->blocks[op->blk].flags & BLK_DROP) &&
-		     !(op->r->blocks[op->blk].flags & BLK_PARTIAL))) {
+		if (load_unwanted(op)) {
 			kvp_want_frame_remove(s, op);
 			kvp_load_abandon(s, op);
 			continue;
@@ -253,8 +260,11 @@ static void frame_stage(struct kvp_service *s)
 		if (kvp_evict_one(s, !ra) != -EAGAIN)
 			continue;
 		if (ra) {
+			/* Still read-ahead nobody asked for: a fault or a
+			 * prefetch may have joined it meanwhile. */
 			pthread_mutex_lock(&p->lock);
-			if (kvp_want_frame_next(s) == op) {
+			if (kvp_want_frame_next(s) == op &&
+			    (op->r->blocks[op->blk].flags & BLK_READAHEAD)) {
 				kvp_want_frame_remove(s, op);
 				kvp_load_abandon(s, op); /* unlocks */
 			} else {
@@ -287,6 +297,36 @@ static void frame_stage(struct kvp_service *s)
 		}
 		kvp_load_past_budget(s, op);
 	}
+}
+
+/* Give up the unwanted loads anywhere on want_frame.  Read-ahead behind a
+ * load asked for is not looked at while that one waits, and a region's
+ * destroy waits for its loads: when the one asked for needed the frames
+ * the destroy frees, neither went on. */
+static void reap_unwanted(struct kvp_service *s)
+{
+	struct kvp_pager *p = s->p;
+
+	for (;;) {
+		struct kvp_op *op;
+
+		pthread_mutex_lock(&p->lock);
+		for (op = s->want_frame; op && !load_unwanted(op);
+		     op = op->next)
+			;
+		if (!op) {
+			pthread_mutex_unlock(&p->lock);
+			return;
+		}
+		kvp_want_frame_remove(s, op);
+		kvp_load_abandon(s, op); /* unlocks */
+	}
+}
+
+static void frame_stage(struct kvp_service *s)
+{
+	serve_frames(s);
+	reap_unwanted(s);
 }
 
 /*

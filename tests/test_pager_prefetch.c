@@ -461,6 +461,108 @@ START_TEST(test_prefetch_joins_readahead)
 }
 END_TEST
 
+/*
+ * A region's destroy never waits for ever on its own loads.  Every frame
+ * is pinned: region R2's blocks 0-15 and R's.  A fault on R's block 16
+ * waits for a frame with R's read-ahead of 17 and 18 queued behind it,
+ * and a prefetch of R2's block 16 waits too.  Destroying R gives up its
+ * loads and frees the frames the prefetch needs.  Before the fix the
+ * service thread looked only at the load it would serve next, a load
+ * asked for (the prefetch, once R's fault was given up): R's read-ahead
+ * behind it was never given up, and the destroy waited for it while the
+ * prefetch waited for the destroy (5 runs of 5 hung).  Iterations: the
+ * fault first, the prefetch first (which hung before the loads asked for
+ * went first, too).
+ */
+static int destroy_pipe[2];
+
+static void *fault_block_16(void *arg)
+{
+	/* From inside a syscall: EFAULT, not SIGSEGV, once R is gone. */
+	ssize_t n = write(destroy_pipe[1], (char *)arg, 4096);
+
+	return (void *)(intptr_t)n;
+}
+
+static void *destroy_r(void *arg)
+{
+	(void)arg;
+	kvp_region_destroy(R);
+	return NULL;
+}
+
+static void wait_loading(struct kvp_region *r, uint64_t blk)
+{
+	for (int k = 0; k < 5000 && binfo(r, blk).state != KVP_BLOCK_LOADING;
+	     k++)
+		usleep(1000);
+	ck_assert_int_eq(binfo(r, blk).state, KVP_BLOCK_LOADING);
+}
+
+START_TEST(test_destroy_behind_asked_load)
+{
+	size_t bs = 256 * KIB, size = 16 * MIB;
+	struct popts po = { .budget = 8 * MIB, .readahead = 2 * MIB,
+			    .threads = 1, .exact_budget = true };
+	struct kvp_region *r2;
+	struct kvp_prefetch *pf;
+	uint64_t blk16 = 16;
+	struct timespec ts;
+	pthread_t t, d;
+
+	make_store(ST_MEM, 2 * size);
+	store_fill(S, 0, 2 * size, SEED_A);
+	open_pager(&po);
+	R = make_region(size, bs, KVP_REGION_FROM_STORE);
+	struct kvp_region_opts o = { .size = size, .block_bytes = bs,
+				     .store = S, .store_offset = size,
+				     .flags = KVP_REGION_FROM_STORE };
+
+	ck_assert_int_eq(kvp_region_create(P, &o, &r2), 0);
+	/* Descending: no read-ahead; then every frame pinned. */
+	for (int k = 15; k >= 0; k--) {
+		touch_read(r2, (size_t)k * bs, PG);
+		touch_read(R, (size_t)k * bs, PG);
+	}
+	ck_assert_int_eq(kvp_region_pin(r2, 0, 16), 0);
+	ck_assert_int_eq(kvp_region_pin(R, 0, 16), 0);
+	if (_i) {
+		ck_assert_int_eq(kvp_prefetch_submit(r2, &blk16, 1, &pf), 0);
+		wait_loading(r2, 16);
+	}
+	ck_assert_int_eq(pipe(destroy_pipe), 0);
+	ck_assert_int_eq(pthread_create(&t, NULL, fault_block_16,
+					(char *)kvp_region_addr(R) + 16 * bs),
+			 0);
+	wait_loading(R, 17); /* read-ahead behind the fault's load */
+	if (!_i) {
+		ck_assert_int_eq(kvp_prefetch_submit(r2, &blk16, 1, &pf), 0);
+		wait_loading(r2, 16);
+	}
+	ck_assert_int_eq(pthread_create(&d, NULL, destroy_r, NULL), 0);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 5;
+	if (pthread_timedjoin_np(d, NULL, &ts)) {
+		/* The pager cannot be closed now: leave. */
+		fprintf(stderr, "destroy_behind_asked_load: the destroy "
+				"hung for 5 s\n");
+		_exit(3);
+	}
+	R = NULL;
+	ck_assert_int_eq(kvp_prefetch_wait(pf, 5000), 0);
+	kvp_prefetch_release(pf);
+	pthread_join(t, NULL);
+	ck_assert_int_eq(binfo(r2, 16).state, KVP_BLOCK_RESIDENT);
+	/* r2 maps the store from @size on: its pattern runs from there. */
+	ck_assert_int_lt(kvp_test_check(kvp_region_addr(r2), 17 * bs,
+					SEED_A, size),
+			 0);
+	kvp_region_destroy(r2);
+	close(destroy_pipe[0]);
+	close(destroy_pipe[1]);
+}
+END_TEST
+
 static Suite *pager_prefetch_suite(void)
 {
 	Suite *s = suite_create("pager_prefetch");
@@ -478,6 +580,7 @@ static Suite *pager_prefetch_suite(void)
 	tcase_add_loop_test(t, test_readahead_working_set, 0, 2);
 	tcase_add_loop_test(t, test_readahead_writer, 0, 4);
 	tcase_add_test(t, test_prefetch_joins_readahead);
+	tcase_add_loop_test(t, test_destroy_behind_asked_load, 0, 2);
 	return s;
 }
 
