@@ -36,7 +36,7 @@ enum kvp_install_mode {
 #define KVP_PAGER_TUNABLES(X)                                                  \
 	X(ram_budget_bytes, KVP_T_BYTES, 1ULL << 21, 1ULL << 50, 1ULL << 30,   \
 	  true, NULL, "RAM the pager may hold resident, over all regions")     \
-	X(service_threads, KVP_T_UINT, 1, 64, 1, false, NULL,                  \
+	X(service_threads, KVP_T_UINT, 1, 64, 2, false, NULL,                  \
 	  "threads that read the userfaultfd and serve faults")                \
 	X(io_depth, KVP_T_UINT, 1, 4096, 64, false, NULL,                      \
 	  "io_uring submission queue depth of each ring")                      \
