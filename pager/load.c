@@ -70,14 +70,13 @@ struct kvp_op *kvp_want_frame_next(const struct kvp_service *s)
 void kvp_want_frame_remove(struct kvp_service *s, struct kvp_op *op)
 {
 	struct kvp_op **t = &s->want_frame;
+	bool asked = load_asked(op);
 
 	while (*t != op)
 		t = &(*t)->next;
 	*t = op->next;
 	if (s->want_tail == &op->next)
 		s->want_tail = t;
-	bool asked = load_asked(op);
-
 	op->want_svc = NULL;
 	s->nwant--;
 	s->nasked -= asked;
@@ -602,8 +601,9 @@ void kvp_load_past_budget(struct kvp_service *s, struct kvp_op *op)
 	struct kvp_block *b = &r->blocks[op->blk];
 	void *slot;
 
-	if (b->flags & (BLK_PREFETCHED | BLK_READAHEAD)) {
-		/* Nobody faulted on it: not worth the overdraft. */
+	if (b->flags & BLK_PREFETCHED) {
+		/* Nobody faulted on it: not worth the overdraft.  (Read-ahead
+		 * never comes here: the frame stage gives it up.) */
 		kvp_want_frame_remove(s, op);
 		kvp_load_abandon(s, op);
 		return;

@@ -672,18 +672,19 @@ struct kvp_op *kvp_want_frame_next(const struct kvp_service *s);
 /* Under p->lock: read-ahead on a want_frame was asked for (joined): it
  * now goes first. */
 void kvp_want_frame_asked(struct kvp_op *op);
+/* Under p->lock: take @op off @s's want_frame, wherever it is. */
 void kvp_want_frame_remove(struct kvp_service *s, struct kvp_op *op);
 /* Give a load its frame and queue its read (or zero fill). */
 void kvp_load_arm(struct kvp_service *s, struct kvp_op *op, void *slot);
 /* Give up a load that holds no frame (its region dying, its range
  * dropped): releases p->lock, wakes its waiters, frees @op. */
 void kvp_load_abandon(struct kvp_service *s, struct kvp_op *op);
-/* Under p->lock, which it releases: the load at the head of want_frame,
+/* Under p->lock, which it releases: the load want_frame serves next,
  * which no eviction can serve (every resident block unwritable).  A
  * fault's load takes a frame from the overdraft; with the overdraft spent
  * too, it stays queued while one write-back is retried at once, and when
- * it still finds no frame its block is poisoned (SIGBUS).  A prefetch or
- * read-ahead is given up. */
+ * it still finds no frame its block is poisoned (SIGBUS).  A prefetch is
+ * given up (read-ahead never comes here). */
 void kvp_load_past_budget(struct kvp_service *s, struct kvp_op *op);
 /* Its read is done (called unlocked): install, stage or poison. */
 void kvp_load_done(struct kvp_service *s, struct kvp_op *op);

@@ -291,7 +291,8 @@ static void serve_frames(struct kvp_service *s)
 				continue;
 			}
 		}
-		if (!p->wb_failed_bytes || p->leaving || kvp_want_frame_next(s) != op) {
+		if (!p->wb_failed_bytes || p->leaving ||
+		    kvp_want_frame_next(s) != op) {
 			pthread_mutex_unlock(&p->lock);
 			return;
 		}
