@@ -3,7 +3,9 @@
  *
  * raw:  io_uring O_DIRECT reads into reused buffers (one set per thread,
  *       THP-backed and pre-touched), the file registered as a fixed file,
- *       at the job's depth: the limit of the disk.
+ *       at the job's depth: the limit of the disk.  A job that writes
+ *       (touch's rw lines) writes each block back as read, a write linked
+ *       to its read: the least any tier must move to keep the writes.
  * mmap: the kernel's mmap of the same file, cold (fadvise DONTNEED before),
  *       touched one word per 4 KiB page; for stream the pages more than a
  *       budget behind the scan are dropped (MADV_DONTNEED and fadvise), so
@@ -35,6 +37,7 @@ static void *raw_worker(void *arg)
 	const struct kvpb_job *j = w->j;
 	const struct kvpb_file *f = &w->c->file;
 	unsigned depth = j->depth, inflight = 0, nfree = depth, i;
+	bool wb = j->writes; /* each slot: a read, then its write linked */
 	uint64_t next = 0, done = 0, bufs = (uint64_t)depth * j->block;
 	uint64_t *slot_off = calloc(depth, sizeof(*slot_off));
 	unsigned *free_slots = calloc(depth, sizeof(*free_slots));
@@ -56,7 +59,8 @@ static void *raw_worker(void *arg)
 	if (err)
 		goto ready;
 	w->what = "io_uring set-up";
-	err = kvp_uring_init(&ring, depth, KVP_URING_SINGLE_ISSUER);
+	err = kvp_uring_init(&ring, wb ? 2 * depth : depth,
+			     KVP_URING_SINGLE_ISSUER);
 	if (err)
 		goto ready;
 	ring_ok = true;
@@ -75,17 +79,28 @@ ready:
 
 		while (inflight < depth && next < j->reads) {
 			struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
+			uint8_t *at;
 
 			if (!sqe)
 				break;
 			s = free_slots[--nfree];
 			slot_off[s] = kvpb_job_off(j, w->t, next);
-			io_uring_prep_read(
-			    sqe, fd, (uint8_t *)buf + (uint64_t)s * j->block,
-			    j->block, slot_off[s]);
+			at = (uint8_t *)buf + (uint64_t)s * j->block;
+			io_uring_prep_read(sqe, fd, at, j->block, slot_off[s]);
 			if (fixed)
 				sqe->flags |= IOSQE_FIXED_FILE;
-			io_uring_sqe_set_data64(sqe, s);
+			io_uring_sqe_set_data64(sqe, (uint64_t)s << 1);
+			if (wb) {
+				/* The ring has two entries a slot. */
+				sqe->flags |= IOSQE_IO_LINK;
+				sqe = io_uring_get_sqe(&ring);
+				io_uring_prep_write(sqe, fd, at, j->block,
+						    slot_off[s]);
+				if (fixed)
+					sqe->flags |= IOSQE_FIXED_FILE;
+				io_uring_sqe_set_data64(sqe,
+							(uint64_t)s << 1 | 1);
+			}
 			inflight++;
 			next++;
 		}
@@ -95,20 +110,27 @@ ready:
 		err = 0;
 		io_uring_for_each_cqe(&ring, head, cqe)
 		{
-			s = (unsigned)io_uring_cqe_get_data64(cqe);
+			uint64_t tag = io_uring_cqe_get_data64(cqe);
+			bool is_write = tag & 1;
+
+			s = (unsigned)(tag >> 1);
+			seen++;
+			/* A short read cancels its write (-ECANCELED): the
+			 * read's error is the one kept. */
 			if (cqe->res != (int)j->block && !err)
 				err = cqe->res < 0 ? cqe->res : -EIO;
-			if (!err) {
+			if (!err && !is_write) {
 				kvpb_worker_at(w, slot_off[s]);
 				w->bad += kvpb_consume(
 				    (uint8_t *)buf + (uint64_t)s * j->block,
 				    slot_off[s], j->block);
 				kvpb_worker_done(w, j->block);
 			}
+			if (wb && !is_write)
+				continue; /* the slot is free at its write */
 			free_slots[nfree++] = s;
 			inflight--;
 			done++;
-			seen++;
 		}
 		io_uring_cq_advance(&ring, seen);
 		if (err)
@@ -120,10 +142,14 @@ out:
 		while (inflight) {
 			struct io_uring_cqe *cqe;
 
+			uint64_t tag;
+
 			if (io_uring_wait_cqe(&ring, &cqe))
 				break;
+			tag = io_uring_cqe_get_data64(cqe);
 			io_uring_cqe_seen(&ring, cqe);
-			inflight--;
+			if (!wb || (tag & 1))
+				inflight--;
 		}
 		kvp_uring_exit(&ring);
 	}

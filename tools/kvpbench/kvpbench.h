@@ -113,8 +113,9 @@ struct kvpb_job {
 	uint64_t region_block; /* kvpager: the region's block size when it
 				  is not @block (touch: 4 KiB touches of
 				  larger blocks); 0: @block */
-	bool writes;	       /* kvpager, touch: write each touched page's
-				  first word back (dirties it, same data) */
+	bool writes;	       /* touch: kvpager writes each touched page's
+				  first word back (dirties it, same data),
+				  raw each block it read */
 };
 
 struct kvpb_result {

@@ -180,7 +180,8 @@ static int file_create(struct kvpb_ctx *c)
 
 	f->fd = fd; /* keeps the file: it has no other name */
 	fd = -1;
-	f->dfd = kvp_dio_open(f->path, O_RDONLY | O_CLOEXEC, 0, &f->direct);
+	/* Read-write: raw's rw lines write their blocks back. */
+	f->dfd = kvp_dio_open(f->path, O_RDWR | O_CLOEXEC, 0, &f->direct);
 	if (f->dfd < 0) {
 		err = f->dfd;
 		f->dfd = -1;

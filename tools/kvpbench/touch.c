@@ -9,7 +9,11 @@
  *
  *   raw      io_uring O_DIRECT reads of exactly the touched bytes: 4 KiB
  *            at depth 1 per thread (random), --block reads at --depth
- *            (sequential).  It only reads, also on the rw lines' runs.
+ *            (sequential); on the sequential rw lines each block is
+ *            also written back once read (the buffer is 8 x the budget:
+ *            what is written must reach the file, whoever pages it).  The
+ *            random rw lines only read: at depth 1 a write linked to each
+ *            read would time every write, which the others make later.
  *   mmap     tests/progs/touch_pages on the file, MAP_SHARED, in a memory
  *            cgroup of its own whose limit is the budget plus
  *            CGROUP_SLACK for the program itself (v2 memory.max
@@ -27,9 +31,12 @@
  * Bytes read and written are the process's /proc/self/io counters over the
  * run (for the children, over their touches only): what went to the
  * block layer, page cache read-around and pager blocks included.  mmap's
- * written bytes are the pages it dirtied (the kernel writes them later),
- * kvpager's its write-backs including the region's last flush, preload's
- * the write-backs during the touches (the buffer is freed unwritten).
+ * written bytes are the pages it dirtied, kvpager's its write-backs
+ * including the region's last flush, preload's the write-backs during the
+ * touches (the buffer is freed unwritten).  An rw line of mmap and kvpager
+ * ends when its writes are in the file: the child's msync and the
+ * region's last flush (which waits for write-backs in flight) are timed,
+ * as raw's writes are on the sequential lines.
  */
 #include "tools/kvpbench/kvpbench.h"
 
@@ -442,6 +449,7 @@ static int run_raw(struct touch_set *s, struct touch_result *r)
 		.depth = seq ? o->depth : 1,
 		.reads = seq ? per * KVPB_PAGE / block : per,
 		.order = seq ? s->blocks_order : s->pages_order,
+		.writes = seq && !strcmp(s->access, "rw"),
 	};
 
 	return run_here(s, &j, -1, r);
