@@ -145,11 +145,25 @@ static void *detach_slot(struct kvp_pager *p, struct kvp_region *r,
 				      : kvp_frame_empty_slot(p, r->block_bytes);
 }
 
+/*
+ * A copy-mode region's block of a huge page or more holds pages that
+ * UFFDIO_COPY put there 4 KiB at a time, scattered in memory.  Kept as a
+ * frame, they are read into next, and virtio-blk splits such a read (254
+ * segments a request: a 2 MiB read becomes three requests; raw reads into
+ * 4 KiB pages ran at 0.6x of raw into huge pages).  So they are freed:
+ * the kernel frees the slot's emptied page table with them (6.14's
+ * page-table reclaim; an older kernel keeps it, and the slot's next frame
+ * has small pages, as it had before), and the frames that copy installs
+ * hand back stay huge pages.
+ */
 static void detached_slot_put(struct kvp_pager *p, struct kvp_region *r,
 			      struct kvp_block *b, void *slot)
 {
 	if (b->flags & BLK_PAGES)
 		kvp_frame_put_paged(p, slot, r->block_bytes);
+	else if (r->install == KVP_INSTALL_COPY &&
+		 r->block_bytes >= KVP_HUGE_SIZE)
+		kvp_frame_put_undone(p, slot, r->block_bytes);
 	else
 		kvp_frame_put(p, slot, r->block_bytes, true);
 }

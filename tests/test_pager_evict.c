@@ -21,6 +21,7 @@
 
 #include "kmod-helpers/mem.h"
 #include "pager/pager.h"
+#include "pager/pager_i.h" /* P->frames.arena: where the frames are */
 #include "tests/helpers/pager_fx.h"
 
 /* ------------------------------------------------------------------ */
@@ -175,6 +176,131 @@ START_TEST(test_small_frames_not_huge)
 	ck_assert_msg(after - before < 1 * MIB,
 		      "one 64 KiB block grew VmRSS by %llu bytes",
 		      (unsigned long long)(after - before));
+}
+END_TEST
+
+/* Bytes of [a, a + len) resident, and of those in huge pages: the VMAs of
+ * /proc/self/smaps within it. */
+static void range_rss(const char *a, size_t len, uint64_t *rss, uint64_t *huge)
+{
+	FILE *f = fopen("/proc/self/smaps", "r");
+	char line[256];
+	unsigned long long lo, hi, kb;
+	bool in = false;
+
+	ck_assert_ptr_nonnull(f);
+	*rss = *huge = 0;
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%llx-%llx ", &lo, &hi) == 2)
+			in = lo >= (uintptr_t)a && hi <= (uintptr_t)a + len;
+		else if (in && sscanf(line, "Rss: %llu kB", &kb) == 1)
+			*rss += kb << 10;
+		else if (in && sscanf(line, "AnonHugePages: %llu kB", &kb) == 1)
+			*huge += kb << 10;
+	}
+	fclose(f);
+}
+
+#define HUGE_FRAMES 4
+
+/* Of HUGE_FRAMES 2 MiB frames handed out now and written, how many are
+ * huge pages?  (Nothing else of the arena is resident: the test's region
+ * is settled, and a copy-mode pager at its budget keeps no free frame.) */
+static unsigned fresh_frames_huge(void)
+{
+	void *f[HUGE_FRAMES];
+	struct kvp_config cfg;
+	uint64_t rss, huge, budget;
+	unsigned i;
+
+	/* Room for them beside the region's blocks, for a moment. */
+	kvp_pager_config(P, &cfg);
+	budget = cfg.ram_budget_bytes;
+	cfg.ram_budget_bytes = budget + HUGE_FRAMES * 2 * MIB;
+	ck_assert_int_eq(kvp_pager_reconfigure(P, &cfg, NULL), 0);
+	pthread_mutex_lock(&P->lock);
+	for (i = 0; i < HUGE_FRAMES; i++)
+		ck_assert_ptr_nonnull(f[i] = kvp_frame_get(P, 2 * MIB));
+	pthread_mutex_unlock(&P->lock);
+	for (i = 0; i < HUGE_FRAMES; i++)
+		ck_assert_int_eq(kvp_mem_populate(f[i], 2 * MIB), 0);
+	range_rss(P->frames.arena, P->frames.arena_len, &rss, &huge);
+	pthread_mutex_lock(&P->lock);
+	for (i = 0; i < HUGE_FRAMES; i++) {
+		kvp_frame_unuse(P, 2 * MIB);
+		kvp_frame_put(P, f[i], 2 * MIB, true);
+	}
+	pthread_mutex_unlock(&P->lock);
+	cfg.ram_budget_bytes = budget;
+	ck_assert_int_eq(kvp_pager_reconfigure(P, &cfg, NULL), 0);
+	ck_assert_uint_eq(rss, HUGE_FRAMES * 2 * MIB);
+	return (unsigned)(huge / (2 * MIB));
+}
+
+/* Does MADV_DONTNEED over 2 MiB of small pages free their page table, so
+ * that the range takes a huge page next (page-table reclaim, 6.14)? */
+static bool dontneed_frees_page_table(void)
+{
+	uint64_t rss, huge;
+	void *a;
+
+	ck_assert_int_eq(kvp_mem_reserve(2 * MIB, 2 * MIB, false, &a), 0);
+	ck_assert_int_eq(madvise(a, 2 * MIB, MADV_NOHUGEPAGE), 0);
+	memset(a, 1, 2 * MIB);
+	ck_assert_int_eq(madvise(a, 2 * MIB, MADV_DONTNEED), 0);
+	ck_assert_int_eq(madvise(a, 2 * MIB, MADV_HUGEPAGE), 0);
+	memset(a, 1, 2 * MIB);
+	range_rss(a, 2 * MIB, &rss, &huge);
+	kvp_mem_release(a, 2 * MIB);
+	return huge == 2 * MIB;
+}
+
+/*
+ * A dirty block of a copy-mode region leaves by moving its pages into a
+ * slot, and UFFDIO_COPY put those pages there 4 KiB at a time.  Kept as a
+ * frame, they would be read into next, each read split into requests of
+ * 254 pages at most (virtio-blk), three for a 2 MiB block where a huge
+ * page takes one.  So frames handed out after dirty evictions are huge
+ * pages, as before them.
+ */
+START_TEST(test_dirty_eviction_keeps_huge_frames)
+{
+	struct popts po = { .budget = 16 * MIB, .mode = KVP_INSTALL_COPY };
+	size_t size = 64 * MIB;
+	volatile uint64_t *p;
+	unsigned before, after;
+	char thp[16];
+
+	if (kvp_thp_mode(thp, sizeof(thp)) || strcmp(thp, "never") == 0) {
+		printf("dirty_eviction_keeps_huge_frames: THP off, nothing "
+		       "to check\n");
+		return;
+	}
+	if (!dontneed_frees_page_table()) {
+		printf("dirty_eviction_keeps_huge_frames: this kernel keeps "
+		       "emptied page tables: nothing to check\n");
+		return;
+	}
+	p = (volatile uint64_t *)fx_seeded_region(ST_MEM, size, 2 * MIB, &po);
+	(void)touch_read(R, 0, size);
+	settle(R);
+	before = fresh_frames_huge();
+	if (before < HUGE_FRAMES) {
+		printf("dirty_eviction_keeps_huge_frames: %u of %u fresh "
+		       "frames are huge pages (THP short): nothing to check\n",
+		       before, HUGE_FRAMES);
+		return;
+	}
+	for (int pass = 0; pass < 2; pass++)
+		for (size_t at = 0; at < size; at += PG)
+			p[at / 8] = p[at / 8]; /* dirty, same data */
+	settle(R);
+	ck_assert_uint_ge(rstats(R).evictions_dirty_total, size / (2 * MIB));
+	after = fresh_frames_huge();
+	ck_assert_msg(after == HUGE_FRAMES,
+		      "after dirty evictions %u of %u frames are huge pages",
+		      after, HUGE_FRAMES);
+	check_region(R, 0, size, SEED_A);
 }
 END_TEST
 
@@ -562,6 +688,7 @@ static Suite *pager_evict_suite(void)
 	t = fx_tcase(s, "budget", 120);
 	tcase_add_loop_test(t, test_budget, 0, 4);
 	tcase_add_test(t, test_small_frames_not_huge);
+	tcase_add_test(t, test_dirty_eviction_keeps_huge_frames);
 	t = fx_tcase(s, "write_race", 120);
 	tcase_add_loop_test(t, test_write_during_eviction, 0, 4);
 	t = fx_tcase(s, "zap", 120);
