@@ -280,6 +280,28 @@ static int write_block(struct kvp_region *r, uint64_t blk)
 	return err;
 }
 
+/* Under p->lock: wait for an op to finish (p->idle), @ms at most. */
+static void idle_wait_ms(struct kvp_pager *p, long ms)
+{
+	struct timespec until;
+
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_nsec += ms * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	(void)pthread_cond_timedwait(&p->idle, &p->lock, &until);
+}
+
+/* Is @b leaving by write-back (evict.c: moved out, to be written)?  Its
+ * bytes are in the store once that is done; if the write fails it comes
+ * back resident and dirty. */
+static bool writing_out(const struct kvp_block *b)
+{
+	return b->state == KVP_BLOCK_EVICTING && b->op->kind != OP_ZAP;
+}
+
 int kvp_region_flush(struct kvp_region *r)
 {
 	struct kvp_pager *p;
@@ -297,9 +319,17 @@ int kvp_region_flush(struct kvp_region *r)
 		pthread_mutex_lock(&p->lock);
 		/* A write fault marked it dirty and has yet to lift its
 		 * protection (kvp_blk_late_begin): after that, or it would
-		 * undo ours and the writes that follow would go unseen. */
-		while (b->late)
-			pthread_cond_wait(&p->idle, &p->lock);
+		 * undo ours and the writes that follow would go unseen.  A
+		 * block being written out: until the write is done, so that
+		 * a flush that returns 0 leaves every byte in the store (an
+		 * eviction undone broadcasts nothing: looked at again each
+		 * few milliseconds). */
+		while (b->late || writing_out(b)) {
+			if (b->late)
+				pthread_cond_wait(&p->idle, &p->lock);
+			else
+				idle_wait_ms(p, 5);
+		}
 		want = b->state == KVP_BLOCK_RESIDENT &&
 		       (b->flags & BLK_DIRTY) && !(b->flags & BLK_DROP);
 		if (want) {

@@ -447,6 +447,64 @@ START_TEST(test_writeback_stall_sigbus)
 }
 END_TEST
 
+/*
+ * A flush that returns 0 leaves every byte written before it in the store,
+ * a block's on its way out by eviction too (its write-back in flight, here
+ * held 300 ms by the store): before, the flush passed over such a block
+ * and returned at once, and a write that then failed left the block's
+ * only copy in RAM.
+ */
+static void *touch_main(void *arg)
+{
+	(void)*(volatile char *)arg;
+	return NULL;
+}
+
+START_TEST(test_flush_waits_for_writeback)
+{
+	size_t bs = 64 * KIB, size = 64 * bs;
+	struct popts po = { .budget = 2 * MIB,
+			    .mode = _i ? KVP_INSTALL_COPY : KVP_INSTALL_MOVE,
+			    .exact_budget = true };
+	struct kvp_fault_plan plan = { .delay_us = 300000 };
+	struct kvp_block_info bi;
+	pthread_t t;
+	char *a;
+	int k;
+
+	make_faulty_store(size);
+	store_fill(S0, 0, size, SEED_A);
+	open_pager(&po);
+	R = make_region(size, bs, KVP_REGION_FROM_STORE);
+	a = kvp_region_addr(R);
+	kvp_test_fill(a, bs, SEED_B, 0); /* block 0, dirty */
+	check_region(R, bs, 2 * MIB - bs, SEED_A); /* the budget full */
+	settle(R);
+	ck_assert_int_eq(kvp_store_faulty_set(S, &plan), 0);
+	ck_assert_int_eq(kvp_region_advise(R, 0, 1, KVP_ADVICE_COLD), 0);
+	/* A fault past the budget: block 0 leaves, its write held. */
+	ck_assert_int_eq(pthread_create(&t, NULL, touch_main, a + 40 * bs), 0);
+	for (k = 0; k < 2000; k++) {
+		ck_assert_int_eq(kvp_region_block_info(R, 0, &bi), 0);
+		if (bi.state == KVP_BLOCK_EVICTING)
+			break;
+		usleep(500);
+	}
+	ck_assert_msg(bi.state == KVP_BLOCK_EVICTING, "block 0 did not leave");
+	ck_assert_int_eq(kvp_region_flush(R), 0);
+	/* (This store writes through at once and holds the completion: the
+	 * write is done only once the block is out.) */
+	ck_assert_int_eq(kvp_region_block_info(R, 0, &bi), 0);
+	ck_assert_msg(bi.state != KVP_BLOCK_EVICTING,
+		      "the flush returned with block 0's write in flight");
+	ck_assert_int_eq(store_check(S0, 0, bs, SEED_B), -1);
+	pthread_join(t, NULL);
+	plan.delay_us = 0;
+	ck_assert_int_eq(kvp_store_faulty_set(S, &plan), 0);
+	check_region(R, 0, bs, SEED_B);
+}
+END_TEST
+
 static Suite *pager_errors_suite(void)
 {
 	Suite *s = suite_create("pager_errors");
@@ -460,6 +518,7 @@ static Suite *pager_errors_suite(void)
 	t = fx_tcase(s, "writeback_stall", 120);
 	tcase_add_loop_test(t, test_writeback_stall, 0, 2);
 	tcase_add_loop_test(t, test_writeback_stall_sigbus, 0, 2);
+	tcase_add_loop_test(t, test_flush_waits_for_writeback, 0, 2);
 	return s;
 }
 
