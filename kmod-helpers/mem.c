@@ -140,7 +140,7 @@ int kvp_mem_batch_dontneed_works(int pidfd)
 			    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (iov.iov_base == MAP_FAILED)
 		return -errno;
-	err = kvp_mem_advise_batch(pidfd, &iov, 1, MADV_DONTNEED, &done);
+	err = kvp_mem_advise_batch(pidfd, &iov, 1, MADV_DONTNEED_LOCKED, &done);
 	munmap(iov.iov_base, iov.iov_len);
 	return err;
 }

@@ -76,10 +76,11 @@ int kvp_mem_advise_batch(int pidfd, const struct iovec *iov, size_t n,
 			 int advice, size_t *done);
 
 /*
- * kvp_mem_batch_dontneed_works - does this kernel take MADV_DONTNEED from
- * process_madvise (tried on a page of our own)?  @pidfd from
- * kvp_mem_self_pidfd.  Returns 0 when it does, else -errno (-EINVAL: it
- * does not take that advice there).
+ * kvp_mem_batch_dontneed_works - does this kernel take MADV_DONTNEED_LOCKED
+ * (MADV_DONTNEED that drops pages the program mlocked as well, which the
+ * pager's zapper uses) from process_madvise (tried on a page of our own)?
+ * @pidfd from kvp_mem_self_pidfd.  Returns 0 when it does, else -errno
+ * (-EINVAL: it does not take that advice there).
  */
 int kvp_mem_batch_dontneed_works(int pidfd);
 

@@ -6,10 +6,10 @@
  * dropping them.  A move flushes the TLB once per page for a block of up
  * to 32 pages, and in a guest each flush costs a hypercall and an IPI to
  * every CPU running the program: 40-70 us for a 64 KiB block on these
- * machines.  One process_madvise(MADV_DONTNEED) drops a whole batch of
- * blocks with one flush.  It serves clean blocks of copy-mode regions,
- * whose frames went back to the pool at install; move-mode regions keep
- * moving, since their pages are the pool's next frames.
+ * machines.  One process_madvise(MADV_DONTNEED_LOCKED) drops a whole
+ * batch of blocks with one flush.  It serves clean blocks of copy-mode
+ * regions, whose frames went back to the pool at install; move-mode
+ * regions keep moving, since their pages are the pool's next frames.
  *
  * Each range dropped raises a UFFD_EVENT_REMOVE, and the call waits until
  * a service thread has read it: so the call runs on a thread of its own.
@@ -154,8 +154,13 @@ static void *zapper_main(void *arg)
 			   : -1;
 		pthread_mutex_unlock(&p->lock);
 		cpu = follow_reader(want, cpu, &allowed);
-		(void)kvp_mem_advise_batch(p->pidfd, iov, n, MADV_DONTNEED,
-					   &done);
+		/* Pages the program mlocked go too: a plain DONTNEED stops
+		 * at their VMA, having dropped the block's pages before it,
+		 * and the move that takes such a block next refuses the
+		 * locked page as well, so the block stayed resident without
+		 * them (they read back as zeros). */
+		(void)kvp_mem_advise_batch(p->pidfd, iov, n,
+					   MADV_DONTNEED_LOCKED, &done);
 		pthread_mutex_lock(&p->lock);
 		for (unsigned i = 0; i < n; i++) {
 			batch[i]->zapped = done >= iov[i].iov_len;

@@ -304,6 +304,33 @@ START_TEST(test_dirty_eviction_keeps_huge_frames)
 }
 END_TEST
 
+/*
+ * A page the program mlocked in a clean block: a batched MADV_DONTNEED
+ * stopped at its VMA, having dropped the pages before it, and the move
+ * that followed refused the locked page too, so the block stayed resident
+ * without the pages the zap had dropped: they read back as zeros.  (Found
+ * by review; the program's lock is the program's business, the block's
+ * data is ours.)
+ */
+START_TEST(test_zap_locked_page)
+{
+	struct popts po = { .budget = 16 * MIB, .mode = KVP_INSTALL_COPY };
+	size_t size = 64 * MIB;
+	char *a = fx_seeded_region(ST_MEM, size, 2 * MIB, &po);
+
+	(void)touch_read(R, 0, size);
+	settle(R);
+	ck_assert_int_eq(mlock(a + PG, PG), 0); /* in block 0 */
+	for (int pass = 0; pass < 20; pass++) {
+		(void)touch_read(R, 0, size);
+		ck_assert_int_eq(kvp_region_flush(R), 0);
+	}
+	settle(R);
+	ck_assert_int_eq(munlock(a + PG, PG), 0);
+	check_region(R, 0, size, SEED_A);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ */
 /* writes racing with eviction */
 
@@ -694,6 +721,7 @@ static Suite *pager_evict_suite(void)
 	t = fx_tcase(s, "zap", 120);
 	tcase_add_loop_test(t, test_zap_clean_eviction, 0, 4);
 	tcase_add_test(t, test_zap_drop_race);
+	tcase_add_test(t, test_zap_locked_page);
 	tcase_add_test(t, test_zap_follows_reader);
 	t = fx_tcase(s, "regressions", 120);
 	tcase_add_test(t, test_bug_move_ebusy);
