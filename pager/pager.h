@@ -135,8 +135,8 @@ bool kvp_install_auto_moves(size_t block_bytes, double first_touch_us,
 void kvp_region_stats(const struct kvp_region *r, struct kvp_stats *out);
 
 /* Write back every dirty block (blocks stay resident), and wait for those
- * an eviction is writing out: once it returns 0, the store holds every
- * byte written before the call.  0 or the first error. */
+ * an eviction or another flush is writing out: once it returns 0, the
+ * store holds every byte written before the call.  0 or the first error. */
 int kvp_region_flush(struct kvp_region *r);
 
 /*

@@ -55,6 +55,8 @@ enum {
 				     would keep them: it is installed by
 				     copy and detached into paged slots;
 				     for the region's life */
+	BLK_FLUSHING = 1u << 15,  /* a flush is writing it from the region:
+				     another flush waits for that write */
 };
 
 struct kvp_op;

@@ -320,11 +320,11 @@ int kvp_region_flush(struct kvp_region *r)
 		/* A write fault marked it dirty and has yet to lift its
 		 * protection (kvp_blk_late_begin): after that, or it would
 		 * undo ours and the writes that follow would go unseen.  A
-		 * block being written out: until the write is done, so that
-		 * a flush that returns 0 leaves every byte in the store (an
-		 * eviction undone broadcasts nothing: looked at again each
-		 * few milliseconds). */
-		while (b->late || writing_out(b)) {
+		 * block being written out, by an eviction or another flush:
+		 * until the write is done, so that a flush that returns 0
+		 * leaves every byte in the store (an eviction undone
+		 * broadcasts nothing: looked at again each few ms). */
+		while (b->late || writing_out(b) || (b->flags & BLK_FLUSHING)) {
 			if (b->late)
 				pthread_cond_wait(&p->idle, &p->lock);
 			else
@@ -334,6 +334,7 @@ int kvp_region_flush(struct kvp_region *r)
 		       (b->flags & BLK_DIRTY) && !(b->flags & BLK_DROP);
 		if (want) {
 			b->holds++; /* stays resident while written */
+			b->flags |= BLK_FLUSHING;
 			/* Resident in part: its dirty windows, taken now (a
 			 * fill may begin once the lock is let go). */
 			if (kvp_blk_dirty_windows(b))
@@ -349,6 +350,8 @@ int kvp_region_flush(struct kvp_region *r)
 
 		pthread_mutex_lock(&p->lock);
 		b->holds--;
+		b->flags &= ~BLK_FLUSHING;
+		pthread_cond_broadcast(&p->idle);
 		pthread_mutex_unlock(&p->lock);
 		if (err && !first)
 			first = err;

@@ -505,6 +505,50 @@ START_TEST(test_flush_waits_for_writeback)
 }
 END_TEST
 
+/* The same for a block another flush is writing (held 300 ms): the second
+ * flush saw it clean and returned before that write was in (found by a
+ * soak). */
+static void *flush_main(void *arg)
+{
+	*(int *)arg = kvp_region_flush(R);
+	return NULL;
+}
+
+START_TEST(test_flush_waits_for_flush)
+{
+	size_t bs = 64 * KIB, size = 16 * bs;
+	struct popts po = { .budget = 4 * MIB,
+			    .mode = _i ? KVP_INSTALL_COPY : KVP_INSTALL_MOVE };
+	struct kvp_fault_plan plan = { .delay_us = 300000 };
+	struct kvp_block_info bi;
+	pthread_t t;
+	int rc = -1, k;
+	char *a;
+
+	make_faulty_store(size);
+	store_fill(S0, 0, size, SEED_A);
+	open_pager(&po);
+	R = make_region(size, bs, KVP_REGION_FROM_STORE);
+	a = kvp_region_addr(R);
+	kvp_test_fill(a, bs, SEED_B, 0); /* block 0, dirty */
+	ck_assert(binfo(R, 0).dirty);
+	ck_assert_int_eq(kvp_store_faulty_set(S, &plan), 0);
+	ck_assert_int_eq(pthread_create(&t, NULL, flush_main, &rc), 0);
+	for (k = 0; k < 2000; k++) { /* the first flush took it */
+		ck_assert_int_eq(kvp_region_block_info(R, 0, &bi), 0);
+		if (!bi.dirty)
+			break;
+		usleep(500);
+	}
+	ck_assert_msg(!bi.dirty, "the first flush did not take block 0");
+	ck_assert_int_eq(kvp_region_flush(R), 0);
+	ck_assert_msg(store_check(S0, 0, bs, SEED_B) == -1,
+		      "the second flush returned before block 0 was in");
+	pthread_join(t, NULL);
+	ck_assert_int_eq(rc, 0);
+}
+END_TEST
+
 static Suite *pager_errors_suite(void)
 {
 	Suite *s = suite_create("pager_errors");
@@ -519,6 +563,7 @@ static Suite *pager_errors_suite(void)
 	tcase_add_loop_test(t, test_writeback_stall, 0, 2);
 	tcase_add_loop_test(t, test_writeback_stall_sigbus, 0, 2);
 	tcase_add_loop_test(t, test_flush_waits_for_writeback, 0, 2);
+	tcase_add_loop_test(t, test_flush_waits_for_flush, 0, 2);
 	return s;
 }
 
