@@ -294,12 +294,20 @@ static void idle_wait_ms(struct kvp_pager *p, long ms)
 	(void)pthread_cond_timedwait(&p->idle, &p->lock, &until);
 }
 
-/* Is @b leaving by write-back (evict.c: moved out, to be written)?  Its
- * bytes are in the store once that is done; if the write fails it comes
- * back resident and dirty. */
-static bool writing_out(const struct kvp_block *b)
+/*
+ * Must a flush wait for @b before it looks at it?  It is leaving by
+ * write-back (evict.c: moved out, to be written: its bytes are in the
+ * store once that is done, or it comes back resident and dirty), another
+ * flush is writing it, or it is resident in part with dirty windows and a
+ * fill is loading more of it (those windows are written once it is in).
+ */
+static bool flush_must_wait(const struct kvp_block *b)
 {
-	return b->state == KVP_BLOCK_EVICTING && b->op->kind != OP_ZAP;
+	return (b->state == KVP_BLOCK_EVICTING && b->op->kind != OP_ZAP) ||
+	       (b->flags & BLK_FLUSHING) ||
+	       (b->state == KVP_BLOCK_LOADING &&
+		(b->flags & (BLK_PARTIAL | BLK_DIRTY)) ==
+		    (BLK_PARTIAL | BLK_DIRTY));
 }
 
 int kvp_region_flush(struct kvp_region *r)
@@ -319,12 +327,12 @@ int kvp_region_flush(struct kvp_region *r)
 		pthread_mutex_lock(&p->lock);
 		/* A write fault marked it dirty and has yet to lift its
 		 * protection (kvp_blk_late_begin): after that, or it would
-		 * undo ours and the writes that follow would go unseen.  A
-		 * block being written out, by an eviction or another flush:
-		 * until the write is done, so that a flush that returns 0
-		 * leaves every byte in the store (an eviction undone
-		 * broadcasts nothing: looked at again each few ms). */
-		while (b->late || writing_out(b) || (b->flags & BLK_FLUSHING)) {
+		 * undo ours and the writes that follow would go unseen.  The
+		 * others (flush_must_wait): until they are done, so that a
+		 * flush that returns 0 leaves every byte in the store (an
+		 * eviction undone broadcasts nothing: looked at again each
+		 * few ms). */
+		while (b->late || flush_must_wait(b)) {
 			if (b->late)
 				pthread_cond_wait(&p->idle, &p->lock);
 			else

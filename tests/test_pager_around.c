@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "pager/pager.h"
 #include "tests/helpers/pager_fx.h"
@@ -565,6 +566,52 @@ START_TEST(test_dirty_windows_store_fails)
 }
 END_TEST
 
+/*
+ * A flush while a fill of a block dirty in one window is in flight (the
+ * store holds reads 300 ms): the flush passed over the LOADING block and
+ * returned 0 before the written window was in the store.  Found by review.
+ */
+static void *read_far(void *arg)
+{
+	(void)word_at(arg, 0);
+	return NULL;
+}
+
+START_TEST(test_flush_during_fill)
+{
+	struct popts po = around_opts(_i, 8 * MIB);
+	struct kvp_fault_plan plan = { .delay_us = 300000 };
+	struct kvp_block_info bi;
+	pthread_t t;
+	char *a;
+	int k;
+
+	make_faulty_store(SIZE);
+	store_fill(S0, 0, SIZE, SEED_A);
+	open_pager(&po);
+	R = make_region(SIZE, BS, KVP_REGION_FROM_STORE);
+	a = kvp_region_addr(R);
+	kvp_test_fill(a + WPAGE(0), PG, SEED_B, WPAGE(0));
+	ck_assert(binfo(R, 0).dirty);
+	ck_assert_int_eq(kvp_store_faulty_set(S, &plan), 0);
+	ck_assert_int_eq(pthread_create(&t, NULL, read_far, a + 8 * FA + 64), 0);
+	for (k = 0; k < 2000; k++) {
+		ck_assert_int_eq(kvp_region_block_info(R, 0, &bi), 0);
+		if (bi.state == KVP_BLOCK_LOADING)
+			break;
+		usleep(500);
+	}
+	ck_assert_msg(bi.state == KVP_BLOCK_LOADING, "no fill of block 0");
+	ck_assert_int_eq(kvp_region_flush(R), 0);
+	ck_assert_msg(store_check(S0, WPAGE(0), PG, SEED_B) == -1,
+		      "the flush returned before the written window was in");
+	pthread_join(t, NULL);
+	plan.delay_us = 0;
+	ck_assert_int_eq(kvp_store_faulty_set(S, &plan), 0);
+	check_region(R, WPAGE(0), PG, SEED_B);
+}
+END_TEST
+
 static Suite *pager_around_suite(void)
 {
 	Suite *s = suite_create("pager_around");
@@ -580,6 +627,7 @@ static Suite *pager_around_suite(void)
 	tcase_add_loop_test(t, test_dirty_windows_flush_and_destroy, 0, 2);
 	tcase_add_loop_test(t, test_drop_in_partial_block, 0, 4);
 	tcase_add_loop_test(t, test_random_mix_integrity, 0, 8);
+	tcase_add_loop_test(t, test_flush_during_fill, 0, 2);
 	tcase_add_loop_test(t, test_drop_in_dirty_window, 0, 4);
 	tcase_add_loop_test(t, test_dirty_windows_store_fails, 0, 2);
 	return s;
