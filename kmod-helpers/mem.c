@@ -2,6 +2,7 @@
  * mem.c - address-space helpers; contracts in mem.h.
  */
 #include "kmod-helpers/mem.h"
+#include "kmod-helpers/uapi_compat.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -46,11 +47,24 @@ int kvp_mem_reserve(size_t len, size_t align, bool huge, void **addr)
 	span = len + align - KVP_PAGE_SIZE;
 	if (span < len)
 		return -EOVERFLOW;
-	p = kvp_mem_sys_mmap(NULL, span, PROT_READ | PROT_WRITE,
+	/*
+	 * Inaccessible first: under mlockall(MCL_FUTURE) a new mapping is
+	 * locked and filled at once, which for a region means zero pages
+	 * that no fault ever brings to the pager (it read all zeros), and
+	 * for the frame arena gigabytes.  mlock fills no PROT_NONE mapping;
+	 * unlocked, then opened, it stays empty.
+	 */
+	p = kvp_mem_sys_mmap(NULL, span, PROT_NONE,
 			     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
 			     0);
 	if (p == MAP_FAILED)
 		return -errno;
+	if (munlock(p, span) || mprotect(p, span, PROT_READ | PROT_WRITE)) {
+		int err = -errno;
+
+		raw_munmap(p, span);
+		return err;
+	}
 	start = (uintptr_t)p;
 	aligned = (start + align - 1) & ~(uintptr_t)(align - 1);
 	if (aligned > start)

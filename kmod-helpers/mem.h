@@ -16,9 +16,10 @@
 
 /*
  * kvp_mem_reserve - map @len bytes of private anonymous memory (read/write,
- * MAP_NORESERVE, nothing populated) whose start is a multiple of @align (a
- * power of two >= 4 KiB).  With @huge, the range is madvised MADV_HUGEPAGE.
- * On success *addr is the start; on failure nothing stays mapped.
+ * MAP_NORESERVE, nothing populated and not locked, also under
+ * mlockall(MCL_FUTURE)) whose start is a multiple of @align (a power of two
+ * >= 4 KiB).  With @huge, the range is madvised MADV_HUGEPAGE.  On success
+ * *addr is the start; on failure nothing stays mapped.
  */
 int kvp_mem_reserve(size_t len, size_t align, bool huge, void **addr);
 

@@ -114,4 +114,9 @@ struct pm_scan_arg {
 #define PAGEMAP_SCAN _IOWR('f', 16, struct pm_scan_arg)
 #endif
 
+/* madvise: MADV_DONTNEED that drops mlocked pages too (5.18; glibc 2.36). */
+#ifndef MADV_DONTNEED_LOCKED
+#define MADV_DONTNEED_LOCKED 24
+#endif
+
 #endif /* KVP_UAPI_COMPAT_H */

@@ -48,6 +48,7 @@
 #include <unistd.h>
 
 #include "kmod-helpers/mem.h"
+#include "kmod-helpers/uapi_compat.h"
 #include "pager/pager_i.h"
 
 #define ZAP_BATCH 256 /* ranges per call (the kernel takes up to 1024) */

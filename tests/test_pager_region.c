@@ -639,6 +639,51 @@ START_TEST(test_install_auto)
 }
 END_TEST
 
+/* /proc/self/status's @key ("VmLck:"), in bytes. */
+static uint64_t status_bytes(const char *key)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	unsigned long long kb = 0;
+
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, key, strlen(key)) &&
+		    sscanf(line + strlen(key), "%llu", &kb) == 1)
+			break;
+	fclose(f);
+	return (uint64_t)kb << 10;
+}
+
+/*
+ * Under mlockall(MCL_FUTURE) a new mapping is locked and filled at once: a
+ * region's range was filled with zero pages before the pager registered
+ * it, so no fault ever came and it read all zeros, and the frame arena
+ * (gigabytes of address space) would be filled as well.  Found by review.
+ */
+START_TEST(test_region_under_mlockall)
+{
+	struct popts po = { .budget = 16 * MIB };
+	size_t size = 8 * MIB;
+
+	if (mlockall(MCL_FUTURE)) {
+		printf("region_under_mlockall: mlockall: %s: nothing to "
+		       "check\n",
+		       strerror(errno));
+		return;
+	}
+	(void)fx_seeded_region(ST_MEM, size, 64 * KIB, &po);
+	check_region(R, 0, size, SEED_A);
+	ck_assert_uint_gt(rstats(R).demand_faults_total, 0);
+	/* The stores, the tables and the pre-touched budget: not the
+	 * arena's reservation. */
+	ck_assert_msg(status_bytes("VmLck:") < 256 * MIB,
+		      "%llu MiB locked",
+		      (unsigned long long)(status_bytes("VmLck:") >> 20));
+	ck_assert_int_eq(munlockall(), 0);
+}
+END_TEST
+
 static Suite *pager_region_suite(void)
 {
 	Suite *s = suite_create("pager_region");
@@ -651,6 +696,7 @@ static Suite *pager_region_suite(void)
 	tcase_add_test(t, test_address_space_limit);
 	tcase_add_test(t, test_service_priority);
 	tcase_add_test(t, test_install_auto);
+	tcase_add_test(t, test_region_under_mlockall);
 	t = fx_tcase(s, "introspection", 120);
 	tcase_add_loop_test(t, test_peek, 0, 2);
 	tcase_add_test(t, test_bug_store_outlives_last_region);
