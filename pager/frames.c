@@ -341,7 +341,8 @@ void kvp_frame_put(struct kvp_pager *p, void *slot, size_t bytes, bool full)
 
 void kvp_frame_put_undone(struct kvp_pager *p, void *slot, size_t bytes)
 {
-	/* Rare (a failed eviction): one flush is nothing here. */
+	/* A failed eviction, or the small pages of a copy-mode block once
+	 * written (evict.c): freed, so that an empty slot holds none. */
 	(void)kvp_mem_advise(slot, bytes, MADV_DONTNEED);
 	kvp_frame_put(p, slot, bytes, false);
 }

@@ -406,9 +406,10 @@ void *kvp_frame_paged_slot(struct kvp_pager *p, size_t bytes);
 void kvp_frame_put_paged(struct kvp_pager *p, void *slot, size_t bytes);
 /* Give back a slot: @full if pages are present in it. */
 void kvp_frame_put(struct kvp_pager *p, void *slot, size_t bytes, bool full);
-/* Give back the slot of an eviction undone, which may still hold pages
- * (copied back, or there before: the move stopped on them): they are
- * freed, so that an empty slot never holds a page. */
+/* Give back a slot whose pages must not become a frame: an eviction
+ * undone (copied back, or there before: the move stopped on them), or a
+ * copy-mode block's small pages once written (evict.c).  They are freed,
+ * so that an empty slot never holds a page. */
 void kvp_frame_put_undone(struct kvp_pager *p, void *slot, size_t bytes);
 /* A block gave up its frame's bytes (evicted, dropped, forgotten). */
 void kvp_frame_unuse(struct kvp_pager *p, size_t bytes);
