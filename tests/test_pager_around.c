@@ -515,11 +515,7 @@ START_TEST(test_dirty_windows_store_fails)
 	char *a;
 	struct kvp_stats s;
 
-	make_faulty_store(SIZE);
-	store_fill(S0, 0, SIZE, SEED_A);
-	open_pager(&po);
-	R = make_region(SIZE, BS, KVP_REGION_FROM_STORE);
-	a = kvp_region_addr(R);
+	a = fx_faulty_region(SIZE, BS, &po);
 	ck_assert_int_eq(kvp_store_faulty_set(S, &plan), 0);
 	/* A page of each of blocks 0, 2, .. 14 written (never a neighbour
 	 * of the last: no run to read ahead of). */
@@ -586,11 +582,7 @@ START_TEST(test_flush_during_fill)
 	char *a;
 	int k;
 
-	make_faulty_store(SIZE);
-	store_fill(S0, 0, SIZE, SEED_A);
-	open_pager(&po);
-	R = make_region(SIZE, BS, KVP_REGION_FROM_STORE);
-	a = kvp_region_addr(R);
+	a = fx_faulty_region(SIZE, BS, &po);
 	kvp_test_fill(a + WPAGE(0), PG, SEED_B, WPAGE(0));
 	ck_assert(binfo(R, 0).dirty);
 	ck_assert_int_eq(kvp_store_faulty_set(S, &plan), 0);

@@ -102,11 +102,7 @@ START_TEST(test_fill_read_error)
 	pthread_t t;
 	char *a;
 
-	make_faulty_store(size);
-	store_fill(S0, 0, size, SEED_A);
-	open_pager(&po);
-	R = make_region(size, bs, KVP_REGION_FROM_STORE);
-	a = kvp_region_addr(R);
+	a = fx_faulty_region(size, bs, &po);
 	(void)*(volatile char *)(a + 3 * bs); /* block 3's first window */
 	(void)binfo(R, 3);
 	plan.read_errno = EIO;
@@ -265,11 +261,7 @@ START_TEST(test_writeback_failure)
 	struct kvp_stats s;
 	char *a;
 
-	make_faulty_store(size);
-	store_fill(S0, 0, size, SEED_A);
-	open_pager(&po);
-	R = make_region(size, bs, KVP_REGION_FROM_STORE);
-	a = kvp_region_addr(R);
+	a = fx_faulty_region(size, bs, &po);
 	/* Half the budget dirty, then the store refuses writes. */
 	kvp_test_fill(a, dirty, SEED_B, 0);
 	ck_assert_int_eq(kvp_store_faulty_set(S, &plan), 0);
@@ -472,11 +464,7 @@ START_TEST(test_flush_waits_for_writeback)
 	char *a;
 	int k;
 
-	make_faulty_store(size);
-	store_fill(S0, 0, size, SEED_A);
-	open_pager(&po);
-	R = make_region(size, bs, KVP_REGION_FROM_STORE);
-	a = kvp_region_addr(R);
+	a = fx_faulty_region(size, bs, &po);
 	kvp_test_fill(a, bs, SEED_B, 0); /* block 0, dirty */
 	check_region(R, bs, 2 * MIB - bs, SEED_A); /* the budget full */
 	settle(R);
@@ -525,11 +513,7 @@ START_TEST(test_flush_waits_for_flush)
 	int rc = -1, k;
 	char *a;
 
-	make_faulty_store(size);
-	store_fill(S0, 0, size, SEED_A);
-	open_pager(&po);
-	R = make_region(size, bs, KVP_REGION_FROM_STORE);
-	a = kvp_region_addr(R);
+	a = fx_faulty_region(size, bs, &po);
 	kvp_test_fill(a, bs, SEED_B, 0); /* block 0, dirty */
 	ck_assert(binfo(R, 0).dirty);
 	ck_assert_int_eq(kvp_store_faulty_set(S, &plan), 0);

@@ -134,6 +134,15 @@ char *fx_seeded_region(enum store_kind k, size_t size, size_t bs,
 	return kvp_region_addr(R);
 }
 
+char *fx_faulty_region(size_t size, size_t bs, const struct popts *o)
+{
+	make_faulty_store(size);
+	store_fill(S0, 0, size, SEED_A);
+	open_pager(o);
+	R = make_region(size, bs, KVP_REGION_FROM_STORE);
+	return kvp_region_addr(R);
+}
+
 struct kvp_stats pstats(void)
 {
 	struct kvp_stats s;

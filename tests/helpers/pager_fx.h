@@ -73,6 +73,10 @@ struct kvp_region *make_region(size_t size, size_t bs, unsigned flags);
 char *fx_seeded_region(enum store_kind k, size_t size, size_t bs,
 		       const struct popts *o);
 
+/* The same over a faulty store: S over S0, which holds SEED_A's pattern;
+ * no fault planned yet. */
+char *fx_faulty_region(size_t size, size_t bs, const struct popts *o);
+
 /* Statistics of P, of @r. */
 struct kvp_stats pstats(void);
 struct kvp_stats rstats(struct kvp_region *r);
