@@ -425,6 +425,9 @@ uint64_t kvp_budget(const struct kvp_pager *p);
 
 /* stats.c */
 uint64_t kvp_now_ns(void); /* CLOCK_MONOTONIC */
+/* @ms from now on CLOCK_MONOTONIC, for pthread_cond_timedwait (the
+ * pager's conditions use that clock). */
+struct timespec kvp_deadline_ms(long ms);
 void kvp_stats_snapshot(const struct kvp_astats *a, struct kvp_stats *out);
 void kvp_stats_add(struct kvp_stats *sum, const struct kvp_stats *s);
 void kvp_astats_fold(struct kvp_astats *into, const struct kvp_astats *a);

@@ -115,15 +115,7 @@ int kvp_prefetch_wait(struct kvp_prefetch *pf, int timeout_ms)
 	if (!pf)
 		return -EINVAL;
 	p = pf->r->p;
-	clock_gettime(CLOCK_MONOTONIC, &until);
-	if (timeout_ms >= 0) {
-		until.tv_sec += timeout_ms / 1000;
-		until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-		if (until.tv_nsec >= 1000000000L) {
-			until.tv_sec++;
-			until.tv_nsec -= 1000000000L;
-		}
-	}
+	until = kvp_deadline_ms(timeout_ms >= 0 ? timeout_ms : 0);
 	pthread_mutex_lock(&p->lock);
 	while (!pf_done(pf) && !err) {
 		if (timeout_ms < 0)

@@ -280,30 +280,19 @@ static int write_block(struct kvp_region *r, uint64_t blk)
 	return err;
 }
 
-/* Under p->lock: wait for an op to finish (p->idle), @ms at most. */
-static void idle_wait_ms(struct kvp_pager *p, long ms)
-{
-	struct timespec until;
-
-	clock_gettime(CLOCK_MONOTONIC, &until);
-	until.tv_nsec += ms * 1000000L;
-	if (until.tv_nsec >= 1000000000L) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000L;
-	}
-	(void)pthread_cond_timedwait(&p->idle, &p->lock, &until);
-}
-
 /*
- * Must a flush wait for @b before it looks at it?  It is leaving by
- * write-back (evict.c: moved out, to be written: its bytes are in the
- * store once that is done, or it comes back resident and dirty), another
- * flush is writing it, or it is resident in part with dirty windows and a
- * fill is loading more of it (those windows are written once it is in).
+ * Must a flush wait for @b before it looks at it?  A write fault marked it
+ * dirty and has yet to lift its protection (kvp_blk_late_begin: the lift
+ * would undo the flush's, and the writes after it go unseen); it is
+ * leaving by write-back (evict.c: moved out, to be written: its bytes are
+ * in the store once that is done, or it comes back resident and dirty);
+ * another flush is writing it; or it is resident in part with dirty
+ * windows and a fill is loading more of it (written once it is in).
  */
 static bool flush_must_wait(const struct kvp_block *b)
 {
-	return (b->state == KVP_BLOCK_EVICTING && b->op->kind != OP_ZAP) ||
+	return b->late ||
+	       (b->state == KVP_BLOCK_EVICTING && b->op->kind != OP_ZAP) ||
 	       (b->flags & BLK_FLUSHING) ||
 	       (b->state == KVP_BLOCK_LOADING &&
 		(b->flags & (BLK_PARTIAL | BLK_DIRTY)) ==
@@ -325,18 +314,14 @@ int kvp_region_flush(struct kvp_region *r)
 		uint64_t wins = 0;
 
 		pthread_mutex_lock(&p->lock);
-		/* A write fault marked it dirty and has yet to lift its
-		 * protection (kvp_blk_late_begin): after that, or it would
-		 * undo ours and the writes that follow would go unseen.  The
-		 * others (flush_must_wait): until they are done, so that a
-		 * flush that returns 0 leaves every byte in the store (an
-		 * eviction undone broadcasts nothing: looked at again each
-		 * few ms). */
-		while (b->late || flush_must_wait(b)) {
-			if (b->late)
-				pthread_cond_wait(&p->idle, &p->lock);
-			else
-				idle_wait_ms(p, 5);
+		/* Until it is done, so that a flush that returns 0 leaves
+		 * every byte in the store.  Looked at again each few ms: an
+		 * eviction undone broadcasts nothing. */
+		while (flush_must_wait(b)) {
+			struct timespec until = kvp_deadline_ms(5);
+
+			(void)pthread_cond_timedwait(&p->idle, &p->lock,
+						     &until);
 		}
 		want = b->state == KVP_BLOCK_RESIDENT &&
 		       (b->flags & BLK_DIRTY) && !(b->flags & BLK_DROP);

@@ -577,23 +577,15 @@ START_TEST(test_flush_during_fill)
 {
 	struct popts po = around_opts(_i, 8 * MIB);
 	struct kvp_fault_plan plan = { .delay_us = 300000 };
-	struct kvp_block_info bi;
 	pthread_t t;
 	char *a;
-	int k;
 
 	a = fx_faulty_region(SIZE, BS, &po);
 	kvp_test_fill(a + WPAGE(0), PG, SEED_B, WPAGE(0));
 	ck_assert(binfo(R, 0).dirty);
 	ck_assert_int_eq(kvp_store_faulty_set(S, &plan), 0);
 	ck_assert_int_eq(pthread_create(&t, NULL, read_far, a + 8 * FA + 64), 0);
-	for (k = 0; k < 2000; k++) {
-		ck_assert_int_eq(kvp_region_block_info(R, 0, &bi), 0);
-		if (bi.state == KVP_BLOCK_LOADING)
-			break;
-		usleep(500);
-	}
-	ck_assert_msg(bi.state == KVP_BLOCK_LOADING, "no fill of block 0");
+	await_state(R, 0, KVP_BLOCK_LOADING, "no fill of block 0");
 	ck_assert_int_eq(kvp_region_flush(R), 0);
 	ck_assert_msg(store_check(S0, WPAGE(0), PG, SEED_B) == -1,
 		      "the flush returned before the written window was in");

@@ -462,7 +462,6 @@ START_TEST(test_flush_waits_for_writeback)
 	struct kvp_block_info bi;
 	pthread_t t;
 	char *a;
-	int k;
 
 	a = fx_faulty_region(size, bs, &po);
 	kvp_test_fill(a, bs, SEED_B, 0); /* block 0, dirty */
@@ -472,13 +471,7 @@ START_TEST(test_flush_waits_for_writeback)
 	ck_assert_int_eq(kvp_region_advise(R, 0, 1, KVP_ADVICE_COLD), 0);
 	/* A fault past the budget: block 0 leaves, its write held. */
 	ck_assert_int_eq(pthread_create(&t, NULL, touch_main, a + 40 * bs), 0);
-	for (k = 0; k < 2000; k++) {
-		ck_assert_int_eq(kvp_region_block_info(R, 0, &bi), 0);
-		if (bi.state == KVP_BLOCK_EVICTING)
-			break;
-		usleep(500);
-	}
-	ck_assert_msg(bi.state == KVP_BLOCK_EVICTING, "block 0 did not leave");
+	await_state(R, 0, KVP_BLOCK_EVICTING, "block 0 did not leave");
 	ck_assert_int_eq(kvp_region_flush(R), 0);
 	/* (This store writes through at once and holds the completion: the
 	 * write is done only once the block is out.) */

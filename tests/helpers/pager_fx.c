@@ -185,6 +185,20 @@ void settle(struct kvp_region *r)
  * the lock), so right after an access the block may still read LOADING
  * for a moment; no test asks about a block it expects in transit.
  */
+void await_state(struct kvp_region *r, uint64_t blk, int state,
+		 const char *what)
+{
+	struct kvp_block_info bi;
+
+	for (int k = 0; k < 2000; k++) {
+		ck_assert_int_eq(kvp_region_block_info(r, blk, &bi), 0);
+		if ((int)bi.state == state)
+			return;
+		usleep(500);
+	}
+	ck_abort_msg("%s (block %llu)", what, (unsigned long long)blk);
+}
+
 struct kvp_block_info binfo(struct kvp_region *r, uint64_t blk)
 {
 	struct kvp_block_info bi;

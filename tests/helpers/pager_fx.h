@@ -93,6 +93,12 @@ void settle(struct kvp_region *r);
  */
 struct kvp_block_info binfo(struct kvp_region *r, uint64_t blk);
 
+/* Poll @r's block @blk (every 0.5 ms, 1 s at most) until it is in @state
+ * (enum kvp_block_state), which a test expects in transit; fails the test
+ * with @what otherwise. */
+void await_state(struct kvp_region *r, uint64_t blk, int state,
+		 const char *what);
+
 /* removed_bytes_total once it reaches @want (munmap and madvise return
  * when a service thread has read the event, not handled it): up to 5 s. */
 uint64_t wait_removed(struct kvp_region *r, uint64_t want);

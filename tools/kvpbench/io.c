@@ -4,7 +4,7 @@
  * raw:  io_uring O_DIRECT reads into reused buffers (one set per thread,
  *       THP-backed and pre-touched), the file registered as a fixed file,
  *       at the job's depth: the limit of the disk.  A job that writes
- *       (touch's rw lines) writes each block back as read, a write linked
+ *       (touch's sequential rw lines) writes each block back as read, a write linked
  *       to its read: the least any tier must move to keep the writes.
  * mmap: the kernel's mmap of the same file, cold (fadvise DONTNEED before),
  *       touched one word per 4 KiB page; for stream the pages more than a
@@ -141,7 +141,6 @@ out:
 		/* Wait for what is still in flight before the buffers go. */
 		while (inflight) {
 			struct io_uring_cqe *cqe;
-
 			uint64_t tag;
 
 			if (io_uring_wait_cqe(&ring, &cqe))
