@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -157,6 +158,26 @@ int kvp_mem_batch_dontneed_works(int pidfd)
 	err = kvp_mem_advise_batch(pidfd, &iov, 1, MADV_DONTNEED_LOCKED, &done);
 	munmap(iov.iov_base, iov.iov_len);
 	return err;
+}
+
+int kvp_mem_vma_open(void)
+{
+	int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+
+	return fd < 0 ? -errno : fd;
+}
+
+int kvp_mem_vma_at(int fd, const void *addr, uintptr_t *start,
+		   uintptr_t *end)
+{
+	struct procmap_query q = { .size = sizeof(q),
+				   .query_addr = (uintptr_t)addr };
+
+	if (ioctl(fd, PROCMAP_QUERY, &q))
+		return -errno;
+	*start = (uintptr_t)q.vma_start;
+	*end = (uintptr_t)q.vma_end;
+	return 0;
 }
 
 int kvp_mem_memfd(const char *name, size_t len, int *fd)

@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 
@@ -84,6 +85,21 @@ int kvp_mem_advise_batch(int pidfd, const struct iovec *iov, size_t n,
  * (-EINVAL: it does not take that advice there).
  */
 int kvp_mem_batch_dontneed_works(int pidfd);
+
+/*
+ * kvp_mem_vma_open - a descriptor for kvp_mem_vma_at (/proc/self/maps).
+ * Returns it (close it) or -errno.
+ */
+int kvp_mem_vma_open(void);
+
+/*
+ * kvp_mem_vma_at - the bounds of this process's VMA that holds @addr, now
+ * (PROCMAP_QUERY, Linux 6.11), into *start and *end.  @fd from
+ * kvp_mem_vma_open.  Returns 0, -ENOENT when no VMA holds @addr, or
+ * -ENOTTY on older kernels.
+ */
+int kvp_mem_vma_at(int fd, const void *addr, uintptr_t *start,
+		   uintptr_t *end);
 
 /* kvp_mem_memfd - memfd_create(@name, MFD_CLOEXEC) sized to @len. */
 int kvp_mem_memfd(const char *name, size_t len, int *fd);

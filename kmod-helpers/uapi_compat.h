@@ -119,4 +119,27 @@ struct pm_scan_arg {
 #define MADV_DONTNEED_LOCKED 24
 #endif
 
+/* PROCMAP_QUERY (Linux 6.11): one VMA of /proc/PID/maps by ioctl. */
+#ifndef PROCMAP_QUERY
+#include <linux/fs.h>
+struct procmap_query {
+	__u64 size;
+	__u64 query_flags;
+	__u64 query_addr;
+	__u64 vma_start;
+	__u64 vma_end;
+	__u64 vma_flags;
+	__u64 vma_page_size;
+	__u64 vma_offset;
+	__u64 inode;
+	__u32 dev_major;
+	__u32 dev_minor;
+	__u32 vma_name_size;
+	__u32 build_id_size;
+	__u64 vma_name_addr;
+	__u64 build_id_addr;
+};
+#define PROCMAP_QUERY _IOWR('f', 17, struct procmap_query)
+#endif
+
 #endif /* KVP_UAPI_COMPAT_H */

@@ -195,6 +195,7 @@ struct kvp_op {
 	struct kvp_pf_ref *pfs;	   /* prefetch handles waiting on it */
 	uint8_t *cover;		   /* zap: REMOVE events seen, per page */
 	uint32_t uncovered;	   /* zap: pages no event has covered yet */
+	bool cover_whole;	   /* zap: one event covered the whole block */
 	bool verifying;		   /* load: the block moved in is read back
 				      (a missing fault there is a page the
 				      program dropped: zeros) */
@@ -332,7 +333,8 @@ struct kvp_pager {
 	unsigned forget_acks;	/* threads done with REQ_FORGET_STORE */
 	struct kvp_astats gone; /* totals of destroyed regions */
 	/* zap.c: clean eviction by batched MADV_DONTNEED. */
-	int pidfd; /* this process, for process_madvise */
+	int pidfd;   /* this process, for process_madvise */
+	int maps_fd; /* its /proc/self/maps, for kvp_mem_vma_at */
 	pthread_t zapper;
 	bool zapper_running, zap_stop;
 	pthread_cond_t zap_cond;  /* work for the zapper */

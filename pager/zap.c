@@ -16,7 +16,8 @@
  * A service thread that reads a REMOVE over a zapping block counts it
  * page by page (kvp_zap_seen) instead of taking it for the program's.  Our
  * call drops each page of the block exactly once, so a page counted twice
- * was dropped by the program too and must read back as zeros.
+ * was dropped by the program too and must read back as zeros; but for the
+ * REMOVEs the kernel repeats when the VMA is split meanwhile (zap_repeat).
  *
  * Every block the zapper took goes back to a service thread (p->zap_done),
  * which settles it (service.c): state changes stay on service threads.  A
@@ -72,10 +73,47 @@ void kvp_zap_queue(struct kvp_pager *p, struct kvp_op *op)
 	pthread_cond_signal(&p->zap_cond);
 }
 
+/*
+ * Is the REMOVE over [lo, hi) of a zapping block the kernel's repeat of
+ * one it raised before?  While our call waits for its event to be read,
+ * the kernel drops the mmap lock.  If the program splits the VMA then
+ * (mprotect or mlock of part of the block), the kernel drops only the
+ * first piece and walks on to the others, raising a REMOVE for each again.
+ * Counted, their pages would read as the program's drop: zeros.  A repeat
+ * follows an event over the whole block (events stop at VMA ends, so the
+ * block was one VMA then), covers pages counted once, and starts where a
+ * VMA starts now, ending at that VMA's end or the block's.  A drop of the
+ * program's own that matched all of that, split and dropped between our
+ * event and our settle, would be missed; one whose split was undone before
+ * its repeat is read is still taken for a drop.  Without PROCMAP_QUERY
+ * (Linux 6.11) every repeat is.
+ */
+static bool zap_repeat(struct kvp_pager *p, const struct kvp_op *op,
+		       uint32_t lo, uint32_t hi)
+{
+	uintptr_t at = (uintptr_t)kvp_blk_addr(op->r, op->blk);
+	uintptr_t vs, ve;
+
+	if (!op->cover_whole || lo == 0 || p->maps_fd < 0)
+		return false;
+	for (uint32_t pg = lo / KVP_PAGE_BYTES;
+	     pg < (hi + KVP_PAGE_BYTES - 1) / KVP_PAGE_BYTES; pg++)
+		if (op->cover[pg] != 1)
+			return false;
+	if (kvp_mem_vma_at(p->maps_fd, (void *)(at + lo), &vs, &ve))
+		return false;
+	return vs == at + lo &&
+	       (ve == at + hi || (hi == op->r->block_bytes && ve > at + hi));
+}
+
 bool kvp_zap_seen(struct kvp_pager *p, struct kvp_op *op, uint32_t lo,
 		  uint32_t hi)
 {
 	p->zap_reader_cpu = sched_getcpu();
+	if (zap_repeat(p, op, lo, hi))
+		return false; /* it covers no page not covered before */
+	if (lo == 0 && hi == op->r->block_bytes)
+		op->cover_whole = true;
 	for (uint32_t pg = lo / KVP_PAGE_BYTES;
 	     pg < (hi + KVP_PAGE_BYTES - 1) / KVP_PAGE_BYTES; pg++) {
 		if (op->cover[pg] == 0)
@@ -175,6 +213,16 @@ static void *zapper_main(void *arg)
 	return NULL;
 }
 
+static void zap_close_fds(struct kvp_pager *p)
+{
+	if (p->pidfd >= 0)
+		close(p->pidfd);
+	p->pidfd = -1;
+	if (p->maps_fd >= 0)
+		close(p->maps_fd);
+	p->maps_fd = -1;
+}
+
 int kvp_zap_start(struct kvp_pager *p)
 {
 	int err;
@@ -182,15 +230,14 @@ int kvp_zap_start(struct kvp_pager *p)
 	p->pidfd = kvp_mem_self_pidfd();
 	if (p->pidfd < 0 || kvp_mem_batch_dontneed_works(p->pidfd)) {
 		/* Older kernels: every block leaves by move. */
-		if (p->pidfd >= 0)
-			close(p->pidfd);
-		p->pidfd = -1;
+		zap_close_fds(p);
 		return 0;
 	}
+	/* -errno: the kernel's repeats read as drops (zap_repeat). */
+	p->maps_fd = kvp_mem_vma_open();
 	err = -pthread_create(&p->zapper, NULL, zapper_main, p);
 	if (err) {
-		close(p->pidfd);
-		p->pidfd = -1;
+		zap_close_fds(p);
 		return err;
 	}
 	p->zapper_running = true;
@@ -207,7 +254,5 @@ void kvp_zap_stop(struct kvp_pager *p)
 		pthread_join(p->zapper, NULL);
 		p->zapper_running = false;
 	}
-	if (p->pidfd >= 0)
-		close(p->pidfd);
-	p->pidfd = -1;
+	zap_close_fds(p);
 }

@@ -662,6 +662,71 @@ START_TEST(test_fault_then_unmap_in_one_batch)
 }
 END_TEST
 
+/*
+ * The program changes the VMA of a block while the zapper drops it.  The
+ * zapper's REMOVE waits to be read, and the kernel drops the mmap lock
+ * meanwhile.  An mlock (_i 0) or mprotect (_i 1) of the block's second
+ * page splits the VMA then: the kernel drops the first piece and raises a
+ * REMOVE again for each other piece.  Counted as the program's drop, the
+ * block's 511 other pages read back as zeros.  (Found by review, with this
+ * reproducer.)  The program's own drops during a zap still read zeros:
+ * of a page (_i 2), and of a piece of a VMA split before the zap (_i 3).
+ */
+START_TEST(test_zap_vma_split)
+{
+	struct popts po = { .budget = BUDGET, .mode = KVP_INSTALL_COPY,
+			    .threads = 2 };
+	size_t drop = _i == 2 ? 5 * PG : PG;
+	struct kvp_config cfg;
+	const char *bad = NULL;
+	pthread_t d;
+	char *a;
+
+	hold(KVP_TEST_DROP_READ, NULL);
+	a = fx_seeded_region(ST_MEM, SIZE, BS, &po);
+	if (_i == 3)
+		ck_assert_int_eq(mprotect(a + PG, PG, PROT_READ), 0);
+	check_region(R, 0, BS, SEED_A); /* block 0 resident, clean */
+	settle(R);
+	ck_assert_int_eq(kvp_region_advise(R, 0, 1, KVP_ADVICE_COLD), 0);
+	/* The program drops a page of absent block 10; its reader is held,
+	 * so no event is read after it. */
+	hold_addr = a + 10 * BS;
+	ck_assert_int_eq(madvise(a + 10 * BS, PG, MADV_DONTNEED), 0);
+	ck_assert(sem_wait_secs(&held, 30));
+	/* Block 0 leaves by zap, its REMOVE unread. */
+	kvp_pager_config(P, &cfg);
+	cfg.ram_budget_bytes = 2 * MIB;
+	ck_assert_int_eq(kvp_pager_reconfigure(P, &cfg, &bad), 0);
+	await_state(R, 0, KVP_BLOCK_EVICTING, "block 0 never left");
+	usleep(50000); /* the zapper waits in userfaultfd_remove */
+	if (_i == 0)
+		ck_assert_int_eq(mlock(a + PG, PG), 0);
+	else if (_i == 1)
+		ck_assert_int_eq(mprotect(a + PG, PG, PROT_READ), 0);
+	drop_addr = a + drop;
+	drop_advice = MADV_DONTNEED;
+	if (_i >= 2)
+		ck_assert_int_eq(pthread_create(&d, NULL, drop_one, NULL), 0);
+	usleep(50000); /* its REMOVE queued after the zapper's */
+	sem_post(&go);
+	if (_i >= 2)
+		pthread_join(d, NULL);
+	kvp_test_hook = NULL;
+	ck_assert_int_ne(binfo(R, 0).state, KVP_BLOCK_EVICTING);
+	settle(R);
+	if (_i == 0)
+		ck_assert_int_eq(munlock(a + PG, PG), 0);
+	if (_i < 2) {
+		check_region(R, 0, BS, SEED_A);
+		return;
+	}
+	check_region(R, 0, drop, SEED_A);
+	ck_assert(kvp_test_is_zero(a + drop, PG));
+	check_region(R, drop + PG, BS - drop - PG, SEED_A);
+}
+END_TEST
+
 static Suite *pager_race_suite(void)
 {
 	Suite *s = suite_create("pager_race");
@@ -683,6 +748,7 @@ static Suite *pager_race_suite(void)
 	tcase_add_loop_test(b, test_cold_during_readback, 0, 3);
 	tcase_add_loop_test(u, test_fault_after_unhandled_drop, 0, 2);
 	tcase_add_test(u, test_fault_then_unmap_in_one_batch);
+	tcase_add_loop_test(u, test_zap_vma_split, 0, 4);
 	return s;
 }
 
