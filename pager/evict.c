@@ -270,6 +270,10 @@ int kvp_evict_one(struct kvp_service *s, bool take_prefetched)
 		pthread_mutex_unlock(&p->lock);
 		return -EAGAIN;
 	}
+	if (kvp_zap_clean_first(p, r, b)) {
+		pthread_mutex_unlock(&p->lock);
+		return 0;
+	}
 	op = kvp_op_new(OP_WRITEBACK, r, kvp_blk_index(r, b));
 	if (op &&
 	    kvp_zap_eligible(p, r, b, (b->flags & BLK_DIRTY) || !p->have_wp)) {
@@ -409,6 +413,10 @@ int kvp_evict_move(struct kvp_service *s, struct kvp_op *op)
 		if (slot)
 			undone_slot_put(p, r, b, slot);
 		kvp_blk_evict_aborted(r, b, ABORT_BUSY);
+		/* EINVAL: a page the program locked or protected, which no
+		 * move takes: it leaves by a zap from now on (zap.c). */
+		if (err == -EINVAL)
+			b->flags |= BLK_NOMOVE;
 		/* Resident in part and now dirty: made whole before its
 		 * write-back could write the pages it lacks. */
 		if ((b->flags & BLK_PARTIAL) &&

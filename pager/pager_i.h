@@ -55,8 +55,13 @@ enum {
 				     would keep them: it is installed by
 				     copy and detached into paged slots;
 				     for the region's life */
-	BLK_FLUSHING = 1u << 15,  /* a flush is writing it from the region:
-				     another flush waits for that write */
+	BLK_FLUSHING = 1u << 15,  /* a flush (or the zapper, for NOMOVE) is
+				     writing it from the region: another
+				     flush waits for that write */
+	BLK_NOMOVE = 1u << 16,	  /* UFFDIO_MOVE refused its pages (a page
+				     the program mlocked or mprotected):
+				     it leaves by a zap, written from the
+				     region first when dirty (zap.c) */
 };
 
 struct kvp_op;
@@ -64,7 +69,7 @@ struct kvp_op;
 /* One block of a region.  Zero-filled means ABSENT, nothing stored. */
 struct kvp_block {
 	uint8_t state;	/* enum kvp_block_state */
-	uint16_t flags; /* BLK_* */
+	uint32_t flags; /* BLK_* */
 	uint16_t pins;
 	uint8_t holds; /* transient: a flush or peek copying it out */
 	uint8_t late; /* transient: faults whose change to its page table
@@ -340,6 +345,7 @@ struct kvp_pager {
 	pthread_cond_t zap_cond;  /* work for the zapper */
 	struct kvp_op *zap_queue; /* victims waiting for the zapper */
 	struct kvp_op *zap_done;  /* zapped: a service thread settles */
+	struct kvp_op *clean_queue; /* NOMOVE blocks to write (zap.c) */
 	int zap_reader_cpu;	  /* CPU that last read one of our REMOVE
 				      events (-1: none yet); the zapper
 				      runs there (zap.c) */
@@ -604,6 +610,11 @@ void kvp_zap_stop(struct kvp_pager *p);
 /* Under p->lock: may this EVICTING-to-be block leave by a zap? */
 bool kvp_zap_eligible(const struct kvp_pager *p, const struct kvp_region *r,
 		      const struct kvp_block *b, bool dirty);
+/* Under p->lock: victim @b is dirty and refuses the move (BLK_NOMOVE):
+ * true when the zapper takes it to write from the region (it stays
+ * resident, held, and leaves by a zap once clean). */
+bool kvp_zap_clean_first(struct kvp_pager *p, struct kvp_region *r,
+			 struct kvp_block *b);
 /* Under p->lock: queue a victim (already EVICTING, op->kind OP_ZAP). */
 void kvp_zap_queue(struct kvp_pager *p, struct kvp_op *op);
 /* Under p->lock: a REMOVE event covered [lo, hi) of a zapping block; true

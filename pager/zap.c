@@ -39,6 +39,14 @@
  * (random 64 KiB faults ran a quarter slower).  On the reader's CPU its
  * retry yields straight to us.  So before each call the zapper moves to the
  * CPU that last read one of its events (zap_follow_reader).
+ *
+ * A block whose pages UFFDIO_MOVE refuses (a page the program mlocked or
+ * mprotected: the move wants one plain VMA) can leave by no move, and
+ * faults waiting for a frame would wait for ever once such blocks fill
+ * the budget.  So it leaves by a zap in either install mode (BLK_NOMOVE),
+ * and when dirty the zapper writes it from the region first, as a flush
+ * does (the zapper, not a service thread: the write may fault on a page
+ * the program dropped meanwhile, which a service thread serves).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -62,8 +70,60 @@ bool kvp_zap_eligible(const struct kvp_pager *p, const struct kvp_region *r,
 	 * one with a page table (BLK_PAGES): the zap frees it. */
 	return p->zapper_running &&
 	       (r->install == KVP_INSTALL_COPY ||
-		(b->flags & (BLK_PARTIAL | BLK_PAGES))) &&
+		(b->flags & (BLK_PARTIAL | BLK_PAGES | BLK_NOMOVE))) &&
 	       !dirty && !(b->flags & (BLK_SPLIT | BLK_HOLES | BLK_DROP));
+}
+
+bool kvp_zap_clean_first(struct kvp_pager *p, struct kvp_region *r,
+			 struct kvp_block *b)
+{
+	struct kvp_op *op;
+
+	/* Without write protection a write during ours goes unseen; a
+	 * block with holes or resident in part stays dirty once written
+	 * (kvp_blk_write_done) or has windows of its own to write. */
+	if (!(b->flags & BLK_NOMOVE) || !(b->flags & BLK_DIRTY) ||
+	    !p->zapper_running || !p->have_wp ||
+	    (b->flags & (BLK_SPLIT | BLK_HOLES | BLK_PARTIAL | BLK_DROP |
+			 BLK_FLUSHING)))
+		return false;
+	op = kvp_op_new(OP_WRITEBACK, r, kvp_blk_index(r, b));
+	if (!op)
+		return false;
+	b->holds++; /* stays resident, and no victim, while written */
+	b->flags |= BLK_FLUSHING;
+	kvp_blk_write_begin(b);
+	r->inflight++;
+	op->next = p->clean_queue;
+	p->clean_queue = op;
+	pthread_cond_signal(&p->zap_cond);
+	return true;
+}
+
+/* Under p->lock, which it lets go meanwhile: write a block queued by
+ * kvp_zap_clean_first from the region, protected first as a flush
+ * does (a write after that faults and makes it dirty again). */
+static void clean_one(struct kvp_pager *p, struct kvp_op *op)
+{
+	struct kvp_region *r = op->r;
+	struct kvp_block *b = &r->blocks[op->blk];
+	int err;
+
+	pthread_mutex_unlock(&p->lock);
+	(void)kvp_uffd_protect(p, kvp_blk_addr(r, op->blk), r->block_bytes,
+			       true);
+	err = kvp_store_windows(r, op->blk, 1, (uint32_t)r->block_bytes,
+				NULL);
+	pthread_mutex_lock(&p->lock);
+	kvp_blk_write_done(r, b, err);
+	kvp_writeback_result(r, err);
+	b->holds--;
+	b->flags &= ~BLK_FLUSHING;
+	r->inflight--;
+	pthread_cond_broadcast(&p->idle);
+	/* Clean now: the service threads' next eviction zaps it. */
+	kvp_service_poke(&p->svc[p->rr++ % p->nsvc]);
+	kvp_op_free(op);
 }
 
 void kvp_zap_queue(struct kvp_pager *p, struct kvp_op *op)
@@ -175,10 +235,19 @@ static void *zapper_main(void *arg)
 		size_t done = 0;
 		int want;
 
-		while (!p->zap_queue && !p->zap_stop)
+		while (!p->zap_queue && !p->clean_queue && !p->zap_stop)
 			pthread_cond_wait(&p->zap_cond, &p->lock);
-		if (!p->zap_queue)
-			break;
+		while (p->clean_queue) {
+			struct kvp_op *op = p->clean_queue;
+
+			p->clean_queue = op->next;
+			clean_one(p, op);
+		}
+		if (!p->zap_queue) {
+			if (p->zap_stop)
+				break;
+			continue;
+		}
 		while (p->zap_queue && n < ZAP_BATCH) {
 			struct kvp_op *op = p->zap_queue;
 
