@@ -568,7 +568,7 @@ void kvp_blk_load_failed(struct kvp_region *r, struct kvp_block *b)
 	b->state = KVP_BLOCK_POISONED;
 	b->op = NULL;
 	b->flags &= ~(BLK_PREFETCHED | BLK_READAHEAD | BLK_WAITERS |
-		      BLK_ACTIVE | BLK_COLD);
+		      BLK_ACTIVE | BLK_COLD | BLK_DIRTY);
 	r->inflight--;
 	KVP_STAT_ADD(r, poisoned_blocks, 1);
 	assert(kvp_blk_sane(r, b));

@@ -274,7 +274,9 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 			/* A page a failed fill left: nothing of the block is
 			 * ever written back, the write may go on (counted as
 			 * a RESIDENT block's: a drop meanwhile must not let
-			 * it be loaded again before that is done). */
+			 * it be loaded again before that is done).  Dirty:
+			 * a flush says those bytes are not stored. */
+			b->flags |= BLK_DIRTY;
 			kvp_blk_late_begin(r, b);
 			act = UNPROTECT;
 			break;

@@ -574,13 +574,18 @@ static void poison_load(struct kvp_service *s, struct kvp_op *op)
 		/* Dropped pages (noted on the op) are zeros, never read. */
 		err = kvp_store_windows(r, op->blk, runs, unit,
 					op->rm_any ? op->rm_pages : NULL);
-		if (err)
+		if (err) {
 			fprintf(stderr,
 				"kvpager: region %s block %" PRIu64
 				": reading it failed, and writing back what "
 				"the program wrote to it failed too (%s): "
 				"those writes are lost\n",
 				r->name, op->blk, strerror(-err));
+			pthread_mutex_lock(&p->lock);
+			if (b->state == KVP_BLOCK_POISONED)
+				b->flags |= BLK_DIRTY; /* flush: -EIO */
+			pthread_mutex_unlock(&p->lock);
+		}
 	}
 	if (p->have_poison)
 		kvp_uffd_poison_range(p, kvp_blk_addr(r, op->blk),

@@ -136,7 +136,9 @@ void kvp_region_stats(const struct kvp_region *r, struct kvp_stats *out);
 
 /* Write back every dirty block (blocks stay resident), and wait for those
  * an eviction or another flush is writing out: once it returns 0, the
- * store holds every byte written before the call.  0 or the first error. */
+ * store holds every byte written before the call.  0 or the first error;
+ * -EIO also where a block whose read failed (poisoned) holds writes to
+ * the pages it kept, which are never stored. */
 int kvp_region_flush(struct kvp_region *r);
 
 /*

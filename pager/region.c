@@ -323,6 +323,11 @@ int kvp_region_flush(struct kvp_region *r)
 			(void)pthread_cond_timedwait(&p->idle, &p->lock,
 						     &until);
 		}
+		/* A block whose read failed keeps what the program wrote
+		 * to the pages it had, never stored (load.c). */
+		if (b->state == KVP_BLOCK_POISONED &&
+		    (b->flags & BLK_DIRTY) && !first)
+			first = -EIO;
 		want = b->state == KVP_BLOCK_RESIDENT &&
 		       (b->flags & BLK_DIRTY) && !(b->flags & BLK_DROP);
 		if (want) {
@@ -387,6 +392,9 @@ int kvp_region_destroy(struct kvp_region *r)
 	for (uint64_t blk = 0; blk < r->nblocks; blk++) {
 		struct kvp_block *b = &r->blocks[blk];
 
+		if (b->state == KVP_BLOCK_POISONED &&
+		    (b->flags & BLK_DIRTY) && !first)
+			first = -EIO;
 		if (b->state != KVP_BLOCK_RESIDENT || !(b->flags & BLK_DIRTY) ||
 		    (b->flags & BLK_DROP))
 			continue;

@@ -117,6 +117,8 @@ START_TEST(test_fill_read_error)
 	pthread_join(t, NULL); /* a writer never woken hangs here */
 	ck_assert_int_eq(a[3 * bs + 100], 7);
 	ck_assert_uint_eq(rstats(R).read_errors_total, 1);
+	/* That write is never stored: a flush says so (it returned 0). */
+	ck_assert_int_eq(kvp_region_flush(R), -EIO);
 }
 END_TEST
 
