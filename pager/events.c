@@ -498,8 +498,7 @@ static void handle_drop(struct kvp_service *s, uint64_t start, uint64_t end,
 				if (b->op->kind == OP_ZAP && !gone) {
 					/* Ours, or the program's too: counted
 					 * page by page (zap.c). */
-					if (kvp_zap_seen(p, b->op, lo, hi))
-						kvp_zap_unpark(p, b->op);
+					kvp_zap_seen(p, b->op, lo, hi);
 					continue;
 				}
 				/* Its pages are on their way to the store

@@ -280,8 +280,6 @@ int kvp_evict_one(struct kvp_service *s, bool take_prefetched)
 		op->cover = calloc(r->block_bytes / KVP_PAGE_BYTES, 1);
 		if (op->cover) {
 			op->kind = OP_ZAP;
-			op->uncovered =
-			    (uint32_t)(r->block_bytes / KVP_PAGE_BYTES);
 			kvp_blk_begin_evict(r, b, op);
 			p->leaving++;
 			p->leaving_bytes += op->held;

@@ -199,8 +199,11 @@ struct kvp_op {
 	uint64_t rm_pages[KVP_BLOCK_PAGES_MAX / 64]; /* one bit a page */
 	struct kvp_pf_ref *pfs;	   /* prefetch handles waiting on it */
 	uint8_t *cover;		   /* zap: REMOVE events seen, per page */
-	uint32_t uncovered;	   /* zap: pages no event has covered yet */
-	bool cover_whole;	   /* zap: one event covered the whole block */
+	bool zap_called;	   /* zap: the zapper took it for its call */
+	bool cover_whole;	   /* zap: since then an event covered the
+				      whole block (zap_repeat) */
+	uint32_t repeat_next;	   /* zap: where the kernel's next repeat
+				      starts (0: none seen) */
 	bool verifying;		   /* load: the block moved in is read back
 				      (a missing fault there is a page the
 				      program dropped: zeros) */
@@ -208,8 +211,6 @@ struct kvp_op {
 	uint64_t sum[2];	   /* load: XXH3-128 of the slot, for a block
 				      moved in whole (load.c) */
 	bool zapped;		   /* zap: our call dropped all of it */
-	bool parked;		   /* zap: call done, our events not all
-				      handled yet (zap.c) */
 	struct kvp_op *next;	   /* queue links */
 };
 
@@ -382,6 +383,7 @@ enum kvp_test_point {
 				 done */
 	KVP_TEST_HOLE, /* fault on a dropped page: its zeros not yet in
 			  (called with the page's address) */
+	KVP_TEST_ZAP_CALL, /* the zapper, before its call (its first range) */
 	KVP_TEST_DROP_READ, /* a REMOVE or UNMAP read, not yet handled
 			       (called with its start) */
 };
@@ -617,12 +619,9 @@ bool kvp_zap_clean_first(struct kvp_pager *p, struct kvp_region *r,
 			 struct kvp_block *b);
 /* Under p->lock: queue a victim (already EVICTING, op->kind OP_ZAP). */
 void kvp_zap_queue(struct kvp_pager *p, struct kvp_op *op);
-/* Under p->lock: a REMOVE event covered [lo, hi) of a zapping block; true
- * when that was the last event a parked zap waited for. */
-bool kvp_zap_seen(struct kvp_pager *p, struct kvp_op *op, uint32_t lo,
+/* Under p->lock: a REMOVE event covered [lo, hi) of a zapping block. */
+void kvp_zap_seen(struct kvp_pager *p, struct kvp_op *op, uint32_t lo,
 		  uint32_t hi);
-/* Under p->lock: send a parked zap to be settled. */
-void kvp_zap_unpark(struct kvp_pager *p, struct kvp_op *op);
 
 /* evict.c: a block leaving.  Under p->lock unless said. */
 /* The next victim (its region in *r), the hand moved past it, or NULL.

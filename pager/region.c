@@ -367,14 +367,6 @@ int kvp_region_destroy(struct kvp_region *r)
 	p = r->p;
 	pthread_mutex_lock(&p->lock);
 	r->dying = true;
-	/* Its events are no longer handled: parked zaps settle now. */
-	for (uint64_t blk = 0; blk < r->nblocks; blk++) {
-		struct kvp_block *b = &r->blocks[blk];
-
-		if (b->state == KVP_BLOCK_EVICTING && b->op->kind == OP_ZAP &&
-		    b->op->parked)
-			kvp_zap_unpark(p, b->op);
-	}
 	for (struct kvp_op *op = p->staged, *n; op; op = n) {
 		n = op->next;
 		if (op->r == r)

@@ -346,12 +346,6 @@ static void zap_settle(struct kvp_service *s, struct kvp_op *op)
 	bool waiters;
 
 	pthread_mutex_lock(&p->lock);
-	if (op->zapped && op->uncovered && !r->dying) {
-		/* Our events are read, not all handled yet (zap.c). */
-		op->parked = true;
-		pthread_mutex_unlock(&p->lock);
-		return;
-	}
 	p->leaving--;
 	p->leaving_bytes -= held;
 	if (!op->zapped && !(b->flags & BLK_GONE)) {

@@ -64,6 +64,9 @@ static inline uint64_t kvp_stat_desc_value(const void *stats,
 	  "dirty blocks written and evicted")                                  \
 	X(evictions_zap_total, KVP_COUNTER,                                    \
 	  "clean evictions by batched MADV_DONTNEED (the others move out)")   \
+	X(zap_repeats_total, KVP_COUNTER,                                      \
+	  "REMOVE events the kernel raised again for a zap whose mapping the " \
+	  "program split meanwhile (not the program's drops)")                \
 	X(installs_move_total, KVP_COUNTER, "blocks installed by UFFDIO_MOVE") \
 	X(installs_copy_total, KVP_COUNTER, "blocks installed by UFFDIO_COPY") \
 	X(read_errors_total, KVP_COUNTER, "failed or short store reads")       \

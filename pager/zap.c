@@ -27,10 +27,9 @@
  * The call returns once each event has been read, not handled: with two
  * service threads, one may still hold our event for a block while the
  * other settles it.  Handled after the block left, that event would read
- * as the program's drop and zero the block.  So a zapped block whose
- * pages are not all covered yet is parked, still EVICTING, and the event
- * that covers its last page sends it back to be settled.  A dying region's
- * events are no longer counted: its parked zaps settle at once.
+ * as the program's drop and zero the block.  So the zapper waits for the
+ * readers to have handled what they read (p->evlock) before it passes
+ * its blocks on.
  *
  * Each range is a round trip with the reader: the call queues the event
  * and sleeps until it is read, and until the call wakes again the kernel
@@ -139,57 +138,56 @@ void kvp_zap_queue(struct kvp_pager *p, struct kvp_op *op)
  * the kernel drops the mmap lock.  If the program splits the VMA then
  * (mprotect or mlock of part of the block), the kernel drops only the
  * first piece and walks on to the others, raising a REMOVE for each again.
- * Counted, their pages would read as the program's drop: zeros.  A repeat
- * follows an event over the whole block (events stop at VMA ends, so the
- * block was one VMA then), covers pages counted once, and starts where a
- * VMA starts now, ending at that VMA's end or the block's.  A drop of the
- * program's own that matched all of that, split and dropped between our
- * event and our settle, would be missed; one whose split was undone before
- * its repeat is read is still taken for a drop.  Without PROCMAP_QUERY
- * (Linux 6.11) every repeat is.
+ * Counted, their pages would read as the program's drop: zeros.
+ *
+ * Events stop at VMA ends, so an event over the whole block since our
+ * call began (cover_whole) found it one VMA; a later event from the
+ * block's start but short of its end is a new walk over a split VMA (the
+ * program's drop, or our call over a split that came first), and clears
+ * it.  A repeat then covers pages covered before and starts where a VMA
+ * starts now (PROCMAP_QUERY, Linux 6.11), ending at that VMA's end or the
+ * block's; the repeats after it follow on where it ended, whatever the
+ * VMAs have become since.  Missed: a drop of the program's own that
+ * matched all of that; a first repeat whose split was undone before it
+ * is handled, or whose block was split before our call (those count as
+ * drops, as every repeat does without PROCMAP_QUERY).
  */
-static bool zap_repeat(struct kvp_pager *p, const struct kvp_op *op,
-		       uint32_t lo, uint32_t hi)
+static bool zap_repeat(struct kvp_pager *p, struct kvp_op *op, uint32_t lo,
+		       uint32_t hi)
 {
 	uintptr_t at = (uintptr_t)kvp_blk_addr(op->r, op->blk);
+	uint32_t bs = (uint32_t)op->r->block_bytes;
 	uintptr_t vs, ve;
 
-	if (!op->cover_whole || lo == 0 || p->maps_fd < 0)
+	if (!op->cover_whole || lo == 0)
 		return false;
 	for (uint32_t pg = lo / KVP_PAGE_BYTES;
 	     pg < (hi + KVP_PAGE_BYTES - 1) / KVP_PAGE_BYTES; pg++)
-		if (op->cover[pg] != 1)
+		if (op->cover[pg] == 0)
 			return false;
-	if (kvp_mem_vma_at(p->maps_fd, (void *)(at + lo), &vs, &ve))
+	if (lo != op->repeat_next &&
+	    (p->maps_fd < 0 ||
+	     kvp_mem_vma_at(p->maps_fd, (void *)(at + lo), &vs, &ve) ||
+	     vs != at + lo || !(ve == at + hi || (hi == bs && ve > at + hi))))
 		return false;
-	return vs == at + lo &&
-	       (ve == at + hi || (hi == op->r->block_bytes && ve > at + hi));
+	op->repeat_next = hi < bs ? hi : 0;
+	return true;
 }
 
-bool kvp_zap_seen(struct kvp_pager *p, struct kvp_op *op, uint32_t lo,
+void kvp_zap_seen(struct kvp_pager *p, struct kvp_op *op, uint32_t lo,
 		  uint32_t hi)
 {
 	p->zap_reader_cpu = sched_getcpu();
-	if (zap_repeat(p, op, lo, hi))
-		return false; /* it covers no page not covered before */
-	if (lo == 0 && hi == op->r->block_bytes)
-		op->cover_whole = true;
+	if (zap_repeat(p, op, lo, hi)) {
+		KVP_STAT_ADD(op->r, zap_repeats_total, 1);
+		return;
+	}
+	if (op->zap_called && lo == 0)
+		op->cover_whole = hi == op->r->block_bytes;
 	for (uint32_t pg = lo / KVP_PAGE_BYTES;
-	     pg < (hi + KVP_PAGE_BYTES - 1) / KVP_PAGE_BYTES; pg++) {
-		if (op->cover[pg] == 0)
-			op->uncovered--;
+	     pg < (hi + KVP_PAGE_BYTES - 1) / KVP_PAGE_BYTES; pg++)
 		if (op->cover[pg] < UINT8_MAX)
 			op->cover[pg]++;
-	}
-	return op->parked && op->uncovered == 0;
-}
-
-void kvp_zap_unpark(struct kvp_pager *p, struct kvp_op *op)
-{
-	op->parked = false;
-	op->next = p->zap_done;
-	p->zap_done = op;
-	kvp_service_poke(&p->svc[p->rr++ % p->nsvc]);
 }
 
 /*
@@ -252,6 +250,7 @@ static void *zapper_main(void *arg)
 			struct kvp_op *op = p->zap_queue;
 
 			p->zap_queue = op->next;
+			op->zap_called = true;
 			batch[n] = op;
 			iov[n].iov_base = kvp_blk_addr(op->r, op->blk);
 			iov[n].iov_len = op->r->block_bytes;
@@ -261,6 +260,8 @@ static void *zapper_main(void *arg)
 			   ? p->zap_reader_cpu
 			   : -1;
 		pthread_mutex_unlock(&p->lock);
+		if (kvp_test_hook)
+			kvp_test_hook(KVP_TEST_ZAP_CALL, iov[0].iov_base);
 		cpu = follow_reader(want, cpu, &allowed);
 		/* Pages the program mlocked go too: a plain DONTNEED stops
 		 * at their VMA, having dropped the block's pages before it,
@@ -269,6 +270,13 @@ static void *zapper_main(void *arg)
 		 * them (they read back as zeros). */
 		(void)kvp_mem_advise_batch(p->pidfd, iov, n,
 					   MADV_DONTNEED_LOCKED, &done);
+		/* Every event of our call is read, and a reader handles the
+		 * drops it read before it lets go of evlock: so once we have
+		 * held it, all are handled (counted, or known for repeats)
+		 * before a service thread settles these blocks.  A repeat
+		 * handled after that read as the program's drop. */
+		pthread_mutex_lock(&p->evlock);
+		pthread_mutex_unlock(&p->evlock);
 		pthread_mutex_lock(&p->lock);
 		for (unsigned i = 0; i < n; i++) {
 			batch[i]->zapped = done >= iov[i].iov_len;
