@@ -320,13 +320,13 @@ START_TEST(test_zap_locked_page)
 
 	(void)touch_read(R, 0, size);
 	settle(R);
-	ck_assert_int_eq(mlock(a + PG, PG), 0); /* in block 0 */
+	ck_assert_int_eq(kvp_test_mlock(a + PG, PG), 0); /* in block 0 */
 	for (int pass = 0; pass < 20; pass++) {
 		(void)touch_read(R, 0, size);
 		ck_assert_int_eq(kvp_region_flush(R), 0);
 	}
 	settle(R);
-	ck_assert_int_eq(munlock(a + PG, PG), 0);
+	ck_assert_int_eq(kvp_test_munlock(a + PG, PG), 0);
 	check_region(R, 0, size, SEED_A);
 }
 END_TEST
@@ -732,7 +732,7 @@ START_TEST(test_locked_blocks_leave)
 		else
 			(void)touch_read(R, off, bs);
 		if (lock)
-			ck_assert_int_eq(mlock(a + off + PG, PG), 0);
+			ck_assert_int_eq(kvp_test_mlock(a + off + PG, PG), 0);
 		else
 			ck_assert_int_eq(mprotect(a + off + PG, PG, PROT_READ),
 					 0);
@@ -746,7 +746,7 @@ START_TEST(test_locked_blocks_leave)
 			      blk, lock ? "locked" : "read-only",
 			      (int)binfo(R, blk).state);
 	if (lock)
-		ck_assert_int_eq(munlock(a, size), 0);
+		ck_assert_int_eq(kvp_test_munlock(a, size), 0);
 	else
 		ck_assert_int_eq(mprotect(a, size, PROT_READ | PROT_WRITE), 0);
 	if (dirty)

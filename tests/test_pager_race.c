@@ -728,7 +728,7 @@ START_TEST(test_zap_vma_split)
 	pfd.fd = P->uffd.fd;
 	ck_assert_int_eq(poll(&pfd, 1, 30000), 1);
 	if (_i == 0)
-		ck_assert_int_eq(mlock(a + PG, PG), 0);
+		ck_assert_int_eq(kvp_test_mlock(a + PG, PG), 0);
 	else if (_i == 1 || _i == 5)
 		ck_assert_int_eq(mprotect(a + PG, PG, PROT_READ), 0);
 	drop_addr = a + drop;
@@ -743,7 +743,7 @@ START_TEST(test_zap_vma_split)
 	ck_assert_int_ne(binfo(R, 0).state, KVP_BLOCK_EVICTING);
 	settle(R);
 	if (_i == 0)
-		ck_assert_int_eq(munlock(a + PG, PG), 0);
+		ck_assert_int_eq(kvp_test_munlock(a + PG, PG), 0);
 	if (_i < 2) {
 		ck_assert_uint_gt(rstats(R).zap_repeats_total, 0);
 		check_region(R, 0, BS, SEED_A);

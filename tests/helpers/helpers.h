@@ -70,6 +70,14 @@ static inline bool kvp_test_pow2(uint64_t x)
 	return x && !(x & (x - 1));
 }
 
+/*
+ * kvp_test_mlock, kvp_test_munlock - mlock(2) and munlock(2) by their
+ * system calls: AddressSanitizer makes the libc calls do nothing, which
+ * would leave a test of locked pages testing nothing under it.
+ */
+int kvp_test_mlock(const void *addr, size_t len);
+int kvp_test_munlock(const void *addr, size_t len);
+
 /* ---- the data pattern (pattern.c) ---- */
 
 /*

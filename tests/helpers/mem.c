@@ -1,6 +1,7 @@
 /* mem.c - aligned buffers and resident pages. */
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "tests/helpers/helpers.h"
@@ -25,4 +26,14 @@ size_t kvp_test_resident_pages(void *addr, size_t len)
 		count += vec[i] & 1;
 	free(vec);
 	return count;
+}
+
+int kvp_test_mlock(const void *addr, size_t len)
+{
+	return (int)syscall(SYS_mlock, addr, len);
+}
+
+int kvp_test_munlock(const void *addr, size_t len)
+{
+	return (int)syscall(SYS_munlock, addr, len);
 }
