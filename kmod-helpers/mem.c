@@ -118,6 +118,23 @@ bool kvp_mem_range_mapped(const void *addr, size_t len)
 	return true;
 }
 
+bool kvp_mem_range_resident(const void *addr, size_t len)
+{
+	unsigned char vec[512];
+	size_t step = sizeof(vec) * KVP_PAGE_SIZE;
+
+	for (size_t off = 0; off < len; off += step) {
+		size_t n = len - off < step ? len - off : step;
+
+		if (mincore((char *)addr + off, n, vec))
+			return false;
+		for (size_t i = 0; i < n / KVP_PAGE_SIZE; i++)
+			if (!(vec[i] & 1))
+				return false;
+	}
+	return true;
+}
+
 int kvp_mem_advise(void *addr, size_t len, int advice)
 {
 	return madvise(addr, len, advice) ? -errno : 0;

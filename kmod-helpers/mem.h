@@ -55,6 +55,12 @@ bool kvp_mem_page_resident(const void *page);
  */
 bool kvp_mem_range_mapped(const void *addr, size_t len);
 
+/*
+ * kvp_mem_range_resident - is every page of [@addr, @addr + @len) (page
+ * aligned) present in memory now (mincore)?
+ */
+bool kvp_mem_range_resident(const void *addr, size_t len);
+
 /* kvp_mem_advise - madvise(2) returning -errno. */
 int kvp_mem_advise(void *addr, size_t len, int advice);
 

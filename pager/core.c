@@ -635,8 +635,10 @@ void kvp_blk_evicted(struct kvp_region *r, struct kvp_block *b, bool stored)
 	if (b->flags & BLK_DROP)
 		b->flags &= ~BLK_IN_STORE;
 	set_wb_failed(r, b, false);
+	/* BLK_NOMOVE too: one move refused a residency costs little, and a
+	 * lock or protection lifted since would keep it from moving. */
 	b->flags &= ~(BLK_DIRTY | BLK_REF | BLK_PREFETCHED | BLK_READAHEAD |
-		      BLK_DROP | BLK_HOLES | BLK_ACTIVE);
+		      BLK_DROP | BLK_HOLES | BLK_ACTIVE | BLK_NOMOVE);
 	r->inflight--;
 	assert(kvp_blk_sane(r, b));
 }

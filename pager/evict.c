@@ -117,7 +117,7 @@ struct kvp_block *kvp_clock_victim(struct kvp_pager *p, struct kvp_region **rp,
 		 * unprotect would lift the next load's protection, late
 		 * zeros land on its next copy. */
 		if (b->pins == 0 && b->holds == 0 && b->late == 0 &&
-		    !b->owner->dying &&
+		    !b->owner->dying && !kvp_zap_stuck(p, b) &&
 		    (!(b->flags & BLK_WB_FAILED) || retry) &&
 		    !(b->flags & BLK_REF) &&
 		    ((rounds > 1 && take_prefetched) ||

@@ -384,6 +384,8 @@ enum kvp_test_point {
 	KVP_TEST_HOLE, /* fault on a dropped page: its zeros not yet in
 			  (called with the page's address) */
 	KVP_TEST_ZAP_CALL, /* the zapper, before its call (its first range) */
+	KVP_TEST_CLEANED,  /* the zapper wrote a block it cleans, p->lock
+			      not taken again yet (the block's address) */
 	KVP_TEST_DROP_READ, /* a REMOVE or UNMAP read, not yet handled
 			       (called with its start) */
 };
@@ -612,6 +614,9 @@ void kvp_zap_stop(struct kvp_pager *p);
 /* Under p->lock: may this EVICTING-to-be block leave by a zap? */
 bool kvp_zap_eligible(const struct kvp_pager *p, const struct kvp_region *r,
 		      const struct kvp_block *b, bool dirty);
+/* Under p->lock: a block the move refuses that no zap can take either
+ * (holes, unmapped in part, no write protection): no victim. */
+bool kvp_zap_stuck(const struct kvp_pager *p, const struct kvp_block *b);
 /* Under p->lock: victim @b is dirty and refuses the move (BLK_NOMOVE):
  * true when the zapper takes it to write from the region (it stays
  * resident, held, and leaves by a zap once clean). */

@@ -43,9 +43,8 @@
  * mprotected: the move wants one plain VMA) can leave by no move, and
  * faults waiting for a frame would wait for ever once such blocks fill
  * the budget.  So it leaves by a zap in either install mode (BLK_NOMOVE),
- * and when dirty the zapper writes it from the region first, as a flush
- * does (the zapper, not a service thread: the write may fault on a page
- * the program dropped meanwhile, which a service thread serves).
+ * and when dirty the zapper writes a copy of it first (clean_one).  One
+ * that can leave neither way (holes, unmapped in part) is no victim.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -73,18 +72,31 @@ bool kvp_zap_eligible(const struct kvp_pager *p, const struct kvp_region *r,
 	       !dirty && !(b->flags & (BLK_SPLIT | BLK_HOLES | BLK_DROP));
 }
 
+/* Under p->lock: can a block the move refuses leave?  A clean one by a
+ * zap; a dirty one once the zapper has written it (clean_one), which
+ * needs write protection, and all of it present and in one piece. */
+static bool nomove_can_leave(const struct kvp_pager *p,
+			     const struct kvp_block *b)
+{
+	if (!p->zapper_running ||
+	    (b->flags & (BLK_SPLIT | BLK_HOLES | BLK_DROP)))
+		return false;
+	return !(b->flags & BLK_DIRTY) ||
+	       (p->have_wp && !(b->flags & BLK_PARTIAL));
+}
+
+bool kvp_zap_stuck(const struct kvp_pager *p, const struct kvp_block *b)
+{
+	return (b->flags & BLK_NOMOVE) && !nomove_can_leave(p, b);
+}
+
 bool kvp_zap_clean_first(struct kvp_pager *p, struct kvp_region *r,
 			 struct kvp_block *b)
 {
 	struct kvp_op *op;
 
-	/* Without write protection a write during ours goes unseen; a
-	 * block with holes or resident in part stays dirty once written
-	 * (kvp_blk_write_done) or has windows of its own to write. */
 	if (!(b->flags & BLK_NOMOVE) || !(b->flags & BLK_DIRTY) ||
-	    !p->zapper_running || !p->have_wp ||
-	    (b->flags & (BLK_SPLIT | BLK_HOLES | BLK_PARTIAL | BLK_DROP |
-			 BLK_FLUSHING)))
+	    !nomove_can_leave(p, b) || (b->flags & BLK_FLUSHING))
 		return false;
 	op = kvp_op_new(OP_WRITEBACK, r, kvp_blk_index(r, b));
 	if (!op)
@@ -93,35 +105,106 @@ bool kvp_zap_clean_first(struct kvp_pager *p, struct kvp_region *r,
 	b->flags |= BLK_FLUSHING;
 	kvp_blk_write_begin(b);
 	r->inflight++;
+	/* It leaves once written (by a zap clean_one starts): counted as
+	 * leaving meanwhile, so that the loads waiting for a frame wait for
+	 * it rather than evict more. */
+	op->held = kvp_blk_charge(r, b);
+	p->leaving++;
+	p->leaving_bytes += op->held;
 	op->next = p->clean_queue;
 	p->clean_queue = op;
 	pthread_cond_signal(&p->zap_cond);
 	return true;
 }
 
-/* Under p->lock, which it lets go meanwhile: write a block queued by
- * kvp_zap_clean_first from the region, protected first as a flush
- * does (a write after that faults and makes it dirty again). */
+/* Under p->lock: a block clean_one wrote, still clean and ours, leaves
+ * by a zap now; false if it may not (pinned since, say). */
+static bool clean_then_zap(struct kvp_pager *p, struct kvp_op *op)
+{
+	struct kvp_region *r = op->r;
+	struct kvp_block *b = &r->blocks[op->blk];
+
+	if (b->pins || b->holds || b->late || r->dying ||
+	    !kvp_zap_eligible(p, r, b, false))
+		return false;
+	op->cover = calloc(r->block_bytes / KVP_PAGE_BYTES, 1);
+	if (!op->cover)
+		return false;
+	op->kind = OP_ZAP;
+	kvp_blk_begin_evict(r, b, op);
+	p->leaving++;
+	p->leaving_bytes += op->held;
+	kvp_zap_queue(p, op);
+	return true;
+}
+
+/*
+ * Under p->lock, which it lets go meanwhile: write a block queued by
+ * kvp_zap_clean_first from the region, then zap it.  It is protected
+ * first, as a flush does: a write after that faults and makes it dirty.
+ * The copy out is made with p->evlock held, so that no drop is read
+ * meanwhile and no page it reads can go (a drop read before is handled:
+ * the block has holes, or is forgotten, and is not copied), and every
+ * page present, so that the zapper, which frees frames, never waits on a
+ * fault of its own.  The block is ours while BLK_FLUSHING stays (a
+ * forget clears it), and written only as it was at the copy: a write
+ * since (dirty, or a fault's unprotect under way) or a drop since
+ * (holes) keeps it dirty.
+ */
 static void clean_one(struct kvp_pager *p, struct kvp_op *op)
 {
 	struct kvp_region *r = op->r;
 	struct kvp_block *b = &r->blocks[op->blk];
-	int err;
+	char *addr = kvp_blk_addr(r, op->blk), *buf;
+	size_t len = r->block_bytes;
+	bool copied = false, ours;
+	int err = 0;
 
 	pthread_mutex_unlock(&p->lock);
-	(void)kvp_uffd_protect(p, kvp_blk_addr(r, op->blk), r->block_bytes,
-			       true);
-	err = kvp_store_windows(r, op->blk, 1, (uint32_t)r->block_bytes,
-				NULL);
+	(void)kvp_uffd_protect(p, addr, len, true);
+	buf = aligned_alloc(KVP_PAGE_BYTES, len);
+	pthread_mutex_lock(&p->evlock);
 	pthread_mutex_lock(&p->lock);
-	kvp_blk_write_done(r, b, err);
-	kvp_writeback_result(r, err);
+	if (buf && (b->flags & BLK_FLUSHING) &&
+	    b->state == KVP_BLOCK_RESIDENT && !b->late &&
+	    !(b->flags & (BLK_DIRTY | BLK_HOLES | BLK_SPLIT | BLK_DROP)) &&
+	    kvp_mem_range_resident(addr, len)) {
+		kvp_copy_own(buf, addr, len); /* unmapped meanwhile: zeros */
+		copied = true;
+	}
+	pthread_mutex_unlock(&p->lock);
+	pthread_mutex_unlock(&p->evlock);
+	if (copied) {
+		err = kvp_store_pwrite(r->store, buf, len,
+				       kvp_blk_store_off(r, op->blk));
+		if (err)
+			KVP_STAT_ADD(r, write_errors_total, 1);
+		else
+			KVP_STAT_ADD(r, bytes_written_total, len);
+		if (kvp_test_hook)
+			kvp_test_hook(KVP_TEST_CLEANED, addr);
+	}
+	free(buf);
+	pthread_mutex_lock(&p->lock);
+	p->leaving--;
+	p->leaving_bytes -= op->held;
+	ours = b->flags & BLK_FLUSHING;
+	if (ours) {
+		b->flags &= ~BLK_FLUSHING;
+		if (copied) {
+			kvp_blk_write_done(r, b, err);
+			kvp_writeback_result(r, err);
+		} else if (b->state == KVP_BLOCK_RESIDENT) {
+			b->flags |= BLK_DIRTY; /* not written */
+		}
+	}
 	b->holds--;
-	b->flags &= ~BLK_FLUSHING;
 	r->inflight--;
 	pthread_cond_broadcast(&p->idle);
-	/* Clean now: the service threads' next eviction zaps it. */
 	kvp_service_poke(&p->svc[p->rr++ % p->nsvc]);
+	if (ours && copied && !err && b->state == KVP_BLOCK_RESIDENT &&
+	    !(b->flags & BLK_DIRTY) && clean_then_zap(p, op))
+		return;
 	kvp_op_free(op);
 }
 

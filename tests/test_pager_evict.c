@@ -756,6 +756,105 @@ START_TEST(test_locked_blocks_leave)
 }
 END_TEST
 
+/* Block @blk's flags, read under the pager's lock. */
+static uint32_t block_flags(uint64_t blk)
+{
+	uint32_t f;
+
+	pthread_mutex_lock(&P->lock);
+	f = R->blocks[blk].flags;
+	pthread_mutex_unlock(&P->lock);
+	return f;
+}
+
+static char *cleaned_at;
+static atomic_int cleaned_drops;
+
+/* At the zapper's write of a block it cleans: the program drops all of
+ * it, and the drop is handled, before the zapper takes its lock again. */
+static void drop_at_clean(enum kvp_test_point at, void *addr)
+{
+	uint64_t before;
+
+	if (at != KVP_TEST_CLEANED || addr != cleaned_at || cleaned_drops)
+		return;
+	before = rstats(R).removed_bytes_total;
+	if (madvise(cleaned_at, 2 * MIB, MADV_DONTNEED) == 0)
+		(void)wait_removed(R, before + 2 * MIB);
+	cleaned_drops = 1;
+}
+
+/*
+ * The program drops a whole block the zapper is writing from the region
+ * (a block the move refused).  The drop forgot the block, and the
+ * zapper's write then marked it stored again: it read the store's old
+ * bytes where the program must read zeros.  (Found by review, with the
+ * reproducer this test follows.)
+ */
+START_TEST(test_drop_during_clean)
+{
+	struct popts po = { .budget = 16 * MIB,
+			    .mode = _i ? KVP_INSTALL_COPY : KVP_INSTALL_MOVE };
+	size_t size = 64 * MIB, bs = 2 * MIB;
+	char *a = fx_seeded_region(ST_MEM, size, bs, &po);
+	size_t i;
+
+	a[2 * PG + 8] ^= 1;
+	ck_assert_int_eq(kvp_test_mlock(a + PG, PG), 0);
+	for (i = 0; i < 64 && !(block_flags(0) & BLK_NOMOVE); i++) {
+		(void)kvp_region_advise(R, 0, 1, KVP_ADVICE_COLD);
+		(void)touch_read(R, bs * (1 + i % 31), bs);
+	}
+	ck_assert_msg(block_flags(0) & BLK_NOMOVE, "no move of block 0 refused");
+	/* One VMA again, so that a drop may take all of it. */
+	ck_assert_int_eq(kvp_test_munlock(a + PG, PG), 0);
+	cleaned_at = a;
+	cleaned_drops = 0;
+	kvp_test_hook = drop_at_clean;
+	for (i = 0; i < 64 && !cleaned_drops; i++) {
+		(void)kvp_region_advise(R, 0, 1, KVP_ADVICE_COLD);
+		(void)touch_read(R, bs * (1 + i % 31), bs);
+	}
+	settle(R);
+	kvp_test_hook = NULL;
+	ck_assert_msg(cleaned_drops, "block 0 was never written to leave");
+	ck_assert_msg(kvp_test_is_zero(a, bs),
+		      "block 0, dropped whole, reads the store's bytes");
+	check_region(R, bs, size - bs, SEED_A);
+}
+END_TEST
+
+/*
+ * Blocks the move refuses that no zap can take either: a locked page and
+ * a page the program dropped (holes).  Six of the budget's eight blocks:
+ * the clock kept choosing them, and faults waited for a frame for ever.
+ * They stay (their holes read zeros), and the others come and go.
+ */
+START_TEST(test_stuck_blocks_skipped)
+{
+	struct popts po = { .budget = 16 * MIB,
+			    .mode = _i ? KVP_INSTALL_COPY : KVP_INSTALL_MOVE };
+	size_t size = 64 * MIB, bs = 2 * MIB, nstuck = 6;
+	char *a = fx_seeded_region(ST_MEM, size, bs, &po);
+
+	for (size_t off = 0; off < nstuck * bs; off += bs) {
+		a[off + 2 * PG + 8] ^= 1;
+		ck_assert_int_eq(kvp_test_mlock(a + off + PG, PG), 0);
+		ck_assert_int_eq(madvise(a + off + 4 * PG, PG, MADV_DONTNEED),
+				 0);
+	}
+	for (int pass = 0; pass < 3; pass++)
+		check_region(R, nstuck * bs, size - nstuck * bs, SEED_A);
+	ck_assert_int_eq(kvp_test_munlock(a, size), 0);
+	for (size_t off = 0; off < nstuck * bs; off += bs) {
+		ck_assert(kvp_test_is_zero(a + off + 4 * PG, PG));
+		a[off + 2 * PG + 8] ^= 1;
+		check_region(R, off, 4 * PG, SEED_A);
+		check_region(R, off + 5 * PG, bs - 5 * PG, SEED_A);
+	}
+}
+END_TEST
+
 static Suite *pager_evict_suite(void)
 {
 	Suite *s = suite_create("pager_evict");
@@ -776,6 +875,8 @@ static Suite *pager_evict_suite(void)
 	tcase_add_test(t, test_bug_move_ebusy);
 	tcase_add_test(t, test_bug_watermark_100);
 	tcase_add_loop_test(t, test_locked_blocks_leave, 0, 6);
+	tcase_add_loop_test(t, test_drop_during_clean, 0, 2);
+	tcase_add_loop_test(t, test_stuck_blocks_skipped, 0, 2);
 	return s;
 }
 
