@@ -165,14 +165,14 @@ static void clean_one(struct kvp_pager *p, struct kvp_op *op)
 	buf = aligned_alloc(KVP_PAGE_BYTES, len);
 	pthread_mutex_lock(&p->evlock);
 	pthread_mutex_lock(&p->lock);
-	if (buf && (b->flags & BLK_FLUSHING) &&
-	    b->state == KVP_BLOCK_RESIDENT && !b->late &&
-	    !(b->flags & (BLK_DIRTY | BLK_HOLES | BLK_SPLIT | BLK_DROP)) &&
-	    kvp_mem_range_resident(addr, len)) {
-		kvp_copy_own(buf, addr, len); /* unmapped meanwhile: zeros */
-		copied = true;
-	}
+	copied = buf && (b->flags & BLK_FLUSHING) &&
+		 b->state == KVP_BLOCK_RESIDENT && !b->late &&
+		 !(b->flags &
+		   (BLK_DIRTY | BLK_HOLES | BLK_SPLIT | BLK_DROP)) &&
+		 kvp_mem_range_resident(addr, len);
 	pthread_mutex_unlock(&p->lock);
+	if (copied)
+		kvp_copy_own(buf, addr, len); /* unmapped meanwhile: zeros */
 	pthread_mutex_unlock(&p->evlock);
 	if (copied) {
 		err = kvp_store_pwrite(r->store, buf, len,
