@@ -135,6 +135,14 @@ bool kvp_mem_range_resident(const void *addr, size_t len)
 	return true;
 }
 
+bool kvp_mem_any_resident(const void *addr, size_t len)
+{
+	for (size_t off = 0; off < len; off += KVP_PAGE_SIZE)
+		if (kvp_mem_page_resident((const char *)addr + off))
+			return true;
+	return false;
+}
+
 int kvp_mem_advise(void *addr, size_t len, int advice)
 {
 	return madvise(addr, len, advice) ? -errno : 0;

@@ -61,6 +61,12 @@ bool kvp_mem_range_mapped(const void *addr, size_t len);
  */
 bool kvp_mem_range_resident(const void *addr, size_t len);
 
+/*
+ * kvp_mem_any_resident - is any page of [@addr, @addr + @len) (page
+ * aligned) present, the parts not mapped aside (mincore, page by page)?
+ */
+bool kvp_mem_any_resident(const void *addr, size_t len);
+
 /* kvp_mem_advise - madvise(2) returning -errno. */
 int kvp_mem_advise(void *addr, size_t len, int advice);
 

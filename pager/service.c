@@ -345,6 +345,13 @@ static void zap_settle(struct kvp_service *s, struct kvp_op *op)
 	size_t held = op->held, dropped = 0;
 	bool waiters;
 
+	/* A range the program unmapped in part fails (ENOMEM) once the
+	 * kernel has dropped every page still mapped: nothing is left to
+	 * move (a move would take the block for unmapped whole and forget
+	 * it), and the zap is done.  (EVICTING: no page comes back.) */
+	if (!op->zapped &&
+	    !kvp_mem_any_resident(kvp_blk_addr(r, op->blk), len))
+		op->zapped = true;
 	pthread_mutex_lock(&p->lock);
 	p->leaving--;
 	p->leaving_bytes -= held;

@@ -761,6 +761,45 @@ START_TEST(test_zap_vma_split)
 }
 END_TEST
 
+/*
+ * A zap cut short: the program unmapped a page in the middle of a block
+ * after the zapper chose it and before its call.  The kernel drops every
+ * page still mapped, then fails the range (ENOMEM), and the block went
+ * to the move that takes a cut zap's block: it found no page left, took
+ * the block for unmapped whole and forgot it, so its pages read zeros
+ * where the store's bytes belong.
+ */
+START_TEST(test_zap_cut_by_unmap)
+{
+	struct popts po = { .budget = BUDGET, .mode = KVP_INSTALL_COPY,
+			    .threads = 2 };
+	struct kvp_config cfg;
+	const char *bad = NULL;
+	char *a;
+
+	ck_assert_int_eq(sem_init(&held2, 0, 0), 0);
+	ck_assert_int_eq(sem_init(&go2, 0, 0), 0);
+	hold2_at = KVP_TEST_ZAP_CALL;
+	holds2_seen = 0;
+	kvp_test_hook = hook;
+	a = fx_seeded_region(ST_MEM, SIZE, BS, &po);
+	check_region(R, 0, BS, SEED_A); /* block 0 resident, clean */
+	settle(R);
+	ck_assert_int_eq(kvp_region_advise(R, 0, 1, KVP_ADVICE_COLD), 0);
+	hold2_addr = a;
+	kvp_pager_config(P, &cfg);
+	cfg.ram_budget_bytes = 2 * MIB;
+	ck_assert_int_eq(kvp_pager_reconfigure(P, &cfg, &bad), 0);
+	ck_assert_msg(sem_wait_secs(&held2, 30), "block 0 never left by zap");
+	ck_assert_int_eq(munmap(a + 7 * PG, PG), 0);
+	sem_post(&go2);
+	kvp_test_hook = NULL;
+	ck_assert_int_ne(binfo(R, 0).state, KVP_BLOCK_EVICTING);
+	check_region(R, 0, 7 * PG, SEED_A);
+	check_region(R, 8 * PG, BS - 8 * PG, SEED_A);
+}
+END_TEST
+
 static Suite *pager_race_suite(void)
 {
 	Suite *s = suite_create("pager_race");
@@ -783,6 +822,7 @@ static Suite *pager_race_suite(void)
 	tcase_add_loop_test(u, test_fault_after_unhandled_drop, 0, 2);
 	tcase_add_test(u, test_fault_then_unmap_in_one_batch);
 	tcase_add_loop_test(u, test_zap_vma_split, 0, 6);
+	tcase_add_test(u, test_zap_cut_by_unmap);
 	return s;
 }
 
