@@ -104,7 +104,8 @@ bool kvp_mem_page_resident(const void *page)
 	return !mincore((void *)page, KVP_PAGE_SIZE, &v) && (v & 1);
 }
 
-bool kvp_mem_range_mapped(const void *addr, size_t len)
+/* Is all of the range mapped, and (@present) every page present? */
+static bool range_mincore(const void *addr, size_t len, bool present)
 {
 	unsigned char vec[512];
 	size_t step = sizeof(vec) * KVP_PAGE_SIZE;
@@ -114,25 +115,21 @@ bool kvp_mem_range_mapped(const void *addr, size_t len)
 
 		if (mincore((char *)addr + off, n, vec))
 			return false;
-	}
-	return true;
-}
-
-bool kvp_mem_range_resident(const void *addr, size_t len)
-{
-	unsigned char vec[512];
-	size_t step = sizeof(vec) * KVP_PAGE_SIZE;
-
-	for (size_t off = 0; off < len; off += step) {
-		size_t n = len - off < step ? len - off : step;
-
-		if (mincore((char *)addr + off, n, vec))
-			return false;
-		for (size_t i = 0; i < n / KVP_PAGE_SIZE; i++)
+		for (size_t i = 0; present && i < n / KVP_PAGE_SIZE; i++)
 			if (!(vec[i] & 1))
 				return false;
 	}
 	return true;
+}
+
+bool kvp_mem_range_mapped(const void *addr, size_t len)
+{
+	return range_mincore(addr, len, false);
+}
+
+bool kvp_mem_range_resident(const void *addr, size_t len)
+{
+	return range_mincore(addr, len, true);
 }
 
 bool kvp_mem_any_resident(const void *addr, size_t len)

@@ -664,6 +664,39 @@ START_TEST(test_fault_then_unmap_in_one_batch)
 END_TEST
 
 /*
+ * Copy mode, two service threads, the seeded region with block 0 resident
+ * and clean (@protect: its second page made read-only first); block 0
+ * then leaves by zap, the zapper held before its call (hold2, released by
+ * go2).  Returns the region.
+ */
+static char *zap_block0_held(bool protect)
+{
+	struct popts po = { .budget = BUDGET, .mode = KVP_INSTALL_COPY,
+			    .threads = 2 };
+	struct kvp_config cfg;
+	const char *bad = NULL;
+	char *a;
+
+	ck_assert_int_eq(sem_init(&held2, 0, 0), 0);
+	ck_assert_int_eq(sem_init(&go2, 0, 0), 0);
+	hold2_at = KVP_TEST_ZAP_CALL;
+	holds2_seen = 0;
+	kvp_test_hook = hook;
+	a = fx_seeded_region(ST_MEM, SIZE, BS, &po);
+	if (protect)
+		ck_assert_int_eq(mprotect(a + PG, PG, PROT_READ), 0);
+	check_region(R, 0, BS, SEED_A);
+	settle(R);
+	ck_assert_int_eq(kvp_region_advise(R, 0, 1, KVP_ADVICE_COLD), 0);
+	hold2_addr = a;
+	kvp_pager_config(P, &cfg);
+	cfg.ram_budget_bytes = 2 * MIB;
+	ck_assert_int_eq(kvp_pager_reconfigure(P, &cfg, &bad), 0);
+	ck_assert_msg(sem_wait_secs(&held2, 30), "block 0 never left by zap");
+	return a;
+}
+
+/*
  * The program changes the VMA of a block while the zapper drops it.  The
  * zapper's REMOVE waits to be read, and the kernel drops the mmap lock
  * meanwhile.  An mlock (_i 0) or mprotect (_i 1) of the block's second
@@ -687,32 +720,13 @@ static void *drop_whole_then_split(void *arg)
 
 START_TEST(test_zap_vma_split)
 {
-	struct popts po = { .budget = BUDGET, .mode = KVP_INSTALL_COPY,
-			    .threads = 2 };
 	size_t drop = _i == 2 || _i == 5 ? 5 * PG : PG;
 	struct pollfd pfd = { .events = POLLIN };
-	struct kvp_config cfg;
-	const char *bad = NULL;
 	pthread_t d;
 	char *a;
 
-	ck_assert_int_eq(sem_init(&held2, 0, 0), 0);
-	ck_assert_int_eq(sem_init(&go2, 0, 0), 0);
-	hold2_at = KVP_TEST_ZAP_CALL;
-	holds2_seen = 0;
 	hold(KVP_TEST_DROP_READ, NULL);
-	a = fx_seeded_region(ST_MEM, SIZE, BS, &po);
-	if (_i == 3)
-		ck_assert_int_eq(mprotect(a + PG, PG, PROT_READ), 0);
-	check_region(R, 0, BS, SEED_A); /* block 0 resident, clean */
-	settle(R);
-	ck_assert_int_eq(kvp_region_advise(R, 0, 1, KVP_ADVICE_COLD), 0);
-	/* Block 0 leaves by zap: the zapper held before its call. */
-	hold2_addr = a;
-	kvp_pager_config(P, &cfg);
-	cfg.ram_budget_bytes = 2 * MIB;
-	ck_assert_int_eq(kvp_pager_reconfigure(P, &cfg, &bad), 0);
-	ck_assert_msg(sem_wait_secs(&held2, 30), "block 0 never left by zap");
+	a = zap_block0_held(_i == 3);
 	if (_i == 4) {
 		ck_assert_int_eq(
 		    pthread_create(&d, NULL, drop_whole_then_split, a), 0);
@@ -771,26 +785,8 @@ END_TEST
  */
 START_TEST(test_zap_cut_by_unmap)
 {
-	struct popts po = { .budget = BUDGET, .mode = KVP_INSTALL_COPY,
-			    .threads = 2 };
-	struct kvp_config cfg;
-	const char *bad = NULL;
-	char *a;
+	char *a = zap_block0_held(false);
 
-	ck_assert_int_eq(sem_init(&held2, 0, 0), 0);
-	ck_assert_int_eq(sem_init(&go2, 0, 0), 0);
-	hold2_at = KVP_TEST_ZAP_CALL;
-	holds2_seen = 0;
-	kvp_test_hook = hook;
-	a = fx_seeded_region(ST_MEM, SIZE, BS, &po);
-	check_region(R, 0, BS, SEED_A); /* block 0 resident, clean */
-	settle(R);
-	ck_assert_int_eq(kvp_region_advise(R, 0, 1, KVP_ADVICE_COLD), 0);
-	hold2_addr = a;
-	kvp_pager_config(P, &cfg);
-	cfg.ram_budget_bytes = 2 * MIB;
-	ck_assert_int_eq(kvp_pager_reconfigure(P, &cfg, &bad), 0);
-	ck_assert_msg(sem_wait_secs(&held2, 30), "block 0 never left by zap");
 	ck_assert_int_eq(munmap(a + 7 * PG, PG), 0);
 	sem_post(&go2);
 	kvp_test_hook = NULL;
