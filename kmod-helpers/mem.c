@@ -145,6 +145,14 @@ int kvp_mem_advise(void *addr, size_t len, int advice)
 	return madvise(addr, len, advice) ? -errno : 0;
 }
 
+int kvp_mem_drop(void *addr, size_t len)
+{
+	int err = kvp_mem_advise(addr, len, MADV_DONTNEED_LOCKED);
+
+	/* EINVAL: a kernel without it (or a range it refuses anyway). */
+	return err == -EINVAL ? kvp_mem_advise(addr, len, MADV_DONTNEED) : err;
+}
+
 int kvp_mem_self_pidfd(void)
 {
 	long fd = syscall(SYS_pidfd_open, getpid(), 0);

@@ -71,6 +71,13 @@ bool kvp_mem_any_resident(const void *addr, size_t len);
 int kvp_mem_advise(void *addr, size_t len, int advice);
 
 /*
+ * kvp_mem_drop - drop the pages of a range (MADV_DONTNEED), those the
+ * program mlocked too (MADV_DONTNEED_LOCKED, Linux 5.18: a plain one
+ * stops at a locked VMA); 0 or -errno.
+ */
+int kvp_mem_drop(void *addr, size_t len);
+
+/*
  * kvp_mem_self_pidfd - a pidfd for this process (pidfd_open), for
  * kvp_mem_advise_batch.  Returns the descriptor (close it) or -errno.
  */

@@ -185,7 +185,7 @@ static bool drop_one_full(struct kvp_pager *p, int keep)
 		if (c == keep || !f->full[c].n)
 			continue;
 		slot = stack_pop(&f->full[c]);
-		(void)kvp_mem_advise(slot, bytes, MADV_DONTNEED);
+		(void)kvp_mem_drop(slot, bytes);
 		f->charged -= bytes;
 		assert(budget_sane(p, false));
 		/* On failure the slot's address range is lost, not memory. */
@@ -234,8 +234,7 @@ static uint64_t pretouched_give_back(struct kvp_pager *p, uint64_t want)
 		give = have;
 	if (!give)
 		return 0;
-	(void)kvp_mem_advise(f->arena + f->prefault_end - give, give,
-			     MADV_DONTNEED);
+	(void)kvp_mem_drop(f->arena + f->prefault_end - give, give);
 	f->prefault_end -= give;
 	f->charged -= give;
 	assert(budget_sane(p, false));
@@ -251,7 +250,7 @@ void *kvp_frame_paged_slot(struct kvp_pager *p, size_t bytes)
 
 void kvp_frame_put_paged(struct kvp_pager *p, void *slot, size_t bytes)
 {
-	(void)kvp_mem_advise(slot, bytes, MADV_DONTNEED);
+	(void)kvp_mem_drop(slot, bytes);
 	/* On failure the slot's address range is lost, not memory. */
 	(void)stack_push(&p->frames.paged[kvp_size_class(bytes)], slot);
 }
@@ -325,7 +324,7 @@ void kvp_frame_put(struct kvp_pager *p, void *slot, size_t bytes, bool full)
 		pretouched_give_back(p, f->charged + bytes - kvp_budget(p));
 	if (full && f->charged + bytes > kvp_budget(p)) {
 		/* Still over (a smaller budget): free the pages. */
-		(void)kvp_mem_advise(slot, bytes, MADV_DONTNEED);
+		(void)kvp_mem_drop(slot, bytes);
 		full = false;
 	}
 	if (full) {
@@ -333,7 +332,7 @@ void kvp_frame_put(struct kvp_pager *p, void *slot, size_t bytes, bool full)
 		assert(budget_sane(p, true));
 		if (stack_push(&f->full[c], slot) == 0)
 			return;
-		(void)kvp_mem_advise(slot, bytes, MADV_DONTNEED);
+		(void)kvp_mem_drop(slot, bytes);
 		f->charged -= bytes;
 	}
 	(void)stack_push(&f->empty[c], slot);
@@ -343,7 +342,7 @@ void kvp_frame_put_undone(struct kvp_pager *p, void *slot, size_t bytes)
 {
 	/* A failed eviction, or the small pages of a copy-mode block once
 	 * written (evict.c): freed, so that an empty slot holds none. */
-	(void)kvp_mem_advise(slot, bytes, MADV_DONTNEED);
+	(void)kvp_mem_drop(slot, bytes);
 	kvp_frame_put(p, slot, bytes, false);
 }
 

@@ -590,13 +590,16 @@ int kvp_region_advise(struct kvp_region *r, uint64_t first, uint64_t n,
 				kvp_blk_drop_pending(b);
 			break;
 		case KVP_BLOCK_POISONED:
-			/* Poison markers go with the pages: zap them.  The
-			 * REMOVE event this raises is read by a service
-			 * thread and forgets the block. */
+			/* Poison markers go with the pages: zap them, those
+			 * the program locked too.  The REMOVE event this
+			 * raises forgets the block, but comes in pieces where
+			 * the program split its mapping (an mlock): forgotten
+			 * here as well. */
 			pthread_mutex_unlock(&p->lock);
-			(void)kvp_mem_advise(kvp_blk_addr(r, i), r->block_bytes,
-					     MADV_DONTNEED);
+			(void)kvp_mem_drop(kvp_blk_addr(r, i), r->block_bytes);
 			pthread_mutex_lock(&p->lock);
+			if (b->state == KVP_BLOCK_POISONED)
+				kvp_blk_forget(r, b);
 			break;
 		case KVP_BLOCK_ABSENT:
 			kvp_blk_contents_gone(b);

@@ -122,6 +122,40 @@ START_TEST(test_fill_read_error)
 }
 END_TEST
 
+/*
+ * DISCARD of a poisoned block one of whose kept pages the program locked:
+ * the drop of its poison markers stopped at the locked page's VMA
+ * (MADV_DONTNEED refuses locked pages), so once the store read again the
+ * pages past it still raised SIGBUS.
+ */
+START_TEST(test_discard_poisoned_locked)
+{
+	size_t bs = 256 * KIB, size = 16 * bs, fa = 16 * KIB;
+	struct popts po = { .budget = 4 * MIB,
+			    .mode = _i ? KVP_INSTALL_COPY : KVP_INSTALL_MOVE,
+			    .fault_around = fa };
+	struct kvp_fault_plan plan = { .read_errno = EIO,
+				       .read_fail_off = 3 * bs + 8 * fa,
+				       .read_fail_len = fa };
+	char *a = fx_faulty_region(size, bs, &po);
+
+	(void)*(volatile char *)(a + 3 * bs); /* block 3's first window */
+	(void)binfo(R, 3);
+	ck_assert_int_eq(kvp_store_faulty_set(S, &plan), 0);
+	ck_assert(touch_bus(a + 3 * bs + 8 * fa, NULL));
+	ck_assert_int_eq(binfo(R, 3).state, KVP_BLOCK_POISONED);
+	ck_assert_int_eq(kvp_test_mlock(a + 3 * bs + PG, PG), 0);
+	plan.read_errno = 0;
+	plan.read_fail_len = 0;
+	ck_assert_int_eq(kvp_store_faulty_set(S, &plan), 0);
+	ck_assert_int_eq(kvp_region_advise(R, 3, 1, KVP_ADVICE_DISCARD), 0);
+	ck_assert_int_eq(kvp_test_munlock(a + 3 * bs + PG, PG), 0);
+	ck_assert_msg(!touch_bus(a + 3 * bs + 8 * fa, NULL),
+		      "SIGBUS past a locked page after DISCARD");
+	ck_assert(kvp_test_is_zero(a + 3 * bs, bs));
+}
+END_TEST
+
 START_TEST(test_read_error_sigbus)
 {
 	size_t bs = 64 * KIB, size = 32 * bs;
@@ -536,6 +570,7 @@ static Suite *pager_errors_suite(void)
 	t = fx_tcase(s, "errors", 120);
 	tcase_add_loop_test(t, test_read_error_sigbus, 0, 4);
 	tcase_add_loop_test(t, test_fill_read_error, 0, 2);
+	tcase_add_loop_test(t, test_discard_poisoned_locked, 0, 2);
 	tcase_add_test(t, test_read_error_threads);
 	tcase_add_loop_test(t, test_writeback_failure, 0, 4);
 	t = fx_tcase(s, "writeback_stall", 120);
