@@ -34,6 +34,13 @@
 
 #include "pager/pager_i.h"
 
+bool kvp_copy_own_all(char *to, const char *from, size_t len)
+{
+	struct iovec l = { to, len }, rv = { (void *)from, len };
+
+	return process_vm_readv(getpid(), &l, 1, &rv, 1, 0) == (ssize_t)len;
+}
+
 void kvp_copy_own(char *to, const char *from, size_t len)
 {
 	struct iovec l = { to, len }, rv = { (void *)from, len };
@@ -115,7 +122,8 @@ struct kvp_block *kvp_clock_victim(struct kvp_pager *p, struct kvp_region **rp,
 		 * frees them once nothing of it is in flight.  So does a
 		 * block a fault has yet to change (b->late): a late
 		 * unprotect would lift the next load's protection, late
-		 * zeros land on its next copy. */
+		 * zeros land on its next copy.  Nor does one that refused
+		 * its move and can leave no other way (kvp_zap_stuck). */
 		if (b->pins == 0 && b->holds == 0 && b->late == 0 &&
 		    !b->owner->dying && !kvp_zap_stuck(p, b) &&
 		    (!(b->flags & BLK_WB_FAILED) || retry) &&
@@ -129,8 +137,16 @@ struct kvp_block *kvp_clock_victim(struct kvp_pager *p, struct kvp_region **rp,
 		kvp_blk_unref(b);
 		b = b->next;
 		if (b == start && ++rounds == 3)
-			return NULL;
+			break;
 	}
+	/* Nothing can leave: the blocks that refused their move try it
+	 * again next time (the program may have lifted its lock since). */
+	do {
+		if (kvp_zap_stuck(p, b))
+			b->flags &= ~BLK_NOMOVE;
+		b = b->next;
+	} while (b != start);
+	return NULL;
 }
 
 /* The empty slot to detach @b into, and its return once done: the pages

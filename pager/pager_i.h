@@ -666,6 +666,9 @@ bool kvp_writeback_retry_due(const struct kvp_pager *p);
 /* Copy @len bytes of our own memory from @from to @to through the kernel
  * (process_vm_readv): a page unmapped reads as zeros, never a SIGSEGV. */
 void kvp_copy_own(char *to, const char *from, size_t len);
+/* The same, all or nothing: false when a page did not read (unmapped,
+ * or made inaccessible: PROT_NONE), the rest of @to then undefined. */
+bool kvp_copy_own_all(char *to, const char *from, size_t len);
 int kvp_store_windows(struct kvp_region *r, uint64_t blk, uint64_t wins,
 		      uint32_t unit, const uint64_t *drops);
 /* Under p->lock (dropped and retaken inside): drop a resident, unpinned

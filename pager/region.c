@@ -286,14 +286,15 @@ static int write_block(struct kvp_region *r, uint64_t blk)
  * would undo the flush's, and the writes after it go unseen); it is
  * leaving by write-back (evict.c: moved out, to be written: its bytes are
  * in the store once that is done, or it comes back resident and dirty);
- * another flush is writing it; or it is resident in part with dirty
- * windows and a fill is loading more of it (written once it is in).
+ * it is held: another flush is writing it, or the zapper is (clean_one:
+ * the program may have dropped and written it since, so our write must
+ * come after its), or a peek copies it; or it is resident in part with
+ * dirty windows and a fill is loading more of it (written once it is in).
  */
 static bool flush_must_wait(const struct kvp_block *b)
 {
-	return b->late ||
+	return b->late || b->holds ||
 	       (b->state == KVP_BLOCK_EVICTING && b->op->kind != OP_ZAP) ||
-	       (b->flags & BLK_FLUSHING) ||
 	       (b->state == KVP_BLOCK_LOADING &&
 		(b->flags & (BLK_PARTIAL | BLK_DIRTY)) ==
 		    (BLK_PARTIAL | BLK_DIRTY));

@@ -171,8 +171,10 @@ static void clean_one(struct kvp_pager *p, struct kvp_op *op)
 		   (BLK_DIRTY | BLK_HOLES | BLK_SPLIT | BLK_DROP)) &&
 		 kvp_mem_range_resident(addr, len);
 	pthread_mutex_unlock(&p->lock);
+	/* A page the program made inaccessible (PROT_NONE) does not read:
+	 * then the block is not written, and stays. */
 	if (copied)
-		kvp_copy_own(buf, addr, len); /* unmapped meanwhile: zeros */
+		copied = kvp_copy_own_all(buf, addr, len);
 	pthread_mutex_unlock(&p->evlock);
 	if (copied) {
 		err = kvp_store_pwrite(r->store, buf, len,
@@ -229,11 +231,12 @@ void kvp_zap_queue(struct kvp_pager *p, struct kvp_op *op)
  * program's drop, or our call over a split that came first), and clears
  * it.  A repeat then covers pages covered before and starts where a VMA
  * starts now (PROCMAP_QUERY, Linux 6.11), ending at that VMA's end or the
- * block's; the repeats after it follow on where it ended, whatever the
- * VMAs have become since.  Missed: a drop of the program's own that
- * matched all of that; a first repeat whose split was undone before it
- * is handled, or whose block was split before our call (those count as
- * drops, as every repeat does without PROCMAP_QUERY).
+ * block's; a repeat after it starts where it ended (the VMA may have
+ * merged with the one before since) and ends the same way.  Missed: a
+ * drop of the program's own that matched all of that; a first repeat
+ * whose split was undone before it is handled, or whose block was split
+ * before our call (those count as drops, as every repeat does without
+ * PROCMAP_QUERY).
  */
 static bool zap_repeat(struct kvp_pager *p, struct kvp_op *op, uint32_t lo,
 		       uint32_t hi)
@@ -248,10 +251,10 @@ static bool zap_repeat(struct kvp_pager *p, struct kvp_op *op, uint32_t lo,
 	     pg < (hi + KVP_PAGE_BYTES - 1) / KVP_PAGE_BYTES; pg++)
 		if (op->cover[pg] == 0)
 			return false;
-	if (lo != op->repeat_next &&
-	    (p->maps_fd < 0 ||
-	     kvp_mem_vma_at(p->maps_fd, (void *)(at + lo), &vs, &ve) ||
-	     vs != at + lo || !(ve == at + hi || (hi == bs && ve > at + hi))))
+	if (p->maps_fd < 0 ||
+	    kvp_mem_vma_at(p->maps_fd, (void *)(at + lo), &vs, &ve) ||
+	    (vs != at + lo && lo != op->repeat_next) ||
+	    !(ve == at + hi || (hi == bs && ve > at + hi)))
 		return false;
 	op->repeat_next = hi < bs ? hi : 0;
 	return true;

@@ -776,6 +776,56 @@ START_TEST(test_zap_vma_split)
 END_TEST
 
 /*
+ * The program drops a page while the kernel repeats a zap's event around
+ * it: after the split at page 1, its drop of page 2 came between the
+ * repeats [PG, 2PG) and [2PG, BS), started where the first ended, and
+ * passed for the next repeat: page 2 read the store's bytes, not zeros.
+ * A repeat must also end where a VMA ends, or at the block's end.
+ * (Found by review, with this reproducer.)
+ */
+START_TEST(test_zap_drop_amid_repeats)
+{
+	struct pollfd pfd = { .events = POLLIN };
+	pthread_t d;
+	char *a;
+
+	hold(KVP_TEST_DROP_READ, NULL);
+	a = zap_block0_held(false);
+	hold_addr = a + 10 * BS;
+	ck_assert_int_eq(madvise(a + 10 * BS, PG, MADV_DONTNEED), 0);
+	ck_assert(sem_wait_secs(&held, 30));
+	sem_post(&go2); /* the zapper's call: [0, BS) queued, unread */
+	pfd.fd = P->uffd.fd;
+	ck_assert_int_eq(poll(&pfd, 1, 30000), 1);
+	ck_assert_int_eq(mprotect(a + PG, PG, PROT_READ), 0);
+	/* The next reader is held once it has read [0, BS). */
+	ck_assert_int_eq(sem_init(&held, 0, 0), 0);
+	hold_addr = a;
+	holds_seen = 0;
+	sem_post(&go);
+	ck_assert(sem_wait_secs(&held, 30));
+	ck_assert_int_eq(sem_init(&go, 0, 0), 0);
+	/* The kernel's repeat [PG, 2PG) queued, unread; then the drop. */
+	ck_assert_int_eq(poll(&pfd, 1, 30000), 1);
+	usleep(50000);
+	drop_addr = a + 2 * PG;
+	drop_advice = MADV_DONTNEED;
+	ck_assert_int_eq(pthread_create(&d, NULL, drop_one, NULL), 0);
+	usleep(100000); /* its REMOVE queued after the repeat */
+	sem_post(&go);
+	pthread_join(d, NULL);
+	kvp_test_hook = NULL;
+	ck_assert_int_ne(binfo(R, 0).state, KVP_BLOCK_EVICTING);
+	settle(R);
+	ck_assert_uint_gt(rstats(R).zap_repeats_total, 0);
+	check_region(R, 0, 2 * PG, SEED_A);
+	ck_assert_msg(kvp_test_is_zero(a + 2 * PG, PG),
+		      "page 2, dropped by the program, reads the store's");
+	check_region(R, 3 * PG, BS - 3 * PG, SEED_A);
+}
+END_TEST
+
+/*
  * A zap cut short: the program unmapped a page in the middle of a block
  * after the zapper chose it and before its call.  The kernel drops every
  * page still mapped, then fails the range (ENOMEM), and the block went
@@ -819,6 +869,7 @@ static Suite *pager_race_suite(void)
 	tcase_add_test(u, test_fault_then_unmap_in_one_batch);
 	tcase_add_loop_test(u, test_zap_vma_split, 0, 6);
 	tcase_add_test(u, test_zap_cut_by_unmap);
+	tcase_add_test(u, test_zap_drop_amid_repeats);
 	return s;
 }
 
