@@ -638,7 +638,8 @@ void kvp_blk_evicted(struct kvp_region *r, struct kvp_block *b, bool stored)
 	/* BLK_NOMOVE too: one move refused a residency costs little, and a
 	 * lock or protection lifted since would keep it from moving. */
 	b->flags &= ~(BLK_DIRTY | BLK_REF | BLK_PREFETCHED | BLK_READAHEAD |
-		      BLK_DROP | BLK_HOLES | BLK_ACTIVE | BLK_NOMOVE);
+		      BLK_DROP | BLK_HOLES | BLK_ACTIVE | BLK_NOMOVE |
+		      BLK_UNREAD);
 	r->inflight--;
 	assert(kvp_blk_sane(r, b));
 }

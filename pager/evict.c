@@ -143,7 +143,7 @@ struct kvp_block *kvp_clock_victim(struct kvp_pager *p, struct kvp_region **rp,
 	 * again next time (the program may have lifted its lock since). */
 	do {
 		if (kvp_zap_stuck(p, b))
-			b->flags &= ~BLK_NOMOVE;
+			b->flags &= ~(BLK_NOMOVE | BLK_UNREAD);
 		b = b->next;
 	} while (b != start);
 	return NULL;

@@ -62,6 +62,9 @@ enum {
 				     the program mlocked or mprotected):
 				     it leaves by a zap, written from the
 				     region first when dirty (zap.c) */
+	BLK_UNREAD = 1u << 17,	  /* with NOMOVE: a page of it did not read
+				     (PROT_NONE), so no copy of it could be
+				     written: stuck like holes (zap.c) */
 };
 
 struct kvp_op;

@@ -79,7 +79,7 @@ static bool nomove_can_leave(const struct kvp_pager *p,
 			     const struct kvp_block *b)
 {
 	if (!p->zapper_running ||
-	    (b->flags & (BLK_SPLIT | BLK_HOLES | BLK_DROP)))
+	    (b->flags & (BLK_SPLIT | BLK_HOLES | BLK_DROP | BLK_UNREAD)))
 		return false;
 	return !(b->flags & BLK_DIRTY) ||
 	       (p->have_wp && !(b->flags & BLK_PARTIAL));
@@ -157,7 +157,7 @@ static void clean_one(struct kvp_pager *p, struct kvp_op *op)
 	struct kvp_block *b = &r->blocks[op->blk];
 	char *addr = kvp_blk_addr(r, op->blk), *buf;
 	size_t len = r->block_bytes;
-	bool copied = false, ours;
+	bool copied = false, unread, ours;
 	int err = 0;
 
 	pthread_mutex_unlock(&p->lock);
@@ -172,9 +172,9 @@ static void clean_one(struct kvp_pager *p, struct kvp_op *op)
 		 kvp_mem_range_resident(addr, len);
 	pthread_mutex_unlock(&p->lock);
 	/* A page the program made inaccessible (PROT_NONE) does not read:
-	 * then the block is not written, and stays. */
-	if (copied)
-		copied = kvp_copy_own_all(buf, addr, len);
+	 * then the block is not written, and stays (BLK_UNREAD). */
+	unread = copied && !kvp_copy_own_all(buf, addr, len);
+	copied = copied && !unread;
 	pthread_mutex_unlock(&p->evlock);
 	if (copied) {
 		err = kvp_store_pwrite(r->store, buf, len,
@@ -198,6 +198,8 @@ static void clean_one(struct kvp_pager *p, struct kvp_op *op)
 			kvp_writeback_result(r, err);
 		} else if (b->state == KVP_BLOCK_RESIDENT) {
 			b->flags |= BLK_DIRTY; /* not written */
+			if (unread)
+				b->flags |= BLK_UNREAD;
 		}
 	}
 	b->holds--;
