@@ -292,17 +292,10 @@ int kvp_evict_one(struct kvp_service *s, bool take_prefetched)
 	}
 	op = kvp_op_new(OP_WRITEBACK, r, kvp_blk_index(r, b));
 	if (op &&
-	    kvp_zap_eligible(p, r, b, (b->flags & BLK_DIRTY) || !p->have_wp)) {
-		op->cover = calloc(r->block_bytes / KVP_PAGE_BYTES, 1);
-		if (op->cover) {
-			op->kind = OP_ZAP;
-			kvp_blk_begin_evict(r, b, op);
-			p->leaving++;
-			p->leaving_bytes += op->held;
-			kvp_zap_queue(p, op);
-			pthread_mutex_unlock(&p->lock);
-			return 0;
-		}
+	    kvp_zap_eligible(p, r, b, (b->flags & BLK_DIRTY) || !p->have_wp) &&
+	    kvp_zap_begin(p, r, b, op)) {
+		pthread_mutex_unlock(&p->lock);
+		return 0;
 	}
 	slot = op ? detach_slot(p, r, b) : NULL;
 	if (!slot) {

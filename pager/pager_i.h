@@ -625,6 +625,10 @@ bool kvp_zap_stuck(const struct kvp_pager *p, const struct kvp_block *b);
  * resident, held, and leaves by a zap once clean). */
 bool kvp_zap_clean_first(struct kvp_pager *p, struct kvp_region *r,
 			 struct kvp_block *b);
+/* Under p->lock: victim @b, zap-eligible, leaves by a zap with @op (its
+ * kind becomes OP_ZAP); false, nothing changed, when out of memory. */
+bool kvp_zap_begin(struct kvp_pager *p, struct kvp_region *r,
+		   struct kvp_block *b, struct kvp_op *op);
 /* Under p->lock: queue a victim (already EVICTING, op->kind OP_ZAP). */
 void kvp_zap_queue(struct kvp_pager *p, struct kvp_op *op);
 /* Under p->lock: a REMOVE event covered [lo, hi) of a zapping block. */

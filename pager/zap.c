@@ -124,18 +124,8 @@ static bool clean_then_zap(struct kvp_pager *p, struct kvp_op *op)
 	struct kvp_region *r = op->r;
 	struct kvp_block *b = &r->blocks[op->blk];
 
-	if (b->pins || b->holds || b->late || r->dying ||
-	    !kvp_zap_eligible(p, r, b, false))
-		return false;
-	op->cover = calloc(r->block_bytes / KVP_PAGE_BYTES, 1);
-	if (!op->cover)
-		return false;
-	op->kind = OP_ZAP;
-	kvp_blk_begin_evict(r, b, op);
-	p->leaving++;
-	p->leaving_bytes += op->held;
-	kvp_zap_queue(p, op);
-	return true;
+	return !b->pins && !b->holds && !b->late && !r->dying &&
+	       kvp_zap_eligible(p, r, b, false) && kvp_zap_begin(p, r, b, op);
 }
 
 /*
@@ -210,6 +200,20 @@ static void clean_one(struct kvp_pager *p, struct kvp_op *op)
 	    !(b->flags & BLK_DIRTY) && clean_then_zap(p, op))
 		return;
 	kvp_op_free(op);
+}
+
+bool kvp_zap_begin(struct kvp_pager *p, struct kvp_region *r,
+		   struct kvp_block *b, struct kvp_op *op)
+{
+	op->cover = calloc(r->block_bytes / KVP_PAGE_BYTES, 1);
+	if (!op->cover)
+		return false;
+	op->kind = OP_ZAP;
+	kvp_blk_begin_evict(r, b, op);
+	p->leaving++;
+	p->leaving_bytes += op->held;
+	kvp_zap_queue(p, op);
+	return true;
 }
 
 void kvp_zap_queue(struct kvp_pager *p, struct kvp_op *op)
