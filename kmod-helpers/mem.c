@@ -140,6 +140,26 @@ bool kvp_mem_any_resident(const void *addr, size_t len)
 	return false;
 }
 
+void kvp_mem_resident_bits(const void *addr, size_t len, uint64_t *bits,
+			   size_t bit)
+{
+	unsigned char vec[512];
+	size_t step = sizeof(vec) * KVP_PAGE_SIZE;
+
+	for (size_t off = 0; off < len; off += step) {
+		size_t n = len - off < step ? len - off : step;
+		const char *at = (const char *)addr + off;
+
+		/* ENOMEM: a part not mapped; then page by page. */
+		bool whole = !mincore((void *)at, n, vec);
+
+		for (size_t i = 0; i < n / KVP_PAGE_SIZE; i++, bit++)
+			if (whole ? (vec[i] & 1)
+				  : kvp_mem_page_resident(at + i * KVP_PAGE_SIZE))
+				bits[bit / 64] |= 1ull << (bit % 64);
+	}
+}
+
 int kvp_mem_advise(void *addr, size_t len, int advice)
 {
 	return madvise(addr, len, advice) ? -errno : 0;

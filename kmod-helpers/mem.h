@@ -67,6 +67,14 @@ bool kvp_mem_range_resident(const void *addr, size_t len);
  */
 bool kvp_mem_any_resident(const void *addr, size_t len);
 
+/*
+ * kvp_mem_resident_bits - for each page of [@addr, @addr + @len) (page
+ * aligned) present in memory, set its bit in @bits, counting from bit
+ * @bit (mincore; a page not mapped is not present).
+ */
+void kvp_mem_resident_bits(const void *addr, size_t len, uint64_t *bits,
+			   size_t bit);
+
 /* kvp_mem_advise - madvise(2) returning -errno. */
 int kvp_mem_advise(void *addr, size_t len, int advice);
 

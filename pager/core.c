@@ -65,8 +65,11 @@
  * with MODE_WP, atomic) has no such window.
  */
 #include <assert.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "kmod-helpers/mem.h"
 
 #include "pager/pager_i.h"
 
@@ -128,10 +131,11 @@ void kvp_op_note_drop(struct kvp_op *op, uint32_t lo, uint32_t hi)
 		op->rm_any = true;
 }
 
-bool kvp_op_zero_dropped(struct kvp_op *op)
+bool kvp_op_zero_dropped(struct kvp_op *op, size_t from, size_t to)
 {
 	uint32_t first = op->win_off / KVP_PAGE_BYTES;
-	uint32_t end = first + op->win_len / KVP_PAGE_BYTES;
+	uint32_t end = first + (uint32_t)(to / KVP_PAGE_BYTES);
+	uint32_t from_pg = first + (uint32_t)(from / KVP_PAGE_BYTES);
 	uint32_t pages = (uint32_t)(op->r->block_bytes / KVP_PAGE_BYTES);
 	bool any = false, left = false;
 
@@ -144,7 +148,7 @@ bool kvp_op_zero_dropped(struct kvp_op *op)
 
 		if (!(op->rm_pages[pg / 64] & bit))
 			continue;
-		if (pg < first || pg >= end) {
+		if (pg < from_pg || pg >= end) {
 			left = true;
 			continue;
 		}
@@ -155,6 +159,19 @@ bool kvp_op_zero_dropped(struct kvp_op *op)
 	}
 	op->rm_any = left;
 	return any;
+}
+
+void kvp_op_apply_drops(struct kvp_pager *p, struct kvp_op *op, size_t from,
+			size_t to)
+{
+	struct kvp_block *b = &op->r->blocks[op->blk];
+
+	pthread_mutex_lock(&p->lock);
+	if (b->flags & BLK_DROP)
+		memset((char *)op->slot + from, 0, to - from);
+	else
+		(void)kvp_op_zero_dropped(op, from, to);
+	pthread_mutex_unlock(&p->lock);
 }
 
 void kvp_op_free(struct kvp_op *op)
@@ -420,6 +437,124 @@ void kvp_blk_holes(struct kvp_block *b, bool unmapped)
 		b->flags |= BLK_SPLIT;
 }
 
+/*
+ * madvise returns once its REMOVE is read; the kernel zaps the range
+ * after that read.  Between the two, a move that evicts the block takes
+ * the pages the program dropped with their bytes, the zap finds nothing,
+ * and they come back from the store where the program reads zeros.  So
+ * the block is no victim while a page of the dropped part is still there.
+ * How long?  The zap of MADV_DONTNEED follows its read at once, unless its
+ * thread is descheduled; the same event comes for MADV_FREE, whose pages
+ * stay until the kernel reclaims them (and keep a write made since, which
+ * a move must keep too).  The two cannot be told apart, so a page still
+ * there after kvp_zap_wait_ns (1 s) is taken for MADV_FREE's.
+ */
+uint64_t kvp_zap_wait_ns = 1000000000ull;
+
+static struct kvp_zap_wait *zap_wait_find(struct kvp_region *r, uint64_t blk)
+{
+	for (size_t i = 0; i < r->nzap_waits; i++)
+		if (r->zap_waits[i].blk == blk)
+			return &r->zap_waits[i];
+	return NULL;
+}
+
+static void zap_wait_end(struct kvp_region *r, struct kvp_block *b)
+{
+	struct kvp_zap_wait *w = zap_wait_find(r, kvp_blk_index(r, b));
+
+	b->flags &= ~BLK_ZAPWAIT;
+	if (w)
+		*w = r->zap_waits[--r->nzap_waits];
+}
+
+void kvp_blk_zap_wait(struct kvp_region *r, struct kvp_block *b, uint32_t lo,
+		      uint32_t hi)
+{
+	uint64_t blk = kvp_blk_index(r, b);
+	struct kvp_zap_wait *w =
+	    (b->flags & BLK_ZAPWAIT) ? zap_wait_find(r, blk) : NULL;
+
+	assert(b->state == KVP_BLOCK_RESIDENT);
+	if (!w) {
+		if (r->nzap_waits == r->zap_waits_cap) {
+			size_t cap =
+			    r->zap_waits_cap ? 2 * r->zap_waits_cap : 4;
+			struct kvp_zap_wait *v =
+			    realloc(r->zap_waits, cap * sizeof(*v));
+
+			if (!v) {
+				/* Unrecorded: a move before the zap keeps
+				 * the bytes dropped (said once). */
+				static bool said;
+
+				if (!said)
+					fprintf(stderr,
+						"kvpager: out of memory: a "
+						"drop's zap not waited for\n");
+				said = true;
+				return;
+			}
+			r->zap_waits = v;
+			r->zap_waits_cap = cap;
+		}
+		w = &r->zap_waits[r->nzap_waits++];
+		memset(w, 0, sizeof(*w));
+		w->blk = blk;
+		b->flags |= BLK_ZAPWAIT;
+	}
+	w->until_ns = kvp_now_ns() + kvp_zap_wait_ns;
+	/* The pages still there: one missing was zapped already, or never
+	 * came (a fill places zeros there). */
+	lo &= ~(uint32_t)(KVP_PAGE_BYTES - 1);
+	hi = (hi + KVP_PAGE_BYTES - 1) & ~(uint32_t)(KVP_PAGE_BYTES - 1);
+	kvp_mem_resident_bits(kvp_blk_addr(r, blk) + lo, hi - lo, w->pages,
+			      lo / KVP_PAGE_BYTES);
+}
+
+bool kvp_blk_zap_waits(struct kvp_region *r, struct kvp_block *b)
+{
+	uint64_t there[KVP_BLOCK_PAGES_MAX / 64] = { 0 }, any = 0;
+	struct kvp_zap_wait *w;
+
+	if (!(b->flags & BLK_ZAPWAIT))
+		return false;
+	w = zap_wait_find(r, kvp_blk_index(r, b));
+	if (w && kvp_now_ns() < w->until_ns) {
+		/* A page gone was zapped: it waits no more (a fill or a
+		 * fault puts the program's zeros there next). */
+		kvp_mem_resident_bits(kvp_blk_addr(r, w->blk), r->block_bytes,
+				      there, 0);
+		size_t words = (r->block_bytes / KVP_PAGE_BYTES + 63) / 64;
+
+		for (size_t i = 0; i < words; i++)
+			any |= w->pages[i] &= there[i];
+		if (any)
+			return true;
+	}
+	zap_wait_end(r, b);
+	return false;
+}
+
+void kvp_blk_zap_filled(struct kvp_region *r, struct kvp_block *b,
+			uint32_t off, uint32_t len, const uint64_t *kept)
+{
+	struct kvp_zap_wait *w;
+	uint64_t any = 0;
+
+	if (!(b->flags & BLK_ZAPWAIT))
+		return;
+	w = zap_wait_find(r, kvp_blk_index(r, b));
+	for (uint32_t pg = off / KVP_PAGE_BYTES;
+	     w && pg < (off + len) / KVP_PAGE_BYTES; pg++)
+		if (!kept || !(kept[pg / 64] >> (pg % 64) & 1))
+			w->pages[pg / 64] &= ~(1ull << (pg % 64));
+	for (size_t i = 0; w && i < KVP_BLOCK_PAGES_MAX / 64; i++)
+		any |= w->pages[i];
+	if (!any)
+		zap_wait_end(r, b);
+}
+
 void kvp_blk_unmapped(struct kvp_block *b, bool whole)
 {
 	b->flags |= whole ? BLK_GONE : BLK_SPLIT;
@@ -637,6 +772,8 @@ void kvp_blk_evicted(struct kvp_region *r, struct kvp_block *b, bool stored)
 	set_wb_failed(r, b, false);
 	/* BLK_NOMOVE too: one move refused a residency costs little, and a
 	 * lock or protection lifted since would keep it from moving. */
+	if (b->flags & BLK_ZAPWAIT)
+		zap_wait_end(r, b);
 	b->flags &= ~(BLK_DIRTY | BLK_REF | BLK_PREFETCHED | BLK_READAHEAD |
 		      BLK_DROP | BLK_HOLES | BLK_ACTIVE | BLK_NOMOVE |
 		      BLK_UNREAD);
@@ -735,6 +872,8 @@ void kvp_blk_forget(struct kvp_region *r, struct kvp_block *b)
 	       b->state == KVP_BLOCK_POISONED);
 	if (b->state == KVP_BLOCK_RESIDENT)
 		kvp_clock_del(r->p, b);
+	if (b->flags & BLK_ZAPWAIT)
+		zap_wait_end(r, b);
 	uncharge(r, b);
 	if (b->state == KVP_BLOCK_POISONED)
 		KVP_STAT_SUB(r, poisoned_blocks, 1);

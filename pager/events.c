@@ -363,6 +363,12 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 		if (!(b->flags & BLK_HOLES) && !kvp_mem_page_resident(page))
 			kvp_blk_holes(b, false);
 		if (b->flags & BLK_HOLES) {
+			/* Missing: its zap came (kvp_blk_zap_wait). */
+			if ((b->flags & BLK_ZAPWAIT) &&
+			    !kvp_mem_page_resident(page))
+				kvp_blk_zap_filled(r, b,
+						   (uint32_t)(page - baddr),
+						   KVP_PAGE_BYTES, NULL);
 			kvp_blk_late_begin(r, b);
 			act = HOLE;
 		} else {
@@ -459,6 +465,8 @@ static void handle_drop(struct kvp_service *s, uint64_t start, uint64_t end,
 				KVP_STAT_ADD(r, removed_bytes_total, hi - lo);
 			switch (b->state) {
 			case KVP_BLOCK_RESIDENT:
+				if (!whole && !gone)
+					kvp_blk_zap_wait(r, b, lo, hi);
 				if (whole) {
 					if (b->flags & BLK_PREFETCHED)
 						KVP_STAT_ADD(
@@ -551,10 +559,6 @@ static bool defer_fault(struct kvp_service *s, const struct uffd_msg *m)
 	return true;
 }
 
-/* This thread holds p->evlock (a read nested in an ioctl's EAGAIN retry,
- * kvp_uffd_unblock). */
-static _Thread_local bool ev_held;
-
 /*
  * From a read until the drops it read are handled, no other thread reads:
  * madvise and munmap return once their REMOVE or UNMAP is read, not
@@ -564,7 +568,8 @@ static _Thread_local bool ev_held;
  * faults read are handled after the drops of their batch and the lock: a
  * fault's handling may wait (ioctls), and the other thread reads meanwhile.
  * (A fault read before a drop of its range, handled after it, is an access
- * that ends after the drop: it reads what the drop left.)  A read nested in
+ * that ends after the drop: it reads what the drop left.)  Installs wait
+ * meanwhile (kvp_install_guard, ioctl.c).  A read nested in
  * an ioctl's retry (ioctl.c) that finds another thread reading returns
  * nothing: that thread reads the event.
  */
@@ -573,14 +578,10 @@ size_t kvp_events_read(struct kvp_service *s, bool defer_faults)
 	struct kvp_pager *p = s->p;
 	struct uffd_msg msgs[KVP_EVENT_BATCH];
 	size_t got = 0, nf = 0;
-	bool outer = !ev_held;
+	bool outer = !kvp_evlock_nested();
 
-	if (outer) {
-		if (defer_faults ? pthread_mutex_trylock(&p->evlock) != 0
-				 : pthread_mutex_lock(&p->evlock) != 0)
-			return 0;
-		ev_held = true;
-	}
+	if (outer && !kvp_evlock_read_events(p, defer_faults))
+		return 0;
 	if (kvp_uffd_read(&p->uffd, msgs, KVP_EVENT_BATCH, &got) != 0)
 		got = 0;
 	for (size_t i = 0; i < got; i++) {
@@ -600,10 +601,8 @@ size_t kvp_events_read(struct kvp_service *s, bool defer_faults)
 			handle_drop(s, m->arg.remove.start, m->arg.remove.end,
 				    true);
 	}
-	if (outer) {
-		ev_held = false;
-		pthread_mutex_unlock(&p->evlock);
-	}
+	if (outer)
+		kvp_evlock_read_done(p);
 	for (size_t i = 0; i < nf; i++) {
 		const struct uffd_msg *m = &msgs[i];
 

@@ -123,13 +123,16 @@ struct kvp_block *kvp_clock_victim(struct kvp_pager *p, struct kvp_region **rp,
 		 * block a fault has yet to change (b->late): a late
 		 * unprotect would lift the next load's protection, late
 		 * zeros land on its next copy.  Nor does one that refused
-		 * its move and can leave no other way (kvp_zap_stuck). */
+		 * its move and can leave no other way (kvp_zap_stuck), nor
+		 * one whose pages the program dropped are still there
+		 * (kvp_blk_zap_waits). */
 		if (b->pins == 0 && b->holds == 0 && b->late == 0 &&
 		    !b->owner->dying && !kvp_zap_stuck(p, b) &&
 		    (!(b->flags & BLK_WB_FAILED) || retry) &&
 		    !(b->flags & BLK_REF) &&
 		    ((rounds > 1 && take_prefetched) ||
-		     !(b->flags & (BLK_PREFETCHED | BLK_ACTIVE)))) {
+		     !(b->flags & (BLK_PREFETCHED | BLK_ACTIVE))) &&
+		    !kvp_blk_zap_waits(b->owner, b)) {
 			p->clock = b->next == b ? NULL : b->next;
 			*rp = b->owner;
 			return b;
@@ -194,19 +197,72 @@ static void undone_slot_put(struct kvp_pager *p, struct kvp_region *r,
 		kvp_frame_put_undone(p, slot, r->block_bytes);
 }
 
-int kvp_detach(struct kvp_pager *p, struct kvp_region *r, uint64_t blk,
-	       void **slot)
+/*
+ * Put the first @len bytes of @op's slot back in its block (an eviction
+ * undone), retried through EAGAIN, a page the kernel will not move copied;
+ * the waiters are not woken.  What the program dropped of the block while
+ * its pages were away goes back as zeros: the zap came while they were in
+ * the slot, or comes after (kvp_install_guard).  False when a page could
+ * be neither moved nor copied (out of memory): its data is then only in
+ * the slot, which must be kept.
+ */
+static bool put_back(struct kvp_pager *p, struct kvp_op *op, size_t len)
 {
-	char *addr = kvp_blk_addr(r, blk);
-	size_t len = r->block_bytes, off = 0, moved = 0;
+	char *addr = kvp_blk_addr(op->r, op->blk), *slot = op->slot;
+	size_t off = 0, done;
+	bool all = true;
+	int err;
+
+	if (kvp_test_hook)
+		kvp_test_hook(KVP_TEST_PUT_BACK, addr);
+	kvp_install_guard(p);
+	kvp_op_apply_drops(p, op, 0, len);
+	do {
+		done = 0;
+		err = kvp_uffd_move(&p->uffd, addr + off, slot + off, len - off,
+				    UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES |
+					UFFDIO_MOVE_MODE_DONTWAKE,
+				    &done);
+		off += done;
+		if (err == -EAGAIN && done == 0) {
+			kvp_uffd_unblock(p);
+			kvp_op_apply_drops(p, op, off, len);
+		}
+	} while (err == -EAGAIN && off < len);
+	/* The kernel would not move a page back (EBUSY): copy the rest page
+	 * by page, so that the region keeps its data whatever becomes of the
+	 * slot.  EEXIST: that page is in the region already. */
+	if (err)
+		for (; off < len; off += KVP_PAGE_BYTES) {
+			while ((err = kvp_uffd_copy(&p->uffd, addr + off,
+						    slot + off, KVP_PAGE_BYTES,
+						    false, true, NULL)) ==
+			       -EAGAIN) {
+				kvp_uffd_unblock(p);
+				kvp_op_apply_drops(p, op, off, len);
+			}
+			if (err && err != -EEXIST)
+				all = false;
+		}
+	kvp_install_unguard(p);
+	return all;
+}
+
+/* Detach @op's resident block's pages into its empty slot (p->lock not
+ * held, block in EVICTING); returns 0 or -errno.  Where it fails part
+ * way, the pages moved go back, or else op->slot is set to NULL: their
+ * data lives in it. */
+static int detach(struct kvp_pager *p, struct kvp_op *op)
+{
+	char *addr = kvp_blk_addr(op->r, op->blk), *slot = op->slot;
+	size_t len = op->r->block_bytes, off = 0, moved = 0;
 	bool pagewise = false, hole = false;
 	int err;
 
 	for (;;) {
 		size_t done = 0, n = pagewise ? KVP_PAGE_BYTES : len - off;
 
-		err = kvp_uffd_move(&p->frames.land, (char *)*slot + off,
-				    addr + off, n,
+		err = kvp_uffd_move(&p->frames.land, slot + off, addr + off, n,
 				    UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES, &done);
 		off += done;
 		moved += done;
@@ -231,45 +287,12 @@ int kvp_detach(struct kvp_pager *p, struct kvp_region *r, uint64_t blk,
 	}
 	if (err == 0 && hole && moved == 0)
 		return -ENOENT; /* the program unmapped all of it */
-	if (err && moved && !kvp_put_back(p, addr, *slot, off)) {
+	if (err && moved && !put_back(p, op, off)) {
 		/* Part moved (a page pinned by I/O, or the slot was not
 		 * empty): put back, or else its data lives in the slot. */
-		*slot = NULL;
+		op->slot = NULL;
 	}
 	return err;
-}
-
-bool kvp_put_back(struct kvp_pager *p, char *addr, void *slot, size_t len)
-{
-	size_t off = 0, done;
-	bool all = true;
-	int err;
-
-	do {
-		done = 0;
-		err = kvp_uffd_move(&p->uffd, addr + off, (char *)slot + off,
-				    len - off,
-				    UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES |
-					UFFDIO_MOVE_MODE_DONTWAKE,
-				    &done);
-		off += done;
-		if (err == -EAGAIN && done == 0)
-			kvp_uffd_unblock(p);
-	} while (err == -EAGAIN && off < len);
-	/* The kernel would not move a page back (EBUSY): copy the rest page
-	 * by page, so that the region keeps its data whatever becomes of the
-	 * slot.  EEXIST: that page is in the region already. */
-	if (err)
-		for (; off < len; off += KVP_PAGE_BYTES) {
-			while ((err = kvp_uffd_copy(&p->uffd, addr + off,
-						    (char *)slot + off,
-						    KVP_PAGE_BYTES, false, true,
-						    NULL)) == -EAGAIN)
-				kvp_uffd_unblock(p);
-			if (err && err != -EEXIST)
-				all = false;
-		}
-	return all;
 }
 
 int kvp_evict_one(struct kvp_service *s, bool take_prefetched)
@@ -353,17 +376,22 @@ static void windows_next(struct kvp_region *r, struct kvp_op *op)
 	op->io.off = kvp_blk_store_off(r, op->blk) + off;
 }
 
-/* Put the installed windows @wins of a block resident in part back from
- * @slot, write-protected as they arrive (UFFDIO_COPY with MODE_WP, so no
- * write between the put-back and a protection goes unseen: only its dirty
- * windows will be written back).  False when a page could not go back:
- * its data is then only in the slot. */
-static bool put_back_windows(struct kvp_pager *p, struct kvp_region *r,
-			     char *addr, char *slot, uint64_t wins)
+/* Put the installed windows @wins of @op's block, resident in part, back
+ * from its slot, write-protected as they arrive (UFFDIO_COPY with MODE_WP,
+ * so no write between the put-back and a protection goes unseen: only its
+ * dirty windows will be written back), what the program dropped zeroed as
+ * put_back does.  False when a page could not go back: its data is then
+ * only in the slot. */
+static bool put_back_windows(struct kvp_pager *p, struct kvp_op *op,
+			     uint64_t wins)
 {
+	struct kvp_region *r = op->r;
+	char *addr = kvp_blk_addr(r, op->blk), *slot = op->slot;
 	unsigned first, n;
 	bool all = true;
 
+	kvp_install_guard(p);
+	kvp_op_apply_drops(p, op, 0, r->block_bytes);
 	while ((n = kvp_win_next_run(&wins, &first)) != 0) {
 		size_t off = (size_t)first * r->win_bytes;
 		size_t end = off + (size_t)n * r->win_bytes;
@@ -379,6 +407,8 @@ static bool put_back_windows(struct kvp_pager *p, struct kvp_region *r,
 				break;
 			if (err == -EAGAIN && done == 0) {
 				kvp_uffd_unblock(p);
+				kvp_op_apply_drops(p, op, off,
+						   r->block_bytes);
 			} else if (err != -EAGAIN) {
 				/* EEXIST: there already; else lost to us */
 				if (err != -EEXIST)
@@ -387,6 +417,7 @@ static bool put_back_windows(struct kvp_pager *p, struct kvp_region *r,
 			}
 		}
 	}
+	kvp_install_unguard(p);
 	return all;
 }
 
@@ -396,7 +427,7 @@ int kvp_evict_move(struct kvp_service *s, struct kvp_op *op)
 	struct kvp_region *r = op->r;
 	uint64_t blk = op->blk;
 	struct kvp_block *b = &r->blocks[blk];
-	void *slot = op->slot;
+	void *slot;
 	bool dirty, waiters = false;
 	int err;
 
@@ -404,7 +435,8 @@ int kvp_evict_move(struct kvp_service *s, struct kvp_op *op)
 	dirty = (b->flags & BLK_DIRTY) || !p->have_wp;
 	pthread_mutex_unlock(&p->lock);
 
-	err = kvp_detach(p, r, blk, &slot);
+	err = detach(p, op);
+	slot = op->slot;
 
 	pthread_mutex_lock(&p->lock);
 	if (err == -ENOENT) {
@@ -466,7 +498,7 @@ int kvp_evict_move(struct kvp_service *s, struct kvp_op *op)
 		memcpy(drops, op->rm_pages, sizeof(drops));
 		return evicted_clean(s, op, slot, drops);
 	}
-	if (kvp_op_zero_dropped(op))
+	if (kvp_op_zero_dropped(op, 0, op->win_len))
 		dirty = true;
 	if (dirty && !(b->flags & BLK_DROP)) {
 		/* The frame stays with the block until the write is done. */
@@ -553,8 +585,8 @@ void kvp_writeback_done(struct kvp_service *s, struct kvp_op *op)
 		redo = op->rm_any && !(b->flags & BLK_DROP);
 		if (redo)
 			memcpy(drops, op->rm_pages, sizeof(drops));
-		(void)kvp_op_zero_dropped(op);
-	} else if (!(b->flags & BLK_DROP) && kvp_op_zero_dropped(op) && ok) {
+		(void)kvp_op_zero_dropped(op, 0, op->win_len);
+	} else if (!(b->flags & BLK_DROP) && kvp_op_zero_dropped(op, 0, op->win_len) && ok) {
 		/* The program dropped part of it while it was written: the
 		 * store has the old bytes there.  Write it again, zeroed. */
 		kvp_io_queue(s, op);
@@ -574,11 +606,8 @@ void kvp_writeback_done(struct kvp_service *s, struct kvp_op *op)
 		uint64_t wins = b->full_win;
 
 		pthread_mutex_unlock(&p->lock);
-		bool back = op->part ? put_back_windows(p, r,
-							kvp_blk_addr(r, op->blk),
-							op->slot, wins)
-				     : kvp_put_back(p, kvp_blk_addr(r, op->blk),
-						    op->slot, len);
+		bool back = op->part ? put_back_windows(p, op, wins)
+				     : put_back(p, op, len);
 
 		pthread_mutex_lock(&p->lock);
 		kvp_blk_evict_aborted(r, b, ABORT_WRITE_FAILED);
@@ -631,11 +660,13 @@ void kvp_discard_resident(struct kvp_region *r, uint64_t blk)
 	kvp_blk_begin_evict(r, b, op);
 	kvp_blk_drop_pending(b);
 	pthread_mutex_unlock(&p->lock);
-	int err = kvp_detach(p, r, blk, &slot);
+	int err = detach(p, op);
+
+	slot = op->slot;
 
 	pthread_mutex_lock(&p->lock);
 	/* A fault that came while it was EVICTING waits either way: the
-	 * pages put back (kvp_put_back does not wake), or gone. */
+	 * pages put back (put_back does not wake), or gone. */
 	bool waiters = kvp_blk_take_waiters(b);
 
 	if (err && err != -ENOENT) {

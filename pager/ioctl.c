@@ -10,15 +10,65 @@
  * faults for later); on any other thread it yields to the service threads.
  * The binding is a function pointer so that this file, which every layer
  * that resolves faults calls, calls no layer above it.
+ *
+ * The event lock (p->evlock) lives here for the same reason.  madvise
+ * returns once its REMOVE is read, and the kernel zaps the range after
+ * that read, not before: from the read until the drop is handled
+ * (events.c), the pager does not know of it, and a page it installs
+ * there meanwhile may land after the zap and keep the bytes the program
+ * dropped (a load's, or the pages of a move put back).  So a reader holds
+ * the lock's write side from its read until it has handled the drops it
+ * read, and an install holds the read side (kvp_install_guard) from the
+ * look at its block's drops to its last ioctl: it lands before the read,
+ * and the zap after it takes the page, or after the drop was handled, and
+ * puts zeros there.  Installs go on side by side; only readers wait.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
+#include <stdbool.h>
 
 #include "pager/pager_i.h"
 
 /* The service thread running on this thread, and its reader. */
 static _Thread_local struct kvp_service *bound_service;
 static _Thread_local size_t (*bound_reader)(struct kvp_service *s);
+/* This thread holds evlock's write side (a reader, and the reads nested
+ * in its ioctls' retries), or its read side (guard_depth installs). */
+static _Thread_local bool ev_writer;
+static _Thread_local unsigned guard_depth;
+
+bool kvp_evlock_read_events(struct kvp_pager *p, bool try)
+{
+	if (try ? pthread_rwlock_trywrlock(&p->evlock) != 0
+		: pthread_rwlock_wrlock(&p->evlock) != 0)
+		return false;
+	ev_writer = true;
+	return true;
+}
+
+void kvp_evlock_read_done(struct kvp_pager *p)
+{
+	ev_writer = false;
+	pthread_rwlock_unlock(&p->evlock);
+}
+
+bool kvp_evlock_nested(void)
+{
+	return ev_writer;
+}
+
+void kvp_install_guard(struct kvp_pager *p)
+{
+	if (!ev_writer && guard_depth++ == 0)
+		pthread_rwlock_rdlock(&p->evlock);
+}
+
+void kvp_install_unguard(struct kvp_pager *p)
+{
+	if (!ev_writer && --guard_depth == 0)
+		pthread_rwlock_unlock(&p->evlock);
+}
 
 void kvp_uffd_bind_reader(struct kvp_service *s,
 			  size_t (*reader)(struct kvp_service *s))
@@ -30,10 +80,25 @@ void kvp_uffd_bind_reader(struct kvp_service *s,
 void kvp_uffd_unblock(struct kvp_pager *p)
 {
 	struct kvp_service *s = bound_service;
+	bool ours = s && s->p == p;
 
-	if (s && s->p == p && bound_reader(s))
+	if (guard_depth && !ev_writer) {
+		/* A guarded install lets a reader in, and the caller looks
+		 * at its block's drops again.  It waits for the write side
+		 * rather than try it: two installs retrying side by side
+		 * would each find the other's read side held. */
+		pthread_rwlock_unlock(&p->evlock);
+		if (ours && kvp_evlock_read_events(p, false)) {
+			(void)bound_reader(s);
+			kvp_evlock_read_done(p);
+		} else {
+			sched_yield();
+		}
+		pthread_rwlock_rdlock(&p->evlock);
 		return;
-	sched_yield(); /* another thread holds the event: let it run */
+	}
+	if (!(ours && bound_reader(s)))
+		sched_yield(); /* another thread holds the event: let it run */
 }
 
 static int protect(struct kvp_pager *p, void *addr, size_t len, bool wp,

@@ -377,14 +377,15 @@ static bool written_unseen(struct kvp_service *s, struct kvp_op *op)
  * refuse as a whole) is installed page by page, skipping the hole, and
  * *split is set: its write protection cannot be set over the hole, so the
  * caller counts it dirty.  A page already there (a hole refilled, or one a
- * block resident in part has) is kept, and *kept set; *placed counts the
+ * block resident in part has) is kept, and its bit set in @kept (pages of
+ * the block, zeroed by the caller); *placed counts the
  * pages that arrived.  *check is set for a block moved in and then
  * protected: the caller reads it back (written_unseen) before it counts
  * it clean.
  */
 static int install(struct kvp_pager *p, struct kvp_op *op, bool wp,
 		   bool paged, bool *slot_full, bool *split, uint32_t *placed,
-		   bool *check, bool *kept)
+		   bool *check, uint64_t *kept)
 {
 	struct kvp_region *r = op->r;
 	char *addr = kvp_blk_addr(r, op->blk) + op->win_off;
@@ -396,7 +397,6 @@ static int install(struct kvp_pager *p, struct kvp_op *op, bool wp,
 
 	*split = false;
 	*check = false;
-	*kept = false;
 	if (move && wp && !op->summed)
 		slot_digest(op);
 	while (off < len) {
@@ -415,10 +415,13 @@ static int install(struct kvp_pager *p, struct kvp_op *op, bool wp,
 		arrived += done;
 		if (err == -EEXIST) {
 			/* A page already there (a hole refilled): keep it. */
+			uint32_t pg = (op->win_off + (uint32_t)off) /
+				      KVP_PAGE_BYTES;
+
+			kept[pg / 64] |= 1ull << (pg % 64);
 			off += KVP_PAGE_BYTES;
 			mapped += KVP_PAGE_BYTES;
 			skipped = true;
-			*kept = true;
 		} else if (err == -ENOENT && !pagewise) {
 			pagewise = true;
 		} else if (err == -ENOENT) {
@@ -427,6 +430,7 @@ static int install(struct kvp_pager *p, struct kvp_op *op, bool wp,
 			*split = true;
 		} else if (err == -EAGAIN && done == 0) {
 			kvp_uffd_unblock(p); /* an event to read first */
+			kvp_op_apply_drops(p, op, off, len);
 		} else if (err && err != -EAGAIN && move) {
 			/* The kernel would not move these pages (a THP shared
 			 * with a slot under I/O cannot be split: EBUSY):
@@ -725,12 +729,22 @@ void kvp_load_install(struct kvp_service *s, struct kvp_op *op)
 	struct kvp_block *b = &r->blocks[op->blk];
 	size_t len = op->win_len, grew = 0;
 	bool whole = len == r->block_bytes;
-	bool drop, dirty, fill, paged, full = true, split, more = false;
+	bool drop, dirty, fill, paged, full = true, split = false;
+	bool more = false;
 	bool check = false, unseen = false, kept = false;
+	uint64_t kept_pages[KVP_BLOCK_PAGES_MAX / 64] = { 0 };
 	struct kvp_op *next = NULL;
 	uint32_t placed = 0;
 	int err;
 
+	/* A window may have to make its block whole at once (see below):
+	 * its op is ready before the install, which cannot be undone. */
+	if (!whole)
+		next = kvp_op_new(OP_LOAD, r, op->blk);
+	if (kvp_test_hook)
+		kvp_test_hook(KVP_TEST_INSTALL, kvp_blk_addr(r, op->blk));
+	/* From the look at its drops to the install, no drop is read. */
+	kvp_install_guard(p);
 	pthread_mutex_lock(&p->lock);
 	fill = b->flags & BLK_PARTIAL;
 	/* Into a range with a page table, or a window: by copy (BLK_PAGES). */
@@ -739,21 +753,20 @@ void kvp_load_install(struct kvp_service *s, struct kvp_op *op)
 	if (drop)
 		kvp_blk_contents_gone(b);
 	dirty = op->dirty || !p->have_wp;
+	if (!op->zero && !drop && kvp_op_zero_dropped(op, 0, op->win_len))
+		op->summed = false;
 	pthread_mutex_unlock(&p->lock);
 
 	if (op->zero || drop) {
 		memset(op->slot, 0, len);
 		op->summed = false;
-	} else if (kvp_op_zero_dropped(op)) {
-		op->summed = false;
 	}
-	/* A window may have to make its block whole at once (see below):
-	 * its op is ready before the install, which cannot be undone. */
-	if (!whole)
-		next = kvp_op_new(OP_LOAD, r, op->blk);
 	err = !whole && !next ? -ENOMEM
 			      : install(p, op, !dirty, paged, &full, &split,
-					&placed, &check, &kept);
+					&placed, &check, kept_pages);
+	kvp_install_unguard(p);
+	for (size_t i = 0; i < KVP_BLOCK_PAGES_MAX / 64; i++)
+		kept = kept || kept_pages[i];
 	op->placed += placed;
 	if (check) {
 		/* Its waiters go on now (what they read is there; a write
@@ -781,6 +794,9 @@ void kvp_load_install(struct kvp_service *s, struct kvp_op *op)
 		(void)kvp_uffd_unprotect_quiet(p, kvp_blk_addr(r, op->blk),
 					       r->block_bytes);
 	pthread_mutex_lock(&p->lock);
+	if (err == 0)
+		kvp_blk_zap_filled(r, b, op->win_off, (uint32_t)len,
+				   kept_pages);
 	if (err == -ENOENT) {
 		fill_release(p, r, b);
 		kvp_blk_load_unmapped(r, b);

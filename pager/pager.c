@@ -27,6 +27,7 @@ int kvp_pager_open(const struct kvp_config *cfg, struct kvp_pager **out)
 {
 	struct kvp_pager *p;
 	pthread_condattr_t ca;
+	pthread_rwlockattr_t ra;
 	int err;
 
 	if (!cfg || !out)
@@ -43,7 +44,13 @@ int kvp_pager_open(const struct kvp_config *cfg, struct kvp_pager **out)
 	p->frames.land.fd = -1;
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_mutex_init(&p->rlock, NULL);
-	pthread_mutex_init(&p->evlock, NULL);
+	/* Writers first: installs go on side by side, and a reader
+	 * waiting behind a stream of them would hold up every fault. */
+	pthread_rwlockattr_init(&ra);
+	pthread_rwlockattr_setkind_np(
+	    &ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	pthread_rwlock_init(&p->evlock, &ra);
+	pthread_rwlockattr_destroy(&ra);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&p->idle, &ca);
@@ -127,7 +134,7 @@ void kvp_pager_close(struct kvp_pager *p)
 	pthread_cond_destroy(&p->idle);
 	pthread_cond_destroy(&p->zap_cond);
 	pthread_mutex_destroy(&p->rlock);
-	pthread_mutex_destroy(&p->evlock);
+	pthread_rwlock_destroy(&p->evlock);
 	pthread_mutex_destroy(&p->lock);
 	free(p);
 }

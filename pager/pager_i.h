@@ -65,9 +65,20 @@ enum {
 	BLK_UNREAD = 1u << 17,	  /* with NOMOVE: a page of it did not read
 				     (PROT_NONE), so no copy of it could be
 				     written: stuck like holes (zap.c) */
+	BLK_ZAPWAIT = 1u << 18,	  /* resident, a drop of part of it read
+				     whose zap may not have come yet: no
+				     victim meanwhile (r->zap_waits) */
 };
 
 struct kvp_op;
+
+#define KVP_BLOCK_PAGES_MAX 2048u /* pages of the largest block (8 MiB) */
+
+struct kvp_zap_wait {
+	uint64_t blk;
+	uint64_t until_ns;
+	uint64_t pages[KVP_BLOCK_PAGES_MAX / 64];
+};
 
 /* One block of a region.  Zero-filled means ABSENT, nothing stored. */
 struct kvp_block {
@@ -149,6 +160,11 @@ struct kvp_region {
 			       wasted, one less per one used or per
 			       sequential run seen while shrunk to none */
 	struct kvp_astats st;
+	/* Blocks with BLK_ZAPWAIT: the pages dropped, and until when they
+	 * may stay (kvp_blk_zap_wait, core.c), one entry a block,
+	 * unordered. */
+	struct kvp_zap_wait *zap_waits;
+	size_t nzap_waits, zap_waits_cap;
 	struct kvp_region *next; /* pager's list, creation order */
 };
 
@@ -163,8 +179,6 @@ struct kvp_pf_ref {
 	struct kvp_prefetch *pf;
 	struct kvp_pf_ref *next;
 };
-
-#define KVP_BLOCK_PAGES_MAX 2048u /* pages of the largest block (8 MiB) */
 
 struct kvp_op {
 	struct kvp_io io;
@@ -305,9 +319,12 @@ struct kvp_pager {
 	pthread_mutex_t lock;
 	pthread_mutex_t rlock; /* the region list, for foreach; taken
 				      before lock */
-	pthread_mutex_t evlock; /* one service thread at a time reads the
-				   userfaultfd and handles what it read
-				   (events.c); taken before lock */
+	pthread_rwlock_t evlock; /* written: one service thread at a time
+				    reads the userfaultfd and handles the
+				    drops it read (events.c); read: an
+				    install, or a copy out, that no drop
+				    may be read during (ioctl.c); taken
+				    before lock */
 	struct kvp_frames frames;
 	struct kvp_block *clock; /* clock hand (a resident block) */
 	uint64_t tick;		 /* pager clock, for last_use */
@@ -391,6 +408,10 @@ enum kvp_test_point {
 			      not taken again yet (the block's address) */
 	KVP_TEST_DROP_READ, /* a REMOVE or UNMAP read, not yet handled
 			       (called with its start) */
+	KVP_TEST_INSTALL,   /* a load, before it looks at its block's drops
+			       and installs */
+	KVP_TEST_PUT_BACK,  /* an eviction undone, before it looks at its
+			       block's drops and puts the pages back */
 };
 /* hidden: not a symbol of libkvpager.so (the tests link the archive) */
 extern void (*kvp_test_hook)(enum kvp_test_point at, void *addr)
@@ -465,8 +486,16 @@ void kvp_op_free(struct kvp_op *op);
 void kvp_op_note_drop(struct kvp_op *op, uint32_t lo, uint32_t hi);
 /* Zero in @op's slot the bytes noted dropped and forget them; true if there
  * were any.  The slot must hold the block's pages (p->lock held, or the
- * caller owns the op). */
-bool kvp_op_zero_dropped(struct kvp_op *op);
+ * caller owns the op) in bytes [@from, @to) of the op's window: those
+ * outside are in the region (an install or a put-back under way, a move
+ * stopped short), and their notes stay. */
+bool kvp_op_zero_dropped(struct kvp_op *op, size_t from, size_t to);
+/* The same for an install or a put-back under kvp_install_guard, which
+ * let a reader in (kvp_uffd_unblock): what the program dropped of the
+ * block meanwhile, noted or all of it (BLK_DROP), is zeroed in bytes
+ * [@from, @to) of the slot before they go in.  Takes p->lock. */
+void kvp_op_apply_drops(struct kvp_pager *p, struct kvp_op *op, size_t from,
+			size_t to);
 /* The clock list of RESIDENT blocks: add behind the hand, remove, and
  * put before the hand (a COLD hint: the next victim). */
 void kvp_clock_add(struct kvp_pager *p, struct kvp_block *b);
@@ -522,6 +551,21 @@ bool kvp_blk_take_waiters(struct kvp_block *b);
  * part: never write-protected again); the data nowhere any more. */
 void kvp_blk_drop_pending(struct kvp_block *b);
 void kvp_blk_holes(struct kvp_block *b, bool unmapped);
+/* The program dropped bytes [lo, hi) of resident @b (a REMOVE just read):
+ * no victim until their zap comes (kvp_blk_zap_waits). */
+void kvp_blk_zap_wait(struct kvp_region *r, struct kvp_block *b, uint32_t lo,
+		      uint32_t hi);
+/* Does @b still wait for the zap of what the program dropped of it (a
+ * page of it still there, within kvp_zap_wait_ns)?  The pages gone wait no
+ * more; once none does, BLK_ZAPWAIT goes. */
+bool kvp_blk_zap_waits(struct kvp_region *r, struct kvp_block *b);
+/* Bytes [@off, @off + @len) of @b filled but for the pages set in @kept
+ * (NULL: none): those were missing, zapped if dropped, and wait no more. */
+void kvp_blk_zap_filled(struct kvp_region *r, struct kvp_block *b,
+			uint32_t off, uint32_t len, const uint64_t *kept);
+/* How long a dropped page still there may be the zap's to come (1 s; a
+ * test sets it). */
+extern uint64_t kvp_zap_wait_ns __attribute__((visibility("hidden")));
 void kvp_blk_unmapped(struct kvp_block *b, bool whole);
 void kvp_blk_contents_gone(struct kvp_block *b);
 /* Part of a LOADING block dropped: the load must finish, so that its zeros
@@ -589,6 +633,20 @@ void kvp_service_poke(struct kvp_service *s);
  * loop.
  */
 void kvp_uffd_unblock(struct kvp_pager *p);
+/* p->evlock's write side for a read of events (@try: only if free);
+ * false if not taken.  Not for a read nested in the retry of an ioctl
+ * of the reader (kvp_evlock_nested): that goes on under the outer. */
+bool kvp_evlock_read_events(struct kvp_pager *p, bool try);
+void kvp_evlock_read_done(struct kvp_pager *p);
+/* This thread holds the write side (it reads events). */
+bool kvp_evlock_nested(void);
+/* p->evlock's read side, around an install into a region from the look
+ * at its block's noted drops (under p->lock, after this) to its last
+ * ioctl; nests.  kvp_uffd_unblock lets go of it meanwhile: after each,
+ * the drops are looked at again.  Never with p->lock held, and nothing
+ * under it may fault on a region. */
+void kvp_install_guard(struct kvp_pager *p);
+void kvp_install_unguard(struct kvp_pager *p);
 /* Bind this thread's reader for kvp_uffd_unblock (a service thread at
  * start): it reads and handles events, returns how many it read. */
 void kvp_uffd_bind_reader(struct kvp_service *s,
@@ -644,15 +702,6 @@ struct kvp_block *kvp_clock_victim(struct kvp_pager *p, struct kvp_region **r,
 /* Evict one block (takes and drops p->lock itself; called unlocked).
  * Returns 0, -EAGAIN if nothing could be evicted, or -errno. */
 int kvp_evict_one(struct kvp_service *s, bool take_prefetched);
-/* Detach a resident block's pages into an empty slot (p->lock not held,
- * block in EVICTING); returns 0 or -errno; *slot receives the slot. */
-int kvp_detach(struct kvp_pager *p, struct kvp_region *r, uint64_t blk,
-	       void **slot);
-/* Move a slot's pages back to the region at @addr (an eviction undone),
- * retried through EAGAIN, a page the kernel will not move copied; the
- * waiters are not woken.  False when a page could be neither (out of
- * memory): its data is then only in the slot, which must be kept. */
-bool kvp_put_back(struct kvp_pager *p, char *addr, void *slot, size_t len);
 /* Evict an EVICTING block by moving its pages out (called unlocked; @op
  * is its op, a write-back or a zap the zapper could not do). */
 int kvp_evict_move(struct kvp_service *s, struct kvp_op *op);

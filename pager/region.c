@@ -448,6 +448,7 @@ int kvp_region_destroy(struct kvp_region *r)
 	pthread_mutex_unlock(&p->lock);
 	pthread_mutex_unlock(&p->rlock);
 	munmap(r->blocks, r->blocks_map_len);
+	free(r->zap_waits);
 	free(r);
 	return first;
 }

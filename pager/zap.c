@@ -153,7 +153,7 @@ static void clean_one(struct kvp_pager *p, struct kvp_op *op)
 	pthread_mutex_unlock(&p->lock);
 	(void)kvp_uffd_protect(p, addr, len, true);
 	buf = aligned_alloc(KVP_PAGE_BYTES, len);
-	pthread_mutex_lock(&p->evlock);
+	pthread_rwlock_rdlock(&p->evlock);
 	pthread_mutex_lock(&p->lock);
 	copied = buf && (b->flags & BLK_FLUSHING) &&
 		 b->state == KVP_BLOCK_RESIDENT && !b->late &&
@@ -165,7 +165,7 @@ static void clean_one(struct kvp_pager *p, struct kvp_op *op)
 	 * then the block is not written, and stays (BLK_UNREAD). */
 	unread = copied && !kvp_copy_own_all(buf, addr, len);
 	copied = copied && !unread;
-	pthread_mutex_unlock(&p->evlock);
+	pthread_rwlock_unlock(&p->evlock);
 	if (copied) {
 		err = kvp_store_pwrite(r->store, buf, len,
 				       kvp_blk_store_off(r, op->blk));
@@ -367,8 +367,8 @@ static void *zapper_main(void *arg)
 		 * held it, all are handled (counted, or known for repeats)
 		 * before a service thread settles these blocks.  A repeat
 		 * handled after that read as the program's drop. */
-		pthread_mutex_lock(&p->evlock);
-		pthread_mutex_unlock(&p->evlock);
+		pthread_rwlock_rdlock(&p->evlock);
+		pthread_rwlock_unlock(&p->evlock);
 		pthread_mutex_lock(&p->lock);
 		for (unsigned i = 0; i < n; i++) {
 			batch[i]->zapped = done >= iov[i].iov_len;

@@ -21,6 +21,7 @@
 
 #include "kmod-helpers/mem.h"
 #include "pager/pager.h"
+#include "pager/pager_i.h"
 #include "tests/helpers/pager_fx.h"
 
 /* ------------------------------------------------------------------ */
@@ -69,6 +70,52 @@ START_TEST(test_remove_whole_block)
 	ck_assert_int_eq(kvp_store_pread(S, buf, bs, 4 * bs), 0);
 	ck_assert_int_ne(kvp_test_check(buf, bs, SEED_B, 4 * bs), -1);
 	free(buf);
+}
+END_TEST
+
+/*
+ * madvise returns once its REMOVE is read, and the kernel zaps the range
+ * after that: a move that evicts the block in between takes the dropped
+ * page with its bytes, the zap finds nothing, and the store's bytes come
+ * back where the program reads zeros.  MADV_FREE raises the same REMOVE
+ * and leaves the page there, a zap that does not come: block 2 is no
+ * victim while it waits (the wait set to a minute), and leaves once the
+ * page is gone (a DONTNEED now), zeros there.  _i 2-3: past the wait (set
+ * to none), a page still there is MADV_FREE's, and a write made to it
+ * after the free is kept.  _i odd: copy mode.
+ */
+START_TEST(test_dropped_page_still_there)
+{
+	size_t bs = 64 * KIB, size = 64 * bs;
+	size_t pg3 = 2 * bs + 3 * PG, pg5 = 2 * bs + 5 * PG;
+	struct popts opts = { .budget = 4 * MIB,
+			      .mode = (_i & 1) ? KVP_INSTALL_COPY
+					       : KVP_INSTALL_MOVE };
+	bool past = _i >= 2;
+	char *a = fx_seeded_region(ST_MEM, size, bs, &opts);
+	uint64_t removed = rstats(R).removed_bytes_total;
+
+	kvp_zap_wait_ns = past ? 0 : 60 * 1000000000ull;
+	kvp_test_fill(a + pg5, PG, SEED_B, pg5);
+	ck_assert_int_eq(madvise(a + pg3, PG, MADV_FREE), 0);
+	ck_assert_uint_ge(wait_removed(R, removed + PG), removed + PG);
+	if (past) {
+		kvp_test_fill(a + pg3, PG, SEED_B, pg3);
+	} else {
+		push_out(R, 4 * MIB);
+		ck_assert_msg(binfo(R, 2).state == KVP_BLOCK_RESIDENT,
+			      "block 2 left with a dropped page still there");
+		ck_assert_int_eq(madvise(a + pg3, PG, MADV_DONTNEED), 0);
+	}
+	push_out(R, 4 * MIB);
+	ck_assert_int_ne(binfo(R, 2).state, KVP_BLOCK_RESIDENT);
+	if (past)
+		check_region(R, pg3, PG, SEED_B);
+	else
+		ck_assert(kvp_test_is_zero(a + pg3, PG));
+	check_region(R, pg5, PG, SEED_B);
+	check_region(R, 2 * bs, 3 * PG, SEED_A);
+	check_region(R, 2 * bs + 6 * PG, bs - 6 * PG, SEED_A);
 }
 END_TEST
 
@@ -442,6 +489,7 @@ static Suite *pager_drop_suite(void)
 	t = fx_tcase(s, "remove_unmap", 120);
 	tcase_add_loop_test(t, test_remove_whole_block, 0, 2);
 	tcase_add_loop_test(t, test_remove_part_of_block, 0, 2);
+	tcase_add_loop_test(t, test_dropped_page_still_there, 0, 4);
 	tcase_add_loop_test(t, test_write_to_hole_after_flush, 0, 2);
 	tcase_add_loop_test(t, test_remove_during_writeback, 0, 2);
 	tcase_add_loop_test(t, test_remove_while_waiting_for_frame, 0, 2);

@@ -562,6 +562,127 @@ START_TEST(test_fault_after_unhandled_drop)
 }
 END_TEST
 
+/* Arm the second point, @at on the block at @addr. */
+static void hold2(enum kvp_test_point at, char *addr)
+{
+	ck_assert_int_eq(sem_init(&held2, 0, 0), 0);
+	ck_assert_int_eq(sem_init(&go2, 0, 0), 0);
+	hold2_at = at;
+	hold2_addr = addr;
+	holds2_seen = 0;
+}
+
+/*
+ * The kernel zaps what madvise drops after the REMOVE is read, and the
+ * pager learns of the drop only once the reader has handled it.  A load
+ * of BLK (a read of its page 10, _i 0 by move, _i 1 by copy) is held
+ * before its install while the program drops BLK's first page, which it
+ * does not have yet: the zap finds nothing there.  The REMOVE is read and
+ * its reader held; then the install goes on.  Had it put the store's
+ * bytes on that page before the drop was handled, they would stay, where
+ * the program must read zeros: the install waits for the reader.  (The
+ * sleep gives it time not to.)
+ */
+START_TEST(test_install_after_unhandled_drop)
+{
+	struct popts po = { .budget = BUDGET,
+			    .mode = _i ? KVP_INSTALL_COPY : KVP_INSTALL_MOVE,
+			    .threads = 2 };
+	pthread_t d, rd;
+	char *a;
+
+	hold(KVP_TEST_DROP_READ, NULL);
+	hold2(KVP_TEST_INSTALL, NULL);
+	a = fx_seeded_region(ST_MEM, SIZE, BS, &po);
+	hold2_addr = a + BLK * BS;
+	ck_assert_int_eq(
+	    pthread_create(&rd, NULL, read_one, a + BLK * BS + 10 * PG), 0);
+	ck_assert_msg(sem_wait_secs(&held2, 30), "the load never came");
+	hold_addr = drop_addr = a + BLK * BS;
+	drop_advice = MADV_DONTNEED;
+	ck_assert_int_eq(pthread_create(&d, NULL, drop_one, NULL), 0);
+	ck_assert_msg(sem_wait_secs(&held, 30), "the REMOVE was never read");
+	pthread_join(d, NULL); /* madvise returned: zapped, nothing there */
+	sem_post(&go2);	       /* the install */
+	usleep(300000);
+	sem_post(&go); /* the drop is handled */
+	pthread_join(rd, NULL);
+	ck_assert_msg(kvp_test_is_zero(a + BLK * BS, PG),
+		      "the page dropped during the load holds the store's "
+		      "bytes");
+	check_region(R, BLK * BS + PG, BS - PG, SEED_A);
+	wait_late_done(BLK);
+	push_out(R, BUDGET);
+	ck_assert(kvp_test_is_zero(a + BLK * BS, PG));
+	check_region(R, BLK * BS + PG, BS - PG, SEED_A);
+}
+END_TEST
+
+static void *push_others_thread(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < NBLK; i++)
+		if (i != BLK)
+			(void)touch_read(R, (size_t)i * BS, BS);
+	return NULL;
+}
+
+/*
+ * An eviction undone puts its pages back: the move of BLK stops at a
+ * page the program locked (page 400), and pages 0-399 go back from the
+ * slot.  Held before that, the program drops page 3, which is in the
+ * slot: the kernel's zap finds nothing there.  The drop is handled first
+ * (_i 0: noted for the eviction), or read and not yet handled while the
+ * put-back goes on (_i 1, the sleep giving it time to).  Either way page 3
+ * must read zeros, not go back with the bytes the program dropped.
+ */
+START_TEST(test_put_back_after_drop)
+{
+	struct popts po = { .budget = BUDGET, .mode = KVP_INSTALL_MOVE,
+			    .threads = 2 };
+	char *a, *blk, *page;
+	pthread_t d, push;
+
+	hold(KVP_TEST_PUT_BACK, NULL);
+	hold2(KVP_TEST_DROP_READ, NULL);
+	a = fx_seeded_region(ST_MEM, SIZE, BS, &po);
+	blk = a + BLK * BS;
+	page = blk + 3 * PG;
+	check_region(R, BLK * BS, BS, SEED_A);
+	ck_assert_int_eq(kvp_test_mlock(blk + 400 * PG, PG), 0);
+	hold_addr = blk;
+	ck_assert_int_eq(kvp_region_advise(R, BLK, 1, KVP_ADVICE_COLD), 0);
+	ck_assert_int_eq(pthread_create(&push, NULL, push_others_thread, NULL),
+			 0);
+	ck_assert_msg(sem_wait_secs(&held, 30), "BLK was never put back");
+	if (_i)
+		hold2_addr = page;
+	drop_addr = page;
+	drop_advice = MADV_DONTNEED;
+	ck_assert_int_eq(pthread_create(&d, NULL, drop_one, NULL), 0);
+	if (_i)
+		ck_assert_msg(sem_wait_secs(&held2, 30),
+			      "the REMOVE was never read");
+	pthread_join(d, NULL); /* madvise returned: the zap is done */
+	sem_post(&go);	       /* the put-back */
+	if (_i) {
+		usleep(300000);
+		sem_post(&go2); /* the drop is handled */
+	}
+	pthread_join(push, NULL);
+	ck_assert_msg(kvp_test_is_zero(page, PG),
+		      "the page dropped while it was in the slot went back "
+		      "with its bytes");
+	check_region(R, BLK * BS, 3 * PG, SEED_A);
+	check_region(R, BLK * BS + 4 * PG, BS - 4 * PG, SEED_A);
+	ck_assert_int_eq(kvp_test_munlock(blk + 400 * PG, PG), 0);
+	push_out(R, BUDGET);
+	ck_assert_int_eq(binfo(R, BLK).state, KVP_BLOCK_ABSENT);
+	ck_assert(kvp_test_is_zero(page, PG));
+	check_region(R, BLK * BS + 4 * PG, BS - 4 * PG, SEED_A);
+}
+END_TEST
+
 /* A COLD hint given while BLK is read back after its move (LOADING, the
  * faulting thread already woken) is kept and taken at the install: with
  * the budget full, BLK is the block that leaves.  _i 2, the control: the
@@ -866,6 +987,8 @@ static Suite *pager_race_suite(void)
 	tcase_add_test(b, test_destroy_and_drop_during_readback);
 	tcase_add_loop_test(b, test_cold_during_readback, 0, 3);
 	tcase_add_loop_test(u, test_fault_after_unhandled_drop, 0, 2);
+	tcase_add_loop_test(u, test_install_after_unhandled_drop, 0, 2);
+	tcase_add_loop_test(u, test_put_back_after_drop, 0, 2);
 	tcase_add_test(u, test_fault_then_unmap_in_one_batch);
 	tcase_add_loop_test(u, test_zap_vma_split, 0, 6);
 	tcase_add_test(u, test_zap_cut_by_unmap);
