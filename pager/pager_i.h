@@ -217,10 +217,10 @@ struct kvp_op {
 	struct kvp_pf_ref *pfs;	   /* prefetch handles waiting on it */
 	uint8_t *cover;		   /* zap: REMOVE events seen, per page */
 	bool zap_called;	   /* zap: the zapper took it for its call */
-	bool cover_whole;	   /* zap: since then an event covered the
-				      whole block (zap_repeat) */
-	uint32_t repeat_next;	   /* zap: where the kernel's next repeat
-				      starts (0: none seen) */
+	/* zap: the call's walk over the block as its events tell it
+	 * (zap_walk): where it goes on, how far it has reached, and its
+	 * last event's range. */
+	uint32_t walk_next, walk_end, last_lo, last_hi;
 	bool verifying;		   /* load: the block moved in is read back
 				      (a missing fault there is a page the
 				      program dropped: zeros) */

@@ -17,7 +17,7 @@
  * page by page (kvp_zap_seen) instead of taking it for the program's.  Our
  * call drops each page of the block exactly once, so a page counted twice
  * was dropped by the program too and must read back as zeros; but for the
- * REMOVEs the kernel repeats when the VMA is split meanwhile (zap_repeat).
+ * REMOVEs the kernel repeats when the VMA is split meanwhile (zap_walk).
  *
  * Every block the zapper took goes back to a service thread (p->zap_done),
  * which settles it (service.c): state changes stay on service threads.  A
@@ -224,59 +224,71 @@ void kvp_zap_queue(struct kvp_pager *p, struct kvp_op *op)
 }
 
 /*
- * Is the REMOVE over [lo, hi) of a zapping block the kernel's repeat of
- * one it raised before?  While our call waits for its event to be read,
- * the kernel drops the mmap lock.  If the program splits the VMA then
- * (mprotect or mlock of part of the block), the kernel drops only the
- * first piece and walks on to the others, raising a REMOVE for each again.
- * Counted, their pages would read as the program's drop: zeros.
+ * The REMOVE over [lo, hi) of a zapping block: which of its bytes does
+ * the program's drop, or our call's first pass, account for?  Returns
+ * where the bytes to count start (@hi: none).
  *
- * Events stop at VMA ends, so an event over the whole block since our
- * call began (cover_whole) found it one VMA; a later event from the
- * block's start but short of its end is a new walk over a split VMA (the
- * program's drop, or our call over a split that came first), and clears
- * it.  A repeat then covers pages covered before and starts where a VMA
- * starts now (PROCMAP_QUERY, Linux 6.11), ending at that VMA's end or the
- * block's; a repeat after it starts where it ended (the VMA may have
- * merged with the one before since) and ends the same way.  Missed: a
- * drop of the program's own that matched all of that; a first repeat
- * whose split was undone before it is handled, or whose block was split
- * before our call (those count as drops, as every repeat does without
- * PROCMAP_QUERY).
+ * The kernel walks our range VMA by VMA, one event each, and drops the
+ * mmap lock while an event waits to be read.  If the program splits a VMA
+ * then (mprotect or mlock of part of the block), the kernel drops only the
+ * first piece of the range it announced and walks on from the split,
+ * raising a REMOVE again for each piece after it.  Counted, their pages
+ * would read as the program's drop: zeros.  So the walk is followed: it
+ * begins at the block's start, an event that starts where it goes on
+ * (walk_next) is ours, and one that starts inside its last event's range
+ * where a VMA starts now (PROCMAP_QUERY, Linux 6.11) walks on again from a
+ * split.  Each ended where a VMA ended, or at the block's end.  Of such
+ * events, the part before walk_end is a repeat.  Missed: a drop of the
+ * program's own of exactly such a piece (taken for a repeat), a split
+ * undone again before its repeat is handled (counted), and every repeat
+ * without PROCMAP_QUERY (counted).
  */
-static bool zap_repeat(struct kvp_pager *p, struct kvp_op *op, uint32_t lo,
-		       uint32_t hi)
+static uint32_t zap_walk(struct kvp_pager *p, struct kvp_op *op, uint32_t lo,
+			 uint32_t hi)
 {
 	uintptr_t at = (uintptr_t)kvp_blk_addr(op->r, op->blk);
-	uint32_t bs = (uint32_t)op->r->block_bytes;
+	uint32_t bs = (uint32_t)op->r->block_bytes, from;
+	bool goes_on = lo == op->walk_next || lo == 0;
+	bool restart = !goes_on && lo > op->last_lo && lo < op->last_hi;
 	uintptr_t vs, ve;
 
-	if (!op->cover_whole || lo == 0)
-		return false;
+	if (!op->zap_called || (!goes_on && !restart))
+		return lo;
+	/* The shape of a walk's event: it ended where a VMA ended, or at the
+	 * block's end (no need to ask then); a restart begins where one
+	 * begins.  Splits since only bring the VMA's end closer.  (A drop of
+	 * the program's own rarely has that shape.) */
+	if ((hi != bs || restart) &&
+	    (p->maps_fd < 0 ||
+	     kvp_mem_vma_at(p->maps_fd, (void *)(at + lo), &vs, &ve) ||
+	     (restart && vs != at + lo) || (hi != bs && ve > at + hi)))
+		return lo;
+	/* From the block's start: a walk begins (ours, or a drop of the
+	 * program's that took the place of ours: then ours is counted). */
+	if (lo == 0)
+		op->walk_next = op->walk_end = op->last_lo = op->last_hi = 0;
+	/* A repeat announced its pages before. */
 	for (uint32_t pg = lo / KVP_PAGE_BYTES;
-	     pg < (hi + KVP_PAGE_BYTES - 1) / KVP_PAGE_BYTES; pg++)
+	     pg < (hi < op->walk_end ? hi : op->walk_end) / KVP_PAGE_BYTES;
+	     pg++)
 		if (op->cover[pg] == 0)
-			return false;
-	if (p->maps_fd < 0 ||
-	    kvp_mem_vma_at(p->maps_fd, (void *)(at + lo), &vs, &ve) ||
-	    (vs != at + lo && lo != op->repeat_next) ||
-	    !(ve == at + hi || (hi == bs && ve > at + hi)))
-		return false;
-	op->repeat_next = hi < bs ? hi : 0;
-	return true;
+			return lo;
+	from = lo > op->walk_end ? lo : op->walk_end;
+	op->walk_next = hi;
+	op->last_lo = lo;
+	op->last_hi = hi;
+	if (hi > op->walk_end)
+		op->walk_end = hi;
+	if (from > lo)
+		KVP_STAT_ADD(op->r, zap_repeats_total, 1);
+	return from < hi ? from : hi;
 }
 
 void kvp_zap_seen(struct kvp_pager *p, struct kvp_op *op, uint32_t lo,
 		  uint32_t hi)
 {
 	p->zap_reader_cpu = sched_getcpu();
-	if (zap_repeat(p, op, lo, hi)) {
-		KVP_STAT_ADD(op->r, zap_repeats_total, 1);
-		return;
-	}
-	if (op->zap_called && lo == 0)
-		op->cover_whole = hi == op->r->block_bytes;
-	for (uint32_t pg = lo / KVP_PAGE_BYTES;
+	for (uint32_t pg = zap_walk(p, op, lo, hi) / KVP_PAGE_BYTES;
 	     pg < (hi + KVP_PAGE_BYTES - 1) / KVP_PAGE_BYTES; pg++)
 		if (op->cover[pg] < UINT8_MAX)
 			op->cover[pg]++;
@@ -343,6 +355,8 @@ static void *zapper_main(void *arg)
 
 			p->zap_queue = op->next;
 			op->zap_called = true;
+			op->walk_next = op->walk_end = 0;
+			op->last_lo = op->last_hi = 0;
 			batch[n] = op;
 			iov[n].iov_base = kvp_blk_addr(op->r, op->blk);
 			iov[n].iov_len = op->r->block_bytes;
@@ -402,7 +416,7 @@ int kvp_zap_start(struct kvp_pager *p)
 		zap_close_fds(p);
 		return 0;
 	}
-	/* -errno: the kernel's repeats read as drops (zap_repeat). */
+	/* -errno: the kernel's repeats read as drops (zap_walk). */
 	p->maps_fd = kvp_mem_vma_open();
 	err = -pthread_create(&p->zapper, NULL, zapper_main, p);
 	if (err) {

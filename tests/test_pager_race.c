@@ -790,7 +790,7 @@ END_TEST
  * then leaves by zap, the zapper held before its call (hold2, released by
  * go2).  Returns the region.
  */
-static char *zap_block0_held(bool protect)
+static char *zap_block0_held(size_t protect_pg)
 {
 	struct popts po = { .budget = BUDGET, .mode = KVP_INSTALL_COPY,
 			    .threads = 2 };
@@ -804,8 +804,9 @@ static char *zap_block0_held(bool protect)
 	holds2_seen = 0;
 	kvp_test_hook = hook;
 	a = fx_seeded_region(ST_MEM, SIZE, BS, &po);
-	if (protect)
-		ck_assert_int_eq(mprotect(a + PG, PG, PROT_READ), 0);
+	if (protect_pg)
+		ck_assert_int_eq(mprotect(a + protect_pg * PG, PG, PROT_READ),
+				 0);
 	check_region(R, 0, BS, SEED_A);
 	settle(R);
 	ck_assert_int_eq(kvp_region_advise(R, 0, 1, KVP_ADVICE_COLD), 0);
@@ -828,7 +829,9 @@ static char *zap_block0_held(bool protect)
  * of a page (_i 2); of a piece of a VMA split before the zap (_i 3); of
  * the whole block, before the zapper's call, its VMA split after (_i 4:
  * the call's pieces must not pass for repeats of that drop); of a page
- * while the kernel repeats around it (_i 5, _i 1's split too).
+ * while the kernel repeats around it (_i 5, _i 1's split too).  _i 6:
+ * _i 1 in a block split before the call (page 300 read-only): its first
+ * event ends there, and the repeats come from inside it.
  */
 static void *drop_whole_then_split(void *arg)
 {
@@ -847,7 +850,7 @@ START_TEST(test_zap_vma_split)
 	char *a;
 
 	hold(KVP_TEST_DROP_READ, NULL);
-	a = zap_block0_held(_i == 3);
+	a = zap_block0_held(_i == 3 ? 1 : _i == 6 ? 300 : 0);
 	if (_i == 4) {
 		ck_assert_int_eq(
 		    pthread_create(&d, NULL, drop_whole_then_split, a), 0);
@@ -864,7 +867,7 @@ START_TEST(test_zap_vma_split)
 	ck_assert_int_eq(poll(&pfd, 1, 30000), 1);
 	if (_i == 0)
 		ck_assert_int_eq(kvp_test_mlock(a + PG, PG), 0);
-	else if (_i == 1 || _i == 5)
+	else if (_i == 1 || _i == 5 || _i == 6)
 		ck_assert_int_eq(mprotect(a + PG, PG, PROT_READ), 0);
 	drop_addr = a + drop;
 	drop_advice = MADV_DONTNEED;
@@ -879,7 +882,7 @@ START_TEST(test_zap_vma_split)
 	settle(R);
 	if (_i == 0)
 		ck_assert_int_eq(kvp_test_munlock(a + PG, PG), 0);
-	if (_i < 2) {
+	if (_i < 2 || _i == 6) {
 		ck_assert_uint_gt(rstats(R).zap_repeats_total, 0);
 		check_region(R, 0, BS, SEED_A);
 		return;
@@ -990,7 +993,7 @@ static Suite *pager_race_suite(void)
 	tcase_add_loop_test(u, test_install_after_unhandled_drop, 0, 2);
 	tcase_add_loop_test(u, test_put_back_after_drop, 0, 2);
 	tcase_add_test(u, test_fault_then_unmap_in_one_batch);
-	tcase_add_loop_test(u, test_zap_vma_split, 0, 6);
+	tcase_add_loop_test(u, test_zap_vma_split, 0, 7);
 	tcase_add_test(u, test_zap_cut_by_unmap);
 	tcase_add_test(u, test_zap_drop_amid_repeats);
 	return s;
