@@ -120,13 +120,18 @@ struct kvp_op *kvp_op_new(enum kvp_op_kind kind, struct kvp_region *r,
 	return op;
 }
 
+void kvp_pages_set(uint64_t *pages, uint32_t lo, uint32_t hi)
+{
+	for (uint32_t pg = lo / KVP_PAGE_BYTES;
+	     pg < (hi + KVP_PAGE_BYTES - 1) / KVP_PAGE_BYTES; pg++)
+		pages[pg / 64] |= 1ull << (pg % 64);
+}
+
 void kvp_op_note_drop(struct kvp_op *op, uint32_t lo, uint32_t hi)
 {
 	/* Page by page: two partial drops of one block in flight zero
 	 * what they dropped, never the pages between them. */
-	for (uint32_t pg = lo / KVP_PAGE_BYTES;
-	     pg < (hi + KVP_PAGE_BYTES - 1) / KVP_PAGE_BYTES; pg++)
-		op->rm_pages[pg / 64] |= 1ull << (pg % 64);
+	kvp_pages_set(op->rm_pages, lo, hi);
 	if (hi > lo)
 		op->rm_any = true;
 }
@@ -447,7 +452,9 @@ void kvp_blk_holes(struct kvp_block *b, bool unmapped)
  * thread is descheduled; the same event comes for MADV_FREE, whose pages
  * stay until the kernel reclaims them (and keep a write made since, which
  * a move must keep too).  The two cannot be told apart, so a page still
- * there after kvp_zap_wait_ns (1 s) is taken for MADV_FREE's.
+ * there after kvp_zap_wait_ns (1 s) is taken for MADV_FREE's.  That is a
+ * bet on the scheduler: a madvise thread kept off its CPU for longer
+ * between the read and its zap (a tight CPU quota) still loses the drop.
  */
 uint64_t kvp_zap_wait_ns = 1000000000ull;
 
@@ -468,14 +475,23 @@ static void zap_wait_end(struct kvp_region *r, struct kvp_block *b)
 		*w = r->zap_waits[--r->nzap_waits];
 }
 
-void kvp_blk_zap_wait(struct kvp_region *r, struct kvp_block *b, uint32_t lo,
-		      uint32_t hi)
+void kvp_blk_zap_wait(struct kvp_region *r, struct kvp_block *b,
+		      const uint64_t *pages)
 {
 	uint64_t blk = kvp_blk_index(r, b);
-	struct kvp_zap_wait *w =
-	    (b->flags & BLK_ZAPWAIT) ? zap_wait_find(r, blk) : NULL;
+	uint64_t there[KVP_BLOCK_PAGES_MAX / 64] = { 0 }, any = 0;
+	size_t words = (r->block_bytes / KVP_PAGE_BYTES + 63) / 64;
+	struct kvp_zap_wait *w;
 
-	assert(b->state == KVP_BLOCK_RESIDENT);
+	assert(b->state != KVP_BLOCK_ABSENT && b->state != KVP_BLOCK_POISONED);
+	/* The pages still there: one missing was zapped already, or never
+	 * came (a fill places zeros there). */
+	kvp_mem_resident_bits(kvp_blk_addr(r, blk), r->block_bytes, there, 0);
+	for (size_t i = 0; i < words; i++)
+		any |= there[i] &= pages[i];
+	if (!any)
+		return;
+	w = (b->flags & BLK_ZAPWAIT) ? zap_wait_find(r, blk) : NULL;
 	if (!w) {
 		if (r->nzap_waits == r->zap_waits_cap) {
 			size_t cap =
@@ -501,26 +517,29 @@ void kvp_blk_zap_wait(struct kvp_region *r, struct kvp_block *b, uint32_t lo,
 		w = &r->zap_waits[r->nzap_waits++];
 		memset(w, 0, sizeof(*w));
 		w->blk = blk;
+		/* From the first drop: drops that go on do not keep the
+		 * block in for ever. */
+		w->until_ns = kvp_now_ns() + kvp_zap_wait_ns;
 		b->flags |= BLK_ZAPWAIT;
 	}
-	w->until_ns = kvp_now_ns() + kvp_zap_wait_ns;
-	/* The pages still there: one missing was zapped already, or never
-	 * came (a fill places zeros there). */
-	lo &= ~(uint32_t)(KVP_PAGE_BYTES - 1);
-	hi = (hi + KVP_PAGE_BYTES - 1) & ~(uint32_t)(KVP_PAGE_BYTES - 1);
-	kvp_mem_resident_bits(kvp_blk_addr(r, blk) + lo, hi - lo, w->pages,
-			      lo / KVP_PAGE_BYTES);
+	for (size_t i = 0; i < words; i++)
+		w->pages[i] |= there[i];
 }
 
 bool kvp_blk_zap_waits(struct kvp_region *r, struct kvp_block *b)
 {
-	uint64_t there[KVP_BLOCK_PAGES_MAX / 64] = { 0 }, any = 0;
+	uint64_t there[KVP_BLOCK_PAGES_MAX / 64] = { 0 }, any = 0, now;
 	struct kvp_zap_wait *w;
 
 	if (!(b->flags & BLK_ZAPWAIT))
 		return false;
 	w = zap_wait_find(r, kvp_blk_index(r, b));
-	if (w && kvp_now_ns() < w->until_ns) {
+	now = kvp_now_ns();
+	if (w && now < w->until_ns) {
+		/* The clock passes it again and again: a look a ms. */
+		if (now < w->seen_ns + 1000000)
+			return true;
+		w->seen_ns = now;
 		/* A page gone was zapped: it waits no more (a fill or a
 		 * fault puts the program's zeros there next). */
 		kvp_mem_resident_bits(kvp_blk_addr(r, w->blk), r->block_bytes,
@@ -698,6 +717,8 @@ bool kvp_blk_installed(struct kvp_region *r, struct kvp_block *b, bool dirty,
 void kvp_blk_load_failed(struct kvp_region *r, struct kvp_block *b)
 {
 	assert(b->state == KVP_BLOCK_LOADING);
+	if (b->flags & BLK_ZAPWAIT)
+		zap_wait_end(r, b);
 	set_wb_failed(r, b, false); /* written now or never (load.c) */
 	uncharge(r, b); /* a fill's pages stay mapped, uncounted: rare */
 	b->state = KVP_BLOCK_POISONED;
@@ -712,6 +733,8 @@ void kvp_blk_load_failed(struct kvp_region *r, struct kvp_block *b)
 void kvp_blk_load_dropped(struct kvp_region *r, struct kvp_block *b)
 {
 	assert(b->state == KVP_BLOCK_LOADING);
+	if (b->flags & BLK_ZAPWAIT)
+		zap_wait_end(r, b);
 	set_wb_failed(r, b, false);
 	uncharge(r, b);
 	readahead_wasted(r, b);

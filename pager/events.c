@@ -199,8 +199,12 @@ static void handle_fault(struct kvp_service *s, const struct uffd_msg *m)
 	if (b->state == KVP_BLOCK_LOADING && b->op->verifying &&
 	    !(flags & UFFD_PAGEFAULT_FLAG_WP)) {
 		/* Moved in whole and being read back (load.c): a page
-		 * missing now was dropped by the program.  Served in a dying
-		 * region too: its destroy waits for this load. */
+		 * missing now was dropped by the program (and zapped).
+		 * Served in a dying region too: its destroy waits for this
+		 * load. */
+		if (!kvp_mem_page_resident(page))
+			kvp_blk_zap_filled(r, b, (uint32_t)(page - baddr),
+					   KVP_PAGE_BYTES, NULL);
 		kvp_blk_late_begin(r, b);
 		act = HOLE;
 		goto out;
@@ -427,9 +431,7 @@ static int drop_into_partial(struct kvp_service *s, struct kvp_region *r,
 {
 	uint64_t drops[KVP_BLOCK_PAGES_MAX / 64] = { 0 };
 
-	for (uint32_t pg = lo / KVP_PAGE_BYTES;
-	     pg < (hi + KVP_PAGE_BYTES - 1) / KVP_PAGE_BYTES; pg++)
-		drops[pg / 64] |= 1ull << (pg % 64);
+	kvp_pages_set(drops, lo, hi);
 	return kvp_load_complete(s, r, blk, true, drops);
 }
 
@@ -463,10 +465,23 @@ static void handle_drop(struct kvp_service *s, uint64_t start, uint64_t end,
 			if (b->state != KVP_BLOCK_EVICTING ||
 			    b->op->kind != OP_ZAP || gone)
 				KVP_STAT_ADD(r, removed_bytes_total, hi - lo);
+			/* Its pages still there, to be zapped yet: placed
+			 * before the read (a load's, or a move's that stopped
+			 * short), or resident. */
+			if (!whole && !gone &&
+			    (b->state == KVP_BLOCK_RESIDENT ||
+			     b->state == KVP_BLOCK_LOADING ||
+			     (b->state == KVP_BLOCK_EVICTING &&
+			      b->op->kind != OP_ZAP))) {
+				uint64_t pages[KVP_BLOCK_PAGES_MAX / 64] = {
+					0
+				};
+
+				kvp_pages_set(pages, lo, hi);
+				kvp_blk_zap_wait(r, b, pages);
+			}
 			switch (b->state) {
 			case KVP_BLOCK_RESIDENT:
-				if (!whole && !gone)
-					kvp_blk_zap_wait(r, b, lo, hi);
 				if (whole) {
 					if (b->flags & BLK_PREFETCHED)
 						KVP_STAT_ADD(

@@ -819,8 +819,11 @@ void kvp_load_install(struct kvp_service *s, struct kvp_op *op)
 		 * try, and dirty it would be written whole. */
 		if (kept && whole && !fill)
 			unseen = true;
-		drop = kvp_blk_installed(r, b, dirty || more || unseen, split,
-					 whole, op->placed, &grew);
+		/* (op->dirty: a drop handled in the install's retry, its
+		 * zeros placed by kvp_op_apply_drops.) */
+		drop = kvp_blk_installed(r, b,
+					 dirty || op->dirty || more || unseen,
+					 split, whole, op->placed, &grew);
 		/* Pages of a whole block the program dropped while it went
 		 * in (their REMOVE handled meanwhile): holes, as when they
 		 * go once it is resident (events.c). */

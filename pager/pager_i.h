@@ -65,9 +65,9 @@ enum {
 	BLK_UNREAD = 1u << 17,	  /* with NOMOVE: a page of it did not read
 				     (PROT_NONE), so no copy of it could be
 				     written: stuck like holes (zap.c) */
-	BLK_ZAPWAIT = 1u << 18,	  /* resident, a drop of part of it read
-				     whose zap may not have come yet: no
-				     victim meanwhile (r->zap_waits) */
+	BLK_ZAPWAIT = 1u << 18,	  /* a drop of part of it read whose zap
+				     may not have come yet: once resident,
+				     no victim meanwhile (r->zap_waits) */
 };
 
 struct kvp_op;
@@ -76,7 +76,7 @@ struct kvp_op;
 
 struct kvp_zap_wait {
 	uint64_t blk;
-	uint64_t until_ns;
+	uint64_t until_ns, seen_ns;
 	uint64_t pages[KVP_BLOCK_PAGES_MAX / 64];
 };
 
@@ -481,6 +481,8 @@ bool kvp_blk_sane(const struct kvp_region *r, const struct kvp_block *b);
 struct kvp_op *kvp_op_new(enum kvp_op_kind kind, struct kvp_region *r,
 			  uint64_t blk);
 void kvp_op_free(struct kvp_op *op);
+/* Set the bits of the pages [lo, hi) touches in @pages. */
+void kvp_pages_set(uint64_t *pages, uint32_t lo, uint32_t hi);
 /* The program dropped bytes [lo, hi) of @op's block while @op moves it
  * (under p->lock): remember them for kvp_op_zero_dropped. */
 void kvp_op_note_drop(struct kvp_op *op, uint32_t lo, uint32_t hi);
@@ -551,10 +553,11 @@ bool kvp_blk_take_waiters(struct kvp_block *b);
  * part: never write-protected again); the data nowhere any more. */
 void kvp_blk_drop_pending(struct kvp_block *b);
 void kvp_blk_holes(struct kvp_block *b, bool unmapped);
-/* The program dropped bytes [lo, hi) of resident @b (a REMOVE just read):
- * no victim until their zap comes (kvp_blk_zap_waits). */
-void kvp_blk_zap_wait(struct kvp_region *r, struct kvp_block *b, uint32_t lo,
-		      uint32_t hi);
+/* The program dropped the @pages (one bit a page) of @b (resident, or on
+ * its way), and their zap may not have come (a REMOVE just read): once
+ * resident, no victim while they are still there (kvp_blk_zap_waits). */
+void kvp_blk_zap_wait(struct kvp_region *r, struct kvp_block *b,
+		      const uint64_t *pages);
 /* Does @b still wait for the zap of what the program dropped of it (a
  * page of it still there, within kvp_zap_wait_ns)?  The pages gone wait no
  * more; once none does, BLK_ZAPWAIT goes. */

@@ -618,6 +618,44 @@ START_TEST(test_install_after_unhandled_drop)
 }
 END_TEST
 
+/* One service thread, held before it installs a load of BLK, while the
+ * program drops BLK's first page: the REMOVE waits, unread, and the
+ * install's first ioctl is refused (EAGAIN).  Its retry reads and handles
+ * the drop, and the page goes in as zeros: the block counts dirty, for
+ * the store has the old bytes there.  _i 0 move, _i 1 copy.  (Found by
+ * review.) */
+START_TEST(test_drop_read_in_install_retry)
+{
+	struct popts po = { .budget = BUDGET,
+			    .mode = _i ? KVP_INSTALL_COPY : KVP_INSTALL_MOVE,
+			    .threads = 1 };
+	pthread_t d, rd;
+	char *a;
+
+	hold(KVP_TEST_INSTALL, NULL);
+	a = fx_seeded_region(ST_MEM, SIZE, BS, &po);
+	hold_addr = a + BLK * BS;
+	ck_assert_int_eq(
+	    pthread_create(&rd, NULL, read_one, a + BLK * BS + 10 * PG), 0);
+	ck_assert_msg(sem_wait_secs(&held, 30), "the load never came");
+	drop_addr = a + BLK * BS;
+	drop_advice = MADV_DONTNEED;
+	ck_assert_int_eq(pthread_create(&d, NULL, drop_one, NULL), 0);
+	usleep(300000); /* its REMOVE queued; nobody reads it */
+	sem_post(&go);
+	pthread_join(d, NULL);
+	pthread_join(rd, NULL);
+	ck_assert(kvp_test_is_zero(a + BLK * BS, PG));
+	wait_late_done(BLK);
+	push_out(R, BUDGET);
+	ck_assert_int_ne(binfo(R, BLK).state, KVP_BLOCK_RESIDENT);
+	ck_assert_msg(kvp_test_is_zero(a + BLK * BS, PG),
+		      "the page dropped during the install came back from "
+		      "the store");
+	check_region(R, BLK * BS + PG, BS - PG, SEED_A);
+}
+END_TEST
+
 static void *push_others_thread(void *arg)
 {
 	(void)arg;
@@ -991,6 +1029,7 @@ static Suite *pager_race_suite(void)
 	tcase_add_loop_test(b, test_cold_during_readback, 0, 3);
 	tcase_add_loop_test(u, test_fault_after_unhandled_drop, 0, 2);
 	tcase_add_loop_test(u, test_install_after_unhandled_drop, 0, 2);
+	tcase_add_loop_test(u, test_drop_read_in_install_retry, 0, 2);
 	tcase_add_loop_test(u, test_put_back_after_drop, 0, 2);
 	tcase_add_test(u, test_fault_then_unmap_in_one_batch);
 	tcase_add_loop_test(u, test_zap_vma_split, 0, 7);
