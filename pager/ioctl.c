@@ -82,6 +82,8 @@ void kvp_uffd_unblock(struct kvp_pager *p)
 	struct kvp_service *s = bound_service;
 	bool ours = s && s->p == p;
 
+	size_t got = 0;
+
 	if (guard_depth && !ev_writer) {
 		/* A guarded install lets a reader in, and the caller looks
 		 * at its block's drops again.  It waits for the write side
@@ -89,16 +91,21 @@ void kvp_uffd_unblock(struct kvp_pager *p)
 		 * would each find the other's read side held. */
 		pthread_rwlock_unlock(&p->evlock);
 		if (ours && kvp_evlock_read_events(p, false)) {
-			(void)bound_reader(s);
+			got = bound_reader(s);
 			kvp_evlock_read_done(p);
-		} else {
-			sched_yield();
 		}
+		if (!got)
+			sched_yield();
 		pthread_rwlock_rdlock(&p->evlock);
 		return;
 	}
-	if (!(ours && bound_reader(s)))
-		sched_yield(); /* another thread holds the event: let it run */
+	if (ours)
+		got = bound_reader(s);
+	/* Nothing read: another thread holds the event, or the one read
+	 * has yet to wake its madvise (the kernel refuses installs until
+	 * that thread runs): let it run. */
+	if (!got)
+		sched_yield();
 }
 
 static int protect(struct kvp_pager *p, void *addr, size_t len, bool wp,
