@@ -216,11 +216,16 @@ struct kvp_op {
 	uint64_t rm_pages[KVP_BLOCK_PAGES_MAX / 64]; /* one bit a page */
 	struct kvp_pf_ref *pfs;	   /* prefetch handles waiting on it */
 	uint8_t *cover;		   /* zap: REMOVE events seen, per page */
-	bool zap_called;	   /* zap: the zapper took it for its call */
+	bool zap_called;	   /* zap: the zapper's call for it began */
 	/* zap: the call's walk over the block as its events tell it
-	 * (zap_walk): where it goes on, how far it has reached, and its
-	 * last event's range. */
-	uint32_t walk_next, walk_end, last_lo, last_hi;
+	 * (zap_walk), and as it was before its last event. */
+	struct kvp_zap_walk {
+		uint32_t next;	 /* where it goes on */
+		uint32_t end;	 /* how far it has reached */
+		uint32_t lo, hi; /* its last event's range */
+		uint32_t rep_lo, rep_hi; /* the part of it taken for a
+					    repeat, not counted */
+	} walk, walk_before;
 	bool verifying;		   /* load: the block moved in is read back
 				      (a missing fault there is a page the
 				      program dropped: zeros) */

@@ -234,64 +234,110 @@ void kvp_zap_queue(struct kvp_pager *p, struct kvp_op *op)
  * first piece of the range it announced and walks on from the split,
  * raising a REMOVE again for each piece after it.  Counted, their pages
  * would read as the program's drop: zeros.  So the walk is followed: it
- * begins at the block's start, an event that starts where it goes on
- * (walk_next) is ours, and one that starts inside its last event's range
- * where a VMA starts now (PROCMAP_QUERY, Linux 6.11) walks on again from a
- * split.  Each ended where a VMA ended, or at the block's end.  Of such
- * events, the part before walk_end is a repeat.  Missed: a drop of the
- * program's own of exactly such a piece (taken for a repeat), a split
- * undone again before its repeat is handled (counted), and every repeat
+ * begins at the block's start, an event that starts where it goes on is
+ * ours, and so is one that starts inside the last one's range where a VMA
+ * begins now (PROCMAP_QUERY, Linux 6.11): the walk goes on from a split.
+ * Each ended where a VMA ended, or at the block's end.  Of such events,
+ * the part before the walk's furthest end is a repeat.
+ *
+ * The program's drop can have that shape too.  Ours start further on one
+ * after the other: an event that starts before the last one taken for
+ * ours, inside the one before, shows that the last was the program's, and
+ * it is counted then.  A drop from the block's start is counted, and
+ * takes the walk on only as far as it reaches.  Missed: a drop of the
+ * program's own of exactly such a piece that no later event shows up, a
+ * split undone before its repeat is handled (counted), and every repeat
  * without PROCMAP_QUERY (counted).
  */
-static uint32_t zap_walk(struct kvp_pager *p, struct kvp_op *op, uint32_t lo,
-			 uint32_t hi)
+static bool walk_takes(struct kvp_pager *p, struct kvp_op *op, uint32_t lo,
+		       uint32_t hi, uint32_t *from)
 {
 	uintptr_t at = (uintptr_t)kvp_blk_addr(op->r, op->blk);
-	uint32_t bs = (uint32_t)op->r->block_bytes, from;
-	bool goes_on = lo == op->walk_next || lo == 0;
-	bool restart = !goes_on && lo > op->last_lo && lo < op->last_hi;
+	uint32_t bs = (uint32_t)op->r->block_bytes;
+	struct kvp_zap_walk *w = &op->walk;
+	bool goes_on = lo == w->next;
+	bool restart = !goes_on && lo > w->lo && lo < w->hi;
 	uintptr_t vs, ve;
 
-	if (!op->zap_called || (!goes_on && !restart))
-		return lo;
+	if (!goes_on && !restart)
+		return false;
 	/* The shape of a walk's event: it ended where a VMA ended, or at the
 	 * block's end (no need to ask then); a restart begins where one
-	 * begins.  Splits since only bring the VMA's end closer.  (A drop of
-	 * the program's own rarely has that shape.) */
+	 * begins.  Splits since only bring the VMA's end closer. */
 	if ((hi != bs || restart) &&
 	    (p->maps_fd < 0 ||
 	     kvp_mem_vma_at(p->maps_fd, (void *)(at + lo), &vs, &ve) ||
 	     (restart && vs != at + lo) || (hi != bs && ve > at + hi)))
-		return lo;
-	/* From the block's start: a walk begins (ours, or a drop of the
-	 * program's that took the place of ours: then ours is counted). */
-	if (lo == 0)
-		op->walk_next = op->walk_end = op->last_lo = op->last_hi = 0;
+		return false;
 	/* A repeat announced its pages before. */
 	for (uint32_t pg = lo / KVP_PAGE_BYTES;
-	     pg < (hi < op->walk_end ? hi : op->walk_end) / KVP_PAGE_BYTES;
-	     pg++)
+	     pg < (hi < w->end ? hi : w->end) / KVP_PAGE_BYTES; pg++)
 		if (op->cover[pg] == 0)
-			return lo;
-	from = lo > op->walk_end ? lo : op->walk_end;
-	op->walk_next = hi;
-	op->last_lo = lo;
-	op->last_hi = hi;
-	if (hi > op->walk_end)
-		op->walk_end = hi;
-	if (from > lo)
+			return false;
+	*from = lo > w->end ? lo : w->end;
+	if (*from > hi)
+		*from = hi;
+	op->walk_before = *w;
+	w->next = hi;
+	w->lo = lo;
+	w->hi = hi;
+	w->rep_lo = lo;
+	w->rep_hi = *from;
+	if (hi > w->end)
+		w->end = hi;
+	if (*from > lo)
 		KVP_STAT_ADD(op->r, zap_repeats_total, 1);
-	return from < hi ? from : hi;
+	return true;
+}
+
+static void cover_add(struct kvp_op *op, uint32_t lo, uint32_t hi)
+{
+	for (uint32_t pg = lo / KVP_PAGE_BYTES;
+	     pg < (hi + KVP_PAGE_BYTES - 1) / KVP_PAGE_BYTES; pg++)
+		if (op->cover[pg] < UINT8_MAX)
+			op->cover[pg]++;
+}
+
+static uint32_t zap_walk(struct kvp_pager *p, struct kvp_op *op, uint32_t lo,
+			 uint32_t hi)
+{
+	struct kvp_zap_walk *w = &op->walk, last = op->walk;
+	uint32_t from;
+
+	if (!op->zap_called)
+		return lo;
+	if (lo == 0) {
+		/* Ours (the walk's first event) or the program's: counted
+		 * whole either way, and the walk goes no way back. */
+		if (hi >= w->hi) {
+			op->walk_before = *w;
+			*w = (struct kvp_zap_walk){ .next = hi, .hi = hi,
+						    .end = w->end };
+		}
+		if (hi > w->end)
+			w->end = hi;
+		return 0;
+	}
+	if (walk_takes(p, op, lo, hi, &from))
+		return from;
+	/* Before the last event taken for ours and inside the one before:
+	 * that last was the program's drop. */
+	if (lo > op->walk_before.lo && lo < last.lo) {
+		*w = op->walk_before;
+		if (walk_takes(p, op, lo, hi, &from)) {
+			cover_add(op, last.rep_lo, last.rep_hi);
+			return from;
+		}
+		*w = last;
+	}
+	return lo;
 }
 
 void kvp_zap_seen(struct kvp_pager *p, struct kvp_op *op, uint32_t lo,
 		  uint32_t hi)
 {
 	p->zap_reader_cpu = sched_getcpu();
-	for (uint32_t pg = zap_walk(p, op, lo, hi) / KVP_PAGE_BYTES;
-	     pg < (hi + KVP_PAGE_BYTES - 1) / KVP_PAGE_BYTES; pg++)
-		if (op->cover[pg] < UINT8_MAX)
-			op->cover[pg]++;
+	cover_add(op, zap_walk(p, op, lo, hi), hi);
 }
 
 /*
@@ -354,9 +400,9 @@ static void *zapper_main(void *arg)
 			struct kvp_op *op = p->zap_queue;
 
 			p->zap_queue = op->next;
-			op->zap_called = true;
-			op->walk_next = op->walk_end = 0;
-			op->last_lo = op->last_hi = 0;
+			op->zap_called = false;
+			op->walk = op->walk_before =
+			    (struct kvp_zap_walk){ 0 };
 			batch[n] = op;
 			iov[n].iov_base = kvp_blk_addr(op->r, op->blk);
 			iov[n].iov_len = op->r->block_bytes;
@@ -369,6 +415,12 @@ static void *zapper_main(void *arg)
 		if (kvp_test_hook)
 			kvp_test_hook(KVP_TEST_ZAP_CALL, iov[0].iov_base);
 		cpu = follow_reader(want, cpu, &allowed);
+		/* Only now: a drop read before the call is the program's,
+		 * whatever its shape. */
+		pthread_mutex_lock(&p->lock);
+		for (unsigned i = 0; i < n; i++)
+			batch[i]->zap_called = true;
+		pthread_mutex_unlock(&p->lock);
 		/* Pages the program mlocked go too: a plain DONTNEED stops
 		 * at their VMA, having dropped the block's pages before it,
 		 * and the move that takes such a block next refuses the

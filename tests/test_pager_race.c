@@ -873,7 +873,10 @@ static char *zap_block0_held(size_t protect_pg)
  * the call's pieces must not pass for repeats of that drop); of a page
  * while the kernel repeats around it (_i 5, _i 1's split too).  _i 6:
  * _i 1 in a block split before the call (page 300 read-only): its first
- * event ends there, and the repeats come from inside it.
+ * event ends there, and the repeats come from inside it.  _i 7: _i 5
+ * with page 0 dropped (a drop from the block's start must not take the
+ * walk back).  _i 8: the program drops pages 2 on, a piece shaped like
+ * the kernel's next repeat but further on (found by review, with _i 7).
  */
 static void *drop_whole_then_split(void *arg)
 {
@@ -884,9 +887,15 @@ static void *drop_whole_then_split(void *arg)
 	return NULL;
 }
 
+static void *drop_rest(void *arg)
+{
+	(void)madvise((char *)arg + 2 * PG, BS - 2 * PG, MADV_DONTNEED);
+	return NULL;
+}
+
 START_TEST(test_zap_vma_split)
 {
-	size_t drop = _i == 2 || _i == 5 ? 5 * PG : PG;
+	size_t drop = _i == 2 || _i == 5 ? 5 * PG : _i == 7 ? 0 : PG;
 	struct pollfd pfd = { .events = POLLIN };
 	pthread_t d;
 	char *a;
@@ -909,15 +918,17 @@ START_TEST(test_zap_vma_split)
 	ck_assert_int_eq(poll(&pfd, 1, 30000), 1);
 	if (_i == 0)
 		ck_assert_int_eq(kvp_test_mlock(a + PG, PG), 0);
-	else if (_i == 1 || _i == 5 || _i == 6)
+	else if (_i == 1 || _i == 5 || _i == 6 || _i >= 7)
 		ck_assert_int_eq(mprotect(a + PG, PG, PROT_READ), 0);
 	drop_addr = a + drop;
 	drop_advice = MADV_DONTNEED;
-	if (_i == 2 || _i == 3 || _i == 5)
+	if (_i == 2 || _i == 3 || _i == 5 || _i == 7)
 		ck_assert_int_eq(pthread_create(&d, NULL, drop_one, NULL), 0);
+	if (_i == 8)
+		ck_assert_int_eq(pthread_create(&d, NULL, drop_rest, a), 0);
 	usleep(50000); /* its REMOVE queued after the zapper's */
 	sem_post(&go);
-	if (_i == 2 || _i == 3 || _i == 5)
+	if (_i == 2 || _i == 3 || _i == 5 || _i >= 7)
 		pthread_join(d, NULL);
 	kvp_test_hook = NULL;
 	ck_assert_int_ne(binfo(R, 0).state, KVP_BLOCK_EVICTING);
@@ -931,6 +942,21 @@ START_TEST(test_zap_vma_split)
 	}
 	if (_i == 4) {
 		ck_assert(kvp_test_is_zero(a, BS));
+		return;
+	}
+	if (_i == 8) {
+		check_region(R, 0, PG, SEED_A);
+		ck_assert_msg(!kvp_test_is_zero(a + PG, PG),
+			      "page 1 (not dropped) reads zeros");
+		check_region(R, PG, PG, SEED_A);
+		ck_assert(kvp_test_is_zero(a + 2 * PG, BS - 2 * PG));
+		return;
+	}
+	if (_i == 7) {
+		ck_assert(kvp_test_is_zero(a, PG));
+		ck_assert_msg(!kvp_test_is_zero(a + 2 * PG, PG),
+			      "page 2 (not dropped) reads zeros");
+		check_region(R, PG, BS - PG, SEED_A);
 		return;
 	}
 	if (_i == 5)
@@ -1036,7 +1062,7 @@ static Suite *pager_race_suite(void)
 	tcase_add_loop_test(u, test_drop_read_in_install_retry, 0, 2);
 	tcase_add_loop_test(u, test_put_back_after_drop, 0, 2);
 	tcase_add_test(u, test_fault_then_unmap_in_one_batch);
-	tcase_add_loop_test(u, test_zap_vma_split, 0, 7);
+	tcase_add_loop_test(u, test_zap_vma_split, 0, 9);
 	tcase_add_test(u, test_zap_cut_by_unmap);
 	tcase_add_test(u, test_zap_drop_amid_repeats);
 	return s;
