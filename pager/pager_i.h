@@ -218,14 +218,12 @@ struct kvp_op {
 	uint8_t *cover;		   /* zap: REMOVE events seen, per page */
 	bool zap_called;	   /* zap: the zapper's call for it began */
 	/* zap: the call's walk over the block as its events tell it
-	 * (zap_walk), and as it was before its last event. */
+	 * (zap_walk). */
 	struct kvp_zap_walk {
 		uint32_t next;	 /* where it goes on */
 		uint32_t end;	 /* how far it has reached */
 		uint32_t lo, hi; /* its last event's range */
-		uint32_t rep_lo, rep_hi; /* the part of it taken for a
-					    repeat, not counted */
-	} walk, walk_before;
+	} walk;
 	bool verifying;		   /* load: the block moved in is read back
 				      (a missing fault there is a page the
 				      program dropped: zeros) */

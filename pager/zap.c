@@ -240,14 +240,14 @@ void kvp_zap_queue(struct kvp_pager *p, struct kvp_op *op)
  * Each ended where a VMA ended, or at the block's end.  Of such events,
  * the part before the walk's furthest end is a repeat.
  *
- * The program's drop can have that shape too.  Ours start further on one
- * after the other: an event that starts before the last one taken for
- * ours, inside the one before, shows that the last was the program's, and
- * it is counted then.  A drop from the block's start is counted, and
- * takes the walk on only as far as it reaches.  Missed: a drop of the
- * program's own of exactly such a piece that no later event shows up, a
- * split undone before its repeat is handled (counted), and every repeat
- * without PROCMAP_QUERY (counted).
+ * The program's drop can have that shape too.  A drop from the block's
+ * start is counted, and takes the walk on only as far as it reaches.
+ * Missed: a drop of the program's own of exactly such a piece (taken for
+ * a repeat, and the kernel's own repeat before it then counts), a split
+ * undone before its repeat is handled (counted), and every repeat without
+ * PROCMAP_QUERY (counted).  (Going back a step when an event starts
+ * before the last one taken for ours mended the first of these and broke
+ * an order as likely: a split behind the walk, its piece dropped.)
  */
 static bool walk_takes(struct kvp_pager *p, struct kvp_op *op, uint32_t lo,
 		       uint32_t hi, uint32_t *from)
@@ -277,12 +277,9 @@ static bool walk_takes(struct kvp_pager *p, struct kvp_op *op, uint32_t lo,
 	*from = lo > w->end ? lo : w->end;
 	if (*from > hi)
 		*from = hi;
-	op->walk_before = *w;
 	w->next = hi;
 	w->lo = lo;
 	w->hi = hi;
-	w->rep_lo = lo;
-	w->rep_hi = *from;
 	if (hi > w->end)
 		w->end = hi;
 	if (*from > lo)
@@ -301,7 +298,7 @@ static void cover_add(struct kvp_op *op, uint32_t lo, uint32_t hi)
 static uint32_t zap_walk(struct kvp_pager *p, struct kvp_op *op, uint32_t lo,
 			 uint32_t hi)
 {
-	struct kvp_zap_walk *w = &op->walk, last = op->walk;
+	struct kvp_zap_walk *w = &op->walk;
 	uint32_t from;
 
 	if (!op->zap_called)
@@ -309,28 +306,14 @@ static uint32_t zap_walk(struct kvp_pager *p, struct kvp_op *op, uint32_t lo,
 	if (lo == 0) {
 		/* Ours (the walk's first event) or the program's: counted
 		 * whole either way, and the walk goes no way back. */
-		if (hi >= w->hi) {
-			op->walk_before = *w;
+		if (hi >= w->hi)
 			*w = (struct kvp_zap_walk){ .next = hi, .hi = hi,
 						    .end = w->end };
-		}
 		if (hi > w->end)
 			w->end = hi;
 		return 0;
 	}
-	if (walk_takes(p, op, lo, hi, &from))
-		return from;
-	/* Before the last event taken for ours and inside the one before:
-	 * that last was the program's drop. */
-	if (lo > op->walk_before.lo && lo < last.lo) {
-		*w = op->walk_before;
-		if (walk_takes(p, op, lo, hi, &from)) {
-			cover_add(op, last.rep_lo, last.rep_hi);
-			return from;
-		}
-		*w = last;
-	}
-	return lo;
+	return walk_takes(p, op, lo, hi, &from) ? from : lo;
 }
 
 void kvp_zap_seen(struct kvp_pager *p, struct kvp_op *op, uint32_t lo,
@@ -401,8 +384,7 @@ static void *zapper_main(void *arg)
 
 			p->zap_queue = op->next;
 			op->zap_called = false;
-			op->walk = op->walk_before =
-			    (struct kvp_zap_walk){ 0 };
+			op->walk = (struct kvp_zap_walk){ 0 };
 			batch[n] = op;
 			iov[n].iov_base = kvp_blk_addr(op->r, op->blk);
 			iov[n].iov_len = op->r->block_bytes;
