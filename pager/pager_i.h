@@ -385,7 +385,8 @@ struct kvp_pager {
  *   frames.c stats.c rtab.c          the pool, statistics, region lookup
  *   core.c                           block states, flags, the clock list
  *   request.c                        handing work to service threads
- *   ioctl.c                          resolving ioctls retried through EAGAIN
+ *   ioctl.c                          resolving ioctls retried through EAGAIN,
+ *                                    the event lock (installs against reads)
  *   prefetch.c zap.c                 prefetch handles, the zapper thread
  *   evict.c                          a block leaving its region
  *   load.c                           a block entering its region
