@@ -59,6 +59,7 @@ int kvp_pager_open(const struct kvp_config *cfg, struct kvp_pager **out)
 	p->zap_reader_cpu = -1;
 	p->pidfd = -1;
 	p->maps_fd = -1;
+	p->mem_fd = -1;
 
 	err = kvp_uffd_open(&p->uffd, 0);
 	if (err)

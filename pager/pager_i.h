@@ -63,8 +63,9 @@ enum {
 				     it leaves by a zap, written from the
 				     region first when dirty (zap.c) */
 	BLK_UNREAD = 1u << 17,	  /* with NOMOVE: a page of it did not read
-				     (PROT_NONE), so no copy of it could be
-				     written: stuck like holes (zap.c) */
+				     (PROT_NONE, and no /proc/self/mem), so
+				     no copy of it could be written: stuck
+				     (zap.c) */
 	BLK_ZAPWAIT = 1u << 18,	  /* a drop of part of it read whose zap
 				     may not have come yet: once resident,
 				     no victim meanwhile (r->zap_waits) */
@@ -364,6 +365,7 @@ struct kvp_pager {
 	/* zap.c: clean eviction by batched MADV_DONTNEED. */
 	int pidfd;   /* this process, for process_madvise */
 	int maps_fd; /* its /proc/self/maps, for kvp_mem_vma_at */
+	int mem_fd;  /* its /proc/self/mem, for the zapper's copies */
 	pthread_t zapper;
 	bool zapper_running, zap_stop;
 	pthread_cond_t zap_cond;  /* work for the zapper */

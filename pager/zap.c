@@ -43,10 +43,13 @@
  * mprotected: the move wants one plain VMA) can leave by no move, and
  * faults waiting for a frame would wait for ever once such blocks fill
  * the budget.  So it leaves by a zap in either install mode (BLK_NOMOVE),
- * and when dirty the zapper writes a copy of it first (clean_one).  One
- * that can leave neither way (holes, unmapped in part) is no victim.
+ * and when dirty the zapper writes a copy of it first (clean_one): read
+ * through /proc/self/mem, which reads a page the program made
+ * inaccessible, with zeros filled in where the program dropped pages.
+ * One that can leave neither way (unmapped in part) is no victim.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -73,13 +76,14 @@ bool kvp_zap_eligible(const struct kvp_pager *p, const struct kvp_region *r,
 }
 
 /* Under p->lock: can a block the move refuses leave?  A clean one by a
- * zap; a dirty one once the zapper has written it (clean_one), which
- * needs write protection, and all of it present and in one piece. */
+ * zap; a dirty one (holes make it so) once the zapper has written it
+ * (clean_one), which needs write protection, and all of it loaded and in
+ * one piece. */
 static bool nomove_can_leave(const struct kvp_pager *p,
 			     const struct kvp_block *b)
 {
 	if (!p->zapper_running ||
-	    (b->flags & (BLK_SPLIT | BLK_HOLES | BLK_DROP | BLK_UNREAD)))
+	    (b->flags & (BLK_SPLIT | BLK_DROP | BLK_UNREAD)))
 		return false;
 	return !(b->flags & BLK_DIRTY) ||
 	       (p->have_wp && !(b->flags & BLK_PARTIAL));
@@ -129,16 +133,73 @@ static bool clean_then_zap(struct kvp_pager *p, struct kvp_op *op)
 }
 
 /*
+ * Read @len bytes of our own memory at @from, pages the program made
+ * inaccessible too: /proc/self/mem reads as a debugger does.  Without it
+ * (a kernel that forbids that), those fail.
+ */
+static bool read_own(const struct kvp_pager *p, char *to, const char *from,
+		     size_t len)
+{
+	size_t off = 0;
+
+	if (p->mem_fd < 0)
+		return kvp_copy_own_all(to, from, len);
+	while (off < len) {
+		ssize_t n = pread(p->mem_fd, to + off, len - off,
+				  (off_t)(uintptr_t)(from + off));
+
+		if (n <= 0 && errno != EINTR)
+			return false;
+		off += n > 0 ? (size_t)n : 0;
+	}
+	return true;
+}
+
+/*
+ * Put zeros, write-protected, where the program dropped pages of a block
+ * clean_one writes: the copy then reads them, and a write since faults
+ * and is seen.  (A hole's fault fills them writable, its write unseen:
+ * that is why a block with holes stays dirty.)  Guarded as an install
+ * is: a drop read meanwhile gives the block holes again.  False if a page
+ * is not filled.
+ */
+static bool fill_holes(struct kvp_pager *p, char *addr, size_t len)
+{
+	uint64_t there[KVP_BLOCK_PAGES_MAX / 64] = { 0 };
+	bool all = true;
+
+	kvp_mem_resident_bits(addr, len, there, 0);
+	kvp_install_guard(p);
+	for (size_t pg = 0; pg < len / KVP_PAGE_BYTES; pg++) {
+		char *page = addr + pg * KVP_PAGE_BYTES;
+		int err;
+
+		if ((there[pg / 64] >> (pg % 64)) & 1)
+			continue;
+		while ((err = kvp_uffd_copy(&p->uffd, page, p->zero_page,
+					    KVP_PAGE_BYTES, true, false,
+					    NULL)) == -EAGAIN)
+			kvp_uffd_unblock(p);
+		all &= !err || err == -EEXIST;
+	}
+	kvp_install_unguard(p);
+	return all;
+}
+
+/*
  * Under p->lock, which it lets go meanwhile: write a block queued by
  * kvp_zap_clean_first from the region, then zap it.  It is protected
  * first, as a flush does: a write after that faults and makes it dirty.
- * The copy out is made with p->evlock held, so that no drop is read
- * meanwhile and no page it reads can go (a drop read before is handled:
- * the block has holes, or is forgotten, and is not copied), and every
- * page present, so that the zapper, which frees frames, never waits on a
- * fault of its own.  The block is ours while BLK_FLUSHING stays (a
- * forget clears it), and written only as it was at the copy: a write
- * since (dirty, or a fault's unprotect under way) or a drop since
+ * Holes are filled with zeros, so that every page reads: their flag goes
+ * first, so that a hole's fault from then on gives it back (events.c),
+ * and only while no hole's fill is under way (b->late: its page would
+ * come writable).  The copy out is made with p->evlock held, so that no
+ * drop is read meanwhile and no page it reads can go (a drop read before
+ * is handled: the block has holes, or is forgotten, and is not copied),
+ * and every page present, so that the zapper, which frees frames, never
+ * waits on a fault of its own.  The block is ours while BLK_FLUSHING
+ * stays (a forget clears it), and written only as it was at the copy: a
+ * write since (dirty, or a fault's unprotect under way) or a drop since
  * (holes) keeps it dirty.
  */
 static void clean_one(struct kvp_pager *p, struct kvp_op *op)
@@ -147,23 +208,33 @@ static void clean_one(struct kvp_pager *p, struct kvp_op *op)
 	struct kvp_block *b = &r->blocks[op->blk];
 	char *addr = kvp_blk_addr(r, op->blk), *buf;
 	size_t len = r->block_bytes;
-	bool copied = false, unread, ours;
+	bool copied = false, unread, ours, holes = false;
 	int err = 0;
 
+	if ((b->flags & (BLK_HOLES | BLK_FLUSHING)) ==
+		(BLK_HOLES | BLK_FLUSHING) &&
+	    b->state == KVP_BLOCK_RESIDENT && !b->late &&
+	    !kvp_blk_zap_waits(r, b)) {
+		b->flags &= ~BLK_HOLES;
+		holes = true;
+	}
 	pthread_mutex_unlock(&p->lock);
 	(void)kvp_uffd_protect(p, addr, len, true);
+	if (holes)
+		(void)fill_holes(p, addr, len);
 	buf = aligned_alloc(KVP_PAGE_BYTES, len);
 	pthread_rwlock_rdlock(&p->evlock);
 	pthread_mutex_lock(&p->lock);
 	copied = buf && (b->flags & BLK_FLUSHING) &&
 		 b->state == KVP_BLOCK_RESIDENT && !b->late &&
-		 !(b->flags &
-		   (BLK_DIRTY | BLK_HOLES | BLK_SPLIT | BLK_DROP)) &&
+		 !(b->flags & (BLK_DIRTY | BLK_HOLES | BLK_SPLIT | BLK_DROP |
+			       BLK_ZAPWAIT)) &&
 		 kvp_mem_range_resident(addr, len);
 	pthread_mutex_unlock(&p->lock);
-	/* A page the program made inaccessible (PROT_NONE) does not read:
-	 * then the block is not written, and stays (BLK_UNREAD). */
-	unread = copied && !kvp_copy_own_all(buf, addr, len);
+	/* A page that does not read (PROT_NONE, where /proc/self/mem may
+	 * not be read): then the block is not written, and stays
+	 * (BLK_UNREAD). */
+	unread = copied && !read_own(p, buf, addr, len);
 	copied = copied && !unread;
 	pthread_rwlock_unlock(&p->evlock);
 	if (copied) {
@@ -190,6 +261,9 @@ static void clean_one(struct kvp_pager *p, struct kvp_op *op)
 			b->flags |= BLK_DIRTY; /* not written */
 			if (unread)
 				b->flags |= BLK_UNREAD;
+			/* A hole may be left unfilled. */
+			if (holes)
+				kvp_blk_holes(b, false);
 		}
 	}
 	b->holds--;
@@ -438,6 +512,9 @@ static void zap_close_fds(struct kvp_pager *p)
 	if (p->maps_fd >= 0)
 		close(p->maps_fd);
 	p->maps_fd = -1;
+	if (p->mem_fd >= 0)
+		close(p->mem_fd);
+	p->mem_fd = -1;
 }
 
 int kvp_zap_start(struct kvp_pager *p)
@@ -452,6 +529,8 @@ int kvp_zap_start(struct kvp_pager *p)
 	}
 	/* -errno: the kernel's repeats read as drops (zap_walk). */
 	p->maps_fd = kvp_mem_vma_open();
+	/* -1: pages the program made inaccessible keep their block (read_own). */
+	p->mem_fd = open("/proc/self/mem", O_RDONLY | O_CLOEXEC);
 	err = -pthread_create(&p->zapper, NULL, zapper_main, p);
 	if (err) {
 		zap_close_fds(p);
