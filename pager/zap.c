@@ -148,11 +148,23 @@ static bool read_own(const struct kvp_pager *p, char *to, const char *from,
 		ssize_t n = pread(p->mem_fd, to + off, len - off,
 				  (off_t)(uintptr_t)(from + off));
 
-		if (n <= 0 && errno != EINTR)
+		if (n == 0 || (n < 0 && errno != EINTR))
 			return false;
 		off += n > 0 ? (size_t)n : 0;
 	}
 	return true;
+}
+
+/* Is @b still clean_one's, and resident?  (A drop of all of it, or a
+ * discard, forgets it.) */
+static bool still_cleaning(struct kvp_pager *p, const struct kvp_block *b)
+{
+	bool ours;
+
+	pthread_mutex_lock(&p->lock);
+	ours = (b->flags & BLK_FLUSHING) && b->state == KVP_BLOCK_RESIDENT;
+	pthread_mutex_unlock(&p->lock);
+	return ours;
 }
 
 /*
@@ -160,30 +172,32 @@ static bool read_own(const struct kvp_pager *p, char *to, const char *from,
  * clean_one writes: the copy then reads them, and a write since faults
  * and is seen.  (A hole's fault fills them writable, its write unseen:
  * that is why a block with holes stays dirty.)  Guarded as an install
- * is: a drop read meanwhile gives the block holes again.  False if a page
- * is not filled.
+ * is, while the block is still ours: a drop read meanwhile gives it holes
+ * again, and a forgotten one gets no zeros (its next load would find
+ * them there).
  */
-static bool fill_holes(struct kvp_pager *p, char *addr, size_t len)
+static void fill_holes(struct kvp_pager *p, const struct kvp_block *b,
+		       char *addr, size_t len)
 {
 	uint64_t there[KVP_BLOCK_PAGES_MAX / 64] = { 0 };
-	bool all = true;
+	bool ours;
 
 	kvp_mem_resident_bits(addr, len, there, 0);
 	kvp_install_guard(p);
-	for (size_t pg = 0; pg < len / KVP_PAGE_BYTES; pg++) {
+	ours = still_cleaning(p, b);
+	for (size_t pg = 0; ours && pg < len / KVP_PAGE_BYTES; pg++) {
 		char *page = addr + pg * KVP_PAGE_BYTES;
-		int err;
 
 		if ((there[pg / 64] >> (pg % 64)) & 1)
 			continue;
-		while ((err = kvp_uffd_copy(&p->uffd, page, p->zero_page,
-					    KVP_PAGE_BYTES, true, false,
-					    NULL)) == -EAGAIN)
+		while (ours && kvp_uffd_copy(&p->uffd, page, p->zero_page,
+					     KVP_PAGE_BYTES, true, false,
+					     NULL) == -EAGAIN) {
 			kvp_uffd_unblock(p);
-		all &= !err || err == -EEXIST;
+			ours = still_cleaning(p, b);
+		}
 	}
 	kvp_install_unguard(p);
-	return all;
 }
 
 /*
@@ -208,12 +222,15 @@ static void clean_one(struct kvp_pager *p, struct kvp_op *op)
 	struct kvp_block *b = &r->blocks[op->blk];
 	char *addr = kvp_blk_addr(r, op->blk), *buf;
 	size_t len = r->block_bytes;
-	bool copied = false, unread, ours, holes = false;
+	bool copied = false, unread, gone, ours, holes = false;
 	int err = 0;
 
+	/* Without /proc/self/mem, the copy would fault on a page the
+	 * kernel reclaims meanwhile (MADV_FREE's) with evlock held, which
+	 * the fault's reader needs: holes stay. */
 	if ((b->flags & (BLK_HOLES | BLK_FLUSHING)) ==
 		(BLK_HOLES | BLK_FLUSHING) &&
-	    b->state == KVP_BLOCK_RESIDENT && !b->late &&
+	    b->state == KVP_BLOCK_RESIDENT && !b->late && p->mem_fd >= 0 &&
 	    !kvp_blk_zap_waits(r, b)) {
 		b->flags &= ~BLK_HOLES;
 		holes = true;
@@ -221,7 +238,7 @@ static void clean_one(struct kvp_pager *p, struct kvp_op *op)
 	pthread_mutex_unlock(&p->lock);
 	(void)kvp_uffd_protect(p, addr, len, true);
 	if (holes)
-		(void)fill_holes(p, addr, len);
+		fill_holes(p, b, addr, len);
 	buf = aligned_alloc(KVP_PAGE_BYTES, len);
 	pthread_rwlock_rdlock(&p->evlock);
 	pthread_mutex_lock(&p->lock);
@@ -233,9 +250,16 @@ static void clean_one(struct kvp_pager *p, struct kvp_op *op)
 	pthread_mutex_unlock(&p->lock);
 	/* A page that does not read (PROT_NONE, where /proc/self/mem may
 	 * not be read): then the block is not written, and stays
-	 * (BLK_UNREAD). */
-	unread = copied && !read_own(p, buf, addr, len);
-	copied = copied && !unread;
+	 * (BLK_UNREAD).  A page gone meanwhile with no drop read (one
+	 * MADV_FREE'd that the kernel reclaimed: /proc/self/mem fails on
+	 * it rather than wait) is a hole, filled next time.  (Found by
+	 * review.) */
+	unread = gone = false;
+	if (copied && !read_own(p, buf, addr, len)) {
+		unread = kvp_mem_range_resident(addr, len);
+		gone = !unread;
+		copied = false;
+	}
 	pthread_rwlock_unlock(&p->evlock);
 	if (copied) {
 		err = kvp_store_pwrite(r->store, buf, len,
@@ -261,8 +285,8 @@ static void clean_one(struct kvp_pager *p, struct kvp_op *op)
 			b->flags |= BLK_DIRTY; /* not written */
 			if (unread)
 				b->flags |= BLK_UNREAD;
-			/* A hole may be left unfilled. */
-			if (holes)
+			/* A hole may be left unfilled, or a page gone. */
+			if (holes || gone)
 				kvp_blk_holes(b, false);
 		}
 	}
