@@ -218,6 +218,8 @@ struct kvp_op {
 	struct kvp_pf_ref *pfs;	   /* prefetch handles waiting on it */
 	uint8_t *cover;		   /* zap: REMOVE events seen, per page */
 	bool zap_called;	   /* zap: the zapper's call for it began */
+	bool zap_pages;		   /* zap: that call drops it a page at a
+				      time (zap_ranges) */
 	/* zap: the call's walk over the block as its events tell it
 	 * (zap_walk). */
 	struct kvp_zap_walk {

@@ -18,6 +18,9 @@
  * call drops each page of the block exactly once, so a page counted twice
  * was dropped by the program too and must read back as zeros; but for the
  * REMOVEs the kernel repeats when the VMA is split meanwhile (zap_walk).
+ * A block already split into several VMAs (a page the program locked or
+ * protected) is dropped a page at a time, which raises no repeats
+ * (zap_ranges).
  *
  * Every block the zapper took goes back to a service thread (p->zap_done),
  * which settles it (service.c): state changes stay on service threads.  A
@@ -61,7 +64,8 @@
 #include "kmod-helpers/uapi_compat.h"
 #include "pager/pager_i.h"
 
-#define ZAP_BATCH 256 /* ranges per call (the kernel takes up to 1024) */
+#define ZAP_BATCH 256 /* blocks per call */
+#define ZAP_IOVS 1024 /* ranges per call: the kernel's most (UIO_MAXIOV) */
 
 bool kvp_zap_eligible(const struct kvp_pager *p, const struct kvp_region *r,
 		      const struct kvp_block *b, bool dirty)
@@ -418,7 +422,48 @@ void kvp_zap_seen(struct kvp_pager *p, struct kvp_op *op, uint32_t lo,
 		  uint32_t hi)
 {
 	p->zap_reader_cpu = sched_getcpu();
-	cover_add(op, zap_walk(p, op, lo, hi), hi);
+	/* Dropped a page at a time, the call raises one event a page and
+	 * no repeat (a page is not split): all count (zap_ranges). */
+	cover_add(op, op->zap_pages ? lo : zap_walk(p, op, lo, hi), hi);
+}
+
+/*
+ * The ranges that drop @op's block, into @iov (@room of them): the block
+ * whole, or, when it spans several VMAs now (a page the program locked
+ * or protected: every block whose move was refused), a range a page.
+ * The program that split it once is likely to split it again while the
+ * call walks it, and the kernel's repeats then may read as its drops or
+ * its drops as repeats (zap_walk); a page at a time, nothing can be
+ * split and every event counts.  Returns the ranges, 0 if they do not
+ * fit; *pages says which it chose.  A block of more pages than a call
+ * takes (8 MiB) is dropped whole; so is every block where PROCMAP_QUERY
+ * is missing.
+ */
+static unsigned zap_ranges(const struct kvp_pager *p, const struct kvp_op *op,
+			   struct iovec *iov, unsigned room, bool *pages)
+{
+	char *at = kvp_blk_addr(op->r, op->blk);
+	size_t len = op->r->block_bytes, n = len / KVP_PAGE_BYTES;
+	uintptr_t vs = 0, ve = 0;
+	int err;
+
+	err = p->maps_fd < 0 || n > ZAP_IOVS
+		  ? -ENOTTY
+		  : kvp_mem_vma_at(p->maps_fd, at, &vs, &ve);
+	*pages = err == -ENOENT ||
+		 (!err && (vs > (uintptr_t)at || ve < (uintptr_t)at + len));
+	if (!*pages) {
+		if (!room)
+			return 0;
+		iov[0] = (struct iovec){ at, len };
+		return 1;
+	}
+	if (n > room)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		iov[i] = (struct iovec){ at + i * KVP_PAGE_BYTES,
+					 KVP_PAGE_BYTES };
+	return (unsigned)n;
 }
 
 /*
@@ -449,8 +494,9 @@ static int follow_reader(int want, int cur, const cpu_set_t *allowed)
 static void *zapper_main(void *arg)
 {
 	struct kvp_pager *p = arg;
-	struct iovec iov[ZAP_BATCH];
+	struct iovec iov[ZAP_IOVS];
 	struct kvp_op *batch[ZAP_BATCH];
+	bool pages[ZAP_BATCH];
 	cpu_set_t allowed;
 	int cpu = -1;
 	bool can_follow;
@@ -460,7 +506,7 @@ static void *zapper_main(void *arg)
 					    &allowed) == 0;
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
-		unsigned n = 0;
+		unsigned n = 0, niov = 0, fit;
 		size_t done = 0;
 		int want;
 
@@ -482,31 +528,42 @@ static void *zapper_main(void *arg)
 
 			p->zap_queue = op->next;
 			op->zap_called = false;
+			op->zap_pages = false;
 			op->walk = (struct kvp_zap_walk){ 0 };
-			batch[n] = op;
-			iov[n].iov_base = kvp_blk_addr(op->r, op->blk);
-			iov[n].iov_len = op->r->block_bytes;
-			n++;
+			batch[n++] = op;
 		}
 		want = can_follow && p->cfg.zap_follow_reader
 			   ? p->zap_reader_cpu
 			   : -1;
 		pthread_mutex_unlock(&p->lock);
+		for (fit = 0; fit < n; fit++) {
+			unsigned k = zap_ranges(p, batch[fit], iov + niov,
+						ZAP_IOVS - niov, &pages[fit]);
+
+			if (!k)
+				break;
+			niov += k;
+		}
 		if (kvp_test_hook)
 			kvp_test_hook(KVP_TEST_ZAP_CALL, iov[0].iov_base);
 		cpu = follow_reader(want, cpu, &allowed);
 		/* Only now: a drop read before the call is the program's,
-		 * whatever its shape. */
+		 * whatever its shape.  Those that did not fit wait for the
+		 * next call. */
 		pthread_mutex_lock(&p->lock);
-		for (unsigned i = 0; i < n; i++)
+		for (unsigned i = 0; i < fit; i++) {
 			batch[i]->zap_called = true;
+			batch[i]->zap_pages = pages[i];
+		}
+		while (n > fit)
+			kvp_zap_queue(p, batch[--n]);
 		pthread_mutex_unlock(&p->lock);
 		/* Pages the program mlocked go too: a plain DONTNEED stops
 		 * at their VMA, having dropped the block's pages before it,
 		 * and the move that takes such a block next refuses the
 		 * locked page as well, so the block stayed resident without
 		 * them (they read back as zeros). */
-		(void)kvp_mem_advise_batch(p->pidfd, iov, n,
+		(void)kvp_mem_advise_batch(p->pidfd, iov, niov,
 					   MADV_DONTNEED_LOCKED, &done);
 		/* Every event of our call is read, and a reader handles the
 		 * drops it read before it lets go of evlock: so once we have
@@ -517,8 +574,10 @@ static void *zapper_main(void *arg)
 		pthread_rwlock_unlock(&p->evlock);
 		pthread_mutex_lock(&p->lock);
 		for (unsigned i = 0; i < n; i++) {
-			batch[i]->zapped = done >= iov[i].iov_len;
-			done -= batch[i]->zapped ? iov[i].iov_len : done;
+			size_t len = batch[i]->r->block_bytes;
+
+			batch[i]->zapped = done >= len;
+			done -= batch[i]->zapped ? len : done;
 			batch[i]->next = p->zap_done;
 			p->zap_done = batch[i];
 		}
