@@ -555,6 +555,18 @@ bool kvp_blk_zap_waits(struct kvp_region *r, struct kvp_block *b)
 	return false;
 }
 
+void kvp_blk_zap_waiting(struct kvp_region *r, const struct kvp_block *b,
+			 uint64_t *pages)
+{
+	struct kvp_zap_wait *w = (b->flags & BLK_ZAPWAIT)
+					 ? zap_wait_find(r, kvp_blk_index(r, b))
+					 : NULL;
+
+	memset(pages, 0, KVP_BLOCK_PAGES_MAX / 8);
+	if (w)
+		memcpy(pages, w->pages, KVP_BLOCK_PAGES_MAX / 8);
+}
+
 void kvp_blk_zap_filled(struct kvp_region *r, struct kvp_block *b,
 			uint32_t off, uint32_t len, const uint64_t *kept)
 {

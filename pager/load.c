@@ -733,6 +733,10 @@ void kvp_load_install(struct kvp_service *s, struct kvp_op *op)
 	bool more = false;
 	bool check = false, unseen = false, kept = false;
 	uint64_t kept_pages[KVP_BLOCK_PAGES_MAX / 64] = { 0 };
+	/* The pages waiting for their zap at the look at the drops (their
+	 * drops zeroed in the slot), then those whose wait its install
+	 * does not end. */
+	uint64_t waited[KVP_BLOCK_PAGES_MAX / 64];
 	struct kvp_op *next = NULL;
 	uint32_t placed = 0;
 	int err;
@@ -755,6 +759,7 @@ void kvp_load_install(struct kvp_service *s, struct kvp_op *op)
 	dirty = op->dirty || !p->have_wp;
 	if (!op->zero && !drop && kvp_op_zero_dropped(op, 0, op->win_len))
 		op->summed = false;
+	kvp_blk_zap_waiting(r, b, waited);
 	pthread_mutex_unlock(&p->lock);
 
 	if (op->zero || drop) {
@@ -794,9 +799,18 @@ void kvp_load_install(struct kvp_service *s, struct kvp_op *op)
 		(void)kvp_uffd_unprotect_quiet(p, kvp_blk_addr(r, op->blk),
 					       r->block_bytes);
 	pthread_mutex_lock(&p->lock);
+	/* The pages it placed end the waits of the drops it knew of: the
+	 * page there now is the slot's, zeroed.  Not a wait that began
+	 * since: a drop read in the install's retry, or after its guard
+	 * (a drop read while the read-back runs, or before p->lock is
+	 * taken here), found the page placed with the bytes it dropped, and
+	 * its zap may not have come yet.  Ended here, the block was a victim
+	 * at once, moved out with those bytes before the zap, and loaded
+	 * again from the store where the program reads zeros. */
+	for (size_t i = 0; i < KVP_BLOCK_PAGES_MAX / 64; i++)
+		waited[i] = kept_pages[i] | ~waited[i];
 	if (err == 0)
-		kvp_blk_zap_filled(r, b, op->win_off, (uint32_t)len,
-				   kept_pages);
+		kvp_blk_zap_filled(r, b, op->win_off, (uint32_t)len, waited);
 	if (err == -ENOENT) {
 		fill_release(p, r, b);
 		kvp_blk_load_unmapped(r, b);

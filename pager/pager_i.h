@@ -574,6 +574,10 @@ bool kvp_blk_zap_waits(struct kvp_region *r, struct kvp_block *b);
  * (NULL: none): those were missing, zapped if dropped, and wait no more. */
 void kvp_blk_zap_filled(struct kvp_region *r, struct kvp_block *b,
 			uint32_t off, uint32_t len, const uint64_t *kept);
+/* The pages of @b waiting for their zap now, one bit each, into @pages
+ * (KVP_BLOCK_PAGES_MAX bits; none: all clear). */
+void kvp_blk_zap_waiting(struct kvp_region *r, const struct kvp_block *b,
+			 uint64_t *pages);
 /* How long a dropped page still there may be the zap's to come (1 s; a
  * test sets it). */
 extern uint64_t kvp_zap_wait_ns __attribute__((visibility("hidden")));

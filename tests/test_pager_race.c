@@ -494,6 +494,52 @@ START_TEST(test_dontneed_during_readback)
 }
 END_TEST
 
+/*
+ * Dropped while it is read back, and its zap not come yet.  The drop is
+ * read after the install let go of its guard and handled while the block
+ * is still LOADING: the page it dropped is the one the install placed,
+ * the program's bytes in it, and the block must be no victim until the
+ * zap takes it (kvp_blk_zap_wait).  The install ended that wait as if
+ * its pages had come after the zap: with DONTNEED whose zap was late (its
+ * thread off the CPU), the block was moved out at once with those bytes
+ * and loaded back from the store where the program read them again
+ * (kvpsoak --churn: "read other than zeros right after their
+ * MADV_DONTNEED").  MADV_FREE raises the same REMOVE and leaves the page
+ * there, a zap that does not come (the wait set to a minute): block BLK
+ * stays, and leaves once the page is gone, zeros there.
+ */
+START_TEST(test_free_during_readback_waits_zap)
+{
+	pthread_t t, d;
+	char *a = hold_read_fault(KVP_TEST_READBACK, 2, &t);
+	char *pg = a + BLK * BS + 7 * PG;
+	uint64_t removed = rstats(R).removed_bytes_total;
+
+	kvp_zap_wait_ns = 60 * 1000000000ull;
+	pthread_join(t, NULL); /* woken before the read-back */
+
+	drop_addr = pg;
+	drop_advice = MADV_FREE;
+	ck_assert_int_eq(pthread_create(&d, NULL, drop_one, NULL), 0);
+	pthread_join(d, NULL); /* once the other thread read the REMOVE */
+	/* ... and handled it: BLK still LOADING, the page there. */
+	ck_assert_uint_ge(wait_removed(R, removed + PG), removed + PG);
+	ck_assert_int_eq(binfo(R, BLK).state, KVP_BLOCK_LOADING);
+	sem_post(&go);
+	wait_resident(BLK);
+	push_out(R, BUDGET);
+	ck_assert_msg(binfo(R, BLK).state == KVP_BLOCK_RESIDENT,
+		      "block %d left with a dropped page still there", BLK);
+	ck_assert_int_eq(madvise(pg, PG, MADV_DONTNEED), 0);
+	push_out(R, BUDGET);
+	ck_assert_int_ne(binfo(R, BLK).state, KVP_BLOCK_RESIDENT);
+	ck_assert(kvp_test_is_zero(pg, PG));
+	check_region(R, BLK * BS, 7 * PG, SEED_A);
+	check_region(R, BLK * BS + 8 * PG, BS - 8 * PG, SEED_A);
+	kvp_zap_wait_ns = 1000000000ull;
+}
+END_TEST
+
 static volatile int destroyed;
 
 static void *destroy_region(void *arg)
@@ -1141,6 +1187,7 @@ static Suite *pager_race_suite(void)
 	tcase_add_loop_test(u, test_drop_during_late_hole_fill, 0, 2);
 	tcase_add_test(b, test_munmap_during_readback);
 	tcase_add_test(b, test_dontneed_during_readback);
+	tcase_add_test(b, test_free_during_readback_waits_zap);
 	tcase_add_test(b, test_destroy_and_drop_during_readback);
 	tcase_add_loop_test(b, test_cold_during_readback, 0, 3);
 	tcase_add_loop_test(u, test_fault_after_unhandled_drop, 0, 2);
