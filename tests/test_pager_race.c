@@ -1071,6 +1071,36 @@ START_TEST(test_zap_cut_by_unmap)
 END_TEST
 
 /*
+ * Block 0 leaves by zap (split before the call at page @split_before, 0:
+ * not), and the program splits it at page 100 (read-only) while the
+ * call's first event waits to be read; the reader is held once it has
+ * read that event, and the call's next event is queued.  Returns the
+ * region.
+ */
+static char *zap_split_at_100_held(size_t split_before)
+{
+	struct pollfd pfd = { .events = POLLIN };
+	char *a;
+
+	hold(KVP_TEST_DROP_READ, NULL);
+	a = zap_block0_held(split_before);
+	hold_addr = a + 10 * BS;
+	ck_assert_int_eq(madvise(a + 10 * BS, PG, MADV_DONTNEED), 0);
+	ck_assert(sem_wait_secs(&held, 30));
+	sem_post(&go2); /* the zapper's call */
+	pfd.fd = P->uffd.fd;
+	ck_assert_int_eq(poll(&pfd, 1, 30000), 1);
+	hold2_at = KVP_TEST_DROP_READ;
+	hold2_addr = a;
+	holds2_seen = 0;
+	ck_assert_int_eq(mprotect(a + 100 * PG, PG, PROT_READ), 0);
+	sem_post(&go);
+	ck_assert(sem_wait_secs(&held2, 30));
+	usleep(100000);
+	return a;
+}
+
+/*
  * The kernel's walk passes page 50 (the block split at 100 while its
  * first event waits), then the program splits at 50 and drops [51, 100)
  * while the kernel's repeat [100, 101) waits.  Read after that repeat,
@@ -1087,26 +1117,10 @@ static void *drop_51_100(void *arg)
 
 START_TEST(test_zap_drop_behind_walk)
 {
-	struct pollfd pfd = { .events = POLLIN };
 	pthread_t d;
 	char *a;
 
-	hold(KVP_TEST_DROP_READ, NULL);
-	a = zap_block0_held(0);
-	hold_addr = a + 10 * BS;
-	ck_assert_int_eq(madvise(a + 10 * BS, PG, MADV_DONTNEED), 0);
-	ck_assert(sem_wait_secs(&held, 30));
-	sem_post(&go2); /* the zapper's call */
-	pfd.fd = P->uffd.fd;
-	ck_assert_int_eq(poll(&pfd, 1, 30000), 1);
-	/* Its first event [0, BS) queued: the reader is held after it. */
-	hold2_at = KVP_TEST_DROP_READ;
-	hold2_addr = a;
-	holds2_seen = 0;
-	ck_assert_int_eq(mprotect(a + 100 * PG, PG, PROT_READ), 0);
-	sem_post(&go);
-	ck_assert(sem_wait_secs(&held2, 30));
-	usleep(100000); /* the repeat [100, 101) queued */
+	a = zap_split_at_100_held(0); /* the repeat [100, 101) queued */
 	ck_assert_int_eq(mprotect(a + 50 * PG, PG, PROT_READ), 0);
 	if (_i == 0)
 		ck_assert_int_eq(pthread_create(&d, NULL, drop_51_100, a), 0);
@@ -1141,25 +1155,9 @@ END_TEST
  */
 START_TEST(test_zap_split_undone)
 {
-	struct pollfd pfd = { .events = POLLIN };
 	char *a;
 
-	hold(KVP_TEST_DROP_READ, NULL);
-	a = zap_block0_held(300);
-	hold_addr = a + 10 * BS;
-	ck_assert_int_eq(madvise(a + 10 * BS, PG, MADV_DONTNEED), 0);
-	ck_assert(sem_wait_secs(&held, 30));
-	sem_post(&go2); /* the zapper's call */
-	pfd.fd = P->uffd.fd;
-	ck_assert_int_eq(poll(&pfd, 1, 30000), 1);
-	/* Its first event queued: the reader is held after it. */
-	hold2_at = KVP_TEST_DROP_READ;
-	hold2_addr = a;
-	holds2_seen = 0;
-	ck_assert_int_eq(mprotect(a + 100 * PG, PG, PROT_READ), 0);
-	sem_post(&go);
-	ck_assert(sem_wait_secs(&held2, 30));
-	usleep(100000); /* the next event queued */
+	a = zap_split_at_100_held(300);
 	ck_assert_int_eq(mprotect(a + 100 * PG, PG, PROT_READ | PROT_WRITE),
 			 0);
 	sem_post(&go2);
