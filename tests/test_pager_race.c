@@ -1000,6 +1000,27 @@ START_TEST(test_zap_vma_split)
 END_TEST
 
 /*
+ * Block 0 leaves by zap (split before the call at page @split_before, 0:
+ * not); the reader is held at a drop elsewhere, and the zapper's call has
+ * raised its first event, queued and unread.  Returns the region.
+ */
+static char *zap_call_queued(size_t split_before)
+{
+	struct pollfd pfd = { .events = POLLIN };
+	char *a;
+
+	hold(KVP_TEST_DROP_READ, NULL);
+	a = zap_block0_held(split_before);
+	hold_addr = a + 10 * BS;
+	ck_assert_int_eq(madvise(a + 10 * BS, PG, MADV_DONTNEED), 0);
+	ck_assert(sem_wait_secs(&held, 30));
+	sem_post(&go2); /* the zapper's call */
+	pfd.fd = P->uffd.fd;
+	ck_assert_int_eq(poll(&pfd, 1, 30000), 1);
+	return a;
+}
+
+/*
  * The program drops a page while the kernel repeats a zap's event around
  * it: after the split at page 1, its drop of page 2 came between the
  * repeats [PG, 2PG) and [2PG, BS), started where the first ended, and
@@ -1013,14 +1034,8 @@ START_TEST(test_zap_drop_amid_repeats)
 	pthread_t d;
 	char *a;
 
-	hold(KVP_TEST_DROP_READ, NULL);
-	a = zap_block0_held(false);
-	hold_addr = a + 10 * BS;
-	ck_assert_int_eq(madvise(a + 10 * BS, PG, MADV_DONTNEED), 0);
-	ck_assert(sem_wait_secs(&held, 30));
-	sem_post(&go2); /* the zapper's call: [0, BS) queued, unread */
+	a = zap_call_queued(0); /* [0, BS) queued, unread */
 	pfd.fd = P->uffd.fd;
-	ck_assert_int_eq(poll(&pfd, 1, 30000), 1);
 	ck_assert_int_eq(mprotect(a + PG, PG, PROT_READ), 0);
 	/* The next reader is held once it has read [0, BS). */
 	ck_assert_int_eq(sem_init(&held, 0, 0), 0);
@@ -1059,7 +1074,7 @@ END_TEST
  */
 START_TEST(test_zap_cut_by_unmap)
 {
-	char *a = zap_block0_held(false);
+	char *a = zap_block0_held(0);
 
 	ck_assert_int_eq(munmap(a + 7 * PG, PG), 0);
 	sem_post(&go2);
@@ -1079,17 +1094,8 @@ END_TEST
  */
 static char *zap_split_at_100_held(size_t split_before)
 {
-	struct pollfd pfd = { .events = POLLIN };
-	char *a;
+	char *a = zap_call_queued(split_before);
 
-	hold(KVP_TEST_DROP_READ, NULL);
-	a = zap_block0_held(split_before);
-	hold_addr = a + 10 * BS;
-	ck_assert_int_eq(madvise(a + 10 * BS, PG, MADV_DONTNEED), 0);
-	ck_assert(sem_wait_secs(&held, 30));
-	sem_post(&go2); /* the zapper's call */
-	pfd.fd = P->uffd.fd;
-	ck_assert_int_eq(poll(&pfd, 1, 30000), 1);
 	hold2_at = KVP_TEST_DROP_READ;
 	hold2_addr = a;
 	holds2_seen = 0;
