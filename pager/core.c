@@ -914,6 +914,6 @@ void kvp_blk_forget(struct kvp_region *r, struct kvp_block *b)
 		KVP_STAT_SUB(r, poisoned_blocks, 1);
 	set_wb_failed(r, b, false);
 	b->state = KVP_BLOCK_ABSENT;
-	b->flags &= BLK_GONE | BLK_SPLIT | BLK_PAGES;
+	b->flags &= BLK_GONE | BLK_SPLIT | BLK_PAGES | BLK_VMAS;
 	assert(kvp_blk_sane(r, b));
 }

@@ -428,7 +428,7 @@ int kvp_evict_move(struct kvp_service *s, struct kvp_op *op)
 	uint64_t blk = op->blk;
 	struct kvp_block *b = &r->blocks[blk];
 	void *slot;
-	bool dirty, waiters = false;
+	bool dirty, split, waiters = false;
 	int err;
 
 	pthread_mutex_lock(&p->lock);
@@ -437,6 +437,10 @@ int kvp_evict_move(struct kvp_service *s, struct kvp_op *op)
 
 	err = detach(p, op);
 	slot = op->slot;
+	/* A move refused as the program locked or protected part of the
+	 * block: it may undo that before the zap and do it again during
+	 * the zap's call (zap.c). */
+	split = err == -EINVAL && kvp_zap_split_now(p, r, blk);
 
 	pthread_mutex_lock(&p->lock);
 	if (err == -ENOENT) {
@@ -455,7 +459,7 @@ int kvp_evict_move(struct kvp_service *s, struct kvp_op *op)
 		/* EINVAL: a page the program locked or protected, which no
 		 * move takes: it leaves by a zap from now on (zap.c). */
 		if (err == -EINVAL)
-			b->flags |= BLK_NOMOVE;
+			b->flags |= BLK_NOMOVE | (split ? BLK_VMAS : 0);
 		/* Resident in part and now dirty: made whole before its
 		 * write-back could write the pages it lacks. */
 		if ((b->flags & BLK_PARTIAL) &&

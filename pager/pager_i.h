@@ -66,6 +66,11 @@ enum {
 				     (PROT_NONE, and no /proc/self/mem), so
 				     no copy of it could be written: stuck
 				     (zap.c) */
+	BLK_VMAS = 1u << 19,	  /* the program split its mapping (a lock
+				     or protection of part of it), seen by a
+				     zap or a refused move: dropped a page
+				     at a time from then on, for the
+				     region's life (zap.c) */
 	BLK_ZAPWAIT = 1u << 18,	  /* a drop of part of it read whose zap
 				     may not have come yet: once resident,
 				     no victim meanwhile (r->zap_waits) */
@@ -690,6 +695,10 @@ void kvp_zap_stop(struct kvp_pager *p);
 /* Under p->lock: may this EVICTING-to-be block leave by a zap? */
 bool kvp_zap_eligible(const struct kvp_pager *p, const struct kvp_region *r,
 		      const struct kvp_block *b, bool dirty);
+/* Does block @blk span several VMAs now, or lack one at its start
+ * (PROCMAP_QUERY; false without it)?  The program split it. */
+bool kvp_zap_split_now(const struct kvp_pager *p, const struct kvp_region *r,
+		       uint64_t blk);
 /* Under p->lock: a block the move refuses that no zap can take either
  * (holes, unmapped in part, no write protection): no victim. */
 bool kvp_zap_stuck(const struct kvp_pager *p, const struct kvp_block *b);

@@ -18,9 +18,9 @@
  * call drops each page of the block exactly once, so a page counted twice
  * was dropped by the program too and must read back as zeros; but for the
  * REMOVEs the kernel repeats when the VMA is split meanwhile (zap_walk).
- * A block already split into several VMAs (a page the program locked or
- * protected) is dropped a page at a time, which raises no repeats
- * (zap_ranges).
+ * A block split into several VMAs now or ever before (a page the program
+ * locked or protected) is dropped a page at a time, which raises no
+ * repeats (zap_ranges).
  *
  * Every block the zapper took goes back to a service thread (p->zap_done),
  * which settles it (service.c): state changes stay on service threads.  A
@@ -386,6 +386,9 @@ static bool walk_takes(struct kvp_pager *p, struct kvp_op *op, uint32_t lo,
 		w->end = hi;
 	if (*from > lo)
 		KVP_STAT_ADD(op->r, zap_repeats_total, 1);
+	/* An event of the call from inside the block: the kernel's walk
+	 * passed a VMA's end, so the program split it. */
+	op->r->blocks[op->blk].flags |= BLK_VMAS;
 	return true;
 }
 
@@ -427,31 +430,43 @@ void kvp_zap_seen(struct kvp_pager *p, struct kvp_op *op, uint32_t lo,
 	cover_add(op, op->zap_pages ? lo : zap_walk(p, op, lo, hi), hi);
 }
 
-/*
- * The ranges that drop @op's block, into @iov (@room of them): the block
- * whole, or, when it spans several VMAs now (a page the program locked
- * or protected: every block whose move was refused), a range a page.
- * The program that split it once is likely to split it again while the
- * call walks it, and the kernel's repeats then may read as its drops or
- * its drops as repeats (zap_walk); a page at a time, nothing can be
- * split and every event counts.  Returns the ranges, 0 if they do not
- * fit; *pages says which it chose.  A block of more pages than a call
- * takes (8 MiB) is dropped whole; so is every block where PROCMAP_QUERY
- * is missing.
- */
-static unsigned zap_ranges(const struct kvp_pager *p, const struct kvp_op *op,
-			   struct iovec *iov, unsigned room, bool *pages)
+bool kvp_zap_split_now(const struct kvp_pager *p, const struct kvp_region *r,
+		       uint64_t blk)
 {
-	char *at = kvp_blk_addr(op->r, op->blk);
-	size_t len = op->r->block_bytes, n = len / KVP_PAGE_BYTES;
+	char *at = kvp_blk_addr(r, blk);
 	uintptr_t vs = 0, ve = 0;
 	int err;
 
-	err = p->maps_fd < 0 || n > ZAP_IOVS
-		  ? -ENOTTY
-		  : kvp_mem_vma_at(p->maps_fd, at, &vs, &ve);
-	*pages = err == -ENOENT ||
-		 (!err && (vs > (uintptr_t)at || ve < (uintptr_t)at + len));
+	if (p->maps_fd < 0)
+		return false;
+	err = kvp_mem_vma_at(p->maps_fd, at, &vs, &ve);
+	return err == -ENOENT ||
+	       (!err &&
+		(vs > (uintptr_t)at || ve < (uintptr_t)at + r->block_bytes));
+}
+
+/*
+ * The ranges that drop @op's block, into @iov (@room of them): the block
+ * whole, or a range a page when its program splits it: when it spans
+ * several VMAs now (a page the program locked or protected: every block
+ * whose move was refused), or did before (@split, BLK_VMAS: in one VMA
+ * again once the program undid its lock).  The program that split it
+ * once is likely to split it again while the call walks it, and the
+ * kernel's repeats then may read as its drops or its drops as repeats
+ * (zap_walk); a page at a time, nothing can be split and every event
+ * counts.  Returns the ranges, 0 if they do not fit; *pages says which
+ * it chose.  A block of more pages than a call takes (8 MiB) is dropped
+ * whole; so is one never seen split where PROCMAP_QUERY is missing.
+ */
+static unsigned zap_ranges(const struct kvp_pager *p, const struct kvp_op *op,
+			   bool split, struct iovec *iov, unsigned room,
+			   bool *pages)
+{
+	char *at = kvp_blk_addr(op->r, op->blk);
+	size_t len = op->r->block_bytes, n = len / KVP_PAGE_BYTES;
+
+	*pages = n <= ZAP_IOVS &&
+		 (split || kvp_zap_split_now(p, op->r, op->blk));
 	if (!*pages) {
 		if (!room)
 			return 0;
@@ -496,7 +511,7 @@ static void *zapper_main(void *arg)
 	struct kvp_pager *p = arg;
 	struct iovec iov[ZAP_IOVS];
 	struct kvp_op *batch[ZAP_BATCH];
-	bool pages[ZAP_BATCH];
+	bool pages[ZAP_BATCH], split[ZAP_BATCH];
 	cpu_set_t allowed;
 	int cpu = -1;
 	bool can_follow;
@@ -530,6 +545,7 @@ static void *zapper_main(void *arg)
 			op->zap_called = false;
 			op->zap_pages = false;
 			op->walk = (struct kvp_zap_walk){ 0 };
+			split[n] = op->r->blocks[op->blk].flags & BLK_VMAS;
 			batch[n++] = op;
 		}
 		want = can_follow && p->cfg.zap_follow_reader
@@ -537,8 +553,9 @@ static void *zapper_main(void *arg)
 			   : -1;
 		pthread_mutex_unlock(&p->lock);
 		for (fit = 0; fit < n; fit++) {
-			unsigned k = zap_ranges(p, batch[fit], iov + niov,
-						ZAP_IOVS - niov, &pages[fit]);
+			unsigned k = zap_ranges(p, batch[fit], split[fit],
+						iov + niov, ZAP_IOVS - niov,
+						&pages[fit]);
 
 			if (!k)
 				break;
@@ -554,6 +571,9 @@ static void *zapper_main(void *arg)
 		for (unsigned i = 0; i < fit; i++) {
 			batch[i]->zap_called = true;
 			batch[i]->zap_pages = pages[i];
+			if (pages[i]) /* split: by the program, a page is not */
+				batch[i]->r->blocks[batch[i]->blk].flags |=
+				    BLK_VMAS;
 		}
 		while (n > fit)
 			kvp_zap_queue(p, batch[--n]);

@@ -872,10 +872,24 @@ START_TEST(test_fault_then_unmap_in_one_batch)
 }
 END_TEST
 
+/* zap_block0_held: block 0 is one the pager saw split before (a page the
+ * program locked, unlocked since: one VMA again). */
+static bool block0_was_split;
+
+static unsigned block0_flags(void)
+{
+	unsigned f;
+
+	pthread_mutex_lock(&P->lock);
+	f = R->blocks[0].flags;
+	pthread_mutex_unlock(&P->lock);
+	return f;
+}
+
 /*
  * Copy mode, two service threads, the seeded region with block 0 resident
- * and clean (@protect: its second page made read-only first); block 0
- * then leaves by zap, the zapper held before its call (hold2, released by
+ * and clean (@protect_pg: that page made read-only first); block 0 then
+ * leaves by zap, the zapper held before its call (hold2, released by
  * go2).  Returns the region.
  */
 static char *zap_block0_held(size_t protect_pg)
@@ -897,6 +911,12 @@ static char *zap_block0_held(size_t protect_pg)
 				 0);
 	check_region(R, 0, BS, SEED_A);
 	settle(R);
+	if (block0_was_split) {
+		pthread_mutex_lock(&P->lock);
+		R->blocks[0].flags |= BLK_VMAS;
+		pthread_mutex_unlock(&P->lock);
+		block0_was_split = false;
+	}
 	ck_assert_int_eq(kvp_region_advise(R, 0, 1, KVP_ADVICE_COLD), 0);
 	hold2_addr = a;
 	kvp_pager_config(P, &cfg);
@@ -972,6 +992,11 @@ START_TEST(test_zap_vma_split)
 	settle(R);
 	if (_i == 0)
 		ck_assert_int_eq(kvp_test_munlock(a + PG, PG), 0);
+	/* A split seen, during the call or before it: the block's next
+	 * zaps go a page at a time.  A drop alone is no split. */
+	ck_assert_msg(!(block0_flags() & BLK_VMAS) == (_i == 2),
+		      "block 0's split %s",
+		      _i != 2 ? "not kept" : "taken from a drop");
 	if (_i < 2 || _i == 6) {
 		if (_i == 6)
 			ck_assert_uint_eq(rstats(R).zap_repeats_total, 0);
@@ -1150,20 +1175,24 @@ START_TEST(test_zap_drop_behind_walk)
 END_TEST
 
 /*
- * A block split before the zap (page 300 read-only, as the program's
- * locks and protections leave the blocks whose move was refused) is
- * split again at page 100 while the call's first event waits, and the
- * split is undone before the kernel's repeat from there is read.  Taken
- * whole, the call walked [0, 300) and its repeats [100, 101) and
- * [101, 300) no longer began where a VMA begins: they counted as the
- * program's drops, and pages 100-299 read zeros.  Such a block is now
- * dropped a page at a time, which nothing can split.
+ * A block split before the zap (_i 0: page 300 read-only, as the
+ * program's locks and protections leave the blocks whose move was
+ * refused) is split again at page 100 while the call's first event
+ * waits, and the split is undone before the kernel's repeat from there
+ * is read.  Taken whole, the call walked [0, 300) and its repeats
+ * [100, 101) and [101, 300) no longer began where a VMA begins: they
+ * counted as the program's drops, and pages 100-299 read zeros.  Such a
+ * block is now dropped a page at a time, which nothing can split.  _i 1:
+ * a block seen split before (BLK_VMAS: a refused move, a zap, a repeat)
+ * whose VMA is one again at the call (the program undid its lock): taken
+ * whole, pages 100-511 read zeros.
  */
 START_TEST(test_zap_split_undone)
 {
 	char *a;
 
-	a = zap_split_at_100_held(300);
+	block0_was_split = _i == 1;
+	a = zap_split_at_100_held(_i == 0 ? 300 : 0);
 	ck_assert_int_eq(mprotect(a + 100 * PG, PG, PROT_READ | PROT_WRITE),
 			 0);
 	sem_post(&go2);
@@ -1201,7 +1230,7 @@ static Suite *pager_race_suite(void)
 	tcase_add_test(u, test_fault_then_unmap_in_one_batch);
 	tcase_add_loop_test(u, test_zap_vma_split, 0, 8);
 	tcase_add_loop_test(u, test_zap_drop_behind_walk, 0, 2);
-	tcase_add_test(u, test_zap_split_undone);
+	tcase_add_loop_test(u, test_zap_split_undone, 0, 2);
 	tcase_add_test(u, test_zap_cut_by_unmap);
 	tcase_add_test(u, test_zap_drop_amid_repeats);
 	return s;
