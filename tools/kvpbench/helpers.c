@@ -445,6 +445,7 @@ static uint64_t lat_pct(const struct kvp_stats *s, double q)
 void kvpb_print_stats_json(const struct kvpb_result *r)
 {
 	const struct kvp_stats *s = &r->stats;
+	uint64_t ios = 0;
 
 	printf(",\"install_mode\":\"%s\"", r->install_mode);
 	/* Every statistic the pager declares, by its name. */
@@ -452,8 +453,11 @@ void kvpb_print_stats_json(const struct kvpb_result *r)
 	printf(",\"" #name "\":%llu", (unsigned long long)s->name);
 	KVP_STATS(J)
 #undef J
+	for (unsigned i = 0; i < KVP_LATENCY_BUCKETS; i++)
+		ios += s->io_latency_us[i];
 	printf(",\"io_latency_p50_us_below\":%llu,"
-	       "\"io_latency_p99_us_below\":%llu",
+	       "\"io_latency_p99_us_below\":%llu,\"io_latency_mean_us\":%.1f",
 	       (unsigned long long)lat_pct(s, 0.50),
-	       (unsigned long long)lat_pct(s, 0.99));
+	       (unsigned long long)lat_pct(s, 0.99),
+	       ios ? (double)s->io_latency_sum_ns / ios / 1e3 : 0.0);
 }
