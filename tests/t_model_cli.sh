@@ -34,6 +34,17 @@ b=$(run --model $m --context 40 --generate 8 | sed -n 's/^tokens: //p' | tr ' ' 
 s1=$(run --model $m --context 40 --generate 8 --temperature 1 --seed 5 | grep '^tokens')
 s2=$(run --model $m --context 40 --generate 8 --temperature 1 --seed 5 | grep '^tokens')
 [ "$s1" = "$s2" ] || { echo "FAIL: sampling with one seed differs: $s1 / $s2"; fail=1; }
+# A KV smaller than 2 MiB a layer goes in pager blocks of a layer's KV:
+# a step reads nothing the budget holds (2 MiB blocks read 5 MiB a step,
+# with a warning that the budget holds too few layers).
+out=$(run --model $m --context 40 --generate 8 2>&1)
+if grep -q 'warning' <<<"$out" ||
+	! grep -q 'pager block 16.00 KiB' <<<"$out" ||
+	! grep -q 'bytes read/step *0 B' <<<"$out"; then
+	echo "FAIL: a small model's KV in whole-layer pager blocks:"
+	grep -E 'warning|pager block|bytes read' <<<"$out" | sed 's/^/    /'
+	fail=1
+fi
 printf '1, 2\n3 4\n' >"$tmp/prompt"
 expect 0 '"prompt_tokens":4,' --model $m --prompt-tokens "@$tmp/prompt" --generate 2 --json
 expect 2 "'x' is not a token id" --model $m --prompt-tokens 1,x --generate 2

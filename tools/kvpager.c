@@ -139,7 +139,8 @@ static const struct opt_spec opts[O_COUNT] = {
 	[O_NOPF] = { "no-prefetch", NULL, NULL, 0, 0, 0,
 		     "demand faults only (--depth 0)" },
 	[O_BLOCK] = { "block", "BYTES", NULL, KVP_T_BYTES, 4096, 1ULL << 30,
-		      "pager block (exact: 2M; sparse: one KV block)" },
+		      "pager block (exact: 2M, or a layer's KV where less; "
+		      "sparse: one KV block)" },
 	[O_M] = { "budget-tokens", "M", "predict_budget_tokens", 0, 0, 0,
 		  "sparse predictors' tokens per layer (400)" },
 	[O_G] = { "block-tokens", "G", "kv_block_tokens", 0, 0, 0,
@@ -646,6 +647,22 @@ static int configure(const struct run_opts *o, uint64_t kv_bytes,
 		}
 	}
 	return 0;
+}
+
+/*
+ * The exact predictor's pager block: 2 MiB, or a layer's whole KV where
+ * that is less (a small model or a short context: 3.75 KiB of KV in 2 MiB
+ * blocks read 20 MiB a step, and layer-ahead prefetch wanted more than the
+ * default budget).  @tokens: the cache's capacity.
+ */
+static size_t exact_pager_block(const struct kvp_kv_geometry *g,
+				uint64_t tokens)
+{
+	uint64_t layer = (tokens + g->block_tokens - 1) / g->block_tokens *
+			 kvp_kv_block_stride(g);
+
+	return kvp_kv_pager_block_choose(g, layer < (2u << 20) ? layer
+							       : 2u << 20);
 }
 
 /*
@@ -1505,7 +1522,7 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 	struct kvp_kvcache_stats s_prev;
 	char plot_title[320] = "";
 	uint32_t *ids = NULL, i, done_steps = 0, changes = 0, plot_warm = 0;
-	uint64_t kv_bytes;
+	uint64_t kv_bytes, capacity;
 	double t_open, t_prefill, t_decode, t_quality = 0, t0, t1, busy;
 	double recall = 0, rel = 0, mass = 0;
 	uint32_t nsamp = 0;
@@ -1559,8 +1576,9 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 	if (model_cache_open(&o, mr, &g))
 		return 2;
 	kv_start = kv;
-	if (!o.block)
-		o.block = kv.predictor == KVP_PREDICTOR_EXACT ? 2u << 20 : 0;
+	capacity = (o.context + o.steps + g.block_tokens) * o.batch;
+	if (!o.block && kv.predictor == KVP_PREDICTOR_EXACT)
+		o.block = exact_pager_block(&g, capacity);
 
 	kvp_kv_synth_opts_default(&so);
 	so.seed = o.seed;
@@ -1575,7 +1593,7 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 
 	kvp_kvcache_opts_default(&co, &g);
 	co.max_seqs = o.batch;
-	co.capacity_tokens = (o.context + o.steps + g.block_tokens) * o.batch;
+	co.capacity_tokens = capacity;
 	co.pager_block_bytes = (size_t)o.block;
 	co.dir = o.path;
 	co.budget_bytes = cfg.ram_budget_bytes;
