@@ -940,16 +940,19 @@ static void print_prefetch(const struct pf_counts *p)
 	       " resident or loading already, %" PRIu64 " loaded\n",
 	       p->asked, p->asked > p->loaded ? p->asked - p->loaded : 0,
 	       p->loaded);
-	printf("                        of those loaded: hit %" PRIu64
-	       ", late %" PRIu64 ", wasted %" PRIu64,
-	       p->hit, p->late, p->wasted);
-	if (open > 0)
-		printf(", %" PRId64 " not used yet when the run ended\n", open);
-	else if (open < 0)
-		printf(" (%" PRId64 " of them loaded during the warm-up)\n",
+	/* Blocks loaded during the warm-up whose fate came after it are
+	 * named with the loaded ones, so that the line adds up. */
+	if (open < 0)
+		printf("                        of those and %" PRId64
+		       " loaded during the warm-up: ",
 		       -open);
 	else
-		printf("\n");
+		printf("                        of those loaded: ");
+	printf("hit %" PRIu64 ", late %" PRIu64 ", wasted %" PRIu64, p->hit,
+	       p->late, p->wasted);
+	if (open > 0)
+		printf(", %" PRId64 " not used yet when the run ended", open);
+	printf("\n");
 }
 
 /* --ram: the frames become what the rest of the cache's RAM leaves
