@@ -60,6 +60,40 @@ START_TEST(keys_chain)
 	other.geo[4] = 1;
 	kvp_rec_block_key(&other, NULL, t, 16, &kx);
 	ck_assert(memcmp(kx.b, k1.b, 32));
+	/* a cipher key's blocks are named apart from plain ones, from
+	 * another cipher key's and from another salt's under the key */
+	{
+		struct kvp_rec_cipher ca, cb;
+		struct kvp_rec_keyctx sa, sa2;
+		struct kvp_rec_key ka;
+
+		memset(ca.key, 0x42, 32);
+		memset(cb.key, 0x43, 32);
+		ctx_init(&sa, "stories260K", NULL);
+		ck_assert_int_eq(kvp_rec_keyctx_cipher(&sa, &ca), 0);
+		/* BLAKE2b-256 keyed with the cipher key of the domain
+		 * string (and its NUL) and the salt (zeros here) */
+		ck_assert_int_eq(kvp_rec_key_parse("bb346c11a929321f638c360f5b"
+						   "82e109a75ca2cac7d6455db72b"
+						   "4300c1782358",
+						   &ka),
+				 0);
+		ck_assert_mem_eq(sa.salt, ka.b, 32);
+		kvp_rec_block_key(&sa, NULL, t, 16, &ka);
+		ck_assert(memcmp(ka.b, k1.b, 32));
+		ctx_init(&sa2, "stories260K", NULL);
+		kvp_rec_keyctx_cipher(&sa2, &ca);
+		kvp_rec_block_key(&sa2, NULL, t, 16, &kx);
+		ck_assert_mem_eq(kx.b, ka.b, 32); /* deterministic */
+		ctx_init(&sa2, "stories260K", NULL);
+		kvp_rec_keyctx_cipher(&sa2, &cb);
+		kvp_rec_block_key(&sa2, NULL, t, 16, &kx);
+		ck_assert(memcmp(kx.b, ka.b, 32));
+		ctx_init(&sa2, "stories260K", "tenant-a");
+		kvp_rec_keyctx_cipher(&sa2, &ca);
+		kvp_rec_block_key(&sa2, NULL, t, 16, &kx);
+		ck_assert(memcmp(kx.b, ka.b, 32));
+	}
 	/* hex round trip */
 	kvp_rec_key_hex(&k2, hex);
 	ck_assert_uint_eq(strlen(hex), 64);

@@ -45,6 +45,9 @@
  * one of these. */
 static const char key_domain[] = "kvpager prefix cache block key v1";
 
+/* The domain of a cipher key's salt (kvp_rec_keyctx_cipher). */
+static const char cipher_domain[] = "kvpager prefix cache cipher salt v1";
+
 static pthread_once_t sodium_once = PTHREAD_ONCE_INIT;
 static int sodium_ok;
 
@@ -138,6 +141,24 @@ int kvp_rec_block_key(const struct kvp_rec_keyctx *ctx,
 		crypto_generichash_update(&st, word, 4);
 	}
 	crypto_generichash_final(&st, out->b, sizeof(out->b));
+	return 0;
+}
+
+int kvp_rec_keyctx_cipher(struct kvp_rec_keyctx *ctx,
+			  const struct kvp_rec_cipher *cipher)
+{
+	crypto_generichash_state st;
+	int err = need_sodium();
+
+	if (err)
+		return err;
+	crypto_generichash_init(&st, cipher->key, sizeof(cipher->key),
+				sizeof(ctx->salt));
+	crypto_generichash_update(&st, (const uint8_t *)cipher_domain,
+				  sizeof(cipher_domain));
+	crypto_generichash_update(&st, ctx->salt, sizeof(ctx->salt));
+	crypto_generichash_final(&st, ctx->salt, sizeof(ctx->salt));
+	sodium_memzero(&st, sizeof(st)); /* it held the key */
 	return 0;
 }
 

@@ -9,7 +9,10 @@
  * the namespace salt), the parent block's key (zeros for a sequence's
  * first block) and the block's token ids.  Two sequences that share their
  * first n blocks of tokens share those n keys; a block written under one
- * salt, model or geometry is never named under another.
+ * salt, model or geometry is never named under another.  A cache that
+ * seals binds its cipher key into the salt (kvp_rec_keyctx_cipher), so
+ * that blocks of two cipher keys, or of a key and none, never share a
+ * name: one never takes the other's place.
  *
  * A RECORD is a 128-byte header and the payload, all integers little
  * endian:
@@ -91,6 +94,17 @@ int kvp_rec_hash(const void *data, size_t len, uint8_t out[32]);
 int kvp_rec_block_key(const struct kvp_rec_keyctx *ctx,
 		      const struct kvp_rec_key *parent, const uint32_t *tokens,
 		      uint32_t n, struct kvp_rec_key *out);
+
+/*
+ * kvp_rec_keyctx_cipher - bind cipher into ctx: its salt becomes the
+ * BLAKE2b-256 of a domain string and the salt, keyed with the cipher key
+ * (a pseudorandom function of the key: the keys derived from ctx say
+ * nothing of it).  So the keys of a cache that seals differ from those of
+ * every other cipher key and from plain ones, under any salt.  Returns 0
+ * or -ENOSYS (libsodium).
+ */
+int kvp_rec_keyctx_cipher(struct kvp_rec_keyctx *ctx,
+			  const struct kvp_rec_cipher *cipher);
 
 /* The key as 64 lowercase hex digits and a NUL into out. */
 void kvp_rec_key_hex(const struct kvp_rec_key *k, char out[65]);
