@@ -117,13 +117,27 @@ d="$tmp/sealed"
 a=$(run --model random:tiny --prompt-tokens "@$tmp/p300" --generate 4 --json --cache-dir "$d" --cache-key-file "$tmp/key")
 b=$(run --model random:tiny --prompt-tokens "@$tmp/p300" --generate 4 --json --cache-dir "$d" --cache-key-file "$tmp/key")
 check "sealed: hit" "$(field prefix_hit_tokens <<<"$b")" 256
-c=$(run --model random:tiny --prompt-tokens "@$tmp/p300" --generate 4 --json --cache-dir "$d")
-check "sealed, no key: hit" "$(field prefix_hit_tokens <<<"$c")" 0
-check "sealed, no key: unauthenticated" "$(field cache_dropped_unauth <<<"$c")" 1
-check "sealed, no key: tokens" "$(tokens <<<"$c")" "$(tokens <<<"$a")"
-c=$(KVP_CACHE_KEY=$(printf '%064d' 7) run --model random:tiny --prompt-tokens "@$tmp/p300" --generate 4 --json --cache-dir "$d")
-check "sealed, other key: hit" "$(field prefix_hit_tokens <<<"$c")" 0
-check "sealed, other key: unauthenticated" "$(field cache_dropped_unauth <<<"$c")" 1
+# another key, or none, names other blocks: its misses drop nothing, it
+# counts none of the key's blocks as already stored, writes over none of
+# them, and finds its own blocks next time; the key's blocks still hit
+(cd "$d" && md5sum ./*.kvb) >"$tmp/sealed.sums"
+for k in "" "$(printf '%064d' 7)"; do
+	w=${k:+other key}
+	w=${w:-no key}
+	c=$(KVP_CACHE_KEY=$k run --model random:tiny --prompt-tokens "@$tmp/p300" --generate 4 --json --cache-dir "$d")
+	check "sealed, $w: hit" "$(field prefix_hit_tokens <<<"$c")" 0
+	check "sealed, $w: unauthenticated" "$(field cache_dropped_unauth <<<"$c")" 0
+	check "sealed, $w: already stored" "$(field cache_puts_present <<<"$c")" 0
+	check "sealed, $w: tokens" "$(tokens <<<"$c")" "$(tokens <<<"$a")"
+	c=$(KVP_CACHE_KEY=$k run --model random:tiny --prompt-tokens "@$tmp/p300" --generate 4 --json --cache-dir "$d")
+	check "sealed, $w, again: hit" "$(field prefix_hit_tokens <<<"$c")" 256
+done
+(cd "$d" && md5sum --quiet -c "$tmp/sealed.sums") ||
+	{ echo "FAIL: sealed: another key wrote over the key's blocks"; fail=1; }
+c=$(run --model random:tiny --prompt-tokens "@$tmp/p300" --generate 4 --json --cache-dir "$d" --cache-key-file "$tmp/key")
+check "sealed, after the others: hit" "$(field prefix_hit_tokens <<<"$c")" 256
+check "sealed, after the others: written" "$(field cache_bytes_written <<<"$c")" 0
+check "sealed, after the others: unauthenticated" "$(field cache_dropped_unauth <<<"$c")" 0
 chmod 644 "$tmp/key"
 c=$(run --model random:tiny --generate 2 --cache-dir "$d" --cache-key-file "$tmp/key" 2>&1)
 [ $? = 2 ] && grep -q "chmod 600" <<<"$c" || { echo "FAIL: a key file others read: $c"; fail=1; }

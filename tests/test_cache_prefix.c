@@ -110,6 +110,57 @@ START_TEST(store_then_read_ahead)
 }
 END_TEST
 
+/* Reopen the directory as the cache of cipher key byte v (0: plain). */
+static void reopen(uint8_t v)
+{
+	struct kvp_rec_cipher ci;
+	struct kvp_cache_opts o = { .cipher = v ? &ci : NULL };
+
+	memset(ci.key, v, sizeof(ci.key));
+	kvp_cache_close(cache);
+	ck_assert_int_eq(kvp_cache_open(dir, &o, &cache, NULL, 0, NULL, 0), 0);
+}
+
+/* Two cipher keys and none share a directory: each names its chunks
+ * apart, so none is dropped as another's, none counts another's as
+ * stored already, and none writes over another's. */
+START_TEST(cipher_keys_share_a_directory)
+{
+	static const uint8_t keys[] = { 0x41, 0x42, 0 };
+	unsigned char want[LEN], got[LEN];
+	struct kvp_cache_stats cs;
+	struct kvp_prefix *p;
+	uint32_t t[3 * C + 1], i, k;
+
+	prompt(t, 3 * C + 1, 1);
+	for (k = 0; k < 3; k++) {
+		reopen(keys[k]);
+		p = prefix_of(NULL);
+		ck_assert_int_eq(kvp_prefix_set_prompt(p, t, 3 * C + 1, C), 0);
+		ck_assert_int_eq(kvp_prefix_get(p, 0, got, LEN), -ENOENT);
+		for (i = 0; i < 3; i++) {
+			fill(want, i, k + 1);
+			kvp_prefix_put(p, i, want, LEN);
+		}
+		kvp_prefix_destroy(p);
+		kvp_cache_stats(cache, &cs);
+		ck_assert_uint_eq(cs.dropped_unauth, 0);
+		ck_assert_uint_eq(cs.puts_present, 0);
+		ck_assert_uint_eq(cs.puts, 3);
+	}
+	for (k = 0; k < 3; k++) {
+		reopen(keys[k]);
+		p = prefix_of(NULL);
+		ck_assert_int_eq(kvp_prefix_set_prompt(p, t, 3 * C + 1, C), 0);
+		expect_chunks(p, 3, k + 1);
+		kvp_prefix_destroy(p);
+		kvp_cache_stats(cache, &cs);
+		ck_assert_uint_eq(cs.blocks, 9);
+		ck_assert_uint_eq(cs.dropped_unauth, 0);
+	}
+}
+END_TEST
+
 START_TEST(salts_part)
 {
 	struct kvp_prefix *a = prefix_of("tenant-a"), *b = prefix_of("tenant-b");
@@ -557,6 +608,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, store_then_read_ahead);
 	tcase_add_test(tc, salts_part);
+	tcase_add_test(tc, cipher_keys_share_a_directory);
 	tcase_add_test(tc, skips_and_rereads);
 	tcase_add_test(tc, try_put_skips_when_full);
 	tcase_add_test(tc, hold_then_release);

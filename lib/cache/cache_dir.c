@@ -602,6 +602,11 @@ fail:
 	return e;
 }
 
+int kvp_cache_keyctx(struct kvp_cache *c, struct kvp_rec_keyctx *ctx)
+{
+	return c->o.cipher ? kvp_rec_keyctx_cipher(ctx, c->o.cipher) : 0;
+}
+
 void kvp_cache_close(struct kvp_cache *c)
 {
 	if (!c)

@@ -161,6 +161,14 @@ int kvp_cache_open(const char *path, const struct kvp_cache_opts *opts,
 		   struct kvp_cache **out, char *err, size_t errlen,
 		   char *warn, size_t warnlen);
 
+/*
+ * kvp_cache_keyctx - the key context of this cache's blocks from ctx:
+ * with a cipher key, bound to it (kvp_rec_keyctx_cipher), so that no
+ * other key's blocks nor plain ones share a name with them; plain, ctx
+ * as it is.  0 or -ENOSYS.
+ */
+int kvp_cache_keyctx(struct kvp_cache *c, struct kvp_rec_keyctx *ctx);
+
 /* Unlock and free.  Committed blocks stay.  NULL is a no-op. */
 void kvp_cache_close(struct kvp_cache *c);
 
@@ -170,7 +178,10 @@ bool kvp_cache_contains(struct kvp_cache *c, const struct kvp_rec_key *key);
 /*
  * kvp_cache_put - store payload (len bytes) under key, in the order above;
  * on 0 the block is committed (survives a crash).  A key already present
- * is not written again (puts_present).  Returns 0, or with nothing
+ * is not written again (puts_present); a file of key's name that the
+ * index lacks (a record dropped and kept) is replaced, so where caches
+ * of other cipher keys share the directory, keys must bind this one's
+ * (kvp_cache_keyctx: the prefix does).  Returns 0, or with nothing
  * committed and the index unchanged (but for blocks evicted to make
  * room): -EROFS (read only), -EFBIG (a record larger than the capacity),
  * -ENOSPC (disk full), -EIO, -ENOMEM, -EINVAL (len over the limit).

@@ -323,6 +323,12 @@ int kvp_prefix_create(const struct kvp_prefix_opts *o, struct kvp_prefix **out)
 	if (!p)
 		return -ENOMEM;
 	p->o = *o;
+	/* a cipher key's blocks are named apart from every other key's */
+	err = kvp_cache_keyctx(o->cache, &p->o.ctx);
+	if (err) {
+		free(p);
+		return err;
+	}
 	if (!p->o.queue_bytes)
 		p->o.queue_bytes = KVP_PREFIX_QUEUE_BYTES;
 	p->fd_cap = fd_cap();

@@ -6,7 +6,8 @@
  * A prefix object serves one prompt at a time (kvp_prefix_set_prompt):
  * chunk i (tokens [i * C, (i + 1) * C)) has the key of block_record.h
  * with key i - 1 as its parent, so chunk i is found only under the same
- * model, geometry, salt and every token before it.  kvp_prefix_get and
+ * model, geometry, salt, cipher key (or none: kvp_cache_keyctx binds the
+ * cache's) and every token before it.  kvp_prefix_get and
  * kvp_prefix_put have the shape of struct kvp_model_prefix's get and put
  * (lib/model/model.h), which is how `kvpager run --model --cache-dir`
  * uses them; any caller with chunks of bytes may.
@@ -82,8 +83,9 @@ struct kvp_prefix_stats {
 
 struct kvp_prefix;
 
-/* A prefix over o->cache with its writer and reader threads.  0,
- * -ENOMEM, -EAGAIN. */
+/* A prefix over o->cache with its writer and reader threads, its keys
+ * under o->ctx bound to the cache's cipher key (kvp_cache_keyctx).  0,
+ * -ENOMEM, -EAGAIN, -ENOSYS. */
 int kvp_prefix_create(const struct kvp_prefix_opts *o, struct kvp_prefix **out);
 
 /* Drain, stop the writer, free.  NULL is a no-op. */
