@@ -3,10 +3,10 @@
 # tools show it: a bar on a terminal (script(1) gives one), no carriage
 # returns when stderr is a file (a line every few seconds instead, which
 # these short runs do not reach), and nothing with --quiet.  Covered:
-# kvpager run, kvpbench decode, kvpbench's fill and the runs of its
-# stream, random and touch scenarios (each mode's own bar, touch's preload
-# child's too), and kvpbench
-# tier (a bar per block size; when redis-server is there).
+# kvpager run (with --model too: its prefill's tokens), kvpbench decode,
+# kvpbench's fill and the runs of its stream, random and touch scenarios
+# (each mode's own bar, touch's preload child's too), and kvpbench tier
+# (a bar per block size; when redis-server is there).
 set -u
 BUILD=${BUILD:-build}
 tmp=$(mktemp -d)
@@ -22,6 +22,7 @@ for t in kvpbench kvpager; do
 done
 dec="$BUILD/bin/kvpbench decode --preset tiny --short --modes ram,kvpager"
 run="$BUILD/bin/kvpager run --preset tiny --context 4096 --steps 20"
+mdl="$BUILD/bin/kvpager run --model random:tiny --context 600 --generate 4"
 fill="$BUILD/bin/kvpbench --short --modes raw --repeat 1 stream"
 rnd="$BUILD/bin/kvpbench --budget 8M --modes raw,kvpager-copy --repeat 1 --threads 1 --ref-depth 0 random"
 tch="$BUILD/bin/kvpbench touch --budget 8M --touches 128 --threads 1 --modes raw,kvpager"
@@ -29,7 +30,7 @@ tier="$BUILD/bin/kvpbench tier --short --no-cluster"
 # touch's preload line runs a child program: its bar comes from the
 # child's progress lines (skipped in sanitizer builds: no shim there).
 tchp="$BUILD/bin/kvpbench touch --budget 8M --touches 4096 --threads 1 --modes preload"
-cmds=("$dec" "$run" "$fill" "$rnd" "$tch")
+cmds=("$dec" "$run" "$mdl" "$fill" "$rnd" "$tch")
 command -v redis-server >/dev/null && cmds+=("$tier")
 $tchp --quiet 2>/dev/null | grep -q "preload *[0-9]" && cmds+=("$tchp")
 
@@ -46,6 +47,7 @@ echo "ok: no bar off a terminal, nothing with --quiet"
 declare -A bars=(
 	["$dec"]="decode"
 	["$run"]="decode"
+	["$mdl"]="prefill|decode"
 	["$fill"]="fill|stream raw"
 	["$rnd"]="random raw|random kvpager-copy"
 	["$tch"]="touch raw|touch kvpager"

@@ -336,6 +336,12 @@ static void prefill_progress(void *arg, uint64_t done, uint64_t total)
 	kvp_progress_update(arg, done >> 20, total >> 20, "MiB");
 }
 
+/* a model's prefill: the prompt's tokens */
+static void model_prefill_progress(void *arg, uint64_t done, uint64_t total)
+{
+	kvp_progress_update(arg, done, total, "tokens");
+}
+
 /* ---- options ---------------------------------------------------------- */
 
 /*
@@ -1690,6 +1696,9 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 		if (!err && mr->m) {
 			err = kvp_model_seq_create(mr->m, c, ids[i],
 						   co.attn_threads, &mr->seq);
+			if (!err)
+				kvp_model_seq_set_progress(
+				    mr->seq, model_prefill_progress, &bar);
 			if (!err && mr->mc)
 				err = kvp_model_cache_attach(
 				    mr->mc, mr->seq, mr->prompt, mr->nprompt);

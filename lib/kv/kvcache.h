@@ -245,7 +245,8 @@ uint64_t kvp_kvcache_seq_tokens(const struct kvp_kvcache *c, uint32_t id);
 const struct kvp_block_table *kvp_kvcache_seq_table(const struct kvp_kvcache *c,
 						    uint32_t id);
 
-/* Progress of a long call: done of total units (bytes). */
+/* Progress of a long call: done of total units (bytes in the cache's
+ * calls; kvp_model_seq_set_progress counts tokens). */
 typedef void (*kvp_kvcache_progress_fn)(void *arg, uint64_t done,
 					uint64_t total);
 

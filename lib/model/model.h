@@ -167,6 +167,15 @@ int kvp_model_prefill(struct kvp_model_seq *s, const uint32_t *tokens,
 		      uint32_t n);
 
 /*
+ * kvp_model_seq_set_progress - the next prefills of s call fn(arg, done,
+ * n) as they go (after the prefix store's tokens, after each chunk
+ * computed): done of the prompt's n tokens in the cache.  A long prompt
+ * computes for minutes.  fn NULL: none.
+ */
+void kvp_model_seq_set_progress(struct kvp_model_seq *s,
+				kvp_kvcache_progress_fn fn, void *arg);
+
+/*
  * A prefix store for kvp_model_prefill (kvp_model_seq_set_prefix): the
  * prompt's K and V in chunks of chunk_tokens tokens (a power of two, 1 ..
  * 256), chunk i holding tokens [i * chunk_tokens, (i + 1) * chunk_tokens).

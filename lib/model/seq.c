@@ -68,6 +68,8 @@ struct kvp_model_seq {
 	double compute_s;	   /* the model's own math */
 	struct kvp_model_prefill_times pt; /* the last prefill's */
 	struct kvp_model_prefix *px; /* the prefix store, or NULL */
+	kvp_kvcache_progress_fn progress; /* the prefill's, or NULL */
+	void *parg;
 	bool later_pending;	     /* px->later_seq is this one: the
 					only case it reads px after the
 					prefill (px may be gone by then) */
@@ -421,6 +423,13 @@ size_t kvp_model_prefix_bytes(const struct kvp_model_seq *s,
 			      uint32_t chunk_tokens)
 {
 	return kvp_model_chunk_bytes(&s->g, chunk_tokens);
+}
+
+void kvp_model_seq_set_progress(struct kvp_model_seq *s,
+				kvp_kvcache_progress_fn fn, void *arg)
+{
+	s->progress = fn;
+	s->parg = arg;
 }
 
 int kvp_model_seq_set_prefix(struct kvp_model_seq *s,
@@ -858,6 +867,8 @@ int kvp_model_prefill(struct kvp_model_seq *s, const uint32_t *tokens,
 		t0 = now_s(); /* reading is not the model's math */
 		if (err)
 			goto out;
+		if (hit && s->progress)
+			s->progress(s->parg, hit, n);
 	}
 	s->pt.computed_tokens = n - hit;
 	if (prefix_later(s)) { /* the last full chunks to compute */
@@ -941,6 +952,8 @@ int kvp_model_prefill(struct kvp_model_seq *s, const uint32_t *tokens,
 		if (err)
 			goto out;
 		s->pos += nt;
+		if (s->progress)
+			s->progress(s->parg, a + nt, n);
 	}
 	err = 0;
 out:
