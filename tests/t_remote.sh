@@ -6,8 +6,9 @@
 # reads the prefix from Redis and generates the same tokens with the same
 # logits, bit for bit, and stores what it fetched in its own directory.
 # Another salt reads nothing of it; a value tampered with in Redis is a
-# counted miss with the same tokens; a server that is absent or hangs
-# costs errors, counted, and never other tokens.  While an instance that
+# counted miss with the same tokens; a server that is absent or hangs,
+# or refuses the URL's db or password, costs errors, counted, never other
+# tokens, and stderr says why, once.  While an instance that
 # fetched decodes, its view's remote/ files, kvpctl stats and /metrics
 # over HTTP show the tier's counters.  random:tiny, fp16 KV.
 set -u
@@ -148,16 +149,32 @@ check "tampered: failed verification" "$(field remote_verify_failed <<<"$c")" 1
 check "tampered: tokens" "$(tokens <<<"$c")" "$(tokens <<<"$ref")"
 [ "$(field prefix_hit_tokens <<<"$c")" -lt 256 ] || { echo "FAIL: a tampered chunk was served"; fail=1; }
 
+# a tier that cannot be used costs counted errors, never other tokens,
+# and stderr says why, once: said CASE DIR URL ERROR
+said() {
+	c=$(run "${P[@]}" --cache-dir "$tmp/$2" --remote "$3" 2>"$tmp/err")
+	check "$1: tokens" "$(tokens <<<"$c")" "$(tokens <<<"$ref")"
+	check "$1: said why, once ($(cat "$tmp/err"))" "$(grep -cF "$4" "$tmp/err")" 1
+}
+said "bad db" H "redis://127.0.0.1:$port/99" \
+	"127.0.0.1:$port refused SELECT 99: ERR DB index is out of range"
+said "bad password" I "redis://u:pw@127.0.0.1:$port" \
+	"127.0.0.1:$port refused AUTH as u: WRONGPASS"
+redis-cli -p "$port" config set requirepass pw >/dev/null
+said "no password" J "$url" "the server refused GET: NOAUTH"
+redis-cli -p "$port" -a pw --no-auth-warning config set requirepass "" >/dev/null
+
 # a server that hangs (SIGSTOP), then one that is gone: counted errors
 kill -STOP "$pid"
-c=$(run "${P[@]}" --cache-dir "$tmp/E" --remote "redis://127.0.0.1:$port?timeout_ms=200")
+c=$(run "${P[@]}" --cache-dir "$tmp/E" --remote "redis://127.0.0.1:$port?timeout_ms=200" 2>"$tmp/err")
 kill -CONT "$pid"
 check "hung: tokens" "$(tokens <<<"$c")" "$(tokens <<<"$ref")"
 check "hung: hit" "$(field prefix_hit_tokens <<<"$c")" 0
 [ "$(field remote_timeouts <<<"$c")" -ge 1 ] || { echo "FAIL: hung: no timeout counted: $c"; fail=1; }
+check "hung: said why ($(cat "$tmp/err"))" \
+	"$(grep -c "127.0.0.1:$port did not answer within 200 ms" "$tmp/err")" 1
 kill -9 "$pid"; wait "$pid" 2>/dev/null; pid=""
-c=$(run "${P[@]}" --cache-dir "$tmp/F" --remote "$url")
-check "absent: tokens" "$(tokens <<<"$c")" "$(tokens <<<"$ref")"
+said "absent" F "$url" "cannot connect to 127.0.0.1:$port: Connection refused"
 check "absent: hit" "$(field prefix_hit_tokens <<<"$c")" 0
 [ "$(field remote_errors <<<"$c")" -ge 1 ] || { echo "FAIL: absent: no error counted: $c"; fail=1; }
 

@@ -134,6 +134,7 @@ static void take_one(void *arg, struct rop *op)
 		p->outcome = -ENOENT;
 	} else if (rep->type != REDIS_REPLY_STRING) {
 		p->outcome = -EIO; /* an error reply: CLUSTERDOWN, LOADING... */
+		remote_warn_reply(f->r, "GET", rep);
 	} else if (op->sunk) {
 		p->outcome = 0; /* link.c put the header and bytes there */
 		p->len = op->dst_len;

@@ -14,6 +14,8 @@
  */
 #include <errno.h>
 #include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -26,6 +28,46 @@ uint64_t remote_now_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void remote_warn(struct kvp_remote *r, const char *fmt, ...)
+{
+	char msg[WARN_LEN];
+	va_list ap;
+	unsigned i;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	pthread_mutex_lock(&r->wlock);
+	for (i = 0; i < r->nwarned && strcmp(r->warned[i], msg); i++)
+		;
+	if (i == r->nwarned && i < WARN_MAX) {
+		strcpy(r->warned[r->nwarned++], msg);
+		fprintf(stderr,
+			"kvpager: warning: remote tier %s: %s; going on "
+			"without it, its failures counted, the server tried "
+			"again\n",
+			r->shown_url, msg);
+	}
+	pthread_mutex_unlock(&r->wlock);
+}
+
+void remote_warn_reply(struct kvp_remote *r, const char *cmd,
+		       const redisReply *rep)
+{
+	const char *fix = "";
+
+	if (rep->type != REDIS_REPLY_ERROR) {
+		remote_warn(r, "%s got a reply of type %d", cmd, rep->type);
+		return;
+	}
+	if (!strncmp(rep->str, "NOAUTH", 6))
+		fix = " (give the password: redis://[user]:password@host...)";
+	else if (!strncmp(rep->str, "OOM", 3))
+		fix = " (raise the server's maxmemory, or let it evict: "
+		      "maxmemory-policy allkeys-lru)";
+	remote_warn(r, "the server refused %s: %s%s", cmd, rep->str, fix);
 }
 
 static struct timeval ms_tv(unsigned ms)
@@ -90,13 +132,20 @@ static void node_fail(struct rlink *l, struct rnode *n)
 		l->slots_stale = true;
 }
 
-/* A command whose reply must be a status (AUTH, SELECT): true if it was. */
+/* A command whose reply must be a status (AUTH, SELECT): true if it was;
+ * if not, the server's error (or the connection's) into @why. */
 static bool command_ok(redisContext *c, int argc, const char **argv,
-		       const size_t *lens)
+		       const size_t *lens, char *why, size_t len)
 {
 	redisReply *rep = redisCommandArgv(c, argc, argv, lens);
 	bool ok = rep && rep->type == REDIS_REPLY_STATUS;
 
+	if (!rep)
+		snprintf(why, len, "%s", c->errstr);
+	else if (!ok)
+		snprintf(why, len, "%s",
+			 rep->type == REDIS_REPLY_ERROR ? rep->str
+							: "not a status reply");
 	if (rep)
 		freeReplyObject(rep);
 	return ok;
@@ -144,6 +193,7 @@ static redisContext *node_conn(struct rlink *l, struct rnode *n)
 {
 	const struct kvp_remote_url *u = &l->r->url;
 	redisContext *c;
+	char why[256];
 
 	if (n->ctx)
 		return n->ctx;
@@ -151,12 +201,20 @@ static redisContext *node_conn(struct rlink *l, struct rnode *n)
 		return NULL;
 	c = redisConnectWithTimeout(n->host, n->port,
 				    ms_tv(u->connect_timeout_ms));
-	if (!c || c->err)
+	if (!c || c->err) {
+		remote_warn(l->r,
+			    "cannot connect to %s:%d: %s (is a redis-server "
+			    "listening there?)",
+			    n->host, n->port, c ? c->errstr : "out of memory");
 		goto fail;
+	}
 	n->ctx = c;
 	reader_setup(n, c);
-	if (redisSetTimeout(c, ms_tv(u->timeout_ms)) != REDIS_OK)
+	if (redisSetTimeout(c, ms_tv(u->timeout_ms)) != REDIS_OK) {
+		remote_warn(l->r, "cannot set the timeout of %s:%d: %s",
+			    n->host, n->port, c->errstr);
 		goto fail;
+	}
 	if (u->password[0]) {
 		const char *argv[3] = { "AUTH", u->user, u->password };
 		size_t lens[3] = { 4, strlen(u->user), strlen(u->password) };
@@ -165,8 +223,16 @@ static redisContext *node_conn(struct rlink *l, struct rnode *n)
 			argv[1] = u->password;
 			lens[1] = lens[2];
 		}
-		if (!command_ok(c, u->user[0] ? 3 : 2, argv, lens))
+		if (!command_ok(c, u->user[0] ? 3 : 2, argv, lens, why,
+				sizeof(why))) {
+			remote_warn(l->r,
+				    "%s:%d refused AUTH%s%s: %s (check the "
+				    "URL's user and password, or its "
+				    "password_file)",
+				    n->host, n->port, u->user[0] ? " as " : "",
+				    u->user, why);
 			goto fail;
+		}
 	}
 	if (u->db) {
 		char db[16];
@@ -174,8 +240,14 @@ static redisContext *node_conn(struct rlink *l, struct rnode *n)
 		const char *argv[2] = { "SELECT", db };
 		size_t lens[2] = { 6, (size_t)len };
 
-		if (!command_ok(c, 2, argv, lens))
+		if (!command_ok(c, 2, argv, lens, why, sizeof(why))) {
+			remote_warn(l->r,
+				    "%s:%d refused SELECT %d: %s (the URL's "
+				    "/db must be below the server's "
+				    "'databases', 16 by default)",
+				    n->host, n->port, u->db, why);
 			goto fail;
+		}
 	}
 	n->backoff_ms = 0;
 	RSTAT_ADD(l->r, connects_total, 1);
@@ -394,6 +466,15 @@ io_error:
 		c = node_conn(l, nd);
 		goto again;
 	}
+	if (err == -ETIMEDOUT)
+		remote_warn(l->r,
+			    "%s:%d did not answer within %u ms (a busy or "
+			    "stopped server? the URL's ?timeout_ms= raises "
+			    "the limit)",
+			    nd->host, nd->port, l->r->url.timeout_ms);
+	else
+		remote_warn(l->r, "lost the connection to %s:%d: %s",
+			    nd->host, nd->port, c->errstr);
 fail_conn:
 	/* The pipeline's state is lost with the connection: drop it. */
 	node_fail(l, nd);

@@ -147,6 +147,8 @@ static void values_send(struct kvp_remote *r, struct pub_value *v,
 			 * CLUSTERDOWN... */
 			if (ops[o].status || rep->type != REDIS_REPLY_STATUS)
 				v[i].failed = true;
+			if (!ops[o].status && rep->type != REDIS_REPLY_STATUS)
+				remote_warn_reply(r, "SET", rep);
 			if (rep)
 				freeReplyObject(rep);
 		}

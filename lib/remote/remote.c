@@ -88,6 +88,7 @@ int kvp_remote_open(const struct kvp_remote_config *cfg,
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return fail(err, errlen, -ENOMEM, "out of memory");
+	pthread_mutex_init(&r->wlock, NULL);
 	rc = kvp_remote_url_parse(&r->url, cfg->url, err, errlen);
 	if (rc)
 		goto out_free;
@@ -133,6 +134,7 @@ out_fetch:
 	link_destroy(&r->fetch);
 out_free:
 	memset(&r->url, 0, sizeof(r->url)); /* the password */
+	pthread_mutex_destroy(&r->wlock);
 	free(r);
 	return rc;
 }
@@ -159,6 +161,7 @@ void kvp_remote_close(struct kvp_remote *r)
 	link_destroy(&r->pub);
 	link_destroy(&r->fetch);
 	memset(&r->url, 0, sizeof(r->url));
+	pthread_mutex_destroy(&r->wlock);
 	free(r);
 }
 

@@ -48,7 +48,9 @@
  * the publish and counts it, the caller never waits.  A link that fails
  * (refused, reset, past its timeout) is closed and tried again after a
  * back-off (100 ms doubling to 5 s), and until then its calls fail at
- * once with -ENOTCONN: decode never waits on a dead server.
+ * once with -ENOTCONN: decode never waits on a dead server.  Why keys
+ * fail (refused, AUTH or SELECT refused, timeout, an error reply) is said
+ * on stderr, each distinct cause once.
  *
  * TLS: Debian's hiredis has no TLS library (hiredis_ssl); the tier speaks
  * plain RESP.  Reach Redis over loopback or a trusted network, or through

@@ -12,7 +12,8 @@
  * pipelines at a time on a link); the queue lock and the fetch lock only
  * to push or pop.  The caller's verify hook runs under the fetch link's
  * lock (as each value comes, while it is in the cache): it must not call
- * the tier; no other callback runs under any of them.
+ * the tier; no other callback runs under any of them.  The warn lock is
+ * taken under any of them, to print, and nothing under it.
  * Statistics are atomic counters, taken under neither.
  */
 #ifndef KVP_REMOTE_I_H
@@ -36,6 +37,8 @@
 #define LINK_MAX_ROUNDS 5    /* redirections followed per command */
 #define BACKOFF_FIRST_MS 100 /* a failed link's first wait */
 #define BACKOFF_MAX_MS 5000  /* ... doubling up to this */
+#define WARN_MAX 8	     /* causes remote_warn says, at most */
+#define WARN_LEN 384	     /* ... of this many bytes each */
 /* A connection's reader keeps a buffer with up to this much room when it
  * runs empty (hiredis frees one past 16K): large values do not grow a
  * fresh buffer, through every doubling, at each batch. */
@@ -110,6 +113,9 @@ struct kvp_remote {
 	kvp_remote_encode_fn encode;
 	void *encode_arg;
 	struct kvp_remote_stats st;	/* atomic counters */
+	pthread_mutex_t wlock;		/* the causes below */
+	char warned[WARN_MAX][WARN_LEN]; /* said on stderr already */
+	unsigned nwarned;
 	struct rlink fetch;		/* kvp_remote_get_many's */
 	struct rlink pub;		/* the publisher thread's */
 
@@ -193,6 +199,15 @@ int part_check(const void *hdr, uint32_t i, uint64_t tag, uint64_t *total);
 
 /* link.c */
 uint64_t remote_now_ns(void);
+/* Why @r's keys fail, on stderr: each distinct message once (a dead
+ * server fails key after key, and is tried again every few seconds), the
+ * first WARN_MAX of them; the counters count every failure. */
+void remote_warn(struct kvp_remote *r, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* remote_warn of a reply to @cmd that is not what it asks for (an error:
+ * NOAUTH, OOM, LOADING...), with the remedy when there is a plain one. */
+void remote_warn_reply(struct kvp_remote *r, const char *cmd,
+		       const redisReply *rep);
 
 int link_init(struct rlink *l, struct kvp_remote *r, bool fetch);
 void link_destroy(struct rlink *l);
