@@ -1,6 +1,7 @@
 # kvpager - plain GNU make, no configure step.
 #
 #   make                 libkvpager (static and shared), the preload shim, tools
+#                        (and tests/progs/touch_pages, which kvpbench touch runs)
 #   make check           build and run every test (tests/run-tests.sh)
 #   make demo            the main job on its default (a temporary backing file)
 #   make bench           the benchmarks, short form
@@ -121,8 +122,14 @@ MAN_PAGES := $(MAN_TOOLS:%=$(BUILD)/man/%) $(BUILD)/man/kvpager-tunables.7 \
 	$(BUILD)/man/libkvpager.3
 COMPLETIONS := $(basename $(MAN_TOOLS:%=$(BUILD)/completion/%))
 
+# What kvpbench touch runs (its mmap and preload lines), beside the tools:
+# installed into PREFIX/libexec/kvpager/, where the installed kvpbench
+# finds it.
+LIBEXEC_PROGS := $(BUILD)/tests/progs/touch_pages
+
 ALL := $(STATIC_LIB) $(SHARED_LIB) $(if $(PRELOAD_SRCS),$(PRELOAD_LIB)) \
-	$(PC_FILE) $(TOOLS) $(CUDA_LIB) $(PY_PKG) $(MAN_PAGES) $(COMPLETIONS)
+	$(PC_FILE) $(TOOLS) $(LIBEXEC_PROGS) $(CUDA_LIB) $(PY_PKG) \
+	$(MAN_PAGES) $(COMPLETIONS)
 
 .SECONDARY:
 .PHONY: all check demo bench install uninstall clean deps format fuzz fuzz-bins
@@ -387,6 +394,8 @@ install: $(ALL)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
 		$(DESTDIR)$(PREFIX)/include/kvpager/pager
 	install -m 0755 $(TOOLS) $(DESTDIR)$(PREFIX)/bin/
+	install -d $(DESTDIR)$(PREFIX)/libexec/kvpager
+	install -m 0755 $(LIBEXEC_PROGS) $(DESTDIR)$(PREFIX)/libexec/kvpager/
 	install -m 0644 $(STATIC_LIB) $(DESTDIR)$(PREFIX)/lib/
 	install -m 0755 $(SHARED_LIB) $(DESTDIR)$(PREFIX)/lib/
 	ln -sf libkvpager.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libkvpager.so.$(SOVERSION)
@@ -417,6 +426,7 @@ uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/lib/libkvpager* \
 		$(DESTDIR)$(PREFIX)/lib/pkgconfig/kvpager.pc
 	rm -f $(patsubst $(BUILD)/bin/%,$(DESTDIR)$(PREFIX)/bin/%,$(TOOLS))
+	rm -rf $(DESTDIR)$(PREFIX)/libexec/kvpager
 	rm -rf $(DESTDIR)$(PY_SITEDIR)/kvpager
 	rm -f $(foreach m,$(MAN_PAGES),$(DESTDIR)$(PREFIX)/share/man/man$(subst .,,$(suffix $(m)))/$(notdir $(m)))
 	rm -f $(COMPLETIONS:$(BUILD)/completion/%=$(DESTDIR)$(PREFIX)/share/bash-completion/completions/%)

@@ -2,7 +2,8 @@
 # t_install.sh - `make install DESTDIR=... PREFIX=/usr` gives a usable
 # library: headers, libkvpager (static and shared) and a kvpager.pc that a
 # program compiles and links against with pkg-config, then runs; the man
-# pages and the bash completion in share/.
+# pages and the bash completion in share/; kvpbench's touch_pages in
+# libexec/kvpager/, where the installed kvpbench finds it.
 #
 # Run by tests/run-tests.sh with BUILD set, after the build.
 set -u
@@ -44,6 +45,21 @@ find "$root/include/kvpager" -name '*_i.h' | grep -q . &&
 	fail "private *_i.h headers installed"
 grep -qx 'prefix=/usr' "$root/lib/pkgconfig/kvpager.pc" ||
 	fail "kvpager.pc does not say prefix=/usr: $(head -1 "$root/lib/pkgconfig/kvpager.pc")"
+
+# The installed kvpbench finds what its touch lines run: touch_pages (in
+# libexec/kvpager/) and the shim, with no build tree beside it.  A line
+# may be skipped for the host (no cgroup, a sanitizer build), never for a
+# missing program.
+for f in libexec/kvpager/touch_pages lib/libkvpager-preload.so; do
+	[ -x "$root/$f" ] || fail "not installed: /usr/$f"
+done
+"$root/bin/kvpbench" touch --budget 8M --touches 128 --threads 1 \
+	--modes mmap,preload --quiet --json --dir "$tmp" >"$tmp/touch" 2>&1 ||
+	{ cat "$tmp/touch"; fail "installed kvpbench touch failed"; }
+grep -q '"mode":"preload"' "$tmp/touch" ||
+	{ cat "$tmp/touch"; fail "installed kvpbench touch: no preload line"; }
+grep -q 'touch_pages' "$tmp/touch" &&
+	{ cat "$tmp/touch"; fail "installed kvpbench touch: no touch_pages"; }
 
 # Every installed header compiles on its own with the installed -I only
 # (it includes what it needs, and nothing that was not installed).

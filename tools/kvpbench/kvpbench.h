@@ -73,8 +73,8 @@ struct kvpb_opts {
 	uint64_t touches;	/* touch: random touches per line (0: derived) */
 	uint64_t touch_block;	/* touch: the pager's block (0: 2 MiB for the
 				   region, the shim's default for preload) */
-	const char *touch_prog;	 /* touch: tests/progs/touch_pages (NULL:
-				    found next to this program) */
+	const char *touch_prog;	 /* touch: touch_pages (NULL: found next to
+				    this program, the build's or installed) */
 	const char *preload_lib; /* touch: libkvpager-preload.so (likewise) */
 	bool busy;		 /* random: a competing busy thread per CPU */
 	const char *plot;	 /* --plot FILE, or NULL */

@@ -505,7 +505,8 @@ static const struct kvp_cli_opt opts[] = {
 	  "touch: the kvpager region's block (2M)\n"
 	  "and the shim's (its default if unset)" },
 	{ "touch-prog", 'p', 0, "PATH",
-	  "touch: tests/progs/touch_pages (found\nbeside bin/)" },
+	  "touch: touch_pages (found beside bin/:\n"
+	  "tests/progs/, else libexec/kvpager/)" },
 	{ "preload-lib", 'L', 0, "PATH",
 	  "touch: libkvpager-preload.so (likewise)" },
 	{ "busy", 'y', 0, NULL,

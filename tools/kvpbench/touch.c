@@ -555,25 +555,34 @@ static long read_ahead_kb(const struct kvpb_file *f)
 	return kb;
 }
 
-/* @name next to this program: <bin>/../@rel, or NULL with @why set. */
-static const char *find_near(const char *given, const char *rel, char *out,
-			     size_t len, const char **why, const char *remedy)
+/* @given, else the first of @rels (NULL-terminated) next to this program,
+ * <bin>/../REL; @why set to @remedy when it is not there. */
+static const char *find_near(const char *given, const char *const *rels,
+			     char *out, size_t len, const char **why,
+			     const char *remedy)
 {
 	char exe[PATH_MAX];
+	const char *dir;
 	ssize_t n;
 
+	*why = NULL;
 	if (given) {
 		snprintf(out, len, "%s", given);
-	} else {
-		n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-		if (n < 0)
-			n = 0;
-		exe[n] = 0;
-		snprintf(out, len, "%s/../%s", dirname(exe), rel);
+		if (access(out, R_OK))
+			*why = remedy;
+		return out;
 	}
-	*why = NULL;
-	if (access(out, R_OK))
-		*why = remedy;
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n < 0)
+		n = 0;
+	exe[n] = 0;
+	dir = dirname(exe);
+	for (unsigned i = 0; rels[i]; i++) {
+		snprintf(out, len, "%s/../%s", dir, rels[i]);
+		if (!access(out, R_OK))
+			return out;
+	}
+	*why = remedy;
 	return out;
 }
 
@@ -922,6 +931,13 @@ int kvpb_touch(struct kvpb_ctx *c)
 {
 	static const char *const patterns[] = { "random", "sequential" };
 	static const char *const accesses[] = { "ro", "rw" };
+	/* the build tree's, then make install's */
+	static const char *const prog_rels[] = { "tests/progs/touch_pages",
+						 "libexec/kvpager/touch_pages",
+						 NULL };
+	static const char *const preload_rels[] = {
+		"lib/libkvpager-preload.so", NULL
+	};
 	const struct kvpb_opts *o = &c->opts;
 	struct touch_set s = { .c = c };
 	uint64_t rand_touches;
@@ -943,12 +959,12 @@ int kvpb_touch(struct kvpb_ctx *c)
 		return -EINVAL;
 	}
 	rand_touches = o->touches ? o->touches : o->short_run ? 2048 : 8192;
-	find_near(o->touch_prog, "tests/progs/touch_pages", s.prog,
-		  sizeof(s.prog), &s.no_prog,
-		  "no tests/progs/touch_pages (make build/tests/progs/"
-		  "touch_pages, or --touch-prog PATH)");
-	find_near(o->preload_lib, "lib/libkvpager-preload.so", s.preload,
-		  sizeof(s.preload), &s.no_preload,
+	find_near(o->touch_prog, prog_rels, s.prog, sizeof(s.prog),
+		  &s.no_prog,
+		  "no touch_pages in tests/progs/ or libexec/kvpager/ "
+		  "beside bin/ (make, or --touch-prog PATH)");
+	find_near(o->preload_lib, preload_rels, s.preload, sizeof(s.preload),
+		  &s.no_preload,
 		  "no libkvpager-preload.so (make, or --preload-lib PATH)");
 	snprintf(s.file, sizeof(s.file), "/proc/%d/fd/%d", (int)getpid(),
 		 c->file.fd);
