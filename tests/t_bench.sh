@@ -210,6 +210,15 @@ rc=$?
 grep -q -- "--budget" "$tmp/bad" || fail "--budget 12Q: the message does not name the option"
 ls "$tmp"/kvpbench* 2>/dev/null && fail "a backing file was left in $tmp"
 
+# decode: a --warmup that leaves no step to measure is refused, as
+# kvpager run refuses it, not lowered.
+"$B" decode --preset tiny --context 4096 --predictor window --steps 2 \
+	--warmup 2 --quiet >"$tmp/bad" 2>&1
+rc=$?
+[ $rc = 2 ] || fail "decode --steps 2 --warmup 2: exit $rc, want 2"
+grep -q -- "--warmup 2 leaves no step to measure" "$tmp/bad" ||
+	fail "decode --warmup 2: no message: $(cat "$tmp/bad")"
+
 # kvpbench decode says where each mode's step goes, parts adding up to
 # T_step, and for the pager the disk's rate on its own file; a sparse
 # predictor reads into reuse slots, counted in the RAM line's frames,

@@ -830,7 +830,7 @@ int kvpbench_decode(int argc, char **argv)
 	uint64_t v, kv;
 	unsigned i;
 	int c, err, failed = 0;
-	bool shortrun = false;
+	bool shortrun = false, warmup_given = false;
 	const char *model = NULL;
 	const uint32_t *ref = NULL; /* --model: the exact run's tokens */
 	char why[512], devname[160] = "";
@@ -919,10 +919,23 @@ int kvpbench_decode(int argc, char **argv)
 		}
 		if (kvpb_num_opt_set(num_opts, c, optarg, &o))
 			return 2;
+		warmup_given |= c == D_WARMUP;
 	}
 	if (shortrun) {
 		o.context = 8192;
 		o.steps = 8;
+	}
+	/* as kvpager run: a --warmup given is kept or refused, the default
+	 * lowered to leave a step */
+	if (o.warmup >= o.steps) {
+		if (warmup_given) {
+			fprintf(stderr,
+				"kvpbench decode: --warmup %u leaves no step to "
+				"measure: use fewer than --steps %u\n",
+				o.warmup, o.steps);
+			return 2;
+		}
+		o.warmup = o.steps > 1 ? 1 : 0;
 	}
 	/* before the runs: a plot that cannot be made is said now */
 	if (o.plot && kvp_plot_check("kvpbench decode", o.plot))
@@ -940,8 +953,6 @@ int kvpbench_decode(int argc, char **argv)
 	}
 	if (o.device)
 		device_name(o.device, devname, sizeof(devname));
-	if (o.warmup >= o.steps)
-		o.warmup = o.steps - 1;
 	if (o.rounds > o.steps - o.warmup)
 		o.rounds = o.steps - o.warmup; /* no round without a step */
 	if (model) {
