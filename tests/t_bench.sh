@@ -208,6 +208,28 @@ grep -q "kvpager-copy" "$tmp/bad" || fail "--modes bogus: the message does not l
 rc=$?
 [ $rc = 2 ] || fail "--budget 12Q: exit $rc, want 2"
 grep -q -- "--budget" "$tmp/bad" || fail "--budget 12Q: the message does not name the option"
+# A backing file too small for a scenario is refused before any run,
+# with the smallest size that works: stream reads whole --blocks, random
+# gives each of its threads (4 with the raw anchor line) a --random-block,
+# and reads at most 4 x the budget, which must hold a --block.
+"$B" --file-size 1M --repeat 1 --dir "$tmp" >"$tmp/bad" 2>&1
+rc=$?
+[ $rc = 2 ] || fail "--file-size 1M: exit $rc, want 2: $(cat "$tmp/bad")"
+grep -q -- "use --file-size 2M or more" "$tmp/bad" ||
+	fail "--file-size 1M: no remedy: $(cat "$tmp/bad")"
+grep -q "^random" "$tmp/bad" && fail "--file-size 1M: random ran anyway"
+"$B" random --file-size 128K --repeat 1 --dir "$tmp" >"$tmp/bad" 2>&1
+rc=$?
+[ $rc = 2 ] || fail "random --file-size 128K: exit $rc, want 2: $(cat "$tmp/bad")"
+grep -q -- "use --file-size 256K or more" "$tmp/bad" ||
+	fail "random --file-size 128K: no remedy: $(cat "$tmp/bad")"
+"$B" stream --block 1G --budget 2M --repeat 1 --dir "$tmp" >"$tmp/bad" 2>&1
+rc=$?
+[ $rc = 2 ] || fail "stream --block 1G --budget 2M: exit $rc, want 2: $(cat "$tmp/bad")"
+grep -q -- "use --budget 256M or more" "$tmp/bad" ||
+	fail "stream --block 1G --budget 2M: no remedy: $(cat "$tmp/bad")"
+"$B" random --file-size 256K --repeat 1 --modes raw --quiet --dir "$tmp" \
+	>"$tmp/bad" 2>&1 || fail "random --file-size 256K: exit $?: $(cat "$tmp/bad")"
 ls "$tmp"/kvpbench* 2>/dev/null && fail "a backing file was left in $tmp"
 
 # decode: a --warmup that leaves no step to measure is refused, as

@@ -347,12 +347,7 @@ int kvpb_stream(struct kvpb_ctx *c)
 
 	if (len > c->file.size)
 		len = c->file.size;
-	len -= len % o->block;
-	if (!len) {
-		fprintf(stderr, "kvpbench: stream: the file is smaller than "
-				"one block\n");
-		return -EINVAL;
-	}
+	len -= len % o->block; /* at least one: main's sizes_check */
 	j = (struct kvpb_job){
 		.scenario = "stream",
 		.off = 0,
@@ -401,18 +396,10 @@ int kvpb_random(struct kvpb_ctx *c)
 		maxt = 4; /* the reference line reads what 4 threads read */
 	/*
 	 * Each block is read at most once over all threads (a permutation),
-	 * so no mode gets hits from memory: every read reaches the disk.
+	 * so no mode gets hits from memory: every read reaches the disk
+	 * (main's sizes_check made the file large enough).
 	 */
 	reads = o->reads ? o->reads : nblocks / maxt;
-	if (reads * maxt > nblocks) {
-		fprintf(stderr,
-			"kvpbench: random: %u threads x %llu reads exceed "
-			"the file's %llu blocks: use fewer --reads or a "
-			"larger --file-size\n",
-			maxt, (unsigned long long)reads,
-			(unsigned long long)nblocks);
-		return -EINVAL;
-	}
 	order = malloc(nblocks * sizeof(*order));
 	if (!order)
 		return -ENOMEM;

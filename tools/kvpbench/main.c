@@ -627,6 +627,80 @@ static int parse_modes(const char *s, unsigned *out)
 
 enum { SC_STREAM = 1, SC_RANDOM = 2, SC_INSTALL = 4, SC_TOUCH = 8 };
 
+/*
+ * The smallest backing file each scenario of @scen can run on, checked
+ * before the file is made: stream reads whole --blocks of at most 4 x
+ * the budget; random gives each of its threads (4 with the raw anchor
+ * line) --reads (1 by default) --random-blocks, none read twice; touch
+ * a buffer of at most 8 x the budget, in units of 2 MiB (or --block), a
+ * --block per thread.  0, or 2 (refused, with the size that works).
+ */
+static int sizes_check(const struct kvpb_opts *o, unsigned scen,
+		       uint64_t file)
+{
+	static const char *const names[3] = { "stream", "random", "touch" };
+	static const unsigned cap[3] = { 4, 0, 8 }; /* x the budget; 0: all */
+	uint64_t need[3] = { 0 }, unit, x;
+	unsigned maxt = 1, k, big;
+	char why[3][160], h1[32], h2[32];
+
+	for (k = 0; k < o->nthreads; k++)
+		if (o->threads[k] > maxt)
+			maxt = o->threads[k];
+	kvp_format_bytes(o->block, h1, sizeof(h1));
+	if (scen & SC_STREAM) {
+		need[0] = o->block;
+		snprintf(why[0], sizeof(why[0]), "whole --blocks of %s", h1);
+	}
+	if (scen & SC_TOUCH) {
+		unit = o->block > (2u << 20) ? o->block : (2u << 20);
+		x = (uint64_t)maxt * o->block;
+		need[2] = (x + unit - 1) / unit * unit;
+		kvp_format_bytes(unit, h2, sizeof(h2));
+		snprintf(why[2], sizeof(why[2]),
+			 "%u thread%s x a --block of %s, in units of %s", maxt,
+			 maxt > 1 ? "s" : "", h1, h2);
+	}
+	if ((scen & SC_RANDOM) && maxt < 4 && o->ref_depth)
+		maxt = 4; /* the anchor reads what 4 threads read */
+	if (scen & SC_RANDOM) {
+		x = o->reads ? o->reads : 1;
+		need[1] = maxt * x * o->rblock;
+		kvp_format_bytes(o->rblock, h1, sizeof(h1));
+		snprintf(why[1], sizeof(why[1]),
+			 "%u thread%s x %llu read%s of a --random-block of "
+			 "%s, no block read twice",
+			 maxt, maxt > 1 ? "s" : "", (unsigned long long)x, x > 1 ? "s" : "", h1);
+	}
+	for (k = 0, big = 0; k < 3; k++) {
+		if (need[k] > need[big])
+			big = k;
+		if (need[k] && cap[k] && cap[k] * o->budget < need[k]) {
+			x = (need[k] + cap[k] * (1ull << 20) - 1) /
+			    (cap[k] * (1ull << 20)) << 20;
+			kvp_format_bytes(o->budget, h1, sizeof(h1));
+			kvp_format_bytes(x, h2, sizeof(h2));
+			fprintf(stderr,
+				"kvpbench: %s: it reads at most %u x the "
+				"budget of %s, too little for %s: use --budget "
+				"%s or more\n",
+				names[k], cap[k], h1, why[k], h2);
+			return 2;
+		}
+	}
+	/* the largest need, which every scenario's fits in */
+	if (need[big] > file) {
+		kvp_format_bytes(file, h1, sizeof(h1));
+		kvp_format_bytes(need[big], h2, sizeof(h2));
+		fprintf(stderr,
+			"kvpbench: %s: a backing file of %s is too small for "
+			"%s: use --file-size %s or more\n",
+			names[big], h1, why[big], h2);
+		return 2;
+	}
+	return 0;
+}
+
 /* The scenarios that run alone, with options of their own. */
 struct alone {
 	const char *name;
@@ -811,6 +885,8 @@ int main(int argc, char **argv)
 		       : (scen & SC_TOUCH) ? 8 * o->budget
 					   : 4 * o->budget;
 	c->file.fd = c->file.dfd = -1;
+	if (sizes_check(o, scen, c->file.size))
+		return 2;
 
 	if ((scen & SC_INSTALL) && !kvpb_install) {
 		fprintf(stderr, "kvpbench: install scenario not built (no "
