@@ -76,7 +76,7 @@ static int sys_open(void *arg, int dirfd, const char *name, int flags,
 		return fd;
 	if (errno != EINVAL)
 		return -errno;
-	/* tmpfs and others refuse O_DIRECT: buffered, synced all the same */
+	/* ramfs and others refuse O_DIRECT: buffered, synced all the same */
 	fd = openat(dirfd, name, flags | O_CLOEXEC, mode);
 	if (fd < 0 && errno == EEXIST && (flags & O_CREAT))
 		fd = openat(dirfd, name, (flags & ~O_EXCL) | O_CLOEXEC, mode);
