@@ -103,13 +103,19 @@ rows = [json.loads(l) for l in sys.stdin]
 assert rows[-1]["facility"] == "pager" and rows[-1]["available"] is False
 ' || fail "--json --path missing: verdict not false"
 
-# A file on a filesystem that refuses O_DIRECT (procfs): missing, buffered.
-"$probe" --path /proc/version >"$tmp/o3" 2>&1
+# A file, not a directory: refused as kvpager run --path refuses it ("Not
+# a directory"), naming the path and the remedy, and left as it was.
+echo keep >"$tmp/file"
+"$probe" --path "$tmp/file" >"$tmp/o3" 2>"$tmp/e3"
 rc=$?
-[ $rc = 0 ] || fail "--path /proc/version exits $rc (buffered fallback runs)"
-grep -Eq '^O_DIRECT +missing +/proc/version: this filesystem \(proc\) refuses O_DIRECT; the pager falls back to buffered I/O' \
-	"$tmp/o3" || { grep O_DIRECT "$tmp/o3"; fail "--path procfs: no clear line"; }
-# A directory on one (ramfs), where we may mount.
+[ $rc = 1 ] || fail "--path to a regular file exits $rc, want 1"
+grep -Eq "^O_DIRECT +missing +$tmp/file: not a directory \(remedy: pass --path the directory" \
+	"$tmp/o3" || { grep O_DIRECT "$tmp/o3"; fail "--path file: no clear line"; }
+grep -q "cannot run here: the backing path $tmp/file: Not a directory" \
+	"$tmp/e3" || { cat "$tmp/e3"; fail "--path file: the verdict does not say why"; }
+[ "$(cat "$tmp/file")" = keep ] || fail "--path file: the file changed"
+# A directory on a filesystem that refuses O_DIRECT (ramfs), where we may
+# mount: missing, buffered.
 mkdir -p "$tmp/ramfs"
 if [ "$(id -u)" = 0 ] && mount -t ramfs kvp-probe-test "$tmp/ramfs" 2>/dev/null; then
 	"$probe" --path "$tmp/ramfs" >"$tmp/o4" 2>&1

@@ -5,8 +5,8 @@
  * missing.  --json prints the same as one JSON object per line, ending with
  * the facility "pager" whose "available" says whether the pager can run.
  * --path PATH probes O_DIRECT where the backing file would live: a
- * directory (a temporary file is made in it) or an existing file (default
- * $TMPDIR or /tmp).  Exits 0 when the pager can run (a userfaultfd in some
+ * directory, as kvpager run --path takes (a temporary file is made in it;
+ * default $TMPDIR or /tmp).  Exits 0 when the pager can run (a userfaultfd in some
  * mode, io_uring reads, and a usable backing path), 1 otherwise, saying why.
  */
 #include <errno.h>
@@ -225,15 +225,15 @@ static const char *fs_name(int fd)
 
 /*
  * O_DIRECT where the backing file would live: @where is a directory (a
- * temporary file is made there) or an existing file.  Returns false when
- * the path cannot hold a backing file at all (missing, not writable); a
+ * temporary file is made there).  Returns false when the path cannot hold
+ * a backing file at all (missing, not a directory, not writable); a
  * filesystem that refuses O_DIRECT still works, buffered.
  */
 static bool probe_dio(const char *where, char *why, size_t whylen)
 {
 	char path[4096], detail[640];
 	struct kvp_dio_align a;
-	bool direct = false, is_dir;
+	bool direct = false;
 	struct stat st;
 	int fd;
 
@@ -248,27 +248,30 @@ static bool probe_dio(const char *where, char *why, size_t whylen)
 			 strerror(errno));
 		return false;
 	}
-	is_dir = S_ISDIR(st.st_mode);
-	if (is_dir) {
-		snprintf(path, sizeof(path), "%s/kvp-probe-XXXXXX", where);
-		fd = mkstemp(path);
-		if (fd < 0) {
-			snprintf(detail, sizeof(detail),
-				 "cannot create a file in %s: %s", where,
-				 strerror(errno));
-			report("O_DIRECT", false, detail,
-			       "pass --path a writable directory");
-			snprintf(why, whylen,
-				 "cannot create a backing file in %s: %s",
-				 where, strerror(errno));
-			return false;
-		}
-		close(fd);
-		fd = kvp_dio_open(path, O_RDWR, 0600, &direct);
-		unlink(path);
-	} else {
-		fd = kvp_dio_open(where, O_RDONLY, 0, &direct);
+	/* kvpager run --path makes its backing file in a directory */
+	if (!S_ISDIR(st.st_mode)) {
+		snprintf(detail, sizeof(detail), "%s: not a directory", where);
+		report("O_DIRECT", false, detail,
+		       "pass --path the directory that will hold the backing "
+		       "file, as kvpager run --path takes");
+		snprintf(why, whylen, "the backing path %s: %s", where,
+			 strerror(ENOTDIR));
+		return false;
 	}
+	snprintf(path, sizeof(path), "%s/kvp-probe-XXXXXX", where);
+	fd = mkstemp(path);
+	if (fd < 0) {
+		snprintf(detail, sizeof(detail), "cannot create a file in %s: %s",
+			 where, strerror(errno));
+		report("O_DIRECT", false, detail,
+		       "pass --path a writable directory");
+		snprintf(why, whylen, "cannot create a backing file in %s: %s",
+			 where, strerror(errno));
+		return false;
+	}
+	close(fd);
+	fd = kvp_dio_open(path, O_RDWR, 0600, &direct);
+	unlink(path);
 	if (fd < 0) {
 		snprintf(detail, sizeof(detail), "cannot open %s: %s", where,
 			 strerror(-fd));
