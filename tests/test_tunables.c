@@ -250,6 +250,15 @@ START_TEST(format_values)
 	ck_assert_str_eq(buf, "1..4096");
 	kvp_tunable_format_range(T("ram_budget_bytes"), buf, sizeof(buf));
 	ck_assert_str_eq(buf, "2M..1P");
+	kvp_tunable_format_range(&(struct kvp_tunable){ .type = KVP_T_BYTES,
+							.min = 4096,
+							.max = UINT64_MAX },
+				 buf, sizeof(buf));
+	ck_assert_str_eq(buf, "at least 4K");
+	kvp_tunable_format_range(&(struct kvp_tunable){ .type = KVP_T_UINT,
+							.max = UINT64_MAX },
+				 buf, sizeof(buf));
+	ck_assert_str_eq(buf, "at least 0");
 	kvp_tunable_format_range(T("install_mode"), buf, sizeof(buf));
 	ck_assert_str_eq(buf, "auto move copy");
 	kvp_format_bytes(1000, buf, sizeof(buf));

@@ -155,6 +155,9 @@ int kvp_tunable_format_range(const struct kvp_tunable *t, char *buf, size_t len)
 	case KVP_T_BYTES:
 		kvp_format_bytes(t->min, lo, sizeof(lo));
 		kvp_format_bytes(t->max, hi, sizeof(hi));
+		/* no bound above but 64 bits: 2^64 - 1 says nothing */
+		if (t->max == UINT64_MAX)
+			return snprintf(buf, len, "at least %s", lo);
 		return snprintf(buf, len, "%s..%s", lo, hi);
 	case KVP_T_BOOL:
 		return snprintf(buf, len, "0/1");
@@ -162,6 +165,9 @@ int kvp_tunable_format_range(const struct kvp_tunable *t, char *buf, size_t len)
 		return snprintf(buf, len, "%s", t->choices ? t->choices : "");
 	case KVP_T_UINT:
 	default:
+		if (t->max == UINT64_MAX)
+			return snprintf(buf, len, "at least %llu",
+					(unsigned long long)t->min);
 		return snprintf(buf, len, "%llu..%llu",
 				(unsigned long long)t->min,
 				(unsigned long long)t->max);

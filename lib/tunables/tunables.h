@@ -104,7 +104,8 @@ int kvp_tunable_format(const struct kvp_tunable *t, uint64_t v, char *buf,
 		       size_t len);
 
 /* kvp_tunable_format_range - what @t accepts: "1..4096", "2M..1P",
- * "0/1", "auto move copy".  Returns the length, as snprintf. */
+ * "at least 4K" (max UINT64_MAX), "0/1", "auto move copy".  Returns the
+ * length, as snprintf. */
 int kvp_tunable_format_range(const struct kvp_tunable *t, char *buf,
 			     size_t len);
 
