@@ -48,6 +48,27 @@ rc=$?
 [ $rc = 1 ] && grep -q "unknown device 'tpu' (cpu, cuda, emu)" "$tmp/err" ||
 	fail "--device tpu: exit $rc, $(cat "$tmp/err")"
 
+# a pool that cannot hold one layer's chosen blocks: refused before the
+# run with the smallest that holds them at every step (before, the first
+# step failed with "Argument list too long"); that smallest runs
+$K run --device emu $run --device-pool 64K >"$tmp/out" 2>"$tmp/err"
+rc=$?
+cat "$tmp/err"
+[ $rc = 2 ] || fail "--device-pool 64K: exit $rc, not 2"
+min=$(sed -n 's/.*the smallest pool that holds them at every step is \([0-9]*\) bytes ([0-9.]* [KMG]iB): give at least that.*/\1/p' "$tmp/err")
+[ -n "$min" ] || fail "--device-pool 64K: no smallest pool named"
+grep -q "decode step\|Argument list" "$tmp/err" && fail "--device-pool 64K ran a step"
+[ -s "$tmp/out" ] && fail "--device-pool 64K printed a report"
+$K run --device emu $run --device-pool $((min - 1)) >/dev/null 2>&1
+[ $? = 2 ] || fail "--device-pool $((min - 1)): not refused"
+$K run --device emu $run --device-pool "$min" >/dev/null 2>"$tmp/err" ||
+	{ cat "$tmp/err"; fail "--device-pool $min (the smallest named): exit $?"; }
+# no upper bound but 64 bits: said as one
+$K run --device emu $run --device-pool 1K >/dev/null 2>"$tmp/err"
+rc=$?
+[ $rc = 2 ] && grep -q "^kvpager: --device-pool: '1K' is out of range; accepted: at least 4K$" "$tmp/err" ||
+	fail "--device-pool 1K: exit $rc, $(cat "$tmp/err")"
+
 # the emulated device: the report's device line, the JSON's fields
 $K run --device emu $run >"$tmp/out" 2>"$tmp/err" || fail "--device emu: exit $?"
 grep -q "^  device emu (CPU emulation.*blocks reused [0-9]*, copied [1-9]" \

@@ -730,6 +730,30 @@ static int check_geometry(const struct run_opts *o,
 }
 
 /*
+ * A --device-pool that cannot hold one layer's chosen blocks fails the
+ * first step that chooses more: refuse it before the run, with the
+ * smallest that holds them at every step.
+ */
+static int check_device_pool(const struct run_opts *o,
+			     const struct kvp_kvcache *c)
+{
+	struct kvp_kvcache_device_stats ds;
+	char h[32];
+
+	if (kvp_kvcache_device_stats(c, &ds) ||
+	    o->device_pool >= ds.pool_min_bytes)
+		return 0;
+	fprintf(stderr,
+		"kvpager: --device-pool %" PRIu64 " bytes cannot hold one "
+		"layer's chosen blocks; the smallest pool that holds them at "
+		"every step is %" PRIu64 " bytes (%s): give at least that, or "
+		"leave --device-pool out (two layers' blocks)\n",
+		o->device_pool, ds.pool_min_bytes,
+		human((double)ds.pool_min_bytes, h, sizeof(h)));
+	return -E2BIG;
+}
+
+/*
  * Warn when the budget cannot hold what layer-ahead prefetch keeps in
  * memory at once: the layer computing and the prefetch depth's layers
  * ahead, each as many pager blocks as the predictor chooses in a layer.
@@ -1666,6 +1690,10 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 		kvp_instance_close(inst);
 		kvp_kv_synth_destroy(sy);
 		return 1;
+	}
+	if (o.device_pool && check_device_pool(&o, c)) {
+		status = 2;
+		goto out;
 	}
 	warn_budget(&o, &kv, c, cfg.ram_budget_bytes);
 	lv.c = c;

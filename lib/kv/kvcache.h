@@ -86,7 +86,8 @@
  * step's queries of one layer are all asked before its kernel and the
  * outputs all given after it (still query before attended per
  * sequence).  A pool too small for one layer's blocks fails the step
- * with -E2BIG; a retune to the exact predictor may need a larger pool.
+ * with -E2BIG (kvp_kvcache_device_stats gives the smallest that does); a
+ * retune to the exact predictor may need a larger pool.
  */
 #ifndef KVP_KVCACHE_H
 #define KVP_KVCACHE_H
@@ -392,6 +393,8 @@ int kvp_kvcache_device_probe(const char *device, char *msg, size_t len);
 struct kvp_kvcache_device_stats {
 	char name[160];		/* the device, as its driver says */
 	uint32_t pool_slots;	/* KV blocks the pool holds */
+	uint64_t pool_min_bytes; /* the smallest device_pool_bytes that
+				    holds one layer's chosen blocks */
 	uint64_t device_bytes;	/* device memory in all */
 	uint64_t staging_bytes; /* page-locked host memory in all */
 	uint64_t stages;	/* kernels launched (layers x steps) */

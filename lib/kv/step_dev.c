@@ -311,6 +311,11 @@ int kvp_kvcache_device_stats(const struct kvp_kvcache *c,
 	kvp_device_describe(c->dev, out->name, sizeof(out->name));
 	kvp_devattn_stats(c->da, &st);
 	out->pool_slots = kvp_devattn_slots(c->da);
+	/* a layer's chosen blocks are distinct: at most all of its blocks */
+	out->pool_min_bytes =
+	    (uint64_t)(c->d_cap < c->l.capacity_blocks ? c->d_cap
+						       : c->l.capacity_blocks) *
+	    c->bb;
 	out->device_bytes = kvp_devattn_device_bytes(c->da);
 	out->staging_bytes = kvp_devattn_host_bytes(c->da);
 	out->stages = st.stages;
