@@ -281,6 +281,14 @@ row = re.search(r"^kvpager +(.*)$", text, re.M).group(1).split()
 assert abs(float(row[8]) - med) < 0.002, "vs_ram %s is not the median %.3f" % (row[8], med)
 PY
 
+# A misspelt KVP_ variable is named once with the one meant (before, it
+# was ignored without a word), however many pagers the run opens.
+KVP_IO_DEPHT=8 "$B" --short stream random --modes kvpager-move,kvpager-copy \
+	--threads 1 --repeat 1 --quiet --dir "$tmp" >/dev/null 2>"$tmp/err" ||
+	fail "kvpbench with KVP_IO_DEPHT: exit $?"
+[ "$(grep -c "^kvpbench: warning: KVP_IO_DEPHT is not a variable kvpager reads: ignored (did you mean KVP_IO_DEPTH?)" "$tmp/err")" = 1 ] ||
+	fail "KVP_IO_DEPHT not named once: $(cat "$tmp/err")"
+
 # Killed with SIGKILL while it holds its backing file (up to 1 GiB),
 # kvpbench leaves nothing in --dir: the file never has a name.
 mkdir "$tmp/kill"

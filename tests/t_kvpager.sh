@@ -66,6 +66,32 @@ out=$("$K" run --preset tiny --context 256 --budget 16383P 2>&1)
 echo "$out" | grep -q KVP_ && fail "--budget 16383P blamed a variable: $out"
 ok "--budget 16383P names the option, no variable"
 
+# A misspelt KVP_ variable is named with the one meant (before, it was
+# ignored without a word: the budget stayed the default), the run goes on.
+out=$(KVP_RAM_BUDGET_BYTE=512M "$K" run --preset tiny --context 256 \
+	--steps 2 --quiet 2>&1 >/dev/null) || fail "KVP_RAM_BUDGET_BYTE: exit $?"
+echo "$out" | grep -q "^kvpager: warning: KVP_RAM_BUDGET_BYTE is not a variable kvpager reads: ignored (did you mean KVP_RAM_BUDGET_BYTES?)" ||
+	fail "KVP_RAM_BUDGET_BYTE=512M: not named: $out"
+ok "a misspelt KVP_ variable is named with the nearest"
+# and none that something reads is: every name the sources read (empty:
+# unset to them), a tunable's with a valid value
+src=$(dirname "$0")/..
+read_vars=$( (grep -rhoE '"KVP_[A-Z0-9_]+"' "$src/lib" "$src/tools" --include=*.c;
+	grep -rhoE 'getenv\("KVP_[A-Z0-9_]+"' "$src/tests" --include=*.c;
+	grep -rhoE '\$\{?KVP_[A-Z0-9_]+' "$src/tests" --include=*.sh) |
+	grep -oE 'KVP_[A-Z0-9_]+' | sort -u)
+[ "$(echo "$read_vars" | wc -l)" -gt 20 ] || fail "too few names found: $read_vars"
+vars=(KVP_RAM_BUDGET_BYTES=64M)
+for v in $read_vars; do
+	lc=${v#KVP_}
+	grep -q "X(${lc,,}," "$src/pager/config.h" "$src/lib/kv/kv_tunables.h" ||
+		vars+=("$v=")
+done
+out=$(env "${vars[@]}" "$K" run --preset tiny --context 256 --steps 2 \
+	--quiet 2>&1 >/dev/null) || fail "the variables read: exit $?: $out"
+echo "$out" | grep "is not a variable" && fail "a variable read is called unknown"
+ok "no variable that kvpager reads is called unknown"
+
 # The low-rank rank limit, and --rank reaching the run.
 expect 2 "rank 128 is over this shape's limit of 32 .*: set --rank to 4\.\.32" \
 	"$K" run --preset tiny --context 256 --predictor lowrank

@@ -631,8 +631,12 @@ static int configure(const struct run_opts *o, uint64_t kv_bytes,
 	struct kvp_tunable_target tg = { .pager = cfg, .kv = kv };
 	const struct kvp_tunable *budget = kvp_tunable_find("ram_budget_bytes");
 	char err[KVP_TUNABLE_ERR_MAX];
+	size_t pos = 0;
 	unsigned i;
 
+	/* a misspelt variable would be ignored without a word */
+	while (kvp_env_unknown_next(&pos, err, sizeof(err)))
+		fprintf(stderr, "kvpager: warning: %s\n", err);
 	kvp_config_defaults(cfg);
 	kvp_kv_config_defaults(kv);
 	cfg->ram_budget_bytes = kv_bytes / 4;

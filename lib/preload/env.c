@@ -176,82 +176,14 @@ static void load_engine_vars(void)
 	}
 }
 
-/* Levenshtein distance of @a and @b, counted up to 63 characters each. */
-static unsigned edit_distance(const char *a, const char *b)
-{
-	unsigned row[64], i, j, diag, up;
-	size_t na = strnlen(a, 63), nb = strnlen(b, 63);
-
-	for (j = 0; j <= nb; j++)
-		row[j] = j;
-	for (i = 1; i <= na; i++) {
-		diag = row[0];
-		row[0] = i;
-		for (j = 1; j <= nb; j++) {
-			up = row[j];
-			row[j] = a[i - 1] == b[j - 1] ? diag : diag + 1;
-			if (up + 1 < row[j])
-				row[j] = up + 1;
-			if (row[j - 1] + 1 < row[j])
-				row[j] = row[j - 1] + 1;
-			diag = up;
-		}
-	}
-	return row[nb];
-}
-
-/* The KVP_ variables read that are not tunables: the shim's own and the
- * library's paths. */
-static const char *const other_vars[] = { "KVP_BACKING_DIR", "KVP_FUSE_MOUNT",
-					  "KVP_RUNTIME_DIR",
-					  "KVP_METRICS_LISTEN" };
-#define NOTHER (sizeof(other_vars) / sizeof(other_vars[0]))
-#define NOWN   (sizeof(own) / sizeof(own[0]))
-
-/* The @i-th name kvpager reads (into @buf), or NULL past the last. */
-static const char *known_var(size_t i, char *buf, size_t len)
-{
-	size_t nt = kvp_tunables_count();
-
-	if (i < nt) {
-		kvp_tunable_env_name(kvp_tunable_at(i), buf, len);
-		return buf;
-	}
-	if (i - nt < NOWN)
-		return own[i - nt].name;
-	if (i - nt - NOWN < NOTHER)
-		return other_vars[i - nt - NOWN];
-	return NULL;
-}
-
 /* Name each KVP_ variable that nothing reads, with the nearest that is. */
 static void warn_unknown_vars(void)
 {
-	extern char **environ;
-	char name[96], buf[96], nearest[96];
-	const char *k;
-	size_t i;
+	char msg[256];
+	size_t pos = 0;
 
-	for (char **e = environ; e && *e; e++) {
-		unsigned best = ~0u, d;
-		size_t n = strcspn(*e, "=");
-
-		if (strncmp(*e, "KVP_", 4) || n >= sizeof(name))
-			continue;
-		memcpy(name, *e, n);
-		name[n] = '\0';
-		for (i = 0; (k = known_var(i, buf, sizeof(buf))); i++) {
-			d = edit_distance(name, k);
-			if (d < best) {
-				best = d;
-				snprintf(nearest, sizeof(nearest), "%s", k);
-			}
-		}
-		if (best)
-			kvp_preload_say("%s is not a variable kvpager reads: "
-					"ignored (did you mean %s?)",
-					name, nearest);
-	}
+	while (kvp_env_unknown_next(&pos, msg, sizeof(msg)))
+		kvp_preload_say("%s", msg);
 }
 
 void kvp_preload_env_load(void)

@@ -160,6 +160,16 @@ int kvp_tunable_env_name(const struct kvp_tunable *t, char *buf, size_t len);
 int kvp_tunables_load_env(const struct kvp_tunable_target *tg, char *err,
 			  size_t errlen);
 
+/*
+ * kvp_env_unknown_next - the environment's next KVP_ variable, from
+ * environ[*pos], that nothing of kvpager reads (not a tunable's, nor the
+ * library's, the preload shim's or the tests'): 1 with *pos past it and
+ * @msg "KVP_X is not a variable kvpager reads: ignored (did you mean
+ * KVP_Y?)", KVP_Y the nearest name that is read; 0 when none is left.
+ * Start with *pos = 0.
+ */
+int kvp_env_unknown_next(size_t *pos, char *msg, size_t len);
+
 /* Flags of kvp_tunables_apply_lines. */
 #define KVP_TUNABLES_RUNTIME_ONLY                                              \
 	(1u << 0) /* refuse to change a tunable that

@@ -35,9 +35,14 @@ static int pager_open(struct kvpb_ctx *c, uint64_t budget, unsigned install,
 	struct kvp_tunable_target tg = { .pager = &cfg };
 	const struct kvp_tunable *t;
 	char msg[KVP_TUNABLE_ERR_MAX];
-	static bool said;
+	static bool said, named;
+	size_t pos = 0;
 	int err;
 
+	/* a misspelt variable would be ignored without a word: said once */
+	while (!named && kvp_env_unknown_next(&pos, msg, sizeof(msg)))
+		fprintf(stderr, "kvpbench: warning: %s\n", msg);
+	named = true;
 	kvp_config_defaults(&cfg);
 	/* A program's touches: the shim's fault-around, unless set. */
 	if (program)
