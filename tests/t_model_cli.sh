@@ -60,5 +60,20 @@ expect 2 "cannot open tokenizer '$tmp/none'" --model $m --context 4 --generate 2
 expect 2 "runs one sequence" --model $m --batch 2 --generate 2
 printf 'x' >"$tmp/short.bin"
 expect 2 "is truncated" --model "$tmp/short.bin" --generate 2
+# A model's option without --model is refused, not ignored (before, the
+# synthetic run went on: exit 0, nothing generated, nothing written).
+for o in "--prompt-tokens 1,2" "--generate 4" "--temperature 0.5" \
+	"--tokenizer $tmp/none" "--logits-out $tmp/logits" "--cache-salt s" \
+	"--cache-model-id m" "--cache-key-file $tmp/key" \
+	"--cache-capacity 1G" "--cache-dir $tmp/c" "--remote redis://127.0.0.1:1"; do
+	expect 2 "^kvpager: ${o%% *} is for a model run (without --model the KV is synthetic): add --model$" \
+		--preset tiny --context 40 --steps 2 $o
+done
+expect 2 "^kvpager: --prompt-tokens is for a model run" --preset tiny \
+	--prompt-tokens 1,2 --generate 4 --temperature 0.5 --tokenizer /nonexistent \
+	--logits-out "$tmp/logits" --cache-salt s
+[ -e "$tmp/logits" ] || [ -e "$tmp/c" ] && { echo "FAIL: a refused run wrote a file"; fail=1; }
+KVP_CACHE_DIR=$tmp/c expect 2 "^kvpager: KVP_CACHE_DIR stores a model's KV: add --model, or unset it" \
+	--preset tiny --context 40 --steps 2
 [ $fail = 0 ] && echo "kvpager run --model: all cases as expected"
 exit $fail

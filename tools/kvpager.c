@@ -435,12 +435,18 @@ static void set_tunable(struct run_opts *o, enum opt_id id, uint64_t v)
 	s->id = id;
 }
 
+/* An option of a model run only: its help says "model: ". */
+static bool model_only(enum opt_id id)
+{
+	return opts[id].help && !strncmp(opts[id].help, "model: ", 7);
+}
+
 static int parse_args(int argc, char **argv, struct run_opts *o)
 {
 	struct option lo[O_COUNT + 1];
 	char shorts[3 * O_COUNT + 1];
+	int c, for_model = -1; /* the first model-only option given */
 	uint64_t v;
-	int c;
 
 	kvp_cli_getopt(cli_table(), "", lo, shorts);
 	while ((c = getopt_long(argc, argv, shorts, lo, NULL)) != -1) {
@@ -451,6 +457,8 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
 			usage(stderr);
 			return -EINVAL;
 		}
+		if (for_model < 0 && model_only(id))
+			for_model = id;
 		switch (id) {
 		case O_PRESET:
 			o->preset = a;
@@ -572,6 +580,14 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
 	if (optind < argc) {
 		fprintf(stderr, "kvpager: unexpected argument '%s'\n",
 			argv[optind]);
+		return -EINVAL;
+	}
+	/* without a model the KV is synthetic: the option would do nothing */
+	if (for_model >= 0 && !o->model) {
+		fprintf(stderr,
+			"kvpager: --%s is for a model run (without --model "
+			"the KV is synthetic): add --model\n",
+			opts[for_model].name);
 		return -EINVAL;
 	}
 	if (o->warmup >= o->steps) {
@@ -1217,8 +1233,9 @@ static int model_cache_open(struct run_opts *o, struct model_run *mr,
 		return err;
 	}
 	if (!mr->m) {
-		fprintf(stderr, "kvpager: --cache-dir (KVP_CACHE_DIR) stores a "
-				"model's KV: add --model\n");
+		/* --cache-dir without --model is refused with the options */
+		fprintf(stderr, "kvpager: KVP_CACHE_DIR stores a model's KV: "
+				"add --model, or unset it\n");
 		return -EINVAL;
 	}
 	err = kvp_model_cache_open(&o->cache, mr->m, g, &mr->mc, why,
