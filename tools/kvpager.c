@@ -383,8 +383,10 @@ static void usage(FILE *f)
 	fprintf(f,
 		"Every KV and engine tunable is also read from its KVP_<NAME> "
 		"variable\n(kvpctl list shows them); an option wins over its "
-		"variable.\n"
-		"Without --model the KV is synthetic; no model runs.\n");
+		"variable.  A KVP_ name\nthat nothing reads is named with the "
+		"nearest one that is.\n"
+		"Without --model the KV is synthetic; no model runs, and the "
+		"model: options\nare refused.\n");
 }
 
 /*
