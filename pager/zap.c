@@ -386,9 +386,13 @@ static bool walk_takes(struct kvp_pager *p, struct kvp_op *op, uint32_t lo,
 		w->end = hi;
 	if (*from > lo)
 		KVP_STAT_ADD(op->r, zap_repeats_total, 1);
-	/* An event of the call from inside the block: the kernel's walk
-	 * passed a VMA's end, so the program split it. */
-	op->r->blocks[op->blk].flags |= BLK_VMAS;
+	/* An event of the call from where a VMA begins inside the block:
+	 * the kernel's walk passed a VMA's end, so the program split it.
+	 * (The program's own drops can take this shape: asked, not taken.) */
+	if (!(op->r->blocks[op->blk].flags & BLK_VMAS) && p->maps_fd >= 0 &&
+	    !kvp_mem_vma_at(p->maps_fd, (void *)(at + lo), &vs, &ve) &&
+	    vs == at + lo)
+		op->r->blocks[op->blk].flags |= BLK_VMAS;
 	return true;
 }
 
@@ -479,6 +483,41 @@ static unsigned zap_ranges(const struct kvp_pager *p, const struct kvp_op *op,
 		iov[i] = (struct iovec){ at + i * KVP_PAGE_BYTES,
 					 KVP_PAGE_BYTES };
 	return (unsigned)n;
+}
+
+/*
+ * Drop @iov's @niov ranges; returns the bytes dropped, in range order,
+ * with a page the program unmapped meanwhile counted among them.  The
+ * kernel stops at the first range it fails on.  A range that spans a hole
+ * fails once every page still mapped is dropped; a block dropped a page
+ * at a time has a range of its own for the unmapped page, and then the
+ * pages before it were dropped and the rest not: the move that took such
+ * a block next wrote it over the store with zeros for those.  So the
+ * call goes on past such a page, as it does past a hole in one range.
+ */
+static size_t zap_call(const struct kvp_pager *p, const struct iovec *iov,
+		       unsigned niov)
+{
+	size_t total = 0;
+	unsigned at = 0;
+
+	while (at < niov) {
+		size_t done = 0;
+		uintptr_t vs, ve;
+
+		(void)kvp_mem_advise_batch(p->pidfd, iov + at, niov - at,
+					   MADV_DONTNEED_LOCKED, &done);
+		total += done;
+		while (at < niov && done >= iov[at].iov_len)
+			done -= iov[at++].iov_len;
+		if (at == niov || iov[at].iov_len != KVP_PAGE_BYTES ||
+		    p->maps_fd < 0 ||
+		    kvp_mem_vma_at(p->maps_fd, iov[at].iov_base, &vs, &ve) !=
+			-ENOENT)
+			break;
+		total += iov[at++].iov_len;
+	}
+	return total;
 }
 
 /*
@@ -583,8 +622,7 @@ static void *zapper_main(void *arg)
 		 * and the move that takes such a block next refuses the
 		 * locked page as well, so the block stayed resident without
 		 * them (they read back as zeros). */
-		(void)kvp_mem_advise_batch(p->pidfd, iov, niov,
-					   MADV_DONTNEED_LOCKED, &done);
+		done = zap_call(p, iov, niov);
 		/* Every event of our call is read, and a reader handles the
 		 * drops it read before it lets go of evlock: so once we have
 		 * held it, all are handled (counted, or known for repeats)

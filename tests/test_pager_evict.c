@@ -838,6 +838,35 @@ static bool refuse_move_of_block0(size_t bs)
 }
 
 /*
+ * A move refused while the program had locked a page of the block (_i 0)
+ * remembers the split (BLK_VMAS): the block is zapped a page at a time
+ * from then on, even once the lock is undone.  One refused while the
+ * whole block was locked (_i 1: one VMA) does not: it keeps one range a
+ * call.  Either way the data stays right.
+ */
+START_TEST(test_refused_move_keeps_split)
+{
+	struct popts po = { .budget = 16 * MIB, .mode = KVP_INSTALL_MOVE };
+	size_t bs = 2 * MIB, lock = _i ? bs : PG;
+	char *a = fx_seeded_region(ST_MEM, 64 * MIB, bs, &po);
+	char *at = a + (_i ? 0 : PG);
+
+	ck_assert_int_eq(kvp_test_mlock(at, lock), 0);
+	ck_assert(refuse_move_of_block0(bs));
+	ck_assert_msg(!(block_flags(0) & BLK_VMAS) == (_i == 1),
+		      "block 0's split %s", _i ? "taken from a whole lock"
+					       : "not kept");
+	ck_assert_int_eq(kvp_test_munlock(at, lock), 0);
+	for (size_t i = 0; i < 32; i++) {
+		(void)kvp_region_advise(R, 0, 1, KVP_ADVICE_COLD);
+		(void)touch_read(R, bs * (1 + i % 31), bs);
+	}
+	settle(R);
+	check_region(R, 0, 64 * MIB, SEED_A);
+}
+END_TEST
+
+/*
  * A dirty block with a page the program made inaccessible (PROT_NONE):
  * the zapper's copy could not read that page and wrote zeros for it, then
  * zapped the block, so the page read zeros once accessible again.  Now
@@ -1036,6 +1065,7 @@ static Suite *pager_evict_suite(void)
 	tcase_add_loop_test(t, test_stuck_blocks_skipped, 0, 2);
 	tcase_add_loop_test(t, test_stuck_budget_leaves, 0, 4);
 	tcase_add_loop_test(t, test_protnone_page_kept, 0, 2);
+	tcase_add_loop_test(t, test_refused_move_keeps_split, 0, 2);
 	tcase_add_loop_test(t, test_flush_after_drop_during_clean, 0, 2);
 	return s;
 }
