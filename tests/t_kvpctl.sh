@@ -67,6 +67,10 @@ expect 0 "^demand_faults_total = [0-9]+\$" "$K" -a
 expect 0 "^install_mode = \[auto\] move copy\$" "$K" get install_mode
 expect 0 "^16777216\$" "$K" -n get ram_budget_bytes
 expect 0 "^regions/demo/nr_blocks = 256\$" "$K" get regions/demo/nr_blocks
+# any file of the view, by its path: the top-level ones too
+expect 0 "^pid = $p1\$" "$K" get pid
+expect 0 "^uffd_mode = (full|user-mode-only)\$" "$K" -m "$tmp/m1" get uffd_mode
+expect 0 "^last_error = \$" "$K" get last_error
 expect 0 "^ram_budget_bytes = 16777216\$" "$K" list
 expect 0 "bytes 2M\.\.1P, default 1G, runtime" "$K" list
 
@@ -82,7 +86,10 @@ expect 1 "io_depth cannot change on a running pager: set KVP_IO_DEPTH" \
 expect 1 "unknown tunable 'nosuch'" "$K" set nosuch=1
 expect 1 "is a statistic" "$K" set demand_faults_total=0
 expect 1 "not NAME=VALUE" "$K" set ram_budget_bytes
-expect 1 "unknown name 'nosuch'" "$K" get nosuch
+expect 1 "unknown name 'nosuch': not a tunable, a statistic or a file of the view" \
+	"$K" get nosuch
+expect 1 "unknown name 'regions/nosuch'" "$K" get regions/nosuch
+expect 1 "unknown name '\.\./m1/pid'" "$K" get ../m1/pid
 expect 0 "^16777216\$" "$K" -n get ram_budget_bytes
 # set is all or nothing: a bad value, or a KV tunable on a pager without
 # a KV layer, leaves the good ones unset too

@@ -453,14 +453,17 @@ static bool is_stat(const char *name)
 	return false;
 }
 
+/* A tunable or a statistic by its name, else any file of the view by its
+ * path (pid, regions/kv/resident_bytes); never one outside it (..). */
 static int cmd_get(int argc, char **argv)
 {
-	char rel[PATH_MAX], *v;
+	char rel[PATH_MAX], path[2 * PATH_MAX], *v;
+	struct stat st;
 	int i;
 
 	if (argc < 1)
-		die("get: name a tunable or statistic (kvpctl list, kvpctl "
-		    "-a)");
+		die("get: name a tunable, a statistic or a file of the view "
+		    "(kvpctl list, kvpctl -a)");
 	for (i = 0; i < argc; i++) {
 		const char *name = argv[i];
 
@@ -468,12 +471,14 @@ static int cmd_get(int argc, char **argv)
 			snprintf(rel, sizeof(rel), "tunables/%s", name);
 		else if (is_stat(name))
 			snprintf(rel, sizeof(rel), "stats/%s", name);
-		else if (strchr(name, '/') && !strstr(name, ".."))
-			snprintf(rel, sizeof(rel), "%s", name);
 		else
-			die("unknown name '%s': not a tunable or statistic "
-			    "(kvpctl list shows tunables, kvpctl -a all)",
-			    name);
+			snprintf(rel, sizeof(rel), "%s", name);
+		snprintf(path, sizeof(path), "%s/%s", mount_path, rel);
+		if (strstr(name, "..") || (stat(path, &st) && errno == ENOENT))
+			die("unknown name '%s': not a tunable, a statistic or "
+			    "a file of the view (kvpctl list shows tunables, "
+			    "kvpctl -a all, ls %s the files)",
+			    name, mount_path);
 		v = value_of(rel);
 		print_kv(name, v);
 		free(v);
