@@ -141,6 +141,9 @@ check "sealed, after the others: unauthenticated" "$(field cache_dropped_unauth 
 chmod 644 "$tmp/key"
 c=$(run --model random:tiny --generate 2 --cache-dir "$d" --cache-key-file "$tmp/key" 2>&1)
 [ $? = 2 ] && grep -q "chmod 600" <<<"$c" || { echo "FAIL: a key file others read: $c"; fail=1; }
+c=$(KVP_CACHE_KEY=xyz run --model random:tiny --generate 2 --cache-dir "$d" 2>&1)
+[ $? = 2 ] && grep -q "KVP_CACHE_KEY: .*64 hex digits" <<<"$c" ||
+	{ echo "FAIL: a bad KVP_CACHE_KEY not named: $c"; fail=1; }
 
 # a corrupt block, mapped (random:tiny's prompt attends to itself, so its
 # chunks are not read at the hit): found when the decode first reads it,

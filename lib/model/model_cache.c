@@ -134,8 +134,14 @@ int kvp_model_cache_open(const struct kvp_model_cache_opts *o,
 	} else if (o->key_hex) {
 		e = kvp_cache_cipher_parse(o->key_hex, strlen(o->key_hex),
 					   &cipher, err, errlen);
-		if (e)
+		if (e) {
+			char why[256];
+
+			/* name where it came from: the environment */
+			snprintf(why, sizeof(why), "%s", err);
+			snprintf(err, errlen, "KVP_CACHE_KEY: %s", why);
 			return e;
+		}
 		co.cipher = &cipher;
 	}
 	mc = calloc(1, sizeof(*mc));
