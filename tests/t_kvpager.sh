@@ -209,8 +209,12 @@ wait_for '^kvpager: from step [0-9]+: predictor window, prefetch depth 0' "$tmp/
 ok "apply 'predictor = window' taken up"
 echo lowrank >"$tmp/m/tunables/predictor" 2>/dev/null &&
 	fail "lowrank accepted on a run that keeps no low-rank keys"
-grep -q "predictor lowrank refused: .*start it with --predictor lowrank" "$tmp/err" ||
+grep -q "predictor lowrank: .*start it with --predictor lowrank" "$tmp/err" ||
 	fail "no reason for refusing lowrank: $(cat "$tmp/err")"
+out=$("$KCTL" set predictor=lowrank 2>&1) &&
+	fail "kvpctl set predictor=lowrank accepted on a run without low-rank keys"
+grep -q "start it with --predictor lowrank" <<<"$out" ||
+	fail "kvpctl set predictor=lowrank gave no reason: $out"
 [ "$(cat "$tmp/m/tunables/predictor")" = "exact [window] lowrank" ] ||
 	fail "a refused lowrank changed the view: $(cat "$tmp/m/tunables/predictor")"
 ok "lowrank refused with the reason, nothing changed"

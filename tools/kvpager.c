@@ -845,11 +845,13 @@ static int live_apply(void *arg, const struct kvp_kv_config *cfg,
 		lv->pending = true;
 	}
 	pthread_mutex_unlock(&lv->mu);
-	if (r == -EOPNOTSUPP)
-		fprintf(stderr,
-			"kvpager: predictor lowrank refused: this run keeps "
-			"no low-rank keys (start it with --predictor lowrank "
-			"to switch to and from it)\n");
+	/* The reason, for the view's last_error (kvpctl says it) too. */
+	if (r == -EOPNOTSUPP) {
+		*bad = "predictor lowrank: this run keeps no low-rank keys "
+		       "(start it with --predictor lowrank to switch to and "
+		       "from it)";
+		fprintf(stderr, "kvpager: %s\n", *bad);
+	}
 	return r;
 }
 
