@@ -92,9 +92,16 @@ out=$(env "${vars[@]}" "$K" run --preset tiny --context 256 --steps 2 \
 echo "$out" | grep "is not a variable" && fail "a variable read is called unknown"
 ok "no variable that kvpager reads is called unknown"
 
-# The low-rank rank limit, and --rank reaching the run.
+# The low-rank rank limit (the default cut to it quietly, a rank asked
+# for refused), and --rank reaching the run.
+out=$("$K" run --preset tiny --context 256 --steps 3 --predictor lowrank \
+	--json --quiet) || fail "lowrank at the default rank: $out"
+[ "$(json lowrank_rank "$out")" = 32 ] ||
+	fail "the default rank not cut to tiny's 32: $out"
 expect 2 "rank 128 is over this shape's limit of 32 .*: set --rank to 4\.\.32" \
-	"$K" run --preset tiny --context 256 --predictor lowrank
+	"$K" run --preset tiny --context 256 --predictor lowrank --rank 128
+expect 2 "rank 64 is over this shape's limit of 32 .*of model random:tiny" \
+	"$K" run --model random:tiny --context 64 --predictor lowrank --rank 64
 expect 2 "rank 64 is over this shape's limit of 32 .*: set KVP_LOWRANK_RANK to 4\.\.32" \
 	env KVP_LOWRANK_RANK=64 "$K" run --preset tiny --context 256 \
 	--predictor lowrank

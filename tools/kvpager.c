@@ -704,16 +704,23 @@ static int check_geometry(const struct run_opts *o,
 			  struct kvp_kv_config *kv)
 {
 	uint32_t max_rank = kvp_predictor_max_rank(g);
+	const char *shape = o->model ? "model" : "preset";
 	char src[96], src2[96];
 
+	/* The default rank is cut to a small shape's limit quietly, as the
+	 * default depth is to its layers; a rank asked for is refused. */
+	if (kv->predictor == KVP_PREDICTOR_LOWRANK &&
+	    kv->lowrank_rank > max_rank &&
+	    !tunable_given(o, "lowrank_rank"))
+		kv->lowrank_rank = max_rank;
 	if (kv->predictor == KVP_PREDICTOR_LOWRANK &&
 	    kv->lowrank_rank > max_rank) {
 		fprintf(stderr,
 			"kvpager: lowrank: rank %" PRIu64 " is over this "
 			"shape's limit of %u (%u KV heads x head dim %u of "
-			"preset %s): set %s to 4..%u\n",
+			"%s %s): set %s to 4..%u\n",
 			kv->lowrank_rank, max_rank, g->kv_heads, g->head_dim,
-			o->preset,
+			shape, o->preset,
 			tunable_source(o, "lowrank_rank", src, sizeof(src)),
 			max_rank);
 		return -EINVAL;
@@ -737,13 +744,13 @@ static int check_geometry(const struct run_opts *o,
 	if (kv->prefetch_depth_layers > g->layers - 1) {
 		if (tunable_given(o, "prefetch_depth_layers")) {
 			fprintf(stderr,
-				"kvpager: %s %" PRIu64 ": preset %s has %u "
+				"kvpager: %s %" PRIu64 ": %s %s has %u "
 				"layers, so prefetch reaches at most %u "
 				"ahead\n",
 				tunable_source(o, "prefetch_depth_layers", src,
 					       sizeof(src)),
-				kv->prefetch_depth_layers, o->preset, g->layers,
-				g->layers - 1);
+				kv->prefetch_depth_layers, shape, o->preset,
+				g->layers, g->layers - 1);
 			return -EINVAL;
 		}
 		kv->prefetch_depth_layers = g->layers - 1;
@@ -1615,9 +1622,10 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 	g.block_tokens = (uint32_t)kv.kv_block_tokens;
 	if (kvp_kv_geometry_check(&g)) {
 		fprintf(stderr,
-			"kvpager: %u tokens per KV block do not fit preset %s "
+			"kvpager: %u tokens per KV block do not fit %s %s "
 			"(set --block-tokens)\n",
-			g.block_tokens, o.preset);
+			g.block_tokens, o.model ? "model" : "preset",
+			o.preset);
 		return 2;
 	}
 	if (check_geometry(&o, &g, &kv))
