@@ -493,7 +493,9 @@ static unsigned zap_ranges(const struct kvp_pager *p, const struct kvp_op *op,
  * at a time has a range of its own for the unmapped page, and then the
  * pages before it were dropped and the rest not: the move that took such
  * a block next wrote it over the store with zeros for those.  So the
- * call goes on past such a page, as it does past a hole in one range.
+ * call goes on past such a page, as it does past a hole in one range:
+ * the page alone is tried again, and ENOMEM says no VMA holds it (no
+ * look at the VMAs between, which the program may change).
  */
 static size_t zap_call(const struct kvp_pager *p, const struct iovec *iov,
 		       unsigned niov)
@@ -503,17 +505,18 @@ static size_t zap_call(const struct kvp_pager *p, const struct iovec *iov,
 
 	while (at < niov) {
 		size_t done = 0;
-		uintptr_t vs, ve;
+		int err;
 
 		(void)kvp_mem_advise_batch(p->pidfd, iov + at, niov - at,
 					   MADV_DONTNEED_LOCKED, &done);
 		total += done;
 		while (at < niov && done >= iov[at].iov_len)
 			done -= iov[at++].iov_len;
-		if (at == niov || iov[at].iov_len != KVP_PAGE_BYTES ||
-		    p->maps_fd < 0 ||
-		    kvp_mem_vma_at(p->maps_fd, iov[at].iov_base, &vs, &ve) !=
-			-ENOENT)
+		if (at == niov || iov[at].iov_len != KVP_PAGE_BYTES)
+			break;
+		err = kvp_mem_advise_batch(p->pidfd, iov + at, 1,
+					   MADV_DONTNEED_LOCKED, &done);
+		if (err && err != -ENOMEM)
 			break;
 		total += iov[at++].iov_len;
 	}
