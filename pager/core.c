@@ -212,6 +212,7 @@ void kvp_clock_add(struct kvp_pager *p, struct kvp_block *b)
 void kvp_clock_del(struct kvp_pager *p, struct kvp_block *b)
 {
 	if (b->next == b) {
+		assert(p->clock == b); /* else it was lost from the list */
 		p->clock = NULL;
 	} else {
 		b->prev->next = b->next;

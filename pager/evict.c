@@ -133,7 +133,13 @@ struct kvp_block *kvp_clock_victim(struct kvp_pager *p, struct kvp_region **rp,
 		    ((rounds > 1 && take_prefetched) ||
 		     !(b->flags & (BLK_PREFETCHED | BLK_ACTIVE))) &&
 		    !kvp_blk_zap_waits(b->owner, b)) {
-			p->clock = b->next == b ? NULL : b->next;
+			/* The hand moves on; the victim stays in the list
+			 * until its eviction takes it out (kvp_clock_del).
+			 * One that stays resident (written first by the
+			 * zapper, or no slot) must stay in it: alone there,
+			 * the hand on NULL lost it from the clock, and the
+			 * next block added began a list of its own. */
+			p->clock = b->next;
 			*rp = b->owner;
 			return b;
 		}

@@ -838,6 +838,47 @@ static bool refuse_move_of_block0(size_t bs)
 }
 
 /*
+ * The clock keeps a victim that stays resident.  Chosen alone in the
+ * list, it left the hand on NULL though still in it: when it stayed (the
+ * zapper writes a dirty block that refused its move first; no slot), the
+ * next block added began a new list and it was lost from the clock, and
+ * its removal later orphaned that list.  Every resident block then out of
+ * the clock, a load waiting for a frame waited for ever (kvpsoak --churn
+ * hung so, 8 blocks resident, 6 loads waiting, the hand on NULL).
+ */
+START_TEST(test_clock_keeps_a_lone_victim)
+{
+	static struct kvp_pager p;
+	static struct kvp_region r;
+	static struct kvp_block b[2];
+	struct kvp_region *rp = NULL;
+	struct kvp_block *x;
+	unsigned n = 0;
+
+	r.p = &p;
+	r.blocks = b;
+	r.nblocks = 2;
+	for (unsigned i = 0; i < 2; i++) {
+		b[i].owner = &r;
+		b[i].state = KVP_BLOCK_RESIDENT;
+	}
+	kvp_clock_add(&p, &b[0]);
+	ck_assert_ptr_eq(kvp_clock_victim(&p, &rp, false), &b[0]);
+	ck_assert_ptr_eq(rp, &r);
+	kvp_clock_add(&p, &b[1]); /* b[0] stayed resident */
+	x = p.clock;
+	do {
+		n++;
+		x = x->next;
+	} while (x && x != p.clock && n < 4);
+	ck_assert_msg(n == 2, "%u blocks in the clock, 2 resident", n);
+	kvp_clock_del(&p, &b[0]);
+	kvp_clock_del(&p, &b[1]);
+	ck_assert_ptr_null(p.clock);
+}
+END_TEST
+
+/*
  * A move refused while the program had locked a page of the block (_i 0)
  * remembers the split (BLK_VMAS): the block is zapped a page at a time
  * from then on, even once the lock is undone.  One refused while the
@@ -1066,6 +1107,7 @@ static Suite *pager_evict_suite(void)
 	tcase_add_loop_test(t, test_stuck_budget_leaves, 0, 4);
 	tcase_add_loop_test(t, test_protnone_page_kept, 0, 2);
 	tcase_add_loop_test(t, test_refused_move_keeps_split, 0, 2);
+	tcase_add_test(t, test_clock_keeps_a_lone_victim);
 	tcase_add_loop_test(t, test_flush_after_drop_during_clean, 0, 2);
 	return s;
 }
