@@ -350,6 +350,9 @@ static int evicted_clean(struct kvp_service *s, struct kvp_op *op, void *slot,
 	uint64_t blk = op->blk;
 	struct kvp_block *b = &r->blocks[blk];
 	bool waiters = kvp_blk_take_waiters(b);
+	/* What it wakes: a dying region may go once p->lock is let go. */
+	char *addr = kvp_blk_addr(r, blk);
+	size_t len = r->block_bytes;
 
 	kvp_blk_evicted(r, b, false);
 	kvp_frame_unuse(p, op->held);
@@ -363,8 +366,7 @@ static int evicted_clean(struct kvp_service *s, struct kvp_op *op, void *slot,
 	pthread_mutex_unlock(&p->lock);
 	kvp_op_free(op);
 	if (waiters)
-		(void)kvp_uffd_wake(&p->uffd, kvp_blk_addr(r, blk),
-				    r->block_bytes);
+		(void)kvp_uffd_wake(&p->uffd, addr, len);
 	return 0;
 }
 
@@ -433,6 +435,8 @@ int kvp_evict_move(struct kvp_service *s, struct kvp_op *op)
 	struct kvp_region *r = op->r;
 	uint64_t blk = op->blk;
 	struct kvp_block *b = &r->blocks[blk];
+	char *addr = kvp_blk_addr(r, blk);
+	size_t r_len = r->block_bytes;
 	void *slot;
 	bool dirty, split, waiters = false;
 	int err;
@@ -474,11 +478,10 @@ int kvp_evict_move(struct kvp_service *s, struct kvp_op *op)
 					"%" PRIu64 " of %s whole\n",
 				blk, r->name);
 		waiters = kvp_blk_take_waiters(b);
-		pthread_mutex_unlock(&p->lock);
+		pthread_mutex_unlock(&p->lock); /* r may go: addr, r_len */
 		kvp_op_free(op);
 		if (waiters) /* they find it resident again */
-			(void)kvp_uffd_wake(&p->uffd, kvp_blk_addr(r, blk),
-					    r->block_bytes);
+			(void)kvp_uffd_wake(&p->uffd, addr, r_len);
 		return 0;
 	}
 	if (b->flags & BLK_PREFETCHED)
@@ -575,6 +578,7 @@ void kvp_writeback_done(struct kvp_service *s, struct kvp_op *op)
 	struct kvp_region *r = op->r;
 	struct kvp_block *b = &r->blocks[op->blk];
 	size_t len = r->block_bytes;
+	char *addr = kvp_blk_addr(r, op->blk); /* r may go once unlocked */
 	bool ok = op->io.result == (int64_t)op->io.len, waiters;
 	uint64_t drops[KVP_BLOCK_PAGES_MAX / 64];
 	bool redo = false;
@@ -647,7 +651,7 @@ void kvp_writeback_done(struct kvp_service *s, struct kvp_op *op)
 	pthread_cond_broadcast(&p->idle);
 	pthread_mutex_unlock(&p->lock);
 	if (waiters)
-		(void)kvp_uffd_wake(&p->uffd, kvp_blk_addr(r, op->blk), len);
+		(void)kvp_uffd_wake(&p->uffd, addr, len);
 	kvp_op_free(op);
 }
 

@@ -516,6 +516,8 @@ void kvp_load_abandon(struct kvp_service *s, struct kvp_op *op)
 	struct kvp_pager *p = s->p;
 	struct kvp_region *r = op->r;
 	struct kvp_block *b = &r->blocks[op->blk];
+	char *addr;
+	size_t len;
 
 	if (fill_dirty(b) && b->dirty_win) {
 		/* Resident again as it was: its dirty windows are not given
@@ -528,10 +530,14 @@ void kvp_load_abandon(struct kvp_service *s, struct kvp_op *op)
 		kvp_blk_load_dropped(r, b);
 	}
 	finish_pfs(p, op, false);
+	/* Taken under the lock: once it is let go, a dying region's
+	 * destroy may free r. */
+	addr = kvp_blk_addr(r, op->blk);
+	len = r->block_bytes;
 	pthread_cond_broadcast(&p->idle);
 	pthread_mutex_unlock(&p->lock);
 	/* A fault that waited on it faults again (and reads zeros). */
-	(void)kvp_uffd_wake(&p->uffd, kvp_blk_addr(r, op->blk), r->block_bytes);
+	(void)kvp_uffd_wake(&p->uffd, addr, len);
 	kvp_op_free(op);
 }
 
@@ -738,6 +744,9 @@ void kvp_load_install(struct kvp_service *s, struct kvp_op *op)
 	 * does not end. */
 	uint64_t waited[KVP_BLOCK_PAGES_MAX / 64];
 	struct kvp_op *next = NULL;
+	/* What the end wakes: r may be gone once p->lock is let go. */
+	char *waddr = kvp_blk_addr(r, op->blk);
+	size_t wlen = r->block_bytes;
 	uint32_t placed = 0;
 	int err;
 
@@ -860,8 +869,7 @@ void kvp_load_install(struct kvp_service *s, struct kvp_op *op)
 	pthread_cond_broadcast(&p->idle);
 	pthread_mutex_unlock(&p->lock);
 	/* Only now: a woken thread finds the block RESIDENT. */
-	(void)kvp_uffd_wake(&p->uffd, kvp_blk_addr(r, op->blk),
-			    r->block_bytes);
+	(void)kvp_uffd_wake(&p->uffd, waddr, wlen);
 	kvp_op_free(next);
 	kvp_op_free(op);
 }

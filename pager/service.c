@@ -342,6 +342,7 @@ static void zap_settle(struct kvp_service *s, struct kvp_op *op)
 	struct kvp_region *r = op->r;
 	struct kvp_block *b = &r->blocks[op->blk];
 	size_t len = r->block_bytes, pages = len / KVP_PAGE_BYTES;
+	char *addr = kvp_blk_addr(r, op->blk);
 	size_t held = op->held, dropped = 0;
 	bool waiters;
 
@@ -401,8 +402,8 @@ static void zap_settle(struct kvp_service *s, struct kvp_op *op)
 	}
 	pthread_cond_broadcast(&p->idle);
 	pthread_mutex_unlock(&p->lock);
-	if (waiters)
-		(void)kvp_uffd_wake(&p->uffd, kvp_blk_addr(r, op->blk), len);
+	if (waiters) /* addr: r may be gone once p->lock is let go */
+		(void)kvp_uffd_wake(&p->uffd, addr, len);
 	kvp_op_free(op);
 }
 
