@@ -578,6 +578,9 @@ static void poison_load(struct kvp_service *s, struct kvp_op *op)
 	fill_release(p, r, b);
 	kvp_blk_load_failed(r, b);
 	finish_pfs(p, op, true);
+	/* The region stays until the write, the poison and the wake below
+	 * are done: a dying one's destroy waits for inflight. */
+	r->inflight++;
 	pthread_cond_broadcast(&p->idle);
 	pthread_mutex_unlock(&p->lock);
 	if (runs) {
@@ -606,6 +609,10 @@ static void poison_load(struct kvp_service *s, struct kvp_op *op)
 	if (fill)
 		(void)kvp_uffd_wake(&p->uffd, kvp_blk_addr(r, op->blk),
 				    r->block_bytes);
+	pthread_mutex_lock(&p->lock);
+	r->inflight--;
+	pthread_cond_broadcast(&p->idle);
+	pthread_mutex_unlock(&p->lock);
 	kvp_op_free(op);
 }
 
