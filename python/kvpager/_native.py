@@ -490,6 +490,7 @@ _PROTOS = {
     "kvp_parse_bytes": (c_int, [c_char_p, u64p]),
     # lib/kv/kv_geometry.h, lib/kv/attention.h
     "kvp_kv_geometry_preset": (c_int, [c_char_p, POINTER(Geometry)]),
+    "kvp_kv_geometry_presets": (POINTER(c_char_p), []),
     "kvp_kv_geometry_check": (c_int, [POINTER(Geometry)]),
     "kvp_kv_block_bytes": (c_size_t, [POINTER(Geometry)]),
     "kvp_kv_block_stride": (c_size_t, [POINTER(Geometry)]),

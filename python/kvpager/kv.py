@@ -56,8 +56,12 @@ class KVGeometry:
         """A named preset ("llama3-8b", "qwen3-8b", "tiny"), with fields
         changed by keyword (block_tokens=16)."""
         g = Geometry()
+        names, at = [], lib.kvp_kv_geometry_presets()
+        while at[len(names)]:
+            names.append(at[len(names)].decode())
         check(lib.kvp_kv_geometry_preset(name.encode(), byref(g)),
-              "kvp_kv_geometry_preset", f"'{name}' is not a preset")
+              "kvp_kv_geometry_preset",
+              f"'{name}' is not a preset (one of {', '.join(names)})")
         fields = {f: getattr(g, f) for f, _ in Geometry._fields_}
         fields["dtype"] = DTYPES[g.dtype]
         return cls(**{**fields, **changes})

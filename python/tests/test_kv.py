@@ -280,6 +280,7 @@ def test_bad_geometry_refused():
     with pytest.raises(KvpagerError) as e:
         KVGeometry.preset("gpt5")
     assert e.value.errno == errno.ENOENT and "gpt5" in str(e.value)
+    assert "one of llama3-8b, qwen3-8b, tiny" in str(e.value)
 
 
 def test_cache_on_a_given_pager_closes_with_it():
