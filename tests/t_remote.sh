@@ -87,6 +87,21 @@ cmp -s "$tmp/l0" "$tmp/lb" || { echo "FAIL: B's logits differ"; fail=1; }
 c=$(run "${P[@]}" --cache-dir "$tmp/B")
 check "B's directory: hit" "$(field prefix_hit_tokens <<<"$c")" 256
 
+# A checkpoint's prompt attends to its history: B reads each chunk, then
+# maps it; one fetch each (it counted two).
+model=../shared/models/stories260K.bin
+if [ -f "$model" ]; then
+	python3 -c "print(','.join(str(1 + i % 400) for i in range(200)))" >"$tmp/p2"
+	M=(--quiet --budget 8M --model "$model" --prompt-tokens "@$tmp/p2" --generate 4 --json)
+	"$kvp" run "${M[@]}" --cache-dir "$tmp/MA" --remote "$url" >/dev/null
+	c=$("$kvp" run "${M[@]}" --cache-dir "$tmp/MB" --remote "$url")
+	check "checkpoint B: hits" "$(field remote_hits <<<"$c")" 3
+	check "checkpoint B: fetched" "$(field remote_chunks_fetched <<<"$c")" 3
+	check "checkpoint B: mapped" "$(field remote_chunks_mapped <<<"$c")" 3
+else
+	echo "note: $model absent: the checkpoint's case skipped"
+fi
+
 # the tier's counters while an instance that fetched the prefix decodes:
 # /metrics over HTTP, and with FUSE the view and kvpctl
 view=""
