@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "lib/cache/cache_dir.h"
@@ -206,6 +207,86 @@ START_TEST(not_a_cache)
 	ck_assert_int_eq(kvp_cache_open(dir, NULL, &c, err, sizeof(err), NULL,
 					0),
 			 -ENOTDIR);
+}
+END_TEST
+
+/* The lock is the directory's own: a manifest renamed into place while a
+ * process holds the cache (what a second process creating the same new
+ * cache does) lets no second opener in; the refusal names the holder. */
+START_TEST(one_holder)
+{
+	struct kvp_cache *c = open_ok(NULL), *c2 = NULL;
+	char err[300], path[512], tmp[512], pid[32];
+
+	snprintf(tmp, sizeof(tmp), "%s/tmp.kvpcache", dir);
+	write_file(tmp, "kvpager-cache 1\n", 16);
+	snprintf(path, sizeof(path), "%s/kvpcache", dir);
+	ck_assert_int_eq(rename(tmp, path), 0);
+	ck_assert_int_eq(kvp_cache_open(dir, NULL, &c2, err, sizeof(err), NULL,
+					0),
+			 -EBUSY);
+	ck_assert_ptr_nonnull(strstr(err, "in use by another"));
+	snprintf(pid, sizeof(pid), "pid %d", (int)getpid());
+	ck_assert_msg(strstr(err, pid), "holder not named: %s", err);
+	kvp_cache_close(c);
+}
+END_TEST
+
+/* Processes that open one new directory at once: exactly one has it, and
+ * every other is told it is in use (never "not a cache", never a broken
+ * manifest, never two holders). */
+START_TEST(racing_creators)
+{
+	enum { KIDS = 6, ROUNDS = 40 };
+	int r, k;
+
+	ck_assert_int_eq(mkdir(base, 0700), 0);
+	for (r = 0; r < ROUNDS; r++) {
+		int go[2], res[2], rel[2], ok = 0, busy = 0, rc;
+		char b;
+
+		snprintf(dir, sizeof(dir), "%s/r%d", base, r);
+		ck_assert_int_eq(pipe(go), 0);
+		ck_assert_int_eq(pipe(res), 0);
+		ck_assert_int_eq(pipe(rel), 0);
+		for (k = 0; k < KIDS; k++) {
+			pid_t pid = fork();
+
+			ck_assert_int_ge(pid, 0);
+			if (pid == 0) {
+				struct kvp_cache *c = NULL;
+
+				close(go[1]);
+				close(rel[1]);
+				(void)!read(go[0], &b, 1); /* EOF: go */
+				rc = kvp_cache_open(dir, NULL, &c, NULL, 0,
+						    NULL, 0);
+				(void)!write(res[1], &rc, sizeof(rc));
+				(void)!read(rel[0], &b, 1); /* EOF: done */
+				kvp_cache_close(c);
+				_exit(0);
+			}
+		}
+		close(go[0]);
+		close(go[1]);
+		close(rel[0]);
+		for (k = 0; k < KIDS; k++) {
+			ck_assert_int_eq(read(res[0], &rc, sizeof(rc)),
+					 sizeof(rc));
+			ok += rc == 0;
+			busy += rc == -EBUSY;
+			ck_assert_msg(rc == 0 || rc == -EBUSY,
+				      "round %d: open gave %d (%s)", r, rc,
+				      strerror(-rc));
+		}
+		close(rel[1]);
+		close(res[0]);
+		close(res[1]);
+		while (wait(NULL) > 0)
+			;
+		ck_assert_msg(ok == 1, "round %d: %d holders", r, ok);
+		ck_assert_int_eq(busy, KIDS - 1);
+	}
 }
 END_TEST
 
@@ -636,6 +717,8 @@ int main(void)
 				     strerror(errno));
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, put_get_reopen);
+	tcase_add_test(tc, one_holder);
+	tcase_add_test(tc, racing_creators);
 	tcase_add_test(tc, not_a_cache);
 	tcase_add_test(tc, other_version);
 	tcase_add_test(tc, newer_record_kept);

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "lib/cache/cache_dir.h"
@@ -48,8 +49,8 @@ struct entry {
 
 struct kvp_cache {
 	pthread_mutex_t lock;
-	int dirfd;		   /* the directory, O_DIRECTORY */
-	int lockfd;		   /* the manifest, flock'ed */
+	int dirfd;		   /* the directory, O_DIRECTORY, flock'ed */
+	int lockfd;		   /* the manifest, flock'ed too */
 	struct kvp_cache_opts o;   /* copy of the options */
 	struct kvp_rec_cipher cipher; /* o.cipher points here */
 	const struct kvp_cache_io_ops *io;
@@ -471,6 +472,66 @@ static int write_manifest(struct kvp_cache *c)
 	return err;
 }
 
+/* " (pid N, COMM)": who holds a flock on fd's file, from /proc/locks
+ * (the process that took it), or "" where that cannot be told. */
+static void lock_holder(int fd, char *out, size_t len)
+{
+	char line[256], comm[64] = "", path[64];
+	unsigned maj, min;
+	unsigned long ino;
+	struct stat sb;
+	FILE *f, *cf;
+	int pid;
+
+	*out = 0;
+	if (fstat(fd, &sb) || !(f = fopen("/proc/locks", "re")))
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		/* "1: FLOCK  ADVISORY  WRITE 1234 08:02:5678 0 EOF"; a
+		 * waiter's line has "->" after the number */
+		if (sscanf(line, "%*d: FLOCK %*s %*s %d %x:%x:%lu", &pid, &maj,
+			   &min, &ino) != 4 ||
+		    pid <= 0 || /* another pid namespace's */
+		    ino != (unsigned long)sb.st_ino ||
+		    maj != major(sb.st_dev) || min != minor(sb.st_dev))
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/comm", pid);
+		cf = fopen(path, "re");
+		if (cf) {
+			if (fgets(comm, sizeof(comm), cf))
+				comm[strcspn(comm, "\n")] = 0;
+			fclose(cf);
+		}
+		snprintf(out, len, " (pid %d%s%s)", pid, *comm ? ", " : "",
+			 comm);
+		break;
+	}
+	fclose(f);
+}
+
+/* Lock fd (the directory, or the manifest) for this process alone: 0, or
+ * -EBUSY with the holder named in err. */
+static int lock_one(int fd, const char *path, char *err, size_t errlen)
+{
+	char who[128];
+	int e;
+
+	if (!flock(fd, LOCK_EX | LOCK_NB))
+		return 0;
+	e = errno;
+	if (e != EWOULDBLOCK) {
+		snprintf(err, errlen, "cache dir '%s': cannot lock it: %s",
+			 path, strerror(e));
+		return -e;
+	}
+	lock_holder(fd, who, sizeof(who));
+	snprintf(err, errlen,
+		 "cache dir '%s' is in use by another process%s: give each "
+		 "its own --cache-dir",
+		 path, who);
+	return -EBUSY;
+}
+
 /* Check the manifest's version; lock it.  0 or -errno with err set. */
 static int take_manifest(struct kvp_cache *c, const char *path, char *err,
 			 size_t errlen)
@@ -500,16 +561,9 @@ static int take_manifest(struct kvp_cache *c, const char *path, char *err,
 			 path, ver, KVP_CACHE_FORMAT);
 		return -EPROTONOSUPPORT;
 	}
-	if (flock(c->lockfd, LOCK_EX | LOCK_NB)) {
-		int e = errno;
-
-		snprintf(err, errlen,
-			 "cache dir '%s' is in use by another process: "
-			 "give each its own --cache-dir",
-			 path);
-		return e == EWOULDBLOCK ? -EBUSY : -e;
-	}
-	return 0;
+	/* the directory's lock is this kvpager's; the manifest's keeps out
+	 * an older one, which locks only that */
+	return lock_one(c->lockfd, path, err, errlen);
 }
 
 int kvp_cache_open(const char *path, const struct kvp_cache_opts *opts,
@@ -556,6 +610,12 @@ int kvp_cache_open(const char *path, const struct kvp_cache_opts *opts,
 			 strerror(errno));
 		goto fail;
 	}
+	/* the lock is the directory's own, taken before the manifest is
+	 * looked at: a creator renames a new manifest into place, so a lock
+	 * on the manifest alone could be on a file no longer named */
+	e = lock_one(c->dirfd, path, err, errlen);
+	if (e)
+		goto fail;
 	if (!c->st.read_only && faccessat(c->dirfd, ".", W_OK, AT_EACCESS)) {
 		c->st.read_only = true;
 		if (warn)

@@ -2,10 +2,11 @@
  * cache_dir.h - a prefix cache directory: block records (block_record.h)
  * on a local disk, found again at open, crash safe, within a capacity.
  *
- * THE DIRECTORY (0700; files 0600):
+ * THE DIRECTORY (0700; files 0600), locked (flock) by the one process
+ * that has it open, before its manifest is read or made:
  *
  *   kvpcache            "kvpager-cache 1\n": the format version; locked
- *                       (flock) by the one process that has it open
+ *                       too (what an older kvpager locks)
  *   <64 hex>.kvb        one block: its record (block_record.h), padded
  *                       with zeros to 4 KiB, written with O_DIRECT where
  *                       the filesystem takes it
@@ -150,7 +151,7 @@ struct kvp_cache;
  *   -EPROTONOSUPPORT  the directory has another format version
  *   -ENOTEMPTY        a directory with files but no kvpcache file: not a
  *                     cache (nothing in it is touched)
- *   -EBUSY            another process has it open
+ *   -EBUSY            another process has it open (err names it)
  *   -ENOTDIR, -EACCES, -EROFS (a new cache on a read-only mount),
  *   -ENOMEM, or another open/read error.
  * err (may be NULL) gets a one-line message with the remedy on failure;
