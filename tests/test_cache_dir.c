@@ -290,6 +290,65 @@ START_TEST(racing_creators)
 }
 END_TEST
 
+/* A directory another user could write to (their blocks would be served
+ * as this user's: a plain record's checksum is no signature) is refused,
+ * nothing made in it; a symlink to a directory of one's own is fine. */
+START_TEST(others_dir)
+{
+	struct kvp_cache *c = NULL;
+	char err[300], real[264], path[512];
+	struct stat sb;
+	static const mode_t bad[] = { 0777, 0770, 0702, 01777 };
+	size_t i;
+
+	ck_assert_int_eq(mkdir(base, 0700), 0);
+	snprintf(real, sizeof(real), "%s/real", base);
+	ck_assert_int_eq(mkdir(real, 0700), 0);
+	snprintf(dir, sizeof(dir), "%s/link", base);
+	ck_assert_int_eq(symlink(real, dir), 0);
+	c = open_ok(NULL);
+	put_n(c, 1, 3000, 0);
+	kvp_cache_close(c);
+	snprintf(path, sizeof(path), "%s/kvpcache", real);
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		ck_assert_int_eq(chmod(real, bad[i]), 0);
+		ck_assert_int_eq(kvp_cache_open(dir, NULL, &c, err,
+						sizeof(err), NULL, 0),
+				 -EPERM);
+		ck_assert_msg(strstr(err, "others may write") &&
+				      strstr(err, "chmod 700"),
+			      "%o: %s", bad[i], err);
+	}
+	/* others may list it (mode 0755): the files are 0600 */
+	ck_assert_int_eq(chmod(real, 0755), 0);
+	c = open_ok(NULL);
+	get_n(c, 1, 3000, 0);
+	kvp_cache_close(c);
+	ck_assert_int_eq(chmod(real, 0700), 0);
+	if (geteuid() == 0) { /* another user's: only root can make one */
+		ck_assert_int_eq(chown(real, 65534, 65534), 0);
+		ck_assert_int_eq(kvp_cache_open(dir, NULL, &c, err,
+						sizeof(err), NULL, 0),
+				 -EPERM);
+		ck_assert_msg(strstr(err, "belongs to uid 65534"), "%s", err);
+		ck_assert_int_eq(chown(real, 0, 0), 0);
+	}
+	/* a new directory inside one that others may write is still made
+	 * 0700, whatever the umask */
+	ck_assert_int_eq(chmod(real, 0777), 0);
+	snprintf(dir, sizeof(dir), "%s/new", real);
+	{
+		mode_t old = umask(0);
+
+		c = open_ok(NULL);
+		umask(old);
+	}
+	kvp_cache_close(c);
+	ck_assert_int_eq(stat(dir, &sb), 0);
+	ck_assert_uint_eq(sb.st_mode & 07777, 0700);
+}
+END_TEST
+
 START_TEST(other_version)
 {
 	struct kvp_cache *c = open_ok(NULL);
@@ -719,6 +778,7 @@ int main(void)
 	tcase_add_test(tc, put_get_reopen);
 	tcase_add_test(tc, one_holder);
 	tcase_add_test(tc, racing_creators);
+	tcase_add_test(tc, others_dir);
 	tcase_add_test(tc, not_a_cache);
 	tcase_add_test(tc, other_version);
 	tcase_add_test(tc, newer_record_kept);

@@ -566,6 +566,41 @@ static int take_manifest(struct kvp_cache *c, const char *path, char *err,
 	return lock_one(c->lockfd, path, err, errlen);
 }
 
+/*
+ * The directory must be this user's (or root's) and closed to others'
+ * writes: a block planted there by another user would be served as this
+ * user's KV (a plain record's checksum is no signature).  A symlink is
+ * followed, and the directory it names is what is checked.
+ */
+static int check_owner(int dirfd, const char *path, char *err,
+		       size_t errlen)
+{
+	uid_t me = geteuid();
+	struct stat sb;
+
+	if (fstat(dirfd, &sb)) {
+		snprintf(err, errlen, "cache dir '%s': %s", path,
+			 strerror(errno));
+		return -errno;
+	}
+	if (sb.st_uid != me && sb.st_uid != 0) {
+		snprintf(err, errlen,
+			 "cache dir '%s' belongs to uid %u, not to you (uid "
+			 "%u): refusing blocks another user could plant; use "
+			 "a directory of yours",
+			 path, (unsigned)sb.st_uid, (unsigned)me);
+		return -EPERM;
+	}
+	if (sb.st_mode & 022) {
+		snprintf(err, errlen,
+			 "cache dir '%s': others may write in it (mode %04o) "
+			 "and plant blocks there: chmod 700 %s",
+			 path, (unsigned)(sb.st_mode & 07777), path);
+		return -EPERM;
+	}
+	return 0;
+}
+
 int kvp_cache_open(const char *path, const struct kvp_cache_opts *opts,
 		   struct kvp_cache **out, char *err, size_t errlen,
 		   char *warn, size_t warnlen)
@@ -610,6 +645,9 @@ int kvp_cache_open(const char *path, const struct kvp_cache_opts *opts,
 			 strerror(errno));
 		goto fail;
 	}
+	e = check_owner(c->dirfd, path, err, errlen);
+	if (e)
+		goto fail;
 	/* the lock is the directory's own, taken before the manifest is
 	 * looked at: a creator renames a new manifest into place, so a lock
 	 * on the manifest alone could be on a file no longer named */

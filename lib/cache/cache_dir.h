@@ -152,6 +152,10 @@ struct kvp_cache;
  *   -ENOTEMPTY        a directory with files but no kvpcache file: not a
  *                     cache (nothing in it is touched)
  *   -EBUSY            another process has it open (err names it)
+ *   -EPERM            another user's directory (root's is fine), or one
+ *                     that group or others may write: a block planted
+ *                     there would be served as this user's (nothing in
+ *                     it is touched; a symlink's target is checked)
  *   -ENOTDIR, -EACCES, -EROFS (a new cache on a read-only mount),
  *   -ENOMEM, or another open/read error.
  * err (may be NULL) gets a one-line message with the remedy on failure;
