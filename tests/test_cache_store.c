@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "lib/cache/cache_store.h"
@@ -26,6 +28,24 @@ static char dir[300];
 static struct kvp_cache *cache;
 static struct kvp_store *st; /* the cache store */
 static struct kvp_store *inner;
+
+/* A disk that fails reads: pread(2) of the file whose inode is fail_ino
+ * fails with EIO while fail_reads > 0 (this program's pread stands in
+ * front of libc's, for the library linked into it too). */
+static volatile ino_t fail_ino;
+static volatile int fail_reads;
+
+ssize_t pread(int fd, void *buf, size_t n, off_t off)
+{
+	struct stat sb;
+
+	if (fail_reads > 0 && !fstat(fd, &sb) && sb.st_ino == fail_ino) {
+		fail_reads--;
+		errno = EIO;
+		return -1;
+	}
+	return syscall(SYS_pread64, fd, buf, n, off);
+}
 
 static void key_n(struct kvp_rec_key *k, uint32_t n)
 {
@@ -432,6 +452,44 @@ START_TEST(corrupt_refused)
 }
 END_TEST
 
+/* A read error is no proof of a torn record: the read fails, but the
+ * committed block stays, file and entry, and reads once the disk does. */
+START_TEST(read_error_kept)
+{
+	const uint64_t offs[2] = { 0, GRAN };
+	struct kvp_cache_store_stats ss;
+	struct kvp_cache_stats cst;
+	struct kvp_rec_key k;
+	struct stat sb;
+	char path[512], hex[65], *buf = malloc(2 * GRAN);
+	int rc;
+
+	put_n(5, 2);
+	key_n(&k, 5);
+	kvp_rec_key_hex(&k, hex);
+	snprintf(path, sizeof(path), "%s/%s.kvb", dir, hex);
+	ck_assert_int_eq(bind_n(5, offs, 2), 0);
+	ck_assert_int_eq(stat(path, &sb), 0);
+	fail_ino = sb.st_ino;
+	fail_reads = 1;
+	rc = kvp_store_pread(st, buf, 2 * GRAN, 0);
+	ck_assert_int_eq(fail_reads, 0);
+	ck_assert_msg(access(path, F_OK) == 0,
+		      "a read error removed the committed block's file");
+	ck_assert_int_eq(rc, -EIO);
+	kvp_cache_stats(cache, &cst);
+	ck_assert_uint_eq(cst.blocks, 1);
+	ck_assert_uint_eq(cst.dropped_torn, 0);
+	kvp_cache_store_stats(st, &ss);
+	ck_assert_uint_eq(ss.rejected, 0);
+	/* the disk reads again: so does the block */
+	ck_assert_int_eq(kvp_store_pread(st, buf, 2 * GRAN, 0), 0);
+	check_granule(buf, 0, 5, 0);
+	check_granule(buf, 1, 5, 1);
+	free(buf);
+}
+END_TEST
+
 START_TEST(bind_errors)
 {
 	uint64_t offs[3] = { 0, GRAN, 2 * GRAN };
@@ -634,6 +692,7 @@ int main(void)
 	tcase_add_test(tc, queue_path);
 	tcase_add_test(tc, queue_async);
 	tcase_add_test(tc, corrupt_refused);
+	tcase_add_test(tc, read_error_kept);
 	tcase_add_test(tc, bind_errors);
 	tcase_add_test(tc, sealed_not_mapped);
 	tcase_add_test(tc, bound_from_fd);

@@ -285,7 +285,7 @@ static int pread_all(int fd, void *buf, size_t len, uint64_t off)
 		if (n < 0)
 			return -errno;
 		if (n == 0)
-			return -EIO; /* shorter than its header said */
+			return -ENODATA; /* shorter than its header said */
 		done += (size_t)n;
 	}
 	return 0;
@@ -338,8 +338,9 @@ static void vbuf_put(struct cache_store *cs, void *b, size_t cap)
 /*
  * Read and verify record ri whole; on success its payload is at
  * *whole + KVP_REC_HEADER_BYTES (*whole_cap bytes: the caller gives it
- * back with vbuf_put).  A failure is reported to the cache once and
- * marks the record bad.  Not under lock.
+ * back with vbuf_put).  A record that fails (torn, corrupt) is reported
+ * to the cache once and marked bad; a read error is only returned: it
+ * says nothing of the record, which stays.  Not under lock.
  */
 static int verify_record(struct cache_store *cs, uint32_t ri, int fd,
 			 bool ahead, void **whole, size_t *whole_cap)
@@ -359,6 +360,15 @@ static int verify_record(struct cache_store *cs, uint32_t ri, int fd,
 	if (!buf)
 		return -ENOMEM;
 	err = pread_all(fd, buf, kvp_rec_size(len), 0);
+	if (err && err != -ENODATA) {
+		/* a read error (EIO ...) says nothing of the record: the read
+		 * fails, as a get's would, and the block stays committed (a
+		 * later read tries again) */
+		vbuf_put(cs, buf, *whole_cap);
+		return err;
+	}
+	if (err)
+		err = -EINVAL; /* shorter than its header: torn */
 	if (!err)
 		err = kvp_rec_open(buf, kvp_rec_size(len), &key, NULL, &p, &n);
 	if (!err && n != len)
@@ -372,8 +382,6 @@ static int verify_record(struct cache_store *cs, uint32_t ri, int fd,
 		r->bad = true;
 		cs->st.rejected++;
 		pthread_mutex_unlock(&cs->lock);
-		if (err == -EIO)
-			err = -EINVAL; /* shorter than its header: torn */
 		if (!detached)
 			kvp_cache_reject(cs->cache, &key, err);
 		kvp_rec_key_hex(&key, hex);
@@ -574,6 +582,8 @@ static int read_range(struct cache_store *cs, void *buf, size_t len,
 			err = pread_all(fd, (char *)buf + (pos - off),
 					(size_t)(stop - pos),
 					KVP_REC_HEADER_BYTES + in);
+		if (err == -ENODATA)
+			err = -EIO; /* verified whole, then shorter: a read error */
 		pthread_mutex_lock(&cs->lock);
 		fd_put(cs, m.rec - 1);
 		pthread_mutex_unlock(&cs->lock);

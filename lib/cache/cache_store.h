@@ -10,7 +10,8 @@
  * verifies it (kvp_rec_open); later reads take only the bytes asked for.
  * A record that fails is dropped from the cache (kvp_cache_reject) and
  * the read fails with -EBADMSG, so the pager poisons that block: a wrong
- * block is never served.  A write or a discard over a bound range unbinds
+ * block is never served.  A read error (EIO) fails that read alone, as a
+ * get's would: the record is not judged by it, and its block stays.  A write or a discard over a bound range unbinds
  * it (a part of a bound granule that the write leaves is first copied to
  * the inner store): from then on the inner store holds those bytes.
  *
