@@ -490,6 +490,37 @@ START_TEST(read_error_kept)
 }
 END_TEST
 
+/* A bound record that fails after its block was evicted and stored again
+ * under the same name: the failure is the old file's, and the new block,
+ * committed and whole, stays. */
+START_TEST(stale_reject_kept)
+{
+	const uint64_t offs[2] = { 0, GRAN };
+	struct kvp_cache_stats cst;
+	struct kvp_rec_key k;
+	char path[512], *buf = malloc(2 * GRAN);
+	uint64_t len;
+
+	put_n(6, 2);
+	damage_n(6, KVP_REC_HEADER_BYTES + GRAN + 9, path);
+	ck_assert_int_eq(bind_n(6, offs, 2), 0); /* the damaged file */
+	key_n(&k, 6);
+	ck_assert_int_eq(kvp_cache_remove(cache, &k), 0); /* evicted ... */
+	put_n(6, 2);					  /* ... stored again */
+	ck_assert_int_eq(kvp_store_pread(st, buf, GRAN, 0), -EBADMSG);
+	ck_assert_msg(access(path, F_OK) == 0,
+		      "the old file's failure removed the new block's file");
+	kvp_cache_stats(cache, &cst);
+	ck_assert_uint_eq(cst.blocks, 1);
+	ck_assert_uint_eq(cst.dropped_torn, 1); /* the old one, counted */
+	ck_assert_int_eq(kvp_cache_get(cache, &k, buf, 2 * GRAN, &len), 0);
+	ck_assert_uint_eq(len, 2 * GRAN);
+	check_granule(buf, 0, 6, 0);
+	check_granule(buf, 1, 6, 1);
+	free(buf);
+}
+END_TEST
+
 START_TEST(bind_errors)
 {
 	uint64_t offs[3] = { 0, GRAN, 2 * GRAN };
@@ -693,6 +724,7 @@ int main(void)
 	tcase_add_test(tc, queue_async);
 	tcase_add_test(tc, corrupt_refused);
 	tcase_add_test(tc, read_error_kept);
+	tcase_add_test(tc, stale_reject_kept);
 	tcase_add_test(tc, bind_errors);
 	tcase_add_test(tc, sealed_not_mapped);
 	tcase_add_test(tc, bound_from_fd);

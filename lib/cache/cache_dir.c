@@ -1011,15 +1011,29 @@ miss:
 	return err;
 }
 
+/* Is fd's file the one named by key (or is there none by that name)? */
+static bool names_fd(struct kvp_cache *c, const struct kvp_rec_key *key,
+		     int fd)
+{
+	struct stat a, b;
+	char name[72];
+
+	file_name(key, name);
+	if (fd < 0 || fstat(fd, &a) ||
+	    fstatat(c->dirfd, name, &b, AT_SYMLINK_NOFOLLOW))
+		return true;
+	return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
 void kvp_cache_reject(struct kvp_cache *c, const struct kvp_rec_key *key,
-		      int err)
+		      int fd, int err)
 {
 	struct entry *e;
 
 	pthread_mutex_lock(&c->lock);
 	count_drop(c, err);
 	e = find(c, key);
-	if (e)
+	if (e && names_fd(c, key, fd))
 		drop(c, e, removable(c, err));
 	pthread_mutex_unlock(&c->lock);
 }

@@ -234,12 +234,15 @@ int kvp_cache_open_block(struct kvp_cache *c, const struct kvp_rec_key *key,
 
 /*
  * kvp_cache_reject - a reader found key's record failing kvp_rec_open
- * with err (kvp_cache_open_block's reader): count it and drop it as a
- * get that failed would (dropped_torn ...; a torn file removed).  A key
- * no longer indexed is only counted.
+ * with err (kvp_cache_open_block's reader, fd the descriptor it read):
+ * count it and drop it as a get that failed would (dropped_torn ...; a
+ * torn file removed).  Only counted when key is no longer indexed, or
+ * its name is another file's now than fd's (the block was evicted while
+ * read, and stored again: the new one is whole).  fd -1: the indexed
+ * file is the one that failed.
  */
 void kvp_cache_reject(struct kvp_cache *c, const struct kvp_rec_key *key,
-		      int err);
+		      int fd, int err);
 
 /* Remove the block of key (its file and entry).  0 or -ENOENT, -EROFS. */
 int kvp_cache_remove(struct kvp_cache *c, const struct kvp_rec_key *key);

@@ -383,7 +383,7 @@ static int verify_record(struct cache_store *cs, uint32_t ri, int fd,
 		cs->st.rejected++;
 		pthread_mutex_unlock(&cs->lock);
 		if (!detached)
-			kvp_cache_reject(cs->cache, &key, err);
+			kvp_cache_reject(cs->cache, &key, fd, err);
 		kvp_rec_key_hex(&key, hex);
 		/* once per record: the pager sees only a read error */
 		fprintf(stderr,
