@@ -349,6 +349,51 @@ START_TEST(others_dir)
 }
 END_TEST
 
+/* A manifest or a block file that is a FIFO (or a symlink to one):
+ * refused or a miss, never an open that waits forever for a writer. */
+START_TEST(fifo_no_hang)
+{
+	struct kvp_cache *c = open_ok(NULL);
+	struct kvp_cache_stats st;
+	char err[300], path[512], fifo[512];
+
+	put_n(c, 1, 3000, 0);
+	put_n(c, 2, 3000, 0);
+	alarm(20); /* a hang fails the test */
+	/* block 1's file becomes a FIFO after the scan indexed it */
+	block_path(1, path, sizeof(path));
+	ck_assert_int_eq(unlink(path), 0);
+	ck_assert_int_eq(mkfifo(path, 0600), 0);
+	get_n(c, 1, 3000, -ESPIPE);
+	/* block 2's a symlink to a FIFO */
+	snprintf(fifo, sizeof(fifo), "%s/tmp.fifo", base);
+	ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+	block_path(2, path, sizeof(path));
+	ck_assert_int_eq(unlink(path), 0);
+	ck_assert_int_eq(symlink(fifo, path), 0);
+	{
+		struct kvp_rec_key k;
+		uint64_t len;
+		int fd = -1;
+
+		key_n(&k, 2);
+		ck_assert_int_eq(kvp_cache_open_block(c, &k, &fd, &len),
+				 -ELOOP);
+	}
+	kvp_cache_stats(c, &st);
+	ck_assert_uint_eq(st.misses, 2);
+	kvp_cache_close(c);
+	snprintf(path, sizeof(path), "%s/kvpcache", dir);
+	ck_assert_int_eq(unlink(path), 0);
+	ck_assert_int_eq(mkfifo(path, 0600), 0);
+	ck_assert_int_eq(kvp_cache_open(dir, NULL, &c, err, sizeof(err), NULL,
+					0),
+			 -EINVAL);
+	ck_assert_msg(strstr(err, "not a kvpager cache manifest"), "%s", err);
+	alarm(0);
+}
+END_TEST
+
 START_TEST(other_version)
 {
 	struct kvp_cache *c = open_ok(NULL);
@@ -779,6 +824,7 @@ int main(void)
 	tcase_add_test(tc, one_holder);
 	tcase_add_test(tc, racing_creators);
 	tcase_add_test(tc, others_dir);
+	tcase_add_test(tc, fifo_no_hang);
 	tcase_add_test(tc, not_a_cache);
 	tcase_add_test(tc, other_version);
 	tcase_add_test(tc, newer_record_kept);

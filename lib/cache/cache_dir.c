@@ -264,7 +264,10 @@ static int read_file(struct kvp_cache *c, const char *name, uint64_t len,
 	uint64_t done = 0;
 	int fd, err = 0;
 
-	fd = c->io->open(c->o.io_arg, c->dirfd, name, O_RDONLY, 0);
+	/* a name that is a symlink or a FIFO now (put there since the scan)
+	 * fails at once rather than waiting for a writer: a miss */
+	fd = c->io->open(c->o.io_arg, c->dirfd, name,
+			 O_RDONLY | O_NOFOLLOW | O_NONBLOCK, 0);
 	if (fd < 0)
 		return fd;
 	if (posix_memalign(&buf, ALIGN, round_up(len ? len : 1))) {
@@ -540,7 +543,9 @@ static int take_manifest(struct kvp_cache *c, const char *path, char *err,
 	unsigned ver = 0;
 	ssize_t n;
 
-	c->lockfd = openat(c->dirfd, MANIFEST, O_RDONLY | O_CLOEXEC);
+	/* a FIFO there would wait for a writer: it fails to read instead */
+	c->lockfd = openat(c->dirfd, MANIFEST,
+			   O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 	if (c->lockfd < 0) {
 		snprintf(err, errlen, "cache dir '%s': cannot open %s: %s",
 			 path, MANIFEST, strerror(errno));
@@ -971,7 +976,8 @@ int kvp_cache_open_block(struct kvp_cache *c, const struct kvp_rec_key *key,
 		goto miss;
 	file_name(key, name);
 	/* buffered: the reader's offsets are the payload's, not aligned */
-	f = openat(c->dirfd, name, O_RDONLY | O_CLOEXEC);
+	f = openat(c->dirfd, name,
+		   O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 	err = -errno;
 	if (f < 0)
 		goto miss;
