@@ -124,6 +124,69 @@ static void reopen(uint8_t v)
 /* Two cipher keys and none share a directory: each names its chunks
  * apart, so none is dropped as another's, none counts another's as
  * stored already, and none writes over another's. */
+/* Store (or read) prompt s's first n chunks through p. */
+static void run_prompt(struct kvp_prefix *p, uint32_t n, uint32_t s,
+		       bool put)
+{
+	unsigned char b[LEN];
+	uint32_t t[8 * C + 1];
+
+	prompt(t, n * C + 1, s);
+	ck_assert_int_eq(kvp_prefix_set_prompt(p, t, n * C + 1, C), 0);
+	if (!put) {
+		expect_chunks(p, n, s);
+		return;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		fill(b, i, s);
+		kvp_prefix_put(p, i, b, LEN);
+	}
+	kvp_prefix_drain(p);
+}
+
+/* Prompt s's chunks that hit, from the first on. */
+static uint32_t hits(struct kvp_prefix *p, uint32_t n, uint32_t s)
+{
+	unsigned char b[LEN];
+	uint32_t t[8 * C + 1], i;
+
+	prompt(t, n * C + 1, s);
+	ck_assert_int_eq(kvp_prefix_set_prompt(p, t, n * C + 1, C), 0);
+	for (i = 0; i < n && !kvp_prefix_get(p, i, b, LEN); i++)
+		;
+	return i;
+}
+
+/* Eviction takes a prompt's last chunks first: a chunk is found only
+ * through every chunk before it, so a prompt whose first chunk went
+ * would keep the rest as dead weight, and one whose last went still
+ * serves the others; after a restart too. */
+START_TEST(evicts_last_chunks_first)
+{
+	struct kvp_cache_opts o = { .capacity_bytes = 6 * 4096 };
+	struct kvp_prefix *p;
+
+	kvp_cache_close(cache);
+	ck_assert_int_eq(kvp_cache_open(dir, &o, &cache, NULL, 0, NULL, 0), 0);
+	p = prefix_of(NULL);
+	run_prompt(p, 4, 1, true);  /* A */
+	run_prompt(p, 4, 1, false); /* A again: its 4 chunks hit */
+	run_prompt(p, 4, 2, true);  /* B: two of A's go */
+	ck_assert_uint_eq(hits(p, 4, 1), 2); /* A's first two stay */
+	ck_assert_uint_eq(hits(p, 4, 2), 4);
+	kvp_prefix_destroy(p);
+	/* the order survives a restart: one fewer block takes the last
+	 * chunk of A, the prompt used least recently */
+	kvp_cache_close(cache);
+	o.capacity_bytes = 5 * 4096;
+	ck_assert_int_eq(kvp_cache_open(dir, &o, &cache, NULL, 0, NULL, 0), 0);
+	p = prefix_of(NULL);
+	ck_assert_uint_eq(hits(p, 4, 2), 4);
+	ck_assert_uint_eq(hits(p, 4, 1), 1);
+	kvp_prefix_destroy(p);
+}
+END_TEST
+
 START_TEST(cipher_keys_share_a_directory)
 {
 	static const uint8_t keys[] = { 0x41, 0x42, 0 };
@@ -607,6 +670,7 @@ int main(void)
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, store_then_read_ahead);
+	tcase_add_test(tc, evicts_last_chunks_first);
 	tcase_add_test(tc, salts_part);
 	tcase_add_test(tc, cipher_keys_share_a_directory);
 	tcase_add_test(tc, skips_and_rereads);

@@ -20,6 +20,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "lib/cache/cache_dir.h"
@@ -39,11 +40,13 @@ const size_t kvp_cache_stat_count =
 #define MANIFEST_TMP  "tmp.kvpcache"
 #define ALIGN	      4096u
 #define SUFFIX	      ".kvb"
+/* The uses one lookup orders (1 ns of recency each); later ones tie. */
+#define LOOKUP_USES   (1ull << 16)
 
 struct entry {
 	struct kvp_rec_key key;
 	uint64_t file_bytes; /* the record padded to ALIGN */
-	uint64_t last_use;   /* recency: a tick, larger is newer */
+	uint64_t last_use;   /* recency: larger is newer (its mtime's ns) */
 	bool live;	     /* false: a free slot */
 };
 
@@ -58,7 +61,12 @@ struct kvp_cache {
 	size_t cap;		   /* slots, a power of two */
 	size_t used;		   /* live entries */
 	uint64_t bytes;		   /* their file bytes */
-	uint64_t tick;		   /* last recency handed out */
+	uint64_t tick;		   /* the newest recency handed out: the
+				      realtime clock's ns, or above it */
+	uint64_t look_next;	   /* in a lookup (kvp_cache_new_lookup):
+				      the next use's recency, counting down */
+	uint64_t look_floor;	   /* ... to no lower than this */
+	bool in_lookup;
 	uint64_t seq;		   /* tmp names of this process */
 	void *putbuf;		   /* a put's record, kept for the next:
 				      its pages are touched already */
@@ -736,10 +744,81 @@ bool kvp_cache_contains(struct kvp_cache *c, const struct kvp_rec_key *key)
 	return yes;
 }
 
+static uint64_t wall_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The recency of a use now: newer than every one before; in a lookup,
+ * older than the lookup's earlier uses (newer than all before it). */
+static uint64_t next_use(struct kvp_cache *c)
+{
+	uint64_t now;
+
+	if (c->in_lookup)
+		return c->look_next > c->look_floor ? c->look_next-- :
+						      c->look_floor;
+	now = wall_ns();
+	c->tick = now > c->tick ? now : c->tick + 1;
+	return c->tick;
+}
+
+/* A recency as a file's times: the modification time, atime left. */
+static void use_times(uint64_t use, struct timespec ts[2])
+{
+	ts[0] = (struct timespec){ .tv_nsec = UTIME_OMIT };
+	ts[1] = (struct timespec){ .tv_sec = (time_t)(use / 1000000000ull),
+				   .tv_nsec = (long)(use % 1000000000ull) };
+}
+
+/*
+ * e was used: its recency now (next_use), here and (its file's
+ * modification time, which open reads back) after a restart.  The time
+ * is metadata: the block's data is never written again.  fd: the
+ * file's, or -1.  A failure (a read-only directory) only loses that
+ * order at the next open.
+ */
+static void used(struct kvp_cache *c, struct entry *e, int fd)
+{
+	struct timespec ts[2];
+	char name[72];
+
+	e->last_use = next_use(c);
+	if (c->st.read_only)
+		return;
+	use_times(e->last_use, ts);
+	if (fd >= 0) {
+		(void)futimens(fd, ts);
+		return;
+	}
+	file_name(&e->key, name);
+	(void)utimensat(c->dirfd, name, ts, AT_SYMLINK_NOFOLLOW);
+}
+
+void kvp_cache_new_lookup(struct kvp_cache *c)
+{
+	uint64_t now = wall_ns(), top;
+
+	pthread_mutex_lock(&c->lock);
+	/* above every recency so far, with room below for its uses */
+	top = c->tick + LOOKUP_USES;
+	if (now > top)
+		top = now;
+	c->tick = top;
+	c->look_next = top;
+	c->look_floor = top - LOOKUP_USES + 1;
+	c->in_lookup = true;
+	pthread_mutex_unlock(&c->lock);
+}
+
 /* Steps 1-4 of a put (cache_dir.h) for the sealed record in buf. */
 static int write_block(struct kvp_cache *c, const struct kvp_rec_key *key,
-		       const void *buf, uint64_t file_bytes)
+		       const void *buf, uint64_t file_bytes, uint64_t use)
 {
+	struct timespec ts[2];
 	char name[72], tmp[96], hex[65];
 	uint64_t done = 0;
 	int fd, err = 0;
@@ -766,8 +845,12 @@ static int write_block(struct kvp_cache *c, const struct kvp_rec_key *key,
 		else
 			done += (uint64_t)n;
 	}
-	if (!err)
+	if (!err) {
+		/* its recency, as a hit sets it (used): synced with it */
+		use_times(use, ts);
+		(void)futimens(fd, ts);
 		err = c->io->fsync(c->o.io_arg, fd); /* data first */
+	}
 	c->io->close(c->o.io_arg, fd);
 	if (!err)
 		err = c->io->rename(c->o.io_arg, c->dirfd, tmp, name);
@@ -782,27 +865,6 @@ static int write_block(struct kvp_cache *c, const struct kvp_rec_key *key,
 	if (err)
 		c->io->unlink(c->o.io_arg, c->dirfd, name);
 	return err;
-}
-
-/*
- * e was used: newest in recency, here and (its file's modification time,
- * which open reads back) after a restart.  The time is metadata: the
- * block's data is never written again.  fd: the file's, or -1.  A failure
- * (a read-only directory) only loses that order at the next open.
- */
-static void used(struct kvp_cache *c, struct entry *e, int fd)
-{
-	char name[72];
-
-	e->last_use = ++c->tick;
-	if (c->st.read_only)
-		return;
-	if (fd >= 0) {
-		(void)futimens(fd, NULL);
-		return;
-	}
-	file_name(&e->key, name);
-	(void)utimensat(c->dirfd, name, NULL, 0);
 }
 
 /* The record of a put: sealed from a payload, or read from a descriptor
@@ -848,6 +910,7 @@ static int put_common(struct kvp_cache *c, const struct kvp_rec_key *key,
 		      const struct put_src *src, uint64_t len)
 {
 	uint64_t rec_bytes = kvp_rec_size(len), file_bytes = round_up(rec_bytes);
+	uint64_t use;
 	void *buf = NULL;
 	int err;
 
@@ -879,10 +942,11 @@ static int put_common(struct kvp_cache *c, const struct kvp_rec_key *key,
 	if (err)
 		goto fail;
 	evict_lru(c, file_bytes);
-	err = write_block(c, key, buf, file_bytes);
+	use = next_use(c);
+	err = write_block(c, key, buf, file_bytes, use);
 	if (err)
 		goto fail;
-	err = insert(c, key, file_bytes, ++c->tick);
+	err = insert(c, key, file_bytes, use);
 	if (err)
 		goto fail; /* committed on disk; found again at the next open */
 	c->st.puts++;

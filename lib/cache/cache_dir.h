@@ -43,12 +43,15 @@
  *   committed --capacity, least recently used [evict_lru]--> absent
  *
  * CAPACITY AND EVICTION: the files' bytes stay within capacity_bytes; a
- * put that would pass it first removes the least recently used blocks
- * (a lookup walks a prefix from its first block, so a parent is always
- * used no later than its children, and children go first).  Recency
- * survives a restart: every hit sets its file's modification time (a
- * metadata write; the data is never written again), and open starts
- * from those times (to the filesystem's timestamp granularity).
+ * put that would pass it first removes the least recently used blocks.
+ * Within a lookup (kvp_cache_new_lookup: a prompt's) the blocks used
+ * first count as the newest, so a prefix's last blocks go before its
+ * first: a block is found only through every block before it, and a
+ * first block evicted would leave its children dead weight.  Recency
+ * survives a restart: every put and hit sets its file's modification
+ * time to its recency (wall-clock nanoseconds; a metadata write, the
+ * data is never written again), and open starts from those times (to
+ * the filesystem's timestamp granularity).
  *
  * Locking: one mutex per cache; every call may come from any thread.
  */
@@ -243,6 +246,18 @@ int kvp_cache_open_block(struct kvp_cache *c, const struct kvp_rec_key *key,
  */
 void kvp_cache_reject(struct kvp_cache *c, const struct kvp_rec_key *key,
 		      int fd, int err);
+
+/*
+ * kvp_cache_new_lookup - a prompt's lookup begins (kvp_prefix_set_prompt
+ * calls it): the blocks used from now until the next call, by get,
+ * open_block or put, are newer in recency than every block used before,
+ * and each older than those used earlier in the lookup.  A prompt uses
+ * its blocks from the first on, so its first block is its newest, and
+ * eviction takes its last blocks first: a block is found only through
+ * every block before it, and a prompt whose first block went would keep
+ * the rest as dead weight.  Without a call, each use is the newest.
+ */
+void kvp_cache_new_lookup(struct kvp_cache *c);
 
 /* Remove the block of key (its file and entry).  0 or -ENOENT, -EROFS. */
 int kvp_cache_remove(struct kvp_cache *c, const struct kvp_rec_key *key);

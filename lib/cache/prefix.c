@@ -438,6 +438,8 @@ int kvp_prefix_set_prompt(struct kvp_prefix *p, const uint32_t *tokens,
 			return err;
 		}
 	}
+	/* a prompt's chunks are used from the first on: first is newest */
+	kvp_cache_new_lookup(p->o.cache);
 	pthread_mutex_lock(&p->lock);
 	ra_reset(p);
 	free(p->keys);

@@ -94,8 +94,9 @@ void kvp_prefix_destroy(struct kvp_prefix *p);
 /*
  * kvp_prefix_set_prompt - the prompt whose chunks of chunk_tokens tokens
  * the next gets and puts name: the keys of its n / chunk_tokens full
- * chunks.  Chunks already queued keep their keys.  0, -EINVAL
- * (chunk_tokens 0), -ENOMEM.
+ * chunks.  Chunks already queued keep their keys.  Begins a lookup of
+ * the cache (kvp_cache_new_lookup: the prompt's first chunk its newest,
+ * its last evicted first).  0, -EINVAL (chunk_tokens 0), -ENOMEM.
  */
 int kvp_prefix_set_prompt(struct kvp_prefix *p, const uint32_t *tokens,
 			  uint32_t n, uint32_t chunk_tokens);
