@@ -394,6 +394,45 @@ START_TEST(fifo_no_hang)
 }
 END_TEST
 
+/* A block file removed by hand (or by a cleaner of old files) while the
+ * cache is open: its get is a miss that forgets the entry, so the block
+ * is stored again and its bytes no longer count. */
+START_TEST(file_gone_forgotten)
+{
+	struct kvp_cache *c = open_ok(NULL);
+	struct kvp_cache_stats st;
+	char path[512];
+
+	put_n(c, 1, 5000, 0);
+	put_n(c, 2, 5000, 0);
+	block_path(1, path, sizeof(path));
+	ck_assert_int_eq(unlink(path), 0);
+	get_n(c, 1, 5000, -ENOENT);
+	kvp_cache_stats(c, &st);
+	ck_assert_uint_eq(st.blocks, 1);
+	ck_assert_uint_eq(st.bytes, 8192);
+	put_n(c, 1, 5000, 0);
+	kvp_cache_stats(c, &st);
+	ck_assert_uint_eq(st.puts, 3); /* written again, not "present" */
+	ck_assert_uint_eq(st.puts_present, 0);
+	get_n(c, 1, 5000, 0);
+	/* and through open_block */
+	block_path(2, path, sizeof(path));
+	ck_assert_int_eq(unlink(path), 0);
+	{
+		struct kvp_rec_key k;
+		uint64_t len;
+		int fd = -1;
+
+		key_n(&k, 2);
+		ck_assert_int_eq(kvp_cache_open_block(c, &k, &fd, &len),
+				 -ENOENT);
+		ck_assert(!kvp_cache_contains(c, &k));
+	}
+	kvp_cache_close(c);
+}
+END_TEST
+
 START_TEST(other_version)
 {
 	struct kvp_cache *c = open_ok(NULL);
@@ -825,6 +864,7 @@ int main(void)
 	tcase_add_test(tc, racing_creators);
 	tcase_add_test(tc, others_dir);
 	tcase_add_test(tc, fifo_no_hang);
+	tcase_add_test(tc, file_gone_forgotten);
 	tcase_add_test(tc, not_a_cache);
 	tcase_add_test(tc, other_version);
 	tcase_add_test(tc, newer_record_kept);

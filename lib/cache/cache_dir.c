@@ -992,6 +992,8 @@ int kvp_cache_get(struct kvp_cache *c, const struct kvp_rec_key *key,
 		goto miss;
 	file_name(key, name);
 	err = read_file(c, name, e->file_bytes, &rec, &got);
+	if (err == -ENOENT)
+		erase(c, e); /* removed by hand: forgotten, stored again */
 	if (err)
 		goto miss;
 	err = kvp_rec_open(rec, got, key, c->o.cipher, &p, &n);
@@ -1043,6 +1045,8 @@ int kvp_cache_open_block(struct kvp_cache *c, const struct kvp_rec_key *key,
 	f = openat(c->dirfd, name,
 		   O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 	err = -errno;
+	if (f < 0 && err == -ENOENT)
+		erase(c, e); /* removed by hand: forgotten, stored again */
 	if (f < 0)
 		goto miss;
 	do

@@ -41,6 +41,7 @@
  *   committed --get fails to verify [kvp_cache_get]--> dropped (torn:
  *             file removed; unauthenticated or other key: left, unindexed)
  *   committed --capacity, least recently used [evict_lru]--> absent
+ *   committed --get finds its file gone (removed by hand)--> absent
  *
  * CAPACITY AND EVICTION: the files' bytes stay within capacity_bytes; a
  * put that would pass it first removes the least recently used blocks.
@@ -210,7 +211,8 @@ int kvp_cache_put_fd(struct kvp_cache *c, const struct kvp_rec_key *key,
 
 /*
  * kvp_cache_get - read and verify the block of key into buf (cap bytes),
- * its length in *len.  Returns 0; -ENOENT (a miss); -EMSGSIZE (cap too
+ * its length in *len.  Returns 0; -ENOENT (a miss; an indexed block
+ * whose file is gone, removed by hand, is forgotten); -EMSGSIZE (cap too
  * small: *len says how much is needed; no miss counted); -EBADMSG (the
  * record failed verification: it is dropped as its state says, counted,
  * and a miss); a read error (a miss).  buf is unspecified after a failure.
