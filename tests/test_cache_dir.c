@@ -201,6 +201,19 @@ START_TEST(not_a_cache)
 			 -ENOTEMPTY);
 	ck_assert_ptr_nonnull(strstr(err, "not a kvpager cache"));
 	ck_assert_int_eq(stat(path, &sb), 0);
+	/* a missing parent, a symlink to nothing: what to do is said */
+	snprintf(path, sizeof(path), "%s/no/parent", dir);
+	ck_assert_int_eq(kvp_cache_open(path, NULL, &c, err, sizeof(err),
+					NULL, 0),
+			 -ENOENT);
+	ck_assert_msg(strstr(err, "mkdir -p its parent"), "%s", err);
+	snprintf(path, sizeof(path), "%s/link", dir);
+	ck_assert_int_eq(symlink("/nonexistent/kvp", path), 0);
+	ck_assert_int_eq(kvp_cache_open(path, NULL, &c, err, sizeof(err),
+					NULL, 0),
+			 -ENOENT);
+	ck_assert_msg(strstr(err, "symlink to a missing directory"), "%s",
+		      err);
 	/* a file where the directory should be */
 	kvp_test_rm_tree(dir);
 	write_file(dir, "x", 1);

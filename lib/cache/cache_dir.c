@@ -647,15 +647,22 @@ int kvp_cache_open(const char *path, const struct kvp_cache_opts *opts,
 	c->st.capacity_bytes = opts->capacity_bytes;
 	if (mkdir(path, 0700) && errno != EEXIST) {
 		e = -errno;
-		snprintf(err, errlen, "cache dir '%s': cannot create it: %s",
-			 path, strerror(errno));
+		snprintf(err, errlen, "cache dir '%s': cannot create it: %s%s",
+			 path, strerror(errno),
+			 e == -ENOENT ? " (parents are not made: mkdir -p "
+					"its parent first)" :
+					"");
 		goto fail;
 	}
 	c->dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (c->dirfd < 0) {
 		e = -errno;
-		snprintf(err, errlen, "cache dir '%s': %s", path,
-			 strerror(errno));
+		/* mkdir found a name there: a symlink to nothing */
+		snprintf(err, errlen, "cache dir '%s': %s%s", path,
+			 strerror(errno),
+			 e == -ENOENT ? " (a symlink to a missing directory: "
+					"make its target, or give another)" :
+					"");
 		goto fail;
 	}
 	e = check_owner(c->dirfd, path, err, errlen);
