@@ -798,7 +798,9 @@ END_TEST
 
 START_TEST(full_disk)
 {
-	char mnt[256];
+	char mnt[256], said[300], text[1024];
+	int fd, saved;
+	ssize_t n;
 	struct kvp_cache *c = NULL;
 	struct kvp_cache_stats st;
 	uint32_t i, stored = 0;
@@ -810,6 +812,13 @@ START_TEST(full_disk)
 		return;
 	snprintf(dir + strlen(dir), sizeof(dir) - strlen(dir), "/full/c");
 	c = open_ok(NULL);
+	/* what it says on stderr: into a file */
+	snprintf(said, sizeof(said), "%s/said", base);
+	fd = open(said, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	ck_assert_int_ge(fd, 0);
+	fflush(stderr);
+	saved = dup(2);
+	dup2(fd, 2);
 	for (i = 0; i < 40 && !err; i++) {
 		struct kvp_rec_key k;
 		void *p = payload_n(i, 20000);
@@ -820,10 +829,21 @@ START_TEST(full_disk)
 		if (!err)
 			stored++;
 	}
+	put_n(c, 99, 20000, -ENOSPC); /* said once */
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	n = pread(fd, text, sizeof(text) - 1, 0);
+	text[n > 0 ? n : 0] = 0;
+	close(fd);
+	ck_assert_msg(strstr(text, "is full (No space left on device)") &&
+			      strstr(text, "--cache-capacity"),
+		      "said: '%s'", text);
+	ck_assert_ptr_null(strstr(strstr(text, "is full") + 1, "is full"));
 	ck_assert_int_eq(err, -ENOSPC);
 	ck_assert_uint_ge(stored, 5);
 	kvp_cache_stats(c, &st);
-	ck_assert_uint_eq(st.put_errors, 1);
+	ck_assert_uint_eq(st.put_errors, 2);
 	ck_assert_uint_eq(st.blocks, stored);
 	kvp_cache_close(c);
 	/* nothing committed lost, no half block left */

@@ -72,6 +72,8 @@ struct kvp_cache {
 				      its pages are touched already */
 	uint64_t putbuf_bytes;	   /* bytes of putbuf */
 	struct kvp_cache_stats st; /* counters (blocks, bytes filled in) */
+	char *path;		   /* as given, for what is said */
+	bool said_full;		   /* the disk-full warning was given */
 };
 
 /* ---- the system's file operations -------------------------------------- */
@@ -645,6 +647,11 @@ int kvp_cache_open(const char *path, const struct kvp_cache_opts *opts,
 	c->io = opts->io ? opts->io : &sys_io;
 	c->st.read_only = opts->read_only;
 	c->st.capacity_bytes = opts->capacity_bytes;
+	c->path = strdup(path);
+	if (!c->path) {
+		e = -ENOMEM;
+		goto fail;
+	}
 	if (mkdir(path, 0700) && errno != EEXIST) {
 		e = -errno;
 		snprintf(err, errlen, "cache dir '%s': cannot create it: %s%s",
@@ -735,6 +742,7 @@ void kvp_cache_close(struct kvp_cache *c)
 		close(c->dirfd);
 	free(c->ents);
 	free(c->putbuf);
+	free(c->path);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 }
@@ -961,6 +969,17 @@ static int put_common(struct kvp_cache *c, const struct kvp_rec_key *key,
 	goto out;
 fail:
 	c->st.put_errors++;
+	if ((err == -ENOSPC || err == -EDQUOT) && !c->said_full) {
+		/* counted in put_errors, but a cache that silently stops
+		 * storing reads as one that has no hits to give */
+		c->said_full = true;
+		fprintf(stderr,
+			"kvpager: cache dir '%s' is full (%s): new blocks are "
+			"not stored, those stored stay; free space there, or "
+			"give the cache a capacity it fits in "
+			"(--cache-capacity)\n",
+			c->path, strerror(-err));
+	}
 out:
 	pthread_mutex_unlock(&c->lock);
 	return err;
