@@ -146,6 +146,18 @@ out=$("$K" run --preset tiny --context 4096 --predictor lowrank --rank 16 \
 echo "$out" | grep -q "RAM  *3.00 MiB in all" ||
 	fail "--ram 3M: the RAM line is not 3 MiB in all: $out"
 ok "--ram 3M holds the cache in 3 MiB"
+# ... to the last step: the low-rank keys grow by a token a step, and the
+# fit at the decode's start leaves them what the steps will add (before,
+# 64 steps ended 2560 bytes over, a model's 32 steps 2304).
+for args in "--preset tiny --context 4096 --steps 64" \
+	"--model random:tiny --context 448 --generate 32"; do
+	out=$("$K" run $args --predictor lowrank --ram 8M --json --quiet \
+		2>&1) || fail "--ram 8M $args: $out"
+	total=$(json ram_total_bytes "$out")
+	[ -n "$total" ] && [ "$total" -le $((8 << 20)) ] ||
+		fail "--ram 8M $args: ram_total_bytes $total is over 8388608"
+done
+ok "--ram 8M: the total at the last step is within it"
 expect 1 "^kvpager: --ram 2.00 MiB leaves no frames: predictor metadata .*smaller --rank" \
 	"$K" run --preset tiny --context 4096 --predictor lowrank --rank 16 \
 	--steps 4 --ram 2M --quiet

@@ -1017,23 +1017,26 @@ static void print_prefetch(const struct pf_counts *p)
 }
 
 /* --ram: the frames become what the rest of the cache's RAM leaves
- * (kvp_kvcache_fit_ram, after the prefill grew the metadata); 0, or -errno
- * said on stderr with the parts. */
-static int fit_ram(struct kvp_kvcache *c, uint64_t total)
+ * (kvp_kvcache_fit_ram, after the prefill grew the metadata, with what
+ * the decode's steps will add to it); 0, or -errno said on stderr with
+ * the parts. */
+static int fit_ram(struct kvp_kvcache *c, uint64_t total, uint32_t steps)
 {
 	struct kvp_kvcache_ram ram;
 	char h1[32], h2[32], h3[32], h4[32];
-	int err = kvp_kvcache_fit_ram(c, total);
+	int err = kvp_kvcache_fit_ram(c, total, steps);
 
 	if (!err)
 		return 0;
 	kvp_kvcache_ram(c, &ram);
+	ram.metadata = kvp_kvcache_metadata_peak(c, steps);
 	if (err == -ENOSPC)
 		fprintf(stderr,
 			"kvpager: --ram %s leaves no frames: predictor metadata "
-			"%s, rolling buffers %s, staging %s; give a larger "
-			"--ram, or a smaller --rank (the low-rank metadata is "
-			"rank / (KV heads x head dim) of the keys)\n",
+			"%s by the last step, rolling buffers %s, staging %s; "
+			"give a larger --ram, or a smaller --rank (the "
+			"low-rank metadata is rank / (KV heads x head dim) of "
+			"the keys)\n",
 			human((double)total, h1, sizeof(h1)),
 			human((double)ram.metadata, h2, sizeof(h2)),
 			human((double)ram.rolling, h3, sizeof(h3)),
@@ -1796,7 +1799,7 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 			kvp_progress_update(&bar, i + 1, o.batch, "sequences");
 	}
 	t_prefill = now_s() - t0;
-	if (!stopped() && o.ram && fit_ram(c, o.ram))
+	if (!stopped() && o.ram && fit_ram(c, o.ram, o.steps))
 		goto out;
 	if (stopped()) {
 		fprintf(stderr,

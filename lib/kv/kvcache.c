@@ -346,7 +346,17 @@ void kvp_kvcache_ram(const struct kvp_kvcache *c, struct kvp_kvcache_ram *out)
 	out->total = out->frames + out->metadata + out->rolling + out->staging;
 }
 
-int kvp_kvcache_fit_ram(struct kvp_kvcache *c, uint64_t total)
+uint64_t kvp_kvcache_metadata_peak(const struct kvp_kvcache *c, uint64_t steps)
+{
+	uint64_t live = 0;
+	uint32_t i;
+
+	for (i = 0; i < c->o.max_seqs; i++)
+		live += c->seqs[i].live;
+	return kvp_predictor_metadata_peak(c->pred, live * steps);
+}
+
+int kvp_kvcache_fit_ram(struct kvp_kvcache *c, uint64_t total, uint64_t steps)
 {
 	struct kvp_kvcache_ram ram;
 	struct kvp_config cfg;
@@ -357,8 +367,10 @@ int kvp_kvcache_fit_ram(struct kvp_kvcache *c, uint64_t total)
 		return -EINVAL;
 	kvp_kvcache_ram(c, &ram);
 	/* Staging without the prefill's area, which goes back (a prefill
-	 * takes it again). */
-	other = ram.metadata + ram.rolling + ram.staging - c->stage_cap;
+	 * takes it again); the metadata as the steps will grow it, not as
+	 * it is: the frames are not fitted again. */
+	other = kvp_kvcache_metadata_peak(c, steps) + ram.rolling +
+		ram.staging - c->stage_cap;
 	if (other + (2u << 20) > total)
 		return -ENOSPC;
 	if (c->stage)

@@ -509,16 +509,21 @@ struct kvp_kvcache_ram {
 void kvp_kvcache_ram(const struct kvp_kvcache *c, struct kvp_kvcache_ram *out);
 /*
  * kvp_kvcache_fit_ram - make the cache's RAM, all parts counted, @total
- * bytes: the prefill's staging area is given back (the next prefill takes
- * it again), and the frames become what the predictor's metadata, the
- * rolling buffers and staging leave of it now (with reuse slots: the
- * region its floor, the slots the rest; plans ahead are drained).  Call when
- * those have grown (after a prefill: the metadata grows with the context,
- * by a token's worth a step after).  Pager backend only (-EINVAL else);
- * -ENOSPC when they leave less than 2 MiB for frames (nothing changes);
- * -EBUSY when more is pinned than that.
+ * bytes, through @steps more tokens of each live sequence: the prefill's
+ * staging area is given back (the next prefill takes it again), and the
+ * frames become what the rolling buffers, staging and the predictor's
+ * metadata leave of it, the metadata as it will be after those tokens
+ * (kvp_kvcache_metadata_peak: it grows by a token's worth a step), so that
+ * the total stays within @total all along (with reuse slots: the region
+ * its floor, the slots the rest; plans ahead are drained).  Call after a
+ * prefill, with the decode steps to come.  Pager backend only (-EINVAL
+ * else); -ENOSPC when the rest leaves less than 2 MiB for frames (nothing
+ * changes); -EBUSY when more is pinned than that.
  */
-int kvp_kvcache_fit_ram(struct kvp_kvcache *c, uint64_t total);
+int kvp_kvcache_fit_ram(struct kvp_kvcache *c, uint64_t total, uint64_t steps);
+/* The most the predictor's metadata reaches over @steps more tokens of
+ * each live sequence (kvp_predictor_metadata_peak). */
+uint64_t kvp_kvcache_metadata_peak(const struct kvp_kvcache *c, uint64_t steps);
 /* Bytes of K and V held by live sequences (full and partial blocks). */
 uint64_t kvp_kvcache_kv_bytes(const struct kvp_kvcache *c);
 const char *kvp_kvcache_backend_name(enum kvp_kvcache_backend b);

@@ -28,6 +28,7 @@ struct kvp_predict_ops {
 		      const struct kvp_block_table *bt, const float *q,
 		      uint32_t *lblocks, size_t *n);
 	size_t (*metadata_bytes)(const struct kvp_predictor *p);
+	size_t (*metadata_peak)(const struct kvp_predictor *p, uint64_t tokens);
 };
 
 extern const struct kvp_predict_ops kvp_predict_exact_ops;

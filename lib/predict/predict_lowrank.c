@@ -784,6 +784,30 @@ static size_t lr_metadata_bytes(const struct kvp_predictor *p)
 	return b;
 }
 
+/* A layer not fitted yet holds its buffered keys, its projection and
+ * every key projected at once while the fit flushes them; after, its
+ * projection and a token's projected key per token. */
+static size_t lr_metadata_peak(const struct kvp_predictor *p, uint64_t tokens)
+{
+	const struct lowrank *lr = p->priv;
+	size_t b = 0, i, s;
+
+	for (i = 0; i < p->g.layers; i++) {
+		const struct lr_layer *L = &lr->layers[i];
+		uint64_t n = tokens + L->npend;
+
+		if (!L->P && !L->pend && !tokens)
+			continue; /* nothing seen, nothing to come */
+		for (s = 0; s < p->o.max_seqs; s++)
+			n += lr->seqs[s * p->g.layers + i].n;
+		b += sizeof(float) * lr->row * lr->r +
+		     (lr->r + sizeof(float)) * n;
+		if (!L->P)
+			b += sizeof(float) * lr->row * (size_t)p->o.fit_tokens;
+	}
+	return b;
+}
+
 const struct kvp_predict_ops kvp_predict_lowrank_ops = {
 	.name = "lowrank",
 	.init = lr_init,
@@ -793,4 +817,5 @@ const struct kvp_predict_ops kvp_predict_lowrank_ops = {
 	.forget = lr_forget,
 	.select = lr_select,
 	.metadata_bytes = lr_metadata_bytes,
+	.metadata_peak = lr_metadata_peak,
 };

@@ -210,6 +210,13 @@ size_t kvp_predictor_metadata_bytes(const struct kvp_predictor *p)
 	return p->ops->metadata_bytes ? p->ops->metadata_bytes(p) : 0;
 }
 
+size_t kvp_predictor_metadata_peak(const struct kvp_predictor *p,
+				   uint64_t tokens)
+{
+	return p->ops->metadata_peak ? p->ops->metadata_peak(p, tokens)
+				     : kvp_predictor_metadata_bytes(p);
+}
+
 double kvp_predictor_metadata_ratio(const struct kvp_predictor *p)
 {
 	if (!kvp_predictor_needs_keys(p))

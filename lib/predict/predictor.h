@@ -175,6 +175,13 @@ int kvp_predictor_select(struct kvp_predictor *p, uint32_t seq, uint32_t layer,
  * lowrank r = 128 on llama3-8b).
  */
 size_t kvp_predictor_metadata_bytes(const struct kvp_predictor *p);
+/*
+ * The most the metadata reaches while @tokens more tokens are observed in
+ * each layer (all sequences together): what a RAM budget fitted now must
+ * leave it for the decode to come (kvp_kvcache_fit_ram).
+ */
+size_t kvp_predictor_metadata_peak(const struct kvp_predictor *p,
+				   uint64_t tokens);
 double kvp_predictor_metadata_ratio(const struct kvp_predictor *p);
 
 #endif /* KVP_PREDICTOR_H */

@@ -191,15 +191,17 @@ static void device_name(const char *dev, char *buf, size_t len)
 }
 
 /* --ram: the pager's budget is what the rest leaves (after the prefill,
- * when the predictor's metadata holds the context). */
+ * when the predictor's metadata holds the context), the metadata as the
+ * steps will grow it. */
 static int fit_ram(const struct dopts *o, const struct dmode *m,
 		   struct kvp_kvcache *c)
 {
 	struct kvp_kvcache_ram ram;
-	int err = kvp_kvcache_fit_ram(c, o->ram);
+	int err = kvp_kvcache_fit_ram(c, o->ram, o->steps);
 
 	if (err == -ENOSPC) {
 		kvp_kvcache_ram(c, &ram);
+		ram.metadata = kvp_kvcache_metadata_peak(c, o->steps);
 		fprintf(stderr,
 			"kvpbench decode: %s: --ram %.0f MiB leaves no frames: "
 			"predictor metadata %.1f MiB, rolling %.1f, staging "
