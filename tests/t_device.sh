@@ -63,6 +63,16 @@ $K run --device emu $run --device-pool $((min - 1)) >/dev/null 2>&1
 [ $? = 2 ] || fail "--device-pool $((min - 1)): not refused"
 $K run --device emu $run --device-pool "$min" >/dev/null 2>"$tmp/err" ||
 	{ cat "$tmp/err"; fail "--device-pool $min (the smallest named): exit $?"; }
+# that smallest is what this run's steps take, not the cache at capacity
+# rounded up to whole pager blocks (before: 131072 bytes here, and 10 MiB
+# for the default 32K context, whose steps take 8 MiB): the last step's
+# 303 tokens fill 75 blocks of 1 KiB (the 76th, the rolling one, is sent
+# apart)
+[ "$min" = 76800 ] || fail "--device-pool: the smallest named is $min, not 76800"
+$K run --device emu --preset tiny --predictor exact --steps 3 --quiet \
+	--path "$tmp" --device-pool 9M >/dev/null 2>"$tmp/err"
+rc=$?
+[ $rc = 0 ] || { cat "$tmp/err"; fail "--device-pool 9M at 32K: exit $rc"; }
 # no upper bound but 64 bits: said as one
 $K run --device emu $run --device-pool 1K >/dev/null 2>"$tmp/err"
 rc=$?

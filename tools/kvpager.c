@@ -44,6 +44,7 @@
 
 #include "lib/cache/cache_store.h"
 #include "lib/cli/cli.h"
+#include "lib/cli/device_pool.h"
 #include "lib/cli/plot.h"
 #include "lib/cli/progress.h"
 #include "lib/cli/timeline.h"
@@ -259,19 +260,6 @@ static double now_s(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static const char *human(double b, char *buf, size_t len)
-{
-	const char *u[] = { "B", "KiB", "MiB", "GiB", "TiB" };
-	int i = 0;
-
-	while (b >= 1024 && i < 4) {
-		b /= 1024;
-		i++;
-	}
-	snprintf(buf, len, i ? "%.2f %s" : "%.0f %s", b, u[i]);
-	return buf;
 }
 
 /* ---- interruption --------------------------------------------------- */
@@ -759,30 +747,6 @@ static int check_geometry(const struct run_opts *o,
 }
 
 /*
- * A --device-pool that cannot hold one layer's chosen blocks fails the
- * first step that chooses more: refuse it before the run, with the
- * smallest that holds them at every step.
- */
-static int check_device_pool(const struct run_opts *o,
-			     const struct kvp_kvcache *c)
-{
-	struct kvp_kvcache_device_stats ds;
-	char h[32];
-
-	if (kvp_kvcache_device_stats(c, &ds) ||
-	    o->device_pool >= ds.pool_min_bytes)
-		return 0;
-	fprintf(stderr,
-		"kvpager: --device-pool %" PRIu64 " bytes cannot hold one "
-		"layer's chosen blocks; the smallest pool that holds them at "
-		"every step is %" PRIu64 " bytes (%s): give at least that, or "
-		"leave --device-pool out (two layers' blocks)\n",
-		o->device_pool, ds.pool_min_bytes,
-		human((double)ds.pool_min_bytes, h, sizeof(h)));
-	return -E2BIG;
-}
-
-/*
  * Warn when the budget cannot hold what layer-ahead prefetch keeps in
  * memory at once: the layer computing and the prefetch depth's layers
  * ahead, each as many pager blocks as the predictor chooses in a layer.
@@ -821,9 +785,10 @@ static void warn_budget(const struct run_opts *o, const struct kvp_kv_config *kv
 		"per layer): blocks will be evicted before they are used and "
 		"every step faults them in again; --budget %s or more would "
 		"hold them%s\n",
-		human((double)budget, h1, sizeof(h1)), layers,
-		layers > 1 ? "s" : "", human((double)per_layer, h2, sizeof(h2)),
-		h3, kv->prefetch_depth_layers > 1 ? ", or a lower --depth" : "");
+		kvp_cli_human((double)budget, h1, sizeof(h1)), layers,
+		layers > 1 ? "s" : "",
+		kvp_cli_human((double)per_layer, h2, sizeof(h2)), h3,
+		kv->prefetch_depth_layers > 1 ? ", or a lower --depth" : "");
 }
 
 /* ---- KV tunables changed through the view ------------------------------ */
@@ -1037,14 +1002,15 @@ static int fit_ram(struct kvp_kvcache *c, uint64_t total, uint32_t steps)
 			"give a larger --ram, or a smaller --rank (the "
 			"low-rank metadata is rank / (KV heads x head dim) of "
 			"the keys)\n",
-			human((double)total, h1, sizeof(h1)),
-			human((double)ram.metadata, h2, sizeof(h2)),
-			human((double)ram.rolling, h3, sizeof(h3)),
-			human((double)ram.staging, h4, sizeof(h4)));
+			kvp_cli_human((double)total, h1, sizeof(h1)),
+			kvp_cli_human((double)ram.metadata, h2, sizeof(h2)),
+			kvp_cli_human((double)ram.rolling, h3, sizeof(h3)),
+			kvp_cli_human((double)ram.staging, h4, sizeof(h4)));
 	else
-		fprintf(stderr, "kvpager: cannot fit the cache in --ram %s: "
-				"%s\n",
-			human((double)total, h1, sizeof(h1)),
+		fprintf(stderr,
+			"kvpager: cannot fit the cache in --ram %s: "
+			"%s\n",
+			kvp_cli_human((double)total, h1, sizeof(h1)),
 			kvp_strerror(err));
 	return err;
 }
@@ -1690,6 +1656,12 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 			return 1;
 		}
 	}
+	/* a pool too small for one layer's chosen blocks would fail the
+	 * first step that chooses more: refused before the run */
+	if (kvp_cli_device_pool_check("kvpager", &co, o.context + o.steps)) {
+		kvp_kv_synth_destroy(sy);
+		return 2;
+	}
 	t0 = now_s();
 	/* The pager comes from the instance (the variables were read above),
 	 * KVP_FUSE_MOUNT mounts the debug view for kvpctl, and
@@ -1718,18 +1690,14 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 		fprintf(stderr,
 			"kvpager: cannot set up the KV cache (%s of KV for "
 			"%" PRIu64 " tokens in %s): %s\n",
-			human((double)(co.capacity_tokens *
-				       kvp_kv_token_bytes(&g)),
-			      h1, sizeof(h1)),
+			kvp_cli_human((double)(co.capacity_tokens *
+					       kvp_kv_token_bytes(&g)),
+				      h1, sizeof(h1)),
 			co.capacity_tokens, o.path ? o.path : "$TMPDIR",
 			kvp_strerror(err));
 		kvp_instance_close(inst);
 		kvp_kv_synth_destroy(sy);
 		return 1;
-	}
-	if (o.device_pool && check_device_pool(&o, c)) {
-		status = 2;
-		goto out;
 	}
 	warn_budget(&o, &kv, c, cfg.ram_budget_bytes);
 	lv.c = c;
@@ -1897,15 +1865,15 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 		eff = tstep > 0 ? mx / tstep : 0;
 		tps = tstep > 0 ? d.tokens / n / tstep : 0;
 		plot_warm = warm;
-		snprintf(plot_title, sizeof(plot_title),
-			 "kvpager run: %s, context %" PRIu64 " x %u, predictor "
-			 "%s, prefetch depth %" PRIu64 ", budget %s of %s of "
-			 "%s KV: %.2f tokens/s",
-			 o.preset, o.context, o.batch, pk,
-			 kv.prefetch_depth_layers,
-			 human((double)cfg.ram_budget_bytes, h1, sizeof(h1)),
-			 human((double)kv_bytes, h2, sizeof(h2)),
-			 mr->m ? "the model's" : "synthetic", tps);
+		snprintf(
+		    plot_title, sizeof(plot_title),
+		    "kvpager run: %s, context %" PRIu64 " x %u, predictor "
+		    "%s, prefetch depth %" PRIu64 ", budget %s of %s of "
+		    "%s KV: %.2f tokens/s",
+		    o.preset, o.context, o.batch, pk, kv.prefetch_depth_layers,
+		    kvp_cli_human((double)cfg.ram_budget_bytes, h1, sizeof(h1)),
+		    kvp_cli_human((double)kv_bytes, h2, sizeof(h2)),
+		    mr->m ? "the model's" : "synthetic", tps);
 
 		if (o.json) {
 			putchar('{');
@@ -1993,27 +1961,31 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 					       kv_start.predictor),
 				       changes);
 			if (mr->m)
-				printf("\n  KV %s, made by the model (dim %u, "
-				       "hidden %u, %s of weights), prompt %u "
-				       "tokens\n",
-				       human((double)kv_bytes, h1, sizeof(h1)),
-				       kvp_model_config(mr->m)->dim,
-				       kvp_model_config(mr->m)->hidden_dim,
-				       human((double)kvp_model_weight_bytes(
-						 mr->m),
-					     h2, sizeof(h2)),
-				       mr->nprompt);
+				printf(
+				    "\n  KV %s, made by the model (dim %u, "
+				    "hidden %u, %s of weights), prompt %u "
+				    "tokens\n",
+				    kvp_cli_human((double)kv_bytes, h1,
+						  sizeof(h1)),
+				    kvp_model_config(mr->m)->dim,
+				    kvp_model_config(mr->m)->hidden_dim,
+				    kvp_cli_human(
+					(double)kvp_model_weight_bytes(mr->m),
+					h2, sizeof(h2)),
+				    mr->nprompt);
 			else
 				printf("\n  KV %s, SYNTHETIC (sink tokens, "
 				       "recent window, heavy hitters, topic "
 				       "clusters; no model runs)\n",
-				       human((double)kv_bytes, h1, sizeof(h1)));
+				       kvp_cli_human((double)kv_bytes, h1,
+						     sizeof(h1)));
 			printf(
 			    "  budget %s (%.1f%% of the KV), pager block %s, "
 			    "install %s, prefetch %s\n",
-			    human((double)cfg.ram_budget_bytes, h2, sizeof(h2)),
+			    kvp_cli_human((double)cfg.ram_budget_bytes, h2,
+					  sizeof(h2)),
 			    100.0 * cfg.ram_budget_bytes / kv_bytes,
-			    human((double)pbb, h3, sizeof(h3)), imode,
+			    kvp_cli_human((double)pbb, h3, sizeof(h3)), imode,
 			    kv.prefetch_depth_layers ? "layer-ahead"
 						     : "off (demand)");
 			if (kv.prefetch_depth_layers)
@@ -2043,7 +2015,7 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 			printf("  waiting on loads      %.4f s/step\n",
 			       d.t_wait_s / n);
 			printf("  bytes read/step       %s\n",
-			       human(d.bytes_read / n, h1, sizeof(h1)));
+			       kvp_cli_human(d.bytes_read / n, h1, sizeof(h1)));
 			printf("  demand faults/step    %.2f\n",
 			       d.demand_faults / n);
 			print_prefetch(&pf_end);
@@ -2059,33 +2031,37 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 			       rel, nsamp);
 			if (kvp_predictor_metadata_bytes(
 				kvp_kvcache_predictor(c)))
-				printf(
-				    "  predictor metadata    %s resident\n",
-				    human((double)kvp_predictor_metadata_bytes(
-					      kvp_kvcache_predictor(c)),
-					  h1, sizeof(h1)));
+				printf("  predictor metadata    %s resident\n",
+				       kvp_cli_human(
+					   (double)kvp_predictor_metadata_bytes(
+					       kvp_kvcache_predictor(c)),
+					   h1, sizeof(h1)));
 			printf("  rolling blocks        %" PRIu64
 			       " written to the store, %" PRIu64
 			       " through the region\n",
 			       s_end.sum.flush_store, s_end.sum.flush_region);
 			if (ram.slots)
-				printf("  reuse slots           %s of the frames: "
-				       "%" PRIu64 " blocks read into them in %" PRIu64
-				       " I/Os, %" PRIu64
-				       " blocks' reads failed (the region read"
-				       " those)\n",
-				       human((double)ram.slots, h1, sizeof(h1)),
-				       s_end.slot_reads, s_end.slot_ios,
-				       s_end.slot_read_errors);
-			printf("  RAM                   %s in all: frames %s "
-			       "(the budget), predictor metadata %s, rolling "
-			       "buffers %s, staging %s (all but the frames "
-			       "outside the budget)\n",
-			       human((double)ram.total, h1, sizeof(h1)),
-			       human((double)ram.frames, h2, sizeof(h2)),
-			       human((double)ram.metadata, h3, sizeof(h3)),
-			       human((double)ram.rolling, h4, sizeof(h4)),
-			       human((double)ram.staging, h5, sizeof(h5)));
+				printf(
+				    "  reuse slots           %s of the frames: "
+				    "%" PRIu64
+				    " blocks read into them in %" PRIu64
+				    " I/Os, %" PRIu64
+				    " blocks' reads failed (the region read"
+				    " those)\n",
+				    kvp_cli_human((double)ram.slots, h1,
+						  sizeof(h1)),
+				    s_end.slot_reads, s_end.slot_ios,
+				    s_end.slot_read_errors);
+			printf(
+			    "  RAM                   %s in all: frames %s "
+			    "(the budget), predictor metadata %s, rolling "
+			    "buffers %s, staging %s (all but the frames "
+			    "outside the budget)\n",
+			    kvp_cli_human((double)ram.total, h1, sizeof(h1)),
+			    kvp_cli_human((double)ram.frames, h2, sizeof(h2)),
+			    kvp_cli_human((double)ram.metadata, h3, sizeof(h3)),
+			    kvp_cli_human((double)ram.rolling, h4, sizeof(h4)),
+			    kvp_cli_human((double)ram.staging, h5, sizeof(h5)));
 			if (mr->m)
 				model_report(&o, mr, done_steps);
 			cache_report(&o, mr, done_steps);

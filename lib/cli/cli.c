@@ -173,3 +173,16 @@ void kvp_cli_cmds_print(FILE *f, const char *scope,
 		fputc('\n', f);
 	}
 }
+
+const char *kvp_cli_human(double b, char *buf, size_t len)
+{
+	const char *u[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+	int i = 0;
+
+	while (b >= 1024 && i < 4) {
+		b /= 1024;
+		i++;
+	}
+	snprintf(buf, len, i ? "%.2f %s" : "%.0f %s", b, u[i]);
+	return buf;
+}

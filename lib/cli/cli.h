@@ -76,4 +76,8 @@ void kvp_cli_table_print(FILE *f, const char *scope,
 void kvp_cli_cmds_print(FILE *f, const char *scope,
 			const struct kvp_cli_cmd *c);
 
+/* @b bytes for a message: "%.2f KiB" (MiB, GiB, TiB), or "%.0f B" under
+ * 1 KiB, in @buf (@len bytes), which is returned. */
+const char *kvp_cli_human(double b, char *buf, size_t len);
+
 #endif /* KVP_CLI_H */

@@ -389,12 +389,33 @@ int kvp_kvcache_retune_check(const struct kvp_kvcache *c,
  */
 int kvp_kvcache_device_probe(const char *device, char *msg, size_t len);
 
+/*
+ * kvp_kvcache_device_pool_min - the smallest device_pool_bytes with which
+ * a cache created from @o runs every step while none of its sequences
+ * holds more than @tokens tokens.  A step stages one layer's chosen
+ * blocks of all its sequences at once (a pool that cannot hold them
+ * fails the step, -E2BIG); a sequence's are its full blocks when its
+ * last token lands, (@tokens - 1) / block_tokens (the block that token
+ * lands in is the rolling one, sent apart), all of which the exact
+ * predictor chooses: for it this is the least that works.  The sparse
+ * ones choose at most the budget's blocks and one more of them
+ * (kvp_predictor_opts_max_blocks), a bound a block or two over what they
+ * take.  It is what the run's longest step needs, not the cache's
+ * capacity (rounded up to whole pager blocks, and any one sequence's
+ * for all: pool_min_bytes); a retune to a predictor or budget choosing
+ * more needs more.
+ */
+uint64_t kvp_kvcache_device_pool_min(const struct kvp_kvcache_opts *o,
+				     uint64_t tokens);
+
 /* The device path's totals (ON A DEVICE). */
 struct kvp_kvcache_device_stats {
 	char name[160];		/* the device, as its driver says */
 	uint32_t pool_slots;	/* KV blocks the pool holds */
 	uint64_t pool_min_bytes; /* the smallest device_pool_bytes that
-				    holds one layer's chosen blocks */
+				    holds one layer's chosen blocks with the
+				    cache full (kvp_kvcache_device_pool_min:
+				    for a run's length) */
 	uint64_t device_bytes;	/* device memory in all */
 	uint64_t staging_bytes; /* page-locked host memory in all */
 	uint64_t stages;	/* kernels launched (layers x steps) */

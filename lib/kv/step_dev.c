@@ -300,6 +300,19 @@ int kvp_kvcache_device_probe(const char *device, char *msg, size_t len)
 	return err;
 }
 
+uint64_t kvp_kvcache_device_pool_min(const struct kvp_kvcache_opts *o,
+				     uint64_t tokens)
+{
+	uint32_t G = o->geo.block_tokens;
+	/* full blocks when the last token lands: the block it lands in is
+	 * the rolling one, sent apart, never in a plan (plan.c) */
+	uint64_t nfull = tokens ? (tokens - 1) / G : 0;
+	size_t per = kvp_predictor_opts_max_blocks(
+	    &o->pred, G, nfull < UINT32_MAX ? (uint32_t)nfull : UINT32_MAX);
+
+	return (uint64_t)per * o->max_seqs * kvp_kv_block_bytes(&o->geo);
+}
+
 int kvp_kvcache_device_stats(const struct kvp_kvcache *c,
 			     struct kvp_kvcache_device_stats *out)
 {

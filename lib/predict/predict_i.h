@@ -36,11 +36,16 @@ extern const struct kvp_predict_ops kvp_predict_window_ops;
 extern const struct kvp_predict_ops kvp_predict_lowrank_ops;
 
 /* Blocks a sparse predictor may choose: budget / G, at least 1. */
-static inline uint32_t kvp_predict_budget_blocks(const struct kvp_predictor *p)
+static inline uint32_t kvp_budget_blocks(uint32_t budget_tokens, uint32_t G)
 {
-	uint32_t n = p->o.budget_tokens / p->g.block_tokens;
+	uint32_t n = budget_tokens / G;
 
 	return n ? n : 1;
+}
+
+static inline uint32_t kvp_predict_budget_blocks(const struct kvp_predictor *p)
+{
+	return kvp_budget_blocks(p->o.budget_tokens, p->g.block_tokens);
 }
 
 #endif /* KVP_PREDICT_I_H */

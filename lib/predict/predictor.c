@@ -165,11 +165,17 @@ void kvp_predictor_forget(struct kvp_predictor *p, uint32_t seq)
 
 size_t kvp_predictor_max_blocks(const struct kvp_predictor *p, uint32_t nblocks)
 {
+	return kvp_predictor_opts_max_blocks(&p->o, p->g.block_tokens, nblocks);
+}
+
+size_t kvp_predictor_opts_max_blocks(const struct kvp_predictor_opts *o,
+				     uint32_t block_tokens, uint32_t nblocks)
+{
 	uint32_t b;
 
-	if (p->o.kind == KVP_PREDICTOR_EXACT)
+	if (o->kind == KVP_PREDICTOR_EXACT)
 		return nblocks;
-	b = kvp_predict_budget_blocks(p) + 1;
+	b = kvp_budget_blocks(o->budget_tokens, block_tokens) + 1;
 	return nblocks < b ? nblocks : b;
 }
 

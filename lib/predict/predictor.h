@@ -150,6 +150,10 @@ void kvp_predictor_forget(struct kvp_predictor *p, uint32_t seq);
  */
 size_t kvp_predictor_max_blocks(const struct kvp_predictor *p,
 				uint32_t nblocks);
+/* The same from the options a predictor would be created with (its kind
+ * and budget_tokens), for KV blocks of block_tokens tokens. */
+size_t kvp_predictor_opts_max_blocks(const struct kvp_predictor_opts *o,
+				     uint32_t block_tokens, uint32_t nblocks);
 
 /*
  * kvp_predictor_select - choose the blocks sequence seq reads in `layer` at
