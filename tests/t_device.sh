@@ -79,6 +79,21 @@ rc=$?
 [ $rc = 2 ] && grep -q "^kvpager: --device-pool: '1K' is out of range; accepted: at least 4K$" "$tmp/err" ||
 	fail "--device-pool 1K: exit $rc, $(cat "$tmp/err")"
 
+# kvpbench decode makes the same check before any mode runs (before, its
+# fed modes each failed their first step, "Argument list too long", and
+# the rest ran), and the smallest it names runs
+brun="--preset tiny --context 300 --steps 3 --device emu --quiet --path $tmp"
+$B decode $brun --device-pool 8K >"$tmp/out" 2>"$tmp/err"
+rc=$?
+cat "$tmp/err"
+[ $rc = 2 ] || fail "kvpbench decode --device-pool 8K: exit $rc, not 2"
+grep -q "^kvpbench decode: --device-pool 8192 bytes cannot hold one layer's chosen blocks; the smallest pool that holds them at every step is 76800 bytes (75.00 KiB): give at least that" "$tmp/err" ||
+	fail "kvpbench decode --device-pool 8K: not the smallest pool named"
+[ -s "$tmp/out" ] && fail "kvpbench decode --device-pool 8K ran a mode"
+$B decode $brun --device-pool 76800 >/dev/null 2>"$tmp/err"
+rc=$?
+[ $rc = 0 ] || { cat "$tmp/err"; fail "kvpbench decode --device-pool 76800: exit $rc"; }
+
 # the emulated device: the report's device line, the JSON's fields
 $K run --device emu $run >"$tmp/out" 2>"$tmp/err" || fail "--device emu: exit $?"
 grep -q "^  device emu (CPU emulation.*blocks reused [0-9]*, copied [1-9]" \

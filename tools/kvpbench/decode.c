@@ -41,6 +41,7 @@
 
 #include "lib/synth/kv_synth.h"
 #include "lib/cli/cli.h"
+#include "lib/cli/device_pool.h"
 #include "lib/cli/progress.h"
 #include "lib/device/device.h"
 #include "lib/kv/kvcache.h"
@@ -300,6 +301,67 @@ struct mrun {
 	struct kvp_kvcache_device_stats ds0;
 };
 
+/* Mode @m's cache options into @co, its pager's settings into @cfg
+ * (which @co points to). */
+static void mode_opts(const struct dopts *o, const struct dmode *m,
+		      const struct kvp_kv_geometry *g,
+		      struct kvp_kvcache_opts *co, struct kvp_config *cfg)
+{
+	kvp_kvcache_opts_default(co, g);
+	co->backend = m->be;
+	co->prefetch = m->prefetch;
+	co->prefetch_depth = o->depth;
+	co->max_seqs = o->batch;
+	co->capacity_tokens = (o->context + o->steps + 8) * o->batch;
+	co->pager_block_bytes = (size_t)o->block;
+	co->budget_bytes = o->budget;
+	co->dir = o->path;
+	kvp_predictor_opts_default(&co->pred,
+				   m->exact ? KVP_PREDICTOR_EXACT : o->pred);
+	co->pred.budget_tokens = o->M;
+	if (o->rank)
+		co->pred.rank = o->rank;
+	else if (co->pred.rank > kvp_predictor_max_rank(g))
+		co->pred.rank = kvp_predictor_max_rank(g) / 2;
+	co->sample_every = 4;
+	co->sample_layers = 2;
+	co->max_samples = 256;
+	kvp_config_defaults(cfg);
+	if (o->install >= 0)
+		cfg->install_mode = (uint64_t)o->install;
+	if (o->pager_threads)
+		cfg->service_threads = o->pager_threads;
+	co->cfg = cfg;
+	if (m->dev) {
+		co->device = o->device;
+		co->device_pool_bytes =
+		    m->dev == 1 ? UINT64_MAX / 2 : o->device_pool;
+	}
+}
+
+/*
+ * Before any mode runs: a --device-pool too small for one layer's chosen
+ * blocks would fail the fed modes' first step that chooses more; the
+ * check kvpager run makes (device_pool.h).  0, or -E2BIG said.
+ */
+static int check_device_pool(const struct dopts *o,
+			     const struct kvp_kv_geometry *g)
+{
+	struct kvp_kvcache_opts co;
+	struct kvp_config cfg;
+	uint32_t i;
+
+	for (i = 0; i < NDMODES; i++) {
+		if (!(o->modes & (1u << i)) || dmodes[i].dev != 2)
+			continue;
+		mode_opts(o, &dmodes[i], g, &co, &cfg);
+		if (kvp_cli_device_pool_check("kvpbench decode", &co,
+					      o->context + o->steps))
+			return -E2BIG;
+	}
+	return 0;
+}
+
 /* Open mode @m's cache and prefill its sequences (the synthetic KV @sy,
  * or --model's prompt later, in model_decode).  0, or -errno. */
 static int mode_open(const struct dopts *o, const struct dmode *m,
@@ -318,36 +380,7 @@ static int mode_open(const struct dopts *o, const struct dmode *m,
 	mr->m = m;
 	if (sy)
 		kvp_kv_source_synth(&mr->src, sy);
-	kvp_kvcache_opts_default(&co, g);
-	co.backend = m->be;
-	co.prefetch = m->prefetch;
-	co.prefetch_depth = o->depth;
-	co.max_seqs = o->batch;
-	co.capacity_tokens = (o->context + o->steps + 8) * o->batch;
-	co.pager_block_bytes = (size_t)o->block;
-	co.budget_bytes = o->budget;
-	co.dir = o->path;
-	kvp_predictor_opts_default(&co.pred, m->exact ? KVP_PREDICTOR_EXACT
-						     : o->pred);
-	co.pred.budget_tokens = o->M;
-	if (o->rank)
-		co.pred.rank = o->rank;
-	else if (co.pred.rank > kvp_predictor_max_rank(g))
-		co.pred.rank = kvp_predictor_max_rank(g) / 2;
-	co.sample_every = 4;
-	co.sample_layers = 2;
-	co.max_samples = 256;
-	kvp_config_defaults(&cfg);
-	if (o->install >= 0)
-		cfg.install_mode = (uint64_t)o->install;
-	if (o->pager_threads)
-		cfg.service_threads = o->pager_threads;
-	co.cfg = &cfg;
-	if (m->dev) {
-		co.device = o->device;
-		co.device_pool_bytes =
-		    m->dev == 1 ? UINT64_MAX / 2 : o->device_pool;
-	}
+	mode_opts(o, m, g, &co, &cfg);
 	err = kvp_kvcache_create(&co, &mr->c);
 	if (err)
 		return err;
@@ -1043,6 +1076,8 @@ int kvpbench_decode(int argc, char **argv)
 		o.budget = kv / 4;
 	if (!o.block)
 		o.block = o.pred == KVP_PREDICTOR_EXACT ? 2u << 20 : 0;
+	if (check_device_pool(&o, &g))
+		return 2;
 	kvp_kv_synth_opts_default(&so);
 	err = o.model ? 0 : kvp_kv_synth_create(&g, &so, &sy);
 	if (err) {
