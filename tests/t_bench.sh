@@ -240,6 +240,14 @@ rc=$?
 [ $rc = 2 ] || fail "decode --steps 2 --warmup 2: exit $rc, want 2"
 grep -q -- "--warmup 2 leaves no step to measure" "$tmp/bad" ||
 	fail "decode --warmup 2: no message: $(cat "$tmp/bad")"
+# an operand is refused (exit 2), as compute and tier refuse one: before,
+# decode ignored it and ran
+timeout 60 "$B" decode --preset tiny --context 4096 --steps 2 --quiet \
+	extra >"$tmp/bad" 2>&1
+rc=$?
+[ $rc = 2 ] || fail "decode extra: exit $rc, want 2"
+grep -q "^kvpbench decode: unexpected 'extra'" "$tmp/bad" ||
+	fail "decode extra: no message: $(cat "$tmp/bad")"
 
 # kvpbench decode says where each mode's step goes, parts adding up to
 # T_step, and for the pager the disk's rate on its own file; a sparse

@@ -43,10 +43,16 @@ cat "$tmp/err"
 grep -q "cannot load libkvpager-cuda.so.*built without nvcc" "$tmp/err" ||
 	fail "without libkvpager-cuda.so: the message does not say so"
 
+# a name that is no device is the command line's error: exit 2 (a device
+# that is not here, above, exit 1); before, exit 1 for both
 $K run --device tpu $run >/dev/null 2>"$tmp/err"
 rc=$?
-[ $rc = 1 ] && grep -q "unknown device 'tpu' (cpu, cuda, emu)" "$tmp/err" ||
+[ $rc = 2 ] && grep -q "unknown device 'tpu' (cpu, cuda, emu)" "$tmp/err" ||
 	fail "--device tpu: exit $rc, $(cat "$tmp/err")"
+$B decode --device tpu --preset tiny --quiet >/dev/null 2>"$tmp/err"
+rc=$?
+[ $rc = 2 ] && grep -q "^kvpbench decode: unknown device 'tpu' (cpu, cuda, emu)" "$tmp/err" ||
+	fail "kvpbench decode --device tpu: exit $rc, $(cat "$tmp/err")"
 
 # a pool that cannot hold one layer's chosen blocks: refused before the
 # run with the smallest that holds them at every step (before, the first

@@ -58,6 +58,17 @@ expect 0 "no running pager" "$K"
 expect 1 "no running pager found" "$K" get io_depth
 expect 0 "ram_budget_bytes = 1G" "$K" list
 expect 2 "usage" "$K" frobnicate
+# the command line is checked before a pager is looked for: a command
+# without what it needs, a NAME=VALUE the registry refuses, a file that
+# cannot be opened, an argument too many exit 2 with the reason (before:
+# exit 1, "no running pager found", and list took any argument)
+expect 2 "^kvpctl: get: name a tunable" "$K" get
+expect 2 "^kvpctl: set: 'io_depth' is not NAME=VALUE" "$K" set io_depth
+expect 2 "^kvpctl: ram_budget_bytes: '1K' is out of range" \
+	"$K" set ram_budget_bytes=1K
+expect 2 "^kvpctl: load: give one FILE" "$K" load
+expect 2 "^kvpctl: cannot open $tmp/none.conf" "$K" load "$tmp/none.conf"
+expect 2 "^kvpctl: list takes no argument, not 'x'" "$K" list x
 
 start_pager "$tmp/m1" KVP_RAM_BUDGET_BYTES=16M
 p1=$pid
@@ -78,14 +89,15 @@ expect 0 "bytes 2M\.\.1P, default 1G, runtime" "$K" list
 expect 0 "" "$K" set install_mode=copy io_batch=8
 expect 0 "^auto move \[copy\]\$" "$K" -n get install_mode
 expect 0 "^8\$" "$K" -n get io_batch
-# refused ones change nothing and say why
-expect 1 "ram_budget_bytes: '1K' is out of range; accepted: 2M\.\.1P" \
+# refused ones change nothing and say why: what the registry refuses is
+# the command line's (exit 2), what the pager refuses the run's (exit 1)
+expect 2 "ram_budget_bytes: '1K' is out of range; accepted: 2M\.\.1P" \
 	"$K" set ram_budget_bytes=1K
-expect 1 "io_depth cannot change on a running pager: set KVP_IO_DEPTH" \
+expect 2 "io_depth cannot change on a running pager: set KVP_IO_DEPTH" \
 	"$K" set io_depth=8
-expect 1 "unknown tunable 'nosuch'" "$K" set nosuch=1
-expect 1 "is a statistic" "$K" set demand_faults_total=0
-expect 1 "not NAME=VALUE" "$K" set ram_budget_bytes
+expect 2 "unknown tunable 'nosuch'" "$K" set nosuch=1
+expect 2 "is a statistic" "$K" set demand_faults_total=0
+expect 2 "not NAME=VALUE" "$K" set ram_budget_bytes
 expect 1 "unknown name 'nosuch': not a tunable, a statistic or a file of the view" \
 	"$K" get nosuch
 expect 1 "unknown name 'regions/nosuch'" "$K" get regions/nosuch
@@ -93,7 +105,7 @@ expect 1 "unknown name '\.\./m1/pid'" "$K" get ../m1/pid
 expect 0 "^16777216\$" "$K" -n get ram_budget_bytes
 # set is all or nothing: a bad value, or a KV tunable on a pager without
 # a KV layer, leaves the good ones unset too
-expect 1 "ram_budget_bytes: 'bogus' is not a size.*nothing was changed" \
+expect 2 "ram_budget_bytes: 'bogus' is not a size.*nothing was changed" \
 	"$K" set io_batch=2 ram_budget_bytes=bogus
 expect 1 "no kv layer is attached.*nothing was changed" \
 	"$K" set ram_budget_bytes=6M prefetch_depth_layers=1
@@ -148,7 +160,7 @@ expect 1 "line 2: io_batch: '0' is out of range.*nothing was changed" \
 expect 1 "line 2: service_threads cannot change" "$K" load "$tmp/static.conf"
 expect 0 "^6291456\$" "$K" -n get ram_budget_bytes
 expect 0 "^4\$" "$K" -n get io_batch
-expect 1 "cannot open" "$K" load "$tmp/none.conf"
+expect 2 "cannot open" "$K" load "$tmp/none.conf"
 
 # choosing a pager
 expect 0 "^64\$" "$K" -p "$p1" -n get io_depth

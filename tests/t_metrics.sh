@@ -58,7 +58,7 @@ for bad in nohost:9464 127.0.0.1:99999 ::1:9464; do
 	"$K" run --preset tiny --context 256 --steps 2 \
 		--metrics-listen "$bad" >/dev/null 2>"$tmp/err"
 	rc=$?
-	[ $rc = 1 ] || fail "--metrics-listen $bad: exit $rc, not 1"
+	[ $rc = 2 ] || fail "--metrics-listen $bad: exit $rc, not 2"
 	grep -q "metrics listen address '$bad'" "$tmp/err" ||
 		fail "--metrics-listen $bad: $(cat "$tmp/err")"
 done

@@ -39,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -50,6 +51,7 @@
 #include "lib/cli/timeline.h"
 #include "lib/instance/instance.h"
 #include "lib/kv/kvcache.h"
+#include "lib/metrics/metrics_http.h"
 #include "lib/model/model.h"
 #include "lib/model/model_cache.h"
 #include "lib/synth/kv_synth.h"
@@ -1520,6 +1522,24 @@ static void model_report(const struct run_opts *o, const struct model_run *mr,
 	}
 }
 
+/* A --metrics-listen (or KVP_METRICS_LISTEN) that is no address is the
+ * command line's error, said before anything runs; a port that cannot be
+ * taken is found when the instance listens. */
+static int metrics_check(const struct run_opts *o)
+{
+	const char *a = o->metrics_listen ? o->metrics_listen
+					  : getenv("KVP_METRICS_LISTEN");
+	char why[KVP_TUNABLE_ERR_MAX];
+	struct sockaddr_storage ss;
+	size_t len;
+
+	if (!a || !*a ||
+	    !kvp_metrics_http_parse(a, &ss, &len, why, sizeof(why)))
+		return 0;
+	fprintf(stderr, "kvpager: %s\n", why);
+	return -EINVAL;
+}
+
 /* The run; what the model run holds is freed by run(), on every path. */
 static int run_job(int argc, char **argv, struct model_run *mr)
 {
@@ -1567,6 +1587,8 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 		return 2;
 	/* before the run: a plot that cannot be made is said now */
 	if (o.plot && kvp_plot_check("kvpager", o.plot))
+		return 2;
+	if (metrics_check(&o))
 		return 2;
 	if (o.model) {
 		if (model_open(&o, mr, &g))
@@ -1650,10 +1672,11 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 	{
 		char msg[512];
 
-		if (kvp_kvcache_device_probe(o.device, msg, sizeof(msg))) {
+		err = kvp_kvcache_device_probe(o.device, msg, sizeof(msg));
+		if (err) {
 			fprintf(stderr, "kvpager: %s\n", msg);
 			kvp_kv_synth_destroy(sy);
-			return 1;
+			return err == -EINVAL ? 2 : 1; /* a name that is none */
 		}
 	}
 	/* a pool too small for one layer's chosen blocks would fail the

@@ -461,9 +461,6 @@ static int cmd_get(int argc, char **argv)
 	struct stat st;
 	int i;
 
-	if (argc < 1)
-		die("get: name a tunable, a statistic or a file of the view "
-		    "(kvpctl list, kvpctl -a)");
 	for (i = 0; i < argc; i++) {
 		const char *name = argv[i];
 
@@ -486,8 +483,9 @@ static int cmd_get(int argc, char **argv)
 	return 0;
 }
 
-/* Checks NAME=VALUE @arg against the registry and appends it to @text as
- * a `name = value` line; dies with the reason otherwise. */
+/* Checks NAME=VALUE @arg against the registry (no pager needed) and
+ * appends it to @text as a `name = value` line; a line that cannot be
+ * right is the command line's: exit 2 with the reason. */
 static void set_line(const char *arg, FILE *text)
 {
 	char name[128], err[KVP_TUNABLE_ERR_MAX], env[160];
@@ -497,23 +495,24 @@ static void set_line(const char *arg, FILE *text)
 	size_t n;
 
 	if (!eq || eq == arg || (size_t)(eq - arg) >= sizeof(name))
-		die("set: '%s' is not NAME=VALUE", arg);
+		bad_usage("set: '%s' is not NAME=VALUE", arg);
 	memcpy(name, arg, (size_t)(eq - arg));
 	name[eq - arg] = '\0';
 	val = eq + 1;
 	t = kvp_tunable_find(name);
 	if (!t) {
 		if (is_stat(name))
-			die("%s is a statistic: it cannot be set", name);
-		die("unknown tunable '%s' (kvpctl list shows them)", name);
+			bad_usage("%s is a statistic: it cannot be set", name);
+		bad_usage("unknown tunable '%s' (kvpctl list shows them)",
+			  name);
 	}
 	if (kvp_tunable_parse(t, val, &v, err, sizeof(err)))
-		die("%s; nothing was changed", err);
+		bad_usage("%s; nothing was changed", err);
 	if (!t->runtime) {
 		kvp_tunable_env_name(t, env, sizeof(env));
-		die("%s cannot change on a running pager: set %s before it "
-		    "starts",
-		    name, env);
+		bad_usage("%s cannot change on a running pager: set %s before "
+			  "it starts",
+			  name, env);
 	}
 	/* parsed whole: no line break but at its ends, trimmed here */
 	while (isspace((unsigned char)*val))
@@ -524,25 +523,32 @@ static void set_line(const char *arg, FILE *text)
 	fprintf(text, "%s = %.*s\n", name, (int)n, val);
 }
 
-/* Every NAME=VALUE checked first, then one write to apply: the pager
- * takes all of them or none. */
-static int cmd_set(int argc, char **argv)
+/* The NAME=VALUE arguments as `name = value` lines, every one checked
+ * (set_line) before a pager is looked for. */
+static char *set_text(int argc, char **argv, size_t *len)
 {
 	char *text = NULL;
-	size_t len = 0;
 	FILE *f;
-	int i, r;
+	int i;
 
 	if (argc < 1)
-		die("set: give NAME=VALUE (kvpctl list shows the names)");
-	f = open_memstream(&text, &len);
+		bad_usage("set: give NAME=VALUE (kvpctl list shows the names)");
+	f = open_memstream(&text, len);
 	if (!f)
 		die("out of memory");
 	for (i = 0; i < argc; i++)
 		set_line(argv[i], f);
 	if (fclose(f))
 		die("out of memory");
-	r = put("apply", text, len);
+	return text;
+}
+
+/* The lines of set_text in one write to apply: the pager takes all of
+ * them or none. */
+static int cmd_set(char *text, size_t len)
+{
+	int r = put("apply", text, len);
+
 	if (r) {
 		char *why = last_error();
 
@@ -728,21 +734,17 @@ static void current(struct kvp_config *cfg, struct kvp_kv_config *kv)
 	}
 }
 
-static int cmd_load(int argc, char **argv)
+/* The lines of @f (opened by main; @name: its name, - for stdin), checked
+ * against the pager's values and applied all or nothing. */
+static int cmd_load(const char *name, FILE *f)
 {
 	char err[KVP_TUNABLE_ERR_MAX], *text = NULL;
 	struct kvp_config cfg;
 	struct kvp_kv_config kv;
 	struct kvp_tunable_target tg = { .pager = &cfg, .kv = &kv };
 	size_t len = 0, cap = 0, changed;
-	FILE *f;
 	int r;
 
-	if (argc != 1)
-		die("load: give one FILE of name = value lines (- for stdin)");
-	f = strcmp(argv[0], "-") ? fopen(argv[0], "re") : stdin;
-	if (!f)
-		die("cannot open %s: %s", argv[0], strerror(errno));
 	for (;;) {
 		size_t n;
 
@@ -758,24 +760,24 @@ static int cmd_load(int argc, char **argv)
 			break;
 	}
 	if (ferror(f))
-		die("cannot read %s: %s", argv[0], strerror(errno));
+		die("cannot read %s: %s", name, strerror(errno));
 	if (f != stdin)
 		fclose(f);
 	text[len] = '\0';
 	if (strlen(text) != len)
-		die("%s: not a text file (it holds a NUL byte)", argv[0]);
+		die("%s: not a text file (it holds a NUL byte)", name);
 	current(&cfg, &kv);
 	if (kvp_tunables_apply_lines(&tg, text, KVP_TUNABLES_RUNTIME_ONLY,
 				     &changed, err, sizeof(err)))
-		die("%s: %s; nothing was changed", argv[0], err);
+		die("%s: %s; nothing was changed", name, err);
 	r = put("apply", text, len);
 	if (r) {
 		char *why = last_error();
 
-		die("%s refused by the pager: %s; nothing was changed", argv[0],
+		die("%s refused by the pager: %s; nothing was changed", name,
 		    *why ? why : strerror(-r));
 	}
-	printf("%s: %zu tunable%s changed\n", argv[0], changed,
+	printf("%s: %zu tunable%s changed\n", name, changed,
 	       changed == 1 ? "" : "s");
 	free(text);
 	return 0;
@@ -843,6 +845,9 @@ int main(int argc, char **argv)
 		struct kvp_instance_entry *e;
 		size_t n, i, alive = 0;
 
+		if (argc > 1)
+			bad_usage("list takes no argument, not '%s'", argv[1]);
+
 		if (!pid && !mount && !kvp_instance_list(0, &e, &n)) {
 			for (i = 0; i < n; i++)
 				alive += e[i].alive && e[i].mount[0];
@@ -859,14 +864,34 @@ int main(int argc, char **argv)
 		choose(pid, mount);
 		return cmd_stats(so);
 	}
-	if (!strcmp(cmd, "get") || !strcmp(cmd, "set") ||
-	    !strcmp(cmd, "load")) {
+	/* what the command line gets wrong is said before a pager is
+	 * looked for */
+	if (!strcmp(cmd, "get")) {
+		if (argc < 2)
+			bad_usage("get: name a tunable, a statistic or a file "
+				  "of the view (kvpctl list, kvpctl -a)");
 		choose(pid, mount);
-		if (!strcmp(cmd, "get"))
-			return cmd_get(argc - 1, argv + 1);
-		if (!strcmp(cmd, "set"))
-			return cmd_set(argc - 1, argv + 1);
-		return cmd_load(argc - 1, argv + 1);
+		return cmd_get(argc - 1, argv + 1);
+	}
+	if (!strcmp(cmd, "set")) {
+		size_t len;
+		char *text = set_text(argc - 1, argv + 1, &len);
+
+		choose(pid, mount);
+		return cmd_set(text, len);
+	}
+	if (!strcmp(cmd, "load")) {
+		FILE *f;
+
+		if (argc != 2)
+			bad_usage("load: give one FILE of name = value lines "
+				  "(- for stdin)");
+		f = strcmp(argv[1], "-") ? fopen(argv[1], "re") : stdin;
+		if (!f)
+			bad_usage("cannot open %s: %s", argv[1],
+				  strerror(errno));
+		choose(pid, mount);
+		return cmd_load(argv[1], f);
 	}
 	fprintf(stderr, "kvpctl: unknown command '%s'\n", cmd);
 	usage(stderr);

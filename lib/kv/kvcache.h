@@ -382,10 +382,11 @@ int kvp_kvcache_retune_check(const struct kvp_kvcache *c,
 			     const struct kvp_kv_config *kv, const char **bad);
 
 /*
- * kvp_kvcache_device_probe - can device be opened here?  0, or -ENODEV
- * / -EINVAL with msg (len bytes) naming what is missing (a kvpager built
- * without nvcc, no CUDA driver, no GPU) and the remedy.  For a clear
- * message before kvp_kvcache_create, which returns the same code.
+ * kvp_kvcache_device_probe - can device be opened here?  0; -EINVAL when
+ * @device is not a device's name (msg lists the names); else -ENODEV (or
+ * another -errno) with msg (len bytes) naming what is missing (a kvpager
+ * built without nvcc, no CUDA driver, no GPU) and the remedy.  For a
+ * clear message before kvp_kvcache_create, which returns the same code.
  */
 int kvp_kvcache_device_probe(const char *device, char *msg, size_t len);
 

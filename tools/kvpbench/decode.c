@@ -956,6 +956,12 @@ int kvpbench_decode(int argc, char **argv)
 			return 2;
 		warmup_given |= c == D_WARMUP;
 	}
+	if (optind < argc) { /* no operand: it was run, ignored, before */
+		fprintf(stderr, "kvpbench decode: unexpected '%s'\n",
+			argv[optind]);
+		dusage(stderr);
+		return 2;
+	}
 	if (shortrun) {
 		o.context = 8192;
 		o.steps = 8;
@@ -982,9 +988,10 @@ int kvpbench_decode(int argc, char **argv)
 				"--device cuda (or emu)\n");
 		return 2;
 	}
-	if (o.device && kvp_kvcache_device_probe(o.device, why, sizeof(why))) {
+	if (o.device &&
+	    (err = kvp_kvcache_device_probe(o.device, why, sizeof(why)))) {
 		fprintf(stderr, "kvpbench decode: %s\n", why);
-		return 1;
+		return err == -EINVAL ? 2 : 1; /* a name that is none */
 	}
 	if (o.device)
 		device_name(o.device, devname, sizeof(devname));
