@@ -16,23 +16,28 @@ need "$K" "$B"
 command -v python3 >/dev/null || { echo "t_device: python3 not found"; exit 77; }
 run="--preset tiny --predictor exact --context 300 --steps 3 --quiet --path $tmp"
 
+# refused RC PATTERN WHAT CMD...: CMD exits RC with PATTERN (grep) on
+# stderr, and prints nothing on stdout
+refused() {
+	local rc=$1 pat=$2 what=$3 got
+	shift 3
+	"$@" >"$tmp/out" 2>"$tmp/err"
+	got=$?
+	cat "$tmp/err"
+	[ $got = "$rc" ] || fail "$what: exit $got, not $rc"
+	grep -q -- "$pat" "$tmp/err" || fail "$what: no clear reason"
+	[ -s "$tmp/out" ] && fail "$what printed a report"
+}
+
 # cuda where there is none: exit 1, the reason, nothing run
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
 	echo "t_device: a GPU is here: the cuda refusals are not checked"
 else
-	$K run --device cuda $run >"$tmp/out" 2>"$tmp/err"
-	rc=$?
-	cat "$tmp/err"
-	[ $rc = 1 ] || fail "kvpager run --device cuda: exit $rc, not 1"
-	grep -q "^kvpager: --device cuda: no CUDA \(driver\|device\)\|^kvpager: --device cuda: cannot load libkvpager-cuda.so" "$tmp/err" ||
-		fail "kvpager run --device cuda: no clear reason"
-	[ -s "$tmp/out" ] && fail "kvpager run --device cuda printed a report"
-	$B decode --device cuda --preset tiny --quiet >"$tmp/out" 2>"$tmp/err"
-	rc=$?
-	cat "$tmp/err"
-	[ $rc = 1 ] || fail "kvpbench decode --device cuda: exit $rc, not 1"
-	grep -q "^kvpbench decode: --device cuda: " "$tmp/err" ||
-		fail "kvpbench decode --device cuda: no clear reason"
+	refused 1 "^kvpager: --device cuda: no CUDA \(driver\|device\)\|^kvpager: --device cuda: cannot load libkvpager-cuda.so" \
+		"kvpager run --device cuda" $K run --device cuda $run
+	refused 1 "^kvpbench decode: --device cuda: " \
+		"kvpbench decode --device cuda" \
+		$B decode --device cuda --preset tiny --quiet
 fi
 # a kvpager built without nvcc (no library where it looks)
 KVP_CUDA_LIB=$tmp/none/libkvpager-cuda.so $K run --device cuda $run \
@@ -45,26 +50,19 @@ grep -q "cannot load libkvpager-cuda.so.*built without nvcc" "$tmp/err" ||
 
 # a name that is no device is the command line's error: exit 2 (a device
 # that is not here, above, exit 1); before, exit 1 for both
-$K run --device tpu $run >/dev/null 2>"$tmp/err"
-rc=$?
-[ $rc = 2 ] && grep -q "unknown device 'tpu' (cpu, cuda, emu)" "$tmp/err" ||
-	fail "--device tpu: exit $rc, $(cat "$tmp/err")"
-$B decode --device tpu --preset tiny --quiet >/dev/null 2>"$tmp/err"
-rc=$?
-[ $rc = 2 ] && grep -q "^kvpbench decode: unknown device 'tpu' (cpu, cuda, emu)" "$tmp/err" ||
-	fail "kvpbench decode --device tpu: exit $rc, $(cat "$tmp/err")"
+refused 2 "^kvpager: unknown device 'tpu' (cpu, cuda, emu)" "--device tpu" \
+	$K run --device tpu $run
+refused 2 "^kvpbench decode: unknown device 'tpu' (cpu, cuda, emu)" \
+	"kvpbench decode --device tpu" $B decode --device tpu --preset tiny --quiet
 
 # a pool that cannot hold one layer's chosen blocks: refused before the
 # run with the smallest that holds them at every step (before, the first
 # step failed with "Argument list too long"); that smallest runs
-$K run --device emu $run --device-pool 64K >"$tmp/out" 2>"$tmp/err"
-rc=$?
-cat "$tmp/err"
-[ $rc = 2 ] || fail "--device-pool 64K: exit $rc, not 2"
+refused 2 "the smallest pool" "--device-pool 64K" \
+	$K run --device emu $run --device-pool 64K
 min=$(sed -n 's/.*the smallest pool that holds them at every step is \([0-9]*\) bytes ([0-9.]* [KMG]iB): give at least that.*/\1/p' "$tmp/err")
 [ -n "$min" ] || fail "--device-pool 64K: no smallest pool named"
 grep -q "decode step\|Argument list" "$tmp/err" && fail "--device-pool 64K ran a step"
-[ -s "$tmp/out" ] && fail "--device-pool 64K printed a report"
 $K run --device emu $run --device-pool $((min - 1)) >/dev/null 2>&1
 [ $? = 2 ] || fail "--device-pool $((min - 1)): not refused"
 $K run --device emu $run --device-pool "$min" >/dev/null 2>"$tmp/err" ||
@@ -89,13 +87,8 @@ rc=$?
 # fed modes each failed their first step, "Argument list too long", and
 # the rest ran), and the smallest it names runs
 brun="--preset tiny --context 300 --steps 3 --device emu --quiet --path $tmp"
-$B decode $brun --device-pool 8K >"$tmp/out" 2>"$tmp/err"
-rc=$?
-cat "$tmp/err"
-[ $rc = 2 ] || fail "kvpbench decode --device-pool 8K: exit $rc, not 2"
-grep -q "^kvpbench decode: --device-pool 8192 bytes cannot hold one layer's chosen blocks; the smallest pool that holds them at every step is 76800 bytes (75.00 KiB): give at least that" "$tmp/err" ||
-	fail "kvpbench decode --device-pool 8K: not the smallest pool named"
-[ -s "$tmp/out" ] && fail "kvpbench decode --device-pool 8K ran a mode"
+refused 2 "^kvpbench decode: --device-pool 8192 bytes cannot hold one layer's chosen blocks; the smallest pool that holds them at every step is 76800 bytes (75.00 KiB): give at least that" \
+	"kvpbench decode --device-pool 8K" $B decode $brun --device-pool 8K
 $B decode $brun --device-pool 76800 >/dev/null 2>"$tmp/err"
 rc=$?
 [ $rc = 0 ] || { cat "$tmp/err"; fail "kvpbench decode --device-pool 76800: exit $rc"; }
