@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -388,6 +389,48 @@ static void part_key(const char *ns, uint64_t k, uint32_t part, char *buf)
 {
 	kvp_remote_redis_key(ns, strlen(ns), &k, 8, part, buf, 256);
 }
+
+/* The most memory this process has held (its peak RSS), bytes. */
+static uint64_t peak_rss(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return (uint64_t)ru.ru_maxrss << 10;
+}
+
+/*
+ * A foreign value far larger than a part under a part's key (another
+ * client's, or a writer's bug) is read no further than the part's room:
+ * a miss counted as a failed verification, never 200 MiB in this
+ * process.  GET read all of it into hiredis' buffer and a reply of its
+ * own.
+ */
+START_TEST(huge_value_not_read)
+{
+	struct kvp_remote *r = open_srv("?timeout_ms=30000", ns_a, &tenant_a);
+	char rkey[256];
+	uint64_t before;
+	redisReply *rep;
+
+	publish(r, tenant_a.id, 5, 1, 4096);
+	part_key(ns_a, 5, 0, rkey);
+	rep = kvp_test_redis_cmd(&srv, "SETRANGE %s %d x", rkey,
+				 (200 << 20) - 1);
+	ck_assert_int_eq(rep->type, REDIS_REPLY_INTEGER);
+	freeReplyObject(rep);
+	before = peak_rss();
+	ck_assert_int_eq(fetch_one(r, tenant_a.id, 5, 4096, 4096 + 32),
+			 -EBADMSG);
+	ck_assert_msg(peak_rss() - before < (32u << 20),
+		      "a fetch of a 4 KiB value under which the server had "
+		      "200 MiB grew the process by %llu MiB",
+		      (unsigned long long)((peak_rss() - before) >> 20));
+	ck_assert_uint_eq(STAT(r, verify_failed_total), 1);
+	ck_assert_uint_eq(STAT(r, hits_total), 0);
+	kvp_remote_close(r);
+}
+END_TEST
 
 /*
  * Values larger than a part: stored as parts, fetched whole (into a buffer
@@ -991,6 +1034,7 @@ int main(void)
 	tcase_add_test(tc, publish_then_fetch);
 	tcase_add_test(tc, large_values_not_held);
 	tcase_add_test(tc, parts_round_trip);
+	tcase_add_test(tc, huge_value_not_read);
 	tcase_add_test(tc, bad_values_are_misses);
 	tcase_add_test(tc, two_tenants);
 	tcase_add_test(tc, absent_at_start);

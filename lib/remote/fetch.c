@@ -1,9 +1,9 @@
 /*
- * fetch.c - fetching: a GET per part through the fetch link, each part
- * straight into its place in the caller's buffer, each value checked part
- * by part (part.c) and then verified by the caller's hook before it
- * counts as a hit; and asynchronous fetches, run one after another on the
- * tier's fetch thread.
+ * fetch.c - fetching: a GET per part through the fetch link (a GETRANGE
+ * up to the part's room, link.c), each part straight into its place in
+ * the caller's buffer, each value checked part by part (part.c) and then
+ * verified by the caller's hook before it counts as a hit; and
+ * asynchronous fetches, run one after another on the tier's fetch thread.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -138,6 +138,8 @@ static void take_one(void *arg, struct rop *op)
 	} else if (op->sunk) {
 		p->outcome = 0; /* link.c put the header and bytes there */
 		p->len = op->dst_len;
+	} else if (rep->len == 0) {
+		p->outcome = -ENOENT; /* GETRANGE's answer for no key */
 	} else if (rep->len < KVP_REMOTE_PART_HEADER) {
 		p->outcome = -EBADMSG;
 	} else {

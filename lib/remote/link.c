@@ -354,15 +354,29 @@ static void latency(struct kvp_remote *r, uint64_t ns)
 	RSTAT_ADD(r, fetch_round_trips_total, 1);
 }
 
+/*
+ * A GET is sent as GETRANGE key 0 <its room>: at most one byte more than
+ * the op has room for comes back (that byte says "larger"), so a foreign
+ * value of hundreds of MiB under our key is never read whole into the
+ * reader's buffer and a reply of its own.  A key absent answers "".
+ */
 static int append(redisContext *c, const struct rop *op)
 {
-	const char *argv[3] = { op->kind == ROP_GET ? "GET" : "SET", op->rkey,
-				op->val };
-	size_t lens[3] = { 3, op->rkey_len, op->val_len };
+	char end[24];
+	const char *argv[4] = { "SET", op->rkey, op->val, end };
+	size_t lens[4] = { 3, op->rkey_len, op->val_len, 0 };
 
 	if (op->asking && redisAppendCommand(c, "ASKING") != REDIS_OK)
 		return -ENOMEM;
-	if (redisAppendCommandArgv(c, op->kind == ROP_GET ? 2 : 3, argv,
+	if (op->kind == ROP_GET) {
+		argv[0] = "GETRANGE";
+		lens[0] = 8;
+		argv[2] = "0";
+		lens[2] = 1;
+		lens[3] = (size_t)snprintf(end, sizeof(end), "%zu",
+					   op->head_len + op->dst_cap);
+	}
+	if (redisAppendCommandArgv(c, op->kind == ROP_GET ? 4 : 3, argv,
 				   lens) != REDIS_OK)
 		return -ENOMEM;
 	return 0;
