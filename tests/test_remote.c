@@ -679,6 +679,70 @@ START_TEST(hung_server_times_out)
 }
 END_TEST
 
+/* stderr into a file from capture_start until capture_end, which reads
+ * what was written into @out (@len bytes, NUL-ended). */
+struct capture {
+	int fd, saved;
+	char path[32];
+};
+
+static void capture_start(struct capture *c)
+{
+	snprintf(c->path, sizeof(c->path), "/tmp/kvp-stderr-XXXXXX");
+	c->fd = mkstemp(c->path);
+	ck_assert_int_ge(c->fd, 0);
+	c->saved = dup(2);
+	fflush(stderr);
+	dup2(c->fd, 2);
+}
+
+static void capture_end(struct capture *c, char *out, size_t len)
+{
+	ssize_t n;
+
+	fflush(stderr);
+	dup2(c->saved, 2);
+	close(c->saved);
+	n = pread(c->fd, out, len - 1, 0);
+	out[n > 0 ? n : 0] = '\0';
+	close(c->fd);
+	unlink(c->path);
+}
+
+/*
+ * A server that hangs while a connection is made (stopped, or busy past
+ * the timeout) is said to be one, counted as a timeout: not a server that
+ * refused the password, which sent the user to check a right one.
+ */
+START_TEST(hung_at_auth_said_so)
+{
+	static const char *const pw[] = { "--requirepass", "s3cret", NULL };
+	struct capture cap;
+	struct kvp_remote *r;
+	char url[256], said[4096];
+	unsigned res[3];
+
+	kvp_test_redis_stop(&srv);
+	kvp_test_redis_start(&srv, pw);
+	kvp_test_redis_pause(&srv, true);
+	snprintf(url, sizeof(url),
+		 "redis://s3cret@127.0.0.1:%d/2?timeout_ms=200", srv.port);
+	capture_start(&cap);
+	r = open_tier(url, ns_a, &tenant_a);
+	fetch(r, tenant_a.id, 0, 5, 64, res);
+	capture_end(&cap, said, sizeof(said));
+	ck_assert_uint_eq(res[2], 5);
+	ck_assert_msg(strstr(said, "did not answer AUTH within 200 ms") &&
+			      !strstr(said, "refused"),
+		      "stderr said: %s", said);
+	ck_assert_uint_ge(STAT(r, timeouts_total), 1);
+	kvp_test_redis_pause(&srv, false);
+	/* and once it answers, the password is taken */
+	until_served(r, tenant_a.id, 20, res);
+	kvp_remote_close(r);
+}
+END_TEST
+
 START_TEST(full_queue_skips)
 {
 	struct kvp_remote *r = open_srv("?timeout_ms=2000&queue=4", ns_a,
@@ -1040,6 +1104,7 @@ int main(void)
 	tcase_add_test(tc, absent_at_start);
 	tcase_add_test(tc, killed_and_restarted);
 	tcase_add_test(tc, hung_server_times_out);
+	tcase_add_test(tc, hung_at_auth_said_so);
 	tcase_add_test(tc, full_queue_skips);
 	tcase_add_test(tc, full_server);
 	tcase_add_test(tc, auth_and_db);

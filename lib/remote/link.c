@@ -132,23 +132,55 @@ static void node_fail(struct rlink *l, struct rnode *n)
 		l->slots_stale = true;
 }
 
-/* A command whose reply must be a status (AUTH, SELECT): true if it was;
- * if not, the server's error (or the connection's) into @why. */
-static bool command_ok(redisContext *c, int argc, const char **argv,
-		       const size_t *lens, char *why, size_t len)
+/* Why @c's last read or write failed: -ETIMEDOUT past the socket's
+ * timeout (EAGAIN, as hiredis leaves it, counted), else -EIO. */
+static int io_cause(struct rlink *l, const redisContext *c)
+{
+	if (c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+		RSTAT_ADD(l->r, timeouts_total, 1);
+		return -ETIMEDOUT;
+	}
+	return -EIO;
+}
+
+/* A command whose reply must be a status (AUTH, SELECT): 0 if it was;
+ * -EACCES with the server's error in @why if not; a connection that
+ * timed out or failed: io_cause, and false blames no password. */
+static int command_ok(struct rlink *l, redisContext *c, int argc,
+		      const char **argv, const size_t *lens, char *why,
+		      size_t len)
 {
 	redisReply *rep = redisCommandArgv(c, argc, argv, lens);
-	bool ok = rep && rep->type == REDIS_REPLY_STATUS;
+	int err = 0;
 
-	if (!rep)
+	if (!rep) {
+		err = io_cause(l, c);
 		snprintf(why, len, "%s", c->errstr);
-	else if (!ok)
+		return err;
+	}
+	if (rep->type != REDIS_REPLY_STATUS) {
+		err = -EACCES;
 		snprintf(why, len, "%s",
 			 rep->type == REDIS_REPLY_ERROR ? rep->str
 							: "not a status reply");
-	if (rep)
-		freeReplyObject(rep);
-	return ok;
+	}
+	freeReplyObject(rep);
+	return err;
+}
+
+/* Say why @cmd, sent as @n's connection was made, got no reply. */
+static void warn_unanswered(struct rlink *l, const struct rnode *n,
+			    const char *cmd, int err, const char *why)
+{
+	if (err == -ETIMEDOUT)
+		remote_warn(l->r,
+			    "%s:%d did not answer %s within %u ms (a busy or "
+			    "stopped server? the URL's ?timeout_ms= raises "
+			    "the limit)",
+			    n->host, n->port, cmd, l->r->url.timeout_ms);
+	else
+		remote_warn(l->r, "lost the connection to %s:%d at %s: %s",
+			    n->host, n->port, cmd, why);
 }
 
 /*
@@ -223,8 +255,14 @@ static redisContext *node_conn(struct rlink *l, struct rnode *n)
 			argv[1] = u->password;
 			lens[1] = lens[2];
 		}
-		if (!command_ok(c, u->user[0] ? 3 : 2, argv, lens, why,
-				sizeof(why))) {
+		int err = command_ok(l, c, u->user[0] ? 3 : 2, argv, lens,
+				     why, sizeof(why));
+
+		if (err && err != -EACCES) {
+			warn_unanswered(l, n, "AUTH", err, why);
+			goto fail;
+		}
+		if (err) {
 			remote_warn(l->r,
 				    "%s:%d refused AUTH%s%s: %s (check the "
 				    "URL's user and password, or its "
@@ -240,7 +278,13 @@ static redisContext *node_conn(struct rlink *l, struct rnode *n)
 		const char *argv[2] = { "SELECT", db };
 		size_t lens[2] = { 6, (size_t)len };
 
-		if (!command_ok(c, 2, argv, lens, why, sizeof(why))) {
+		int err = command_ok(l, c, 2, argv, lens, why, sizeof(why));
+
+		if (err && err != -EACCES) {
+			warn_unanswered(l, n, "SELECT", err, why);
+			goto fail;
+		}
+		if (err) {
 			remote_warn(l->r,
 				    "%s:%d refused SELECT %d: %s (the URL's "
 				    "/db must be below the server's "
@@ -461,14 +505,7 @@ again:
 	}
 	return;
 io_error:
-	/* Read or write past the socket's timeout: EAGAIN, as hiredis
-	 * leaves it; anything else lost the connection. */
-	if (c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-		err = -ETIMEDOUT;
-		RSTAT_ADD(l->r, timeouts_total, 1);
-	} else {
-		err = -EIO;
-	}
+	err = io_cause(l, c); /* timed out, or the connection lost */
 	done += i;
 	/* A connection kept from an earlier call may have died idle (the
 	 * server restarted): one new connection, at once, before giving up.
