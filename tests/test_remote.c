@@ -679,36 +679,6 @@ START_TEST(hung_server_times_out)
 }
 END_TEST
 
-/* stderr into a file from capture_start until capture_end, which reads
- * what was written into @out (@len bytes, NUL-ended). */
-struct capture {
-	int fd, saved;
-	char path[32];
-};
-
-static void capture_start(struct capture *c)
-{
-	snprintf(c->path, sizeof(c->path), "/tmp/kvp-stderr-XXXXXX");
-	c->fd = mkstemp(c->path);
-	ck_assert_int_ge(c->fd, 0);
-	c->saved = dup(2);
-	fflush(stderr);
-	dup2(c->fd, 2);
-}
-
-static void capture_end(struct capture *c, char *out, size_t len)
-{
-	ssize_t n;
-
-	fflush(stderr);
-	dup2(c->saved, 2);
-	close(c->saved);
-	n = pread(c->fd, out, len - 1, 0);
-	out[n > 0 ? n : 0] = '\0';
-	close(c->fd);
-	unlink(c->path);
-}
-
 /*
  * A server that hangs while a connection is made (stopped, or busy past
  * the timeout) is said to be one, counted as a timeout: not a server that
@@ -717,7 +687,7 @@ static void capture_end(struct capture *c, char *out, size_t len)
 START_TEST(hung_at_auth_said_so)
 {
 	static const char *const pw[] = { "--requirepass", "s3cret", NULL };
-	struct capture cap;
+	struct kvp_test_stderr cap;
 	struct kvp_remote *r;
 	char url[256], said[4096];
 	unsigned res[3];
@@ -727,10 +697,10 @@ START_TEST(hung_at_auth_said_so)
 	kvp_test_redis_pause(&srv, true);
 	snprintf(url, sizeof(url),
 		 "redis://s3cret@127.0.0.1:%d/2?timeout_ms=200", srv.port);
-	capture_start(&cap);
+	kvp_test_stderr_start(&cap);
 	r = open_tier(url, ns_a, &tenant_a);
 	fetch(r, tenant_a.id, 0, 5, 64, res);
-	capture_end(&cap, said, sizeof(said));
+	kvp_test_stderr_end(&cap, said, sizeof(said));
 	ck_assert_uint_eq(res[2], 5);
 	ck_assert_msg(strstr(said, "did not answer AUTH within 200 ms") &&
 			      !strstr(said, "refused"),

@@ -295,6 +295,46 @@ START_TEST(master_killed_mid_run)
 }
 END_TEST
 
+/* Lines of @s. */
+static int lines(const char *s)
+{
+	int n = 0;
+
+	for (; *s; s++)
+		n += *s == '\n';
+	return n;
+}
+
+/*
+ * redis:// (one server) at a cluster's node: the keys of other nodes'
+ * slots answer MOVED, which only a cluster URL follows.  stderr says to
+ * use one, once for the reads and once for the writes, not once for each
+ * slot and address MOVED named.
+ */
+START_TEST(plain_url_at_a_cluster)
+{
+	struct kvp_remote_config cfg = { .ns = ns, .ns_len = strlen(ns),
+					 .verify = verify };
+	struct kvp_test_stderr cap;
+	struct kvp_remote *r;
+	char url[128], err[256] = "", said[8192];
+	unsigned res[3];
+
+	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", nodes[0].port);
+	cfg.url = url;
+	ck_assert_int_eq(kvp_remote_open(&cfg, &r, err, sizeof(err)), 0);
+	kvp_test_stderr_start(&cap);
+	publish(r, 50);
+	fetch(r, 50, res);
+	kvp_test_stderr_end(&cap, said, sizeof(said));
+	ck_assert_uint_gt(res[2], 0); /* other nodes' keys */
+	ck_assert_uint_eq(res[0] + res[2], 50);
+	ck_assert_msg(strstr(said, "redis+cluster://") && lines(said) == 2,
+		      "stderr said: %s", said);
+	kvp_remote_close(r);
+}
+END_TEST
+
 int main(void)
 {
 	TCase *tc;
@@ -308,5 +348,6 @@ int main(void)
 	tcase_add_test(tc, moved_is_followed);
 	tcase_add_test(tc, ask_is_followed);
 	tcase_add_test(tc, master_killed_mid_run);
+	tcase_add_test(tc, plain_url_at_a_cluster);
 	return kvp_test_run(s);
 }

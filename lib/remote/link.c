@@ -62,6 +62,25 @@ void remote_warn_reply(struct kvp_remote *r, const char *cmd,
 		remote_warn(r, "%s got a reply of type %d", cmd, rep->type);
 		return;
 	}
+	/* a redirection names a slot and an address: said once, not once
+	 * for each (remote_warn says WARN_MAX causes at most) */
+	if ((!strncmp(rep->str, "MOVED ", 6) || !strncmp(rep->str, "ASK ", 4)) &&
+	    !r->url.cluster) {
+		remote_warn(r,
+			    "the server refused %s: it is a Redis Cluster node "
+			    "that does not serve the key's slot (give "
+			    "redis+cluster://host:port[,host:port...])",
+			    cmd);
+		return;
+	}
+	/* a cluster's: link_run follows all but those it has no room for */
+	if (!strncmp(rep->str, "MOVED ", 6) || !strncmp(rep->str, "ASK ", 4)) {
+		remote_warn(r,
+			    "%s was redirected to an address the tier cannot "
+			    "use (malformed, or past the %d nodes it knows)",
+			    cmd, LINK_MAX_NODES);
+		return;
+	}
 	if (!strncmp(rep->str, "NOAUTH", 6))
 		fix = " (give the password: redis://[user]:password@host...)";
 	else if (!strncmp(rep->str, "OOM", 3))

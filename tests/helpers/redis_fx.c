@@ -361,3 +361,26 @@ struct kvp_remote_stats kvp_test_remote_stats(struct kvp_remote *r)
 	kvp_remote_stats_read(r, &st);
 	return st;
 }
+
+void kvp_test_stderr_start(struct kvp_test_stderr *c)
+{
+	snprintf(c->path, sizeof(c->path), "/tmp/kvp-stderr-XXXXXX");
+	c->fd = mkstemp(c->path);
+	ck_assert_int_ge(c->fd, 0);
+	c->saved = dup(2);
+	fflush(stderr);
+	dup2(c->fd, 2);
+}
+
+void kvp_test_stderr_end(struct kvp_test_stderr *c, char *out, size_t len)
+{
+	ssize_t n;
+
+	fflush(stderr);
+	dup2(c->saved, 2);
+	close(c->saved);
+	n = pread(c->fd, out, len - 1, 0);
+	out[n > 0 ? n : 0] = '\0';
+	close(c->fd);
+	unlink(c->path);
+}

@@ -85,4 +85,14 @@ struct kvp_remote_stats kvp_test_remote_stats(struct kvp_remote *r);
 void kvp_test_redis_url(char *buf, size_t len, const struct kvp_test_redis *s,
 			int n, bool cluster);
 
+/* stderr into a file from kvp_test_stderr_start until _end, which puts
+ * what was written into @out (@len bytes, NUL-ended): the tier's
+ * warnings. */
+struct kvp_test_stderr {
+	int fd, saved;
+	char path[32];
+};
+void kvp_test_stderr_start(struct kvp_test_stderr *c);
+void kvp_test_stderr_end(struct kvp_test_stderr *c, char *out, size_t len);
+
 #endif /* KVP_TEST_REDIS_FX_H */
