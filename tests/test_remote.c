@@ -713,6 +713,40 @@ START_TEST(hung_at_auth_said_so)
 }
 END_TEST
 
+/*
+ * An ACL user allowed GET and SET but not GETRANGE (what a fetch sends)
+ * fails its reads, and stderr says which commands the user needs.
+ */
+START_TEST(acl_user_needs_getrange)
+{
+	static const char *const pw[] = { "--requirepass", "s3cret", NULL };
+	struct kvp_test_stderr cap;
+	struct kvp_remote *r;
+	char url[256], said[4096];
+	redisContext *c;
+	redisReply *rep;
+	unsigned res[3];
+
+	kvp_test_redis_stop(&srv);
+	kvp_test_redis_start(&srv, pw);
+	c = kvp_test_redis_connect(&srv);
+	freeReplyObject(redisCommand(c, "AUTH s3cret"));
+	rep = redisCommand(c, "ACL SETUSER bob on >pw ~kvp:* +get +set");
+	ck_assert_int_eq(rep->type, REDIS_REPLY_STATUS);
+	freeReplyObject(rep);
+	redisFree(c);
+	snprintf(url, sizeof(url), "redis://bob:pw@127.0.0.1:%d", srv.port);
+	r = open_tier(url, ns_a, &tenant_a);
+	kvp_test_stderr_start(&cap);
+	fetch(r, tenant_a.id, 0, 5, 64, res);
+	kvp_test_stderr_end(&cap, said, sizeof(said));
+	ck_assert_uint_eq(res[2], 5);
+	ck_assert_msg(strstr(said, "NOPERM") && strstr(said, "+getrange"),
+		      "stderr said: %s", said);
+	kvp_remote_close(r);
+}
+END_TEST
+
 START_TEST(full_queue_skips)
 {
 	struct kvp_remote *r = open_srv("?timeout_ms=2000&queue=4", ns_a,
@@ -1075,6 +1109,7 @@ int main(void)
 	tcase_add_test(tc, killed_and_restarted);
 	tcase_add_test(tc, hung_server_times_out);
 	tcase_add_test(tc, hung_at_auth_said_so);
+	tcase_add_test(tc, acl_user_needs_getrange);
 	tcase_add_test(tc, full_queue_skips);
 	tcase_add_test(tc, full_server);
 	tcase_add_test(tc, auth_and_db);

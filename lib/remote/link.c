@@ -86,6 +86,9 @@ void remote_warn_reply(struct kvp_remote *r, const char *cmd,
 	else if (!strncmp(rep->str, "OOM", 3))
 		fix = " (raise the server's maxmemory, or let it evict: "
 		      "maxmemory-policy allkeys-lru)";
+	else if (!strncmp(rep->str, "NOPERM", 6)) /* a fetch sends GETRANGE */
+		fix = " (the URL's ACL user needs +getrange and +set on "
+		      "~kvp:*)";
 	remote_warn(r, "the server refused %s: %s%s", cmd, rep->str, fix);
 }
 
