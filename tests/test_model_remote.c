@@ -253,6 +253,51 @@ START_TEST(misses_bind_nothing)
 }
 END_TEST
 
+/*
+ * A well-formed record whose payload is 8 bytes shorter than a chunk's,
+ * padded to a chunk's record length with 8 other bytes: its check covers
+ * only what it says it holds, so the padding was served as the chunk's
+ * last 8 bytes.  It is a failed verification: nothing read or bound.
+ */
+START_TEST(short_record_not_served)
+{
+	size_t len = PER * GRAN, rec_len = kvp_rec_size(len);
+	char *pay = malloc(len), *rec = malloc(rec_len);
+	char *part = malloc(rec_len + KVP_REMOTE_PART_HEADER);
+	struct kvp_model_remote_stats ms;
+	struct kvp_remote_stats rs;
+	struct kvp_rec_key k;
+	char rkey[256];
+	uint8_t ns[32];
+	struct inst b;
+	redisReply *rep;
+	int n;
+
+	instance_a();
+	inst_open(&b, "B", NULL);
+	ck_assert_int_eq(kvp_prefix_key(b.prefix, 1, &k), 0);
+	kvp_test_fill(pay, len, 50 + 1, 0);
+	ck_assert_int_eq(kvp_rec_seal(&k, pay, len - 8, NULL, rec), 0);
+	memset(rec + rec_len - 8, 0x5a, 8);
+	ck_assert_int_eq(kvp_rec_hash(&ctx, sizeof(ctx), ns), 0);
+	n = kvp_remote_part_value(ns, 16, &k, sizeof(k), rec, rec_len, 0, part,
+				  rec_len + KVP_REMOTE_PART_HEADER);
+	ck_assert_int_gt(n, 0);
+	redis_key(&b, 1, rkey, sizeof(rkey));
+	rep = kvp_test_redis_cmd(&srv, "SET %s %b", rkey, part, (size_t)n);
+	freeReplyObject(rep);
+	ck_assert_int_eq(bind_chunk(&b, 1), -ENOENT);
+	ck_assert_int_eq(kvp_model_remote_get(b.mr, 1, pay, len), -ENOENT);
+	kvp_model_remote_stats(b.mr, &ms, &rs);
+	ck_assert_uint_eq(ms.chunks_fetched, 0);
+	ck_assert_uint_eq(rs.verify_failed_total, 1);
+	inst_close(&b);
+	free(pay);
+	free(rec);
+	free(part);
+}
+END_TEST
+
 int main(void)
 {
 	TCase *tc;
@@ -264,5 +309,6 @@ int main(void)
 	tcase_add_test(tc, bound_from_redis);
 	tcase_add_test(tc, got_then_bound_queued_once);
 	tcase_add_test(tc, misses_bind_nothing);
+	tcase_add_test(tc, short_record_not_served);
 	return kvp_test_run(s);
 }

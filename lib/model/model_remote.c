@@ -63,7 +63,9 @@ static void stored(void *arg, const struct kvp_rec_key *k, const void *payload,
 		   size_t len);
 
 /* The tier's verify hook: the value is the record of the key asked for
- * (opened in place: a sealed one is decrypted). */
+ * (opened in place: a sealed one is decrypted), and nothing after it: a
+ * record's check covers only the payload it says it has, and the value's
+ * every byte past the header is served as the chunk. */
 static int verify(void *arg, const void *key, size_t keylen, void *val,
 		  size_t len)
 {
@@ -71,12 +73,16 @@ static int verify(void *arg, const void *key, size_t keylen, void *val,
 	struct kvp_rec_key k;
 	const void *payload;
 	uint64_t plen;
+	int err;
 
 	if (keylen != sizeof(k))
 		return -EINVAL;
 	memcpy(&k, key, sizeof(k));
-	return kvp_rec_open(val, len, &k, mr->has_cipher ? &mr->cipher : NULL,
-			    &payload, &plen);
+	err = kvp_rec_open(val, len, &k, mr->has_cipher ? &mr->cipher : NULL,
+			   &payload, &plen);
+	if (!err && plen != len - KVP_REC_HEADER_BYTES)
+		return -EBADMSG;
+	return err;
 }
 
 /* The tier's encode hook, on its publisher thread: seal the record. */
