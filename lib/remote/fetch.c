@@ -132,6 +132,11 @@ static void take_one(void *arg, struct rop *op)
 		p->outcome = op->status;
 	} else if (rep->type == REDIS_REPLY_NIL) {
 		p->outcome = -ENOENT;
+	} else if (rep->type == REDIS_REPLY_ERROR &&
+		   !strncmp(rep->str, "WRONGTYPE", 9)) {
+		/* another client's list or hash under our key: a foreign
+		 * value, as one of the wrong bytes is; the server is fine */
+		p->outcome = -EBADMSG;
 	} else if (rep->type != REDIS_REPLY_STRING) {
 		p->outcome = -EIO; /* an error reply: CLUSTERDOWN, LOADING... */
 		remote_warn_reply(f->r, "GET", rep);
