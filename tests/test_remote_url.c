@@ -129,6 +129,28 @@ START_TEST(url_password_never_shown)
 	ck_assert_int_eq(kvp_remote_url_parse(&u, "redis://a:hunter2@h:1?x=1",
 					      err, sizeof(err)), -EINVAL);
 	ck_assert_ptr_null(strstr(err, "hunter2"));
+	/* a '/' or '?' written as it is in a password: said so, and no
+	 * piece of the password echoed as a host, a /db or an option */
+	{
+		static const char *const raw[] = {
+			"redis://:hun/ter2@h:1", "redis://a:hun?ter2@h:1",
+			"redis://a:hun/ter?2@h:1/2", "redis://hun?ter2@h",
+		};
+
+		for (size_t i = 0; i < sizeof(raw) / sizeof(raw[0]); i++) {
+			ck_assert_int_eq(kvp_remote_url_parse(&u, raw[i], err,
+							      sizeof(err)),
+					 -EINVAL);
+			ck_assert_msg(strstr(err, "%2F") &&
+					      !strstr(err, "ter"),
+				      "'%s': %s", raw[i], err);
+		}
+	}
+	/* an '@' in an option's value is no password */
+	ck_assert_int_eq(kvp_remote_url_parse(
+				 &u, "redis://h:1?password_file=/run/a@b/pw",
+				 err, sizeof(err)), 0);
+	ck_assert_str_eq(u.password_file, "/run/a@b/pw");
 }
 END_TEST
 

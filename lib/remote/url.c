@@ -220,6 +220,19 @@ int kvp_remote_url_parse(struct kvp_remote_url *u, const char *text,
 	for (const char *q = p; q < auth_end; q++)
 		if (*q == '@')
 			at = q;
+	/* An '@' past a '/' or '?', with no option's '=' before it: a
+	 * password that holds one of them, which would be parsed as a host,
+	 * a /db or options and echoed in their errors. */
+	if (!at && auth_end[0]) {
+		const char *late = strchr(auth_end, '@');
+
+		if (late && !memchr(p, '=', (size_t)(late - p)))
+			return bad(err, errlen,
+				   "the url's user or password holds a '/' or "
+				   "'?': write them %%2F and %%3F (and '@' "
+				   "%%40, ':' %%3A); the url is not shown, for "
+				   "its password");
+	}
 	hosts = p;
 	if (at) {
 		const char *colon = memchr(p, ':', (size_t)(at - p));
