@@ -1038,6 +1038,18 @@ START_TEST(auth_and_db)
 	ck_assert_int_eq(kvp_remote_open(&cfg, &r, err, sizeof(err)), -EPERM);
 	ck_assert_ptr_nonnull(strstr(err, "chmod 600"));
 	ck_assert_ptr_null(r);
+	/* a password longer than the tier takes: refused, not cut */
+	{
+		char longpw[300];
+
+		memset(longpw, 'p', sizeof(longpw) - 1);
+		longpw[sizeof(longpw) - 1] = '\0';
+		write_file(path, longpw, 0600);
+		ck_assert_int_eq(kvp_remote_open(&cfg, &r, err, sizeof(err)),
+				 -EINVAL);
+		ck_assert_msg(strstr(err, "longer than 255 bytes"), "%s", err);
+		ck_assert_ptr_null(r);
+	}
 	write_file(path, "s3cret\n", 0600);
 	r = open_tier(url, ns_a, &tenant_a);
 	fetch(r, tenant_a.id, 0, 5, 64, res);

@@ -37,6 +37,9 @@ static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
  * alone to read, as ssh asks of its keys. */
 static int read_password(struct kvp_remote_url *u, char *err, size_t errlen)
 {
+	/* one byte more than fits: a first line that long is refused, not
+	 * cut (the server would refuse the cut one as a wrong password) */
+	char line[sizeof(u->password) + 1];
 	struct stat st;
 	ssize_t n;
 	int fd, e;
@@ -55,15 +58,24 @@ static int read_password(struct kvp_remote_url *u, char *err, size_t errlen)
 			    "readable by its owner only (chmod 600 it)",
 			    u->password_file);
 	}
-	n = read(fd, u->password, sizeof(u->password) - 1);
+	n = read(fd, line, sizeof(line) - 1);
 	e = errno;
 	close(fd);
 	if (n < 0)
 		return fail(err, errlen, -e,
 			    "cannot read the redis password file %s: %s",
 			    u->password_file, strerror(e));
-	u->password[n] = '\0';
-	u->password[strcspn(u->password, "\r\n")] = '\0';
+	line[n] = '\0';
+	line[strcspn(line, "\r\n")] = '\0';
+	if (strlen(line) >= sizeof(u->password)) {
+		explicit_bzero(line, sizeof(line));
+		return fail(err, errlen, -EINVAL,
+			    "the redis password file %s holds a password "
+			    "longer than %zu bytes",
+			    u->password_file, sizeof(u->password) - 1);
+	}
+	memcpy(u->password, line, strlen(line) + 1);
+	explicit_bzero(line, sizeof(line)); /* kept, unlike a dead memset */
 	if (!u->password[0])
 		return fail(err, errlen, -EINVAL,
 			    "the redis password file %s holds no password",
