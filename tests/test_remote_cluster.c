@@ -295,6 +295,41 @@ START_TEST(master_killed_mid_run)
 }
 END_TEST
 
+/*
+ * Nodes that announce no address (cluster-preferred-endpoint-type
+ * unknown-endpoint): CLUSTER SLOTS names them nil and MOVED ":PORT", both
+ * meaning the host of the node that answered.  The map took no slot of a
+ * nil and no MOVED without a host was followed: most keys failed, and a
+ * slot moved failed its keys for good.
+ */
+START_TEST(moved_to_the_same_host)
+{
+	struct kvp_remote *r;
+	char rkey[256];
+	unsigned res[3], slot;
+	uint64_t k = 5;
+
+	for (int i = 0; i < NODES; i++) {
+		redisReply *rep = kvp_test_redis_cmd(
+			&nodes[i], "CONFIG SET cluster-preferred-endpoint-type "
+				   "unknown-endpoint");
+
+		ck_assert_int_eq(rep->type, REDIS_REPLY_STATUS);
+		freeReplyObject(rep);
+	}
+	r = open_cluster(NODES);
+	publish(r, 50);
+	fetch(r, 50, res);
+	ck_assert_uint_eq(res[0], 50);
+	slot = rkey_of(k, rkey, sizeof(rkey));
+	migrate(k, (owner(slot) + 1) % NODES, true, true);
+	fetch(r, 50, res);
+	ck_assert_uint_eq(res[0], 50);
+	ck_assert_uint_ge(kvp_test_remote_stats(r).moved_total, 1);
+	kvp_remote_close(r);
+}
+END_TEST
+
 /* Lines of @s. */
 static int lines(const char *s)
 {
@@ -346,6 +381,7 @@ int main(void)
 	tcase_add_test(tc, slots_match_the_server);
 	tcase_add_test(tc, spread_over_masters);
 	tcase_add_test(tc, moved_is_followed);
+	tcase_add_test(tc, moved_to_the_same_host);
 	tcase_add_test(tc, ask_is_followed);
 	tcase_add_test(tc, master_killed_mid_run);
 	tcase_add_test(tc, plain_url_at_a_cluster);

@@ -371,7 +371,8 @@ static int link_refresh(struct rlink *l)
 			if (ent->element[0]->type != REDIS_REPLY_INTEGER ||
 			    ent->element[1]->type != REDIS_REPLY_INTEGER ||
 			    m->type != REDIS_REPLY_ARRAY || m->elements < 2 ||
-			    m->element[0]->type != REDIS_REPLY_STRING ||
+			    (m->element[0]->type != REDIS_REPLY_STRING &&
+			     m->element[0]->type != REDIS_REPLY_NIL) ||
 			    m->element[1]->type != REDIS_REPLY_INTEGER)
 				continue;
 			long long lo = ent->element[0]->integer;
@@ -379,9 +380,12 @@ static int link_refresh(struct rlink *l)
 
 			if (lo < 0 || hi >= LINK_SLOTS || lo > hi)
 				continue;
-			/* An empty address means "the one you asked". */
-			host = m->element[0]->str[0] ? m->element[0]->str
-						     : n->host;
+			/* No address (nil: unknown-endpoint; "": a node that
+			 * does not know its own) means "the one you asked". */
+			host = m->element[0]->type == REDIS_REPLY_STRING &&
+					       m->element[0]->str[0]
+				       ? m->element[0]->str
+				       : n->host;
 			idx = node_add(l, host, (int)m->element[1]->integer);
 			if (idx < 0)
 				continue;
@@ -557,9 +561,10 @@ fail_rest:
 			g[done]->status = err;
 }
 
-/* MOVED or ASK in @rep: the node it names (added if new) into @idx. */
-static bool redirect(struct rlink *l, const redisReply *rep, bool *ask,
-		     int *idx)
+/* MOVED or ASK in @rep, from node @from: the node it names (added if
+ * new) into @idx. */
+static bool redirect(struct rlink *l, int from, const redisReply *rep,
+		     bool *ask, int *idx)
 {
 	const char *s = rep->str, *ep, *colon;
 	char host[256];
@@ -584,8 +589,10 @@ static bool redirect(struct rlink *l, const redisReply *rep, bool *ask,
 		return false;
 	memcpy(host, ep, (size_t)(colon - ep));
 	host[colon - ep] = '\0';
-	if (!host[0]) /* "MOVED 3999 :6381": the same host */
-		return false;
+	/* "MOVED 3999 :6381": a node that announces no address
+	 * (unknown-endpoint), on the host of the one that answered */
+	if (!host[0])
+		snprintf(host, sizeof(host), "%s", l->nodes[from].host);
 	*idx = node_add(l, host, (int)port);
 	return *idx >= 0;
 }
@@ -662,7 +669,7 @@ void link_run(struct rlink *l, struct rop *ops, size_t n, link_take_fn take,
 
 			if (op->status || op->taken ||
 			    op->reply->type != REDIS_REPLY_ERROR ||
-			    !l->slot_node || !redirect(l, op->reply, &ask, &idx))
+			    !l->slot_node || !redirect(l, op->target, op->reply, &ask, &idx))
 				continue;
 			freeReplyObject(op->reply);
 			op->reply = NULL;
