@@ -753,6 +753,36 @@ START_TEST(acl_user_needs_getrange)
 }
 END_TEST
 
+/*
+ * A value larger than the URL's queue_bytes can never be queued: refused
+ * as such and said once, not dropped as if the queue were full, which the
+ * report then called "skipped (queue full)" for every chunk.
+ */
+START_TEST(value_past_queue_bytes)
+{
+	struct kvp_remote *r = open_srv("?queue_bytes=1M", ns_a, &tenant_a);
+	size_t payload = 1u << 20;
+	char *buf = malloc(payload + 32), said[4096];
+	struct kvp_test_stderr cap;
+	size_t len = record(buf, tenant_a.id, 1, payload);
+	uint64_t k = 1;
+
+	kvp_test_stderr_start(&cap);
+	ck_assert_int_eq(kvp_remote_publish(r, &k, 8, buf, len), -EMSGSIZE);
+	ck_assert_int_eq(kvp_remote_publish(r, &k, 8, buf, len), -EMSGSIZE);
+	kvp_test_stderr_end(&cap, said, sizeof(said));
+	ck_assert_msg(strstr(said, "queue_bytes") && !strstr(said, "server") &&
+			      strchr(said, '\n') == strrchr(said, '\n'),
+		      "stderr said: %s", said);
+	ck_assert_uint_eq(STAT(r, publishes_skipped_total), 2);
+	/* one that fits goes */
+	publish(r, tenant_a.id, 2, 1, 4096);
+	ck_assert_uint_eq(STAT(r, publishes_total), 1);
+	kvp_remote_close(r);
+	free(buf);
+}
+END_TEST
+
 START_TEST(full_queue_skips)
 {
 	struct kvp_remote *r = open_srv("?timeout_ms=2000&queue=4", ns_a,
@@ -1129,6 +1159,7 @@ int main(void)
 	tcase_add_test(tc, hung_at_auth_said_so);
 	tcase_add_test(tc, acl_user_needs_getrange);
 	tcase_add_test(tc, full_queue_skips);
+	tcase_add_test(tc, value_past_queue_bytes);
 	tcase_add_test(tc, full_server);
 	tcase_add_test(tc, auth_and_db);
 	tcase_add_test(tc, async_fetch);

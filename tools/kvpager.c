@@ -1371,7 +1371,7 @@ static void remote_report(const struct run_opts *o, const struct model_run *mr)
 	printf("  remote %s: %" PRIu64 " chunks fetched (%" PRIu64
 	       " mapped, %" PRIu64 " not stored locally), %" PRIu64
 	       " missed; %" PRIu64 " offered, %" PRIu64
-	       " skipped (queue full)\n",
+	       " skipped (queue full, or past queue_bytes)\n",
 	       kvp_model_remote_url(rm), ms.chunks_fetched, ms.chunks_mapped,
 	       ms.dir_skipped, ms.chunks_missed, ms.chunks_published,
 	       ms.publish_skipped);

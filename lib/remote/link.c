@@ -30,27 +30,44 @@ uint64_t remote_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-void remote_warn(struct kvp_remote *r, const char *fmt, ...)
+/* @msg on stderr unless said already (or WARN_MAX said); @tail after. */
+static void warn_once(struct kvp_remote *r, const char *msg, const char *tail)
 {
-	char msg[WARN_LEN];
-	va_list ap;
 	unsigned i;
 
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
 	pthread_mutex_lock(&r->wlock);
 	for (i = 0; i < r->nwarned && strcmp(r->warned[i], msg); i++)
 		;
 	if (i == r->nwarned && i < WARN_MAX) {
 		strcpy(r->warned[r->nwarned++], msg);
-		fprintf(stderr,
-			"kvpager: warning: remote tier %s: %s; going on "
-			"without it, its failures counted, the server tried "
-			"again\n",
-			r->shown_url, msg);
+		fprintf(stderr, "kvpager: warning: remote tier %s: %s%s\n",
+			r->shown_url, msg, tail);
 	}
 	pthread_mutex_unlock(&r->wlock);
+}
+
+void remote_warn(struct kvp_remote *r, const char *fmt, ...)
+{
+	char msg[WARN_LEN];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	warn_once(r, msg,
+		  "; going on without it, its failures counted, the server "
+		  "tried again");
+}
+
+void remote_note(struct kvp_remote *r, const char *fmt, ...)
+{
+	char msg[WARN_LEN];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	warn_once(r, msg, "");
 }
 
 void remote_warn_reply(struct kvp_remote *r, const char *cmd,

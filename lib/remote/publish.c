@@ -21,6 +21,16 @@ int publish_push(struct kvp_remote *r, const char *rkey, size_t rkey_len,
 {
 	struct pub_entry *e;
 
+	/* never queued, however empty the queue: not "full", said why */
+	if (len > r->url.queue_bytes) {
+		RSTAT_ADD(r, publishes_skipped_total, 1);
+		remote_note(r,
+			    "a value of %zu bytes is larger than the URL's "
+			    "queue_bytes (%llu), so none that large is "
+			    "published (raise ?queue_bytes=)",
+			    len, (unsigned long long)r->url.queue_bytes);
+		return -EMSGSIZE;
+	}
 	/* A cheap look first: a full queue costs no copy. */
 	if (__atomic_load_n(&r->st.queue_entries, __ATOMIC_RELAXED) >=
 		    r->url.queue ||

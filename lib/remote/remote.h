@@ -294,7 +294,9 @@ int kvp_remote_fetch_submit(struct kvp_remote *r, struct kvp_remote_get *gets,
  * (through the encode hook, if any).  Copies both; never waits on the
  * network.  Returns 0 when queued,
  * -EAGAIN when the queue is full (counted in publishes_skipped_total),
- * -EINVAL for a bad key or size, -ENOMEM.
+ * -EMSGSIZE when @len is more than the URL's queue_bytes, so that it is
+ * never queued (counted likewise, and said once on stderr), -EINVAL for
+ * a bad key or size, -ENOMEM.
  */
 int kvp_remote_publish(struct kvp_remote *r, const void *key, size_t keylen,
 		       const void *val, size_t len);

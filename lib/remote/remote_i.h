@@ -204,6 +204,9 @@ uint64_t remote_now_ns(void);
  * first WARN_MAX of them; the counters count every failure. */
 void remote_warn(struct kvp_remote *r, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+/* Likewise a cause that is not the server's (the caller's, the URL's). */
+void remote_note(struct kvp_remote *r, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 /* remote_warn of a reply to @cmd that is not what it asks for (an error:
  * NOAUTH, OOM, LOADING...), with the remedy when there is a plain one. */
 void remote_warn_reply(struct kvp_remote *r, const char *cmd,
