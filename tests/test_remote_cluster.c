@@ -330,6 +330,46 @@ START_TEST(moved_to_the_same_host)
 }
 END_TEST
 
+/*
+ * Two of three masters stopped: a fetch asks every master before it
+ * waits on any, so it ends about one timeout after it began, not one
+ * timeout per stopped master; the live master's keys are served.
+ */
+START_TEST(stopped_masters_cost_one_timeout)
+{
+	struct kvp_remote_config cfg = { .ns = ns, .ns_len = strlen(ns),
+					 .verify = verify };
+	struct kvp_remote *r;
+	char url[512], err[256] = "", rkey[256];
+	unsigned res[3], on_live = 0;
+	uint64_t t0, ms;
+
+	kvp_test_redis_url(url, sizeof(url), nodes, NODES, true);
+	strncat(url, "?timeout_ms=1000", sizeof(url) - strlen(url) - 1);
+	cfg.url = url;
+	ck_assert_int_eq(kvp_remote_open(&cfg, &r, err, sizeof(err)), 0);
+	publish(r, 300);
+	fetch(r, 300, res); /* the map is learnt */
+	ck_assert_uint_eq(res[0], 300);
+	for (uint64_t k = 0; k < 300; k++)
+		on_live += owner(rkey_of(k, rkey, sizeof(rkey))) == 0;
+	kvp_test_redis_pause(&nodes[1], true);
+	kvp_test_redis_pause(&nodes[2], true);
+	t0 = kvp_test_now_ns();
+	fetch(r, 300, res);
+	ms = (kvp_test_now_ns() - t0) / 1000000;
+	kvp_test_redis_pause(&nodes[1], false);
+	kvp_test_redis_pause(&nodes[2], false);
+	ck_assert_uint_eq(res[0], on_live);
+	ck_assert_uint_eq(res[2], 300 - on_live);
+	ck_assert_uint_ge(kvp_test_remote_stats(r).timeouts_total, 2);
+	ck_assert_msg(ms < 1800, "a fetch with 2 masters stopped took %llu ms "
+				 "at timeout_ms=1000",
+		      (unsigned long long)ms);
+	kvp_remote_close(r);
+}
+END_TEST
+
 /* Lines of @s. */
 static int lines(const char *s)
 {
@@ -384,6 +424,7 @@ int main(void)
 	tcase_add_test(tc, moved_to_the_same_host);
 	tcase_add_test(tc, ask_is_followed);
 	tcase_add_test(tc, master_killed_mid_run);
+	tcase_add_test(tc, stopped_masters_cost_one_timeout);
 	tcase_add_test(tc, plain_url_at_a_cluster);
 	return kvp_test_run(s);
 }

@@ -13,6 +13,7 @@
  * at once with -ENOTCONN: nothing waits on a server known to be gone.
  */
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -497,28 +498,99 @@ static size_t round_ops(struct rop **g, size_t n)
 	return k;
 }
 
+/*
+ * Send the first round of the @n ops of @g to node @ni, not waiting for
+ * a reply: link_run does so on every node before it reads any, so that
+ * nodes that do not answer time out together, not one after another.
+ * The fetch link's only (its commands are small: the writes do not wait
+ * on a stopped server).  Failures are left to node_pipeline.
+ */
+static void node_prime(struct rlink *l, int ni, struct rop **g, size_t n)
+{
+	struct rnode *nd = &l->nodes[ni];
+	bool reused = nd->ctx != NULL;
+	redisContext *c = node_conn(l, nd);
+	size_t chunk = round_ops(g, n), i;
+	int done = 0;
+
+	nd->primed = 0;
+	if (!c)
+		return;
+	for (i = 0; i < chunk; i++)
+		if (append(c, g[i]))
+			goto drop;
+	while (!done)
+		if (redisBufferWrite(c, &done) != REDIS_OK)
+			goto drop;
+	nd->primed = chunk;
+	nd->primed_reused = reused;
+	nd->answer_by_ns = remote_now_ns() +
+			   (uint64_t)l->r->url.timeout_ms * 1000000u;
+	return;
+drop:
+	/* what was appended goes with it: node_pipeline connects anew */
+	redisFree(c);
+	nd->ctx = NULL;
+}
+
+/* Wait until @c has a byte to read or @by_ns: false when it timed out. */
+static bool wait_readable(redisContext *c, uint64_t by_ns)
+{
+	uint64_t now = remote_now_ns();
+	struct pollfd p = { .fd = c->fd, .events = POLLIN };
+	int rc;
+
+	if (c->reader->pos < c->reader->len) /* read already */
+		return true;
+	do {
+		int ms = by_ns > now ? (int)((by_ns - now + 999999) / 1000000)
+				     : 0;
+
+		rc = poll(&p, 1, ms);
+		now = remote_now_ns();
+	} while (rc < 0 && errno == EINTR);
+	return rc != 0;
+}
+
 /* Send the @n ops of @g to node @ni, a round trip at a time (round_ops);
  * each final reply to @take (if any) as it comes. */
 static void node_pipeline(struct rlink *l, int ni, struct rop **g, size_t n,
 			  link_take_fn take, void *arg)
 {
 	struct rnode *nd = &l->nodes[ni];
-	bool reused = nd->ctx != NULL, retried = false;
-	redisContext *c = node_conn(l, nd);
-	size_t done = 0, i;
+	size_t primed = nd->primed, done = 0, i;
+	bool reused = primed ? nd->primed_reused : nd->ctx != NULL;
+	bool retried = false;
+	redisContext *c = primed ? nd->ctx : node_conn(l, nd);
 	int err = -ENOTCONN;
 
+	nd->primed = 0;
 again:
 	if (!c)
 		goto fail_rest;
 	for (; done < n; done += i) {
-		size_t chunk = round_ops(g + done, n - done);
+		/* the first round may be on its way already (node_prime):
+		 * those ops, their first reply due by the time set when
+		 * they went */
+		size_t chunk = primed ? primed : round_ops(g + done, n - done);
 		uint64_t t0 = remote_now_ns();
 
-		for (i = 0; i < chunk; i++) {
-			err = append(c, g[done + i]);
-			if (err)
-				goto fail_conn;
+		i = 0;
+		if (primed) {
+			primed = 0;
+			t0 = nd->answer_by_ns -
+			     (uint64_t)l->r->url.timeout_ms * 1000000u;
+			if (!wait_readable(c, nd->answer_by_ns)) {
+				RSTAT_ADD(l->r, timeouts_total, 1);
+				err = -ETIMEDOUT;
+				goto gave_up;
+			}
+		} else {
+			for (; i < chunk; i++) {
+				err = append(c, g[done + i]);
+				if (err)
+					goto fail_conn;
+			}
 		}
 		for (i = 0; i < chunk; i++) {
 			struct rop *op = g[done + i];
@@ -560,6 +632,7 @@ io_error:
 		c = node_conn(l, nd);
 		goto again;
 	}
+gave_up:
 	if (err == -ETIMEDOUT)
 		remote_warn(l->r,
 			    "%s:%d did not answer within %u ms (a busy or "
@@ -650,7 +723,9 @@ void link_run(struct rlink *l, struct rop *ops, size_t n, link_take_fn take,
 	if (l->slot_node && l->slots_stale)
 		refreshed = link_refresh(l) == 0;
 	for (round = 0; round < LINK_MAX_ROUNDS; round++) {
+		size_t first[LINK_MAX_NODES], count[LINK_MAX_NODES];
 		bool pending = false;
+		int busy = 0; /* nodes with ops this round */
 
 		for (i = 0; i < n; i++) {
 			struct rop *op = &ops[i];
@@ -672,13 +747,23 @@ void link_run(struct rlink *l, struct rop *ops, size_t n, link_take_fn take,
 			if (op->target < 0)
 				op->status = -ENOTCONN;
 		}
+		/* the ops node by node: group[first[ni], + count[ni]) */
+		k = 0;
 		for (int ni = 0; ni < l->nnodes; ni++) {
-			for (i = k = 0; i < n; i++)
+			first[ni] = k;
+			for (i = 0; i < n; i++)
 				if (ops[i].status == 1 && ops[i].target == ni)
 					group[k++] = &ops[i];
-			if (k)
-				node_pipeline(l, ni, group, k, take, arg);
+			count[ni] = k - first[ni];
+			busy += count[ni] > 0;
 		}
+		for (int ni = 0; busy > 1 && l->fetch && ni < l->nnodes; ni++)
+			if (count[ni])
+				node_prime(l, ni, group + first[ni], count[ni]);
+		for (int ni = 0; ni < l->nnodes; ni++)
+			if (count[ni])
+				node_pipeline(l, ni, group + first[ni],
+					      count[ni], take, arg);
 		for (i = 0; i < n; i++) {
 			struct rop *op = &ops[i];
 			bool ask;

@@ -58,6 +58,12 @@ struct rnode {
 	redisReplyObjectFunctions fns;
 	void *(*plain_string)(const redisReadTask *t, char *str, size_t len);
 	struct rop *sink;	/* the op whose reply is read now, or NULL */
+	/* node_prime sent the first round of this link_run already: its
+	 * ops, whether the connection was there before, and by when its
+	 * first reply must begin (the others' timeouts run meanwhile) */
+	size_t primed;
+	bool primed_reused;
+	uint64_t answer_by_ns;
 };
 
 /* A connection set with its routing: the fetch link or the publish link. */
