@@ -187,6 +187,41 @@ START_TEST(evicts_last_chunks_first)
 }
 END_TEST
 
+/* A prompt's chunks that the writer stores after the next prompt began
+ * (held back behind its first token, or still queued) keep their own
+ * prompt's order: older than the next prompt's, its first chunk its
+ * newest.  B's puts then take A's last chunks, not B's own. */
+START_TEST(late_stores_keep_their_order)
+{
+	struct kvp_cache_opts o = { .capacity_bytes = 6 * 4096 };
+	unsigned char b[LEN];
+	uint32_t t[4 * C + 1];
+	struct kvp_prefix *p;
+
+	kvp_cache_close(cache);
+	ck_assert_int_eq(kvp_cache_open(dir, &o, &cache, NULL, 0, NULL, 0), 0);
+	p = prefix_of(NULL);
+	prompt(t, 4 * C + 1, 1); /* A: computed, its stores held back */
+	ck_assert_int_eq(kvp_prefix_set_prompt(p, t, 4 * C + 1, C), 0);
+	kvp_prefix_hold(p);
+	for (uint32_t i = 0; i < 4; i++) {
+		fill(b, i, 1);
+		kvp_prefix_put(p, i, b, LEN);
+	}
+	prompt(t, 4 * C + 1, 2); /* B begins before A's are stored */
+	ck_assert_int_eq(kvp_prefix_set_prompt(p, t, 4 * C + 1, C), 0);
+	kvp_prefix_drain(p); /* A's four stored now */
+	for (uint32_t i = 0; i < 4; i++) {
+		fill(b, i, 2);
+		kvp_prefix_put(p, i, b, LEN);
+	}
+	kvp_prefix_drain(p); /* B's four: two of A's go, its last two */
+	ck_assert_uint_eq(hits(p, 4, 2), 4);
+	ck_assert_uint_eq(hits(p, 4, 1), 2);
+	kvp_prefix_destroy(p);
+}
+END_TEST
+
 START_TEST(cipher_keys_share_a_directory)
 {
 	static const uint8_t keys[] = { 0x41, 0x42, 0 };
@@ -671,6 +706,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, store_then_read_ahead);
 	tcase_add_test(tc, evicts_last_chunks_first);
+	tcase_add_test(tc, late_stores_keep_their_order);
 	tcase_add_test(tc, salts_part);
 	tcase_add_test(tc, cipher_keys_share_a_directory);
 	tcase_add_test(tc, skips_and_rereads);

@@ -829,6 +829,16 @@ void kvp_cache_new_lookup(struct kvp_cache *c)
 	pthread_mutex_unlock(&c->lock);
 }
 
+uint64_t kvp_cache_use_now(struct kvp_cache *c)
+{
+	uint64_t use;
+
+	pthread_mutex_lock(&c->lock);
+	use = next_use(c);
+	pthread_mutex_unlock(&c->lock);
+	return use;
+}
+
 /* Steps 1-4 of a put (cache_dir.h) for the sealed record in buf. */
 static int write_block(struct kvp_cache *c, const struct kvp_rec_key *key,
 		       const void *buf, uint64_t file_bytes, uint64_t use)
@@ -887,6 +897,7 @@ static int write_block(struct kvp_cache *c, const struct kvp_rec_key *key,
 struct put_src {
 	const void *payload; /* or NULL: read from fd */
 	int fd;
+	uint64_t use; /* its recency (kvp_cache_use_now), or 0: now */
 };
 
 /* Fill buf (file_bytes, the record's rec_bytes and zeros) from src. */
@@ -957,7 +968,7 @@ static int put_common(struct kvp_cache *c, const struct kvp_rec_key *key,
 	if (err)
 		goto fail;
 	evict_lru(c, file_bytes);
-	use = next_use(c);
+	use = src->use ? src->use : next_use(c);
 	err = write_block(c, key, buf, file_bytes, use);
 	if (err)
 		goto fail;
@@ -988,15 +999,27 @@ out:
 int kvp_cache_put(struct kvp_cache *c, const struct kvp_rec_key *key,
 		  const void *payload, uint64_t len)
 {
-	struct put_src src = { .payload = payload, .fd = -1 };
-
-	return put_common(c, key, &src, len);
+	return kvp_cache_put_at(c, key, payload, len, 0);
 }
 
 int kvp_cache_put_fd(struct kvp_cache *c, const struct kvp_rec_key *key,
 		     int fd, uint64_t len)
 {
-	struct put_src src = { .payload = NULL, .fd = fd };
+	return kvp_cache_put_fd_at(c, key, fd, len, 0);
+}
+
+int kvp_cache_put_at(struct kvp_cache *c, const struct kvp_rec_key *key,
+		     const void *payload, uint64_t len, uint64_t use)
+{
+	struct put_src src = { .payload = payload, .fd = -1, .use = use };
+
+	return put_common(c, key, &src, len);
+}
+
+int kvp_cache_put_fd_at(struct kvp_cache *c, const struct kvp_rec_key *key,
+			int fd, uint64_t len, uint64_t use)
+{
+	struct put_src src = { .payload = NULL, .fd = fd, .use = use };
 
 	return put_common(c, key, &src, len);
 }

@@ -210,6 +210,23 @@ int kvp_cache_put_fd(struct kvp_cache *c, const struct kvp_rec_key *key,
 		     int fd, uint64_t len);
 
 /*
+ * kvp_cache_use_now - the recency of a use now, as a get, open_block or
+ * put would take it (in a lookup, the next in its order), for a put made
+ * later with it: kvp_cache_put_at and kvp_cache_put_fd_at are
+ * kvp_cache_put and kvp_cache_put_fd with that recency (0: a use now,
+ * as theirs).  A writer thread that stores a prompt's blocks behind it
+ * (prefix.h), after the next prompt's lookup began, so keeps them in
+ * their own prompt's order, older than the next prompt's blocks; stored
+ * with a recency of their own store, they would be newer than their own
+ * prompt's first blocks and outlive them, dead weight.
+ */
+uint64_t kvp_cache_use_now(struct kvp_cache *c);
+int kvp_cache_put_at(struct kvp_cache *c, const struct kvp_rec_key *key,
+		     const void *payload, uint64_t len, uint64_t use);
+int kvp_cache_put_fd_at(struct kvp_cache *c, const struct kvp_rec_key *key,
+			int fd, uint64_t len, uint64_t use);
+
+/*
  * kvp_cache_get - read and verify the block of key into buf (cap bytes),
  * its length in *len.  Returns 0; -ENOENT (a miss; an indexed block
  * whose file is gone, removed by hand, is forgotten); -EMSGSIZE (cap too
@@ -252,7 +269,8 @@ void kvp_cache_reject(struct kvp_cache *c, const struct kvp_rec_key *key,
 /*
  * kvp_cache_new_lookup - a prompt's lookup begins (kvp_prefix_set_prompt
  * calls it): the blocks used from now until the next call, by get,
- * open_block or put, are newer in recency than every block used before,
+ * open_block or put (or kvp_cache_use_now, for a put made later), are
+ * newer in recency than every block used before,
  * and each older than those used earlier in the lookup.  A prompt uses
  * its blocks from the first on, so its first block is its newest, and
  * eviction takes its last blocks first: a block is found only through

@@ -42,6 +42,8 @@ struct job {
 	bool held;	      /* queued under a hold or after its release */
 	uint64_t gen;	      /* the hold it was queued under */
 	bool notify;	      /* call the stored hook when done */
+	uint64_t use;	      /* its recency, taken when queued (the
+				 prompt's order, kvp_cache_use_now) */
 	unsigned char *data;  /* the payload (cap bytes), or NULL */
 };
 
@@ -186,13 +188,13 @@ static void *writer_main(void *arg)
 		pthread_mutex_unlock(&p->lock);
 		by_fd = j->fd >= 0;
 		if (by_fd) {
-			err = kvp_cache_put_fd(p->o.cache, &j->key, j->fd,
-					       j->len);
+			err = kvp_cache_put_fd_at(p->o.cache, &j->key, j->fd,
+						  j->len, j->use);
 			close(j->fd);
 			j->fd = -1;
 		} else {
-			err = kvp_cache_put(p->o.cache, &j->key, j->data,
-					    j->len);
+			err = kvp_cache_put_at(p->o.cache, &j->key, j->data,
+					       j->len, j->use);
 		}
 		/* stored or not, the next tier gets it, behind the first
 		 * token as the directory does */
@@ -545,6 +547,9 @@ static struct job *take_spare(struct kvp_prefix *p, size_t len)
 static void enqueue(struct kvp_prefix *p, struct job *j)
 {
 	j->next = NULL;
+	/* its place in recency is its prompt's, taken now in queue order:
+	 * the writer may store it after the next prompt's lookup began */
+	j->use = kvp_cache_use_now(p->o.cache);
 	/* a job of the last hold: queued while it holds, or after its
 	 * release (a run offers its computed chunks at its first token) */
 	j->held = p->hold || p->hold_gen;
