@@ -2,12 +2,15 @@
  * keys, the writer thread, read-ahead, misses. */
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "lib/cache/prefix.h"
@@ -218,6 +221,113 @@ START_TEST(late_stores_keep_their_order)
 	kvp_prefix_drain(p); /* B's four: two of A's go, its last two */
 	ck_assert_uint_eq(hits(p, 4, 2), 4);
 	ck_assert_uint_eq(hits(p, 4, 1), 2);
+	kvp_prefix_destroy(p);
+}
+END_TEST
+
+/* The cache's file operations, a block's open made slow on demand: the
+ * read-ahead's gets then run on while the caller goes on. */
+static volatile int slow_open_ms;
+
+static int so_open(void *arg, int dirfd, const char *name, int flags,
+		   mode_t mode)
+{
+	int fd;
+
+	if (slow_open_ms && strstr(name, ".kvb") && !(flags & O_CREAT))
+		usleep((useconds_t)slow_open_ms * 1000);
+	fd = openat(dirfd, name, flags | O_CLOEXEC, mode);
+	return fd < 0 ? -errno : fd;
+}
+
+static ssize_t so_pwrite(void *arg, int fd, const void *buf, size_t len,
+			 off_t off)
+{
+	ssize_t n = pwrite(fd, buf, len, off);
+
+	return n < 0 ? -errno : n;
+}
+
+static int so_fsync(void *arg, int fd)
+{
+	return fsync(fd) ? -errno : 0;
+}
+
+static int so_close(void *arg, int fd)
+{
+	return close(fd) ? -errno : 0;
+}
+
+static int so_rename(void *arg, int dirfd, const char *from, const char *to)
+{
+	return renameat(dirfd, from, dirfd, to) ? -errno : 0;
+}
+
+static int so_unlink(void *arg, int dirfd, const char *name)
+{
+	return unlinkat(dirfd, name, 0) ? -errno : 0;
+}
+
+static const struct kvp_cache_io_ops slow_open_io = {
+	.open = so_open,
+	.pwrite = so_pwrite,
+	.fsync = so_fsync,
+	.close = so_close,
+	.rename = so_rename,
+	.unlink = so_unlink,
+};
+
+/* Chunk i's recency: its file's modification time, in ns. */
+static uint64_t chunk_use(struct kvp_prefix *p, uint32_t i)
+{
+	struct kvp_rec_key k;
+	struct stat sb;
+	char path[256], hex[65];
+
+	ck_assert_int_eq(kvp_prefix_key(p, i, &k), 0);
+	kvp_rec_key_hex(&k, hex);
+	snprintf(path, sizeof(path), "%s/%s.kvb", dir, hex);
+	ck_assert_int_eq(stat(path, &sb), 0);
+	return (uint64_t)sb.st_mtim.tv_sec * 1000000000ull +
+	       (uint64_t)sb.st_mtim.tv_nsec;
+}
+
+/* Chunks read ahead of a prompt that are still being read when the next
+ * prompt is set are the old prompt's uses: older than its chunk 0 (which
+ * the caller got first), not the newest of the next prompt's lookup. */
+START_TEST(read_ahead_stays_in_its_lookup)
+{
+	struct kvp_cache_opts o = { .io = &slow_open_io };
+	unsigned char b[LEN];
+	uint32_t t[6 * C + 1], u[6 * C + 1];
+	struct kvp_prefix *p;
+	uint64_t first;
+
+	kvp_cache_close(cache);
+	ck_assert_int_eq(kvp_cache_open(dir, &o, &cache, NULL, 0, NULL, 0), 0);
+	p = prefix_of(NULL);
+	prompt(t, 6 * C + 1, 1);
+	ck_assert_int_eq(kvp_prefix_set_prompt(p, t, 6 * C + 1, C), 0);
+	for (uint32_t i = 0; i < 6; i++) {
+		fill(b, i, 1);
+		kvp_prefix_put(p, i, b, LEN);
+	}
+	kvp_prefix_drain(p);
+	/* A again: chunk 0 got, then the next prompt while 1.. are read */
+	ck_assert_int_eq(kvp_prefix_set_prompt(p, t, 6 * C + 1, C), 0);
+	slow_open_ms = 100;
+	ck_assert_int_eq(kvp_prefix_get(p, 0, b, LEN), 0);
+	first = chunk_use(p, 0);
+	prompt(u, 6 * C + 1, 2);
+	ck_assert_int_eq(kvp_prefix_set_prompt(p, u, 6 * C + 1, C), 0);
+	slow_open_ms = 0;
+	ck_assert_int_eq(kvp_prefix_set_prompt(p, t, 6 * C + 1, C), 0);
+	for (uint32_t i = 1; i < 5; i++)
+		ck_assert_msg(chunk_use(p, i) < first,
+			      "chunk %u read ahead of prompt A is newer than "
+			      "its chunk 0: %llu > %llu",
+			      i, (unsigned long long)chunk_use(p, i),
+			      (unsigned long long)first);
 	kvp_prefix_destroy(p);
 }
 END_TEST
@@ -707,6 +817,7 @@ int main(void)
 	tcase_add_test(tc, store_then_read_ahead);
 	tcase_add_test(tc, evicts_last_chunks_first);
 	tcase_add_test(tc, late_stores_keep_their_order);
+	tcase_add_test(tc, read_ahead_stays_in_its_lookup);
 	tcase_add_test(tc, salts_part);
 	tcase_add_test(tc, cipher_keys_share_a_directory);
 	tcase_add_test(tc, skips_and_rereads);

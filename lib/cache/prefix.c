@@ -440,10 +440,13 @@ int kvp_prefix_set_prompt(struct kvp_prefix *p, const uint32_t *tokens,
 			return err;
 		}
 	}
-	/* a prompt's chunks are used from the first on: first is newest */
-	kvp_cache_new_lookup(p->o.cache);
 	pthread_mutex_lock(&p->lock);
 	ra_reset(p);
+	/* a prompt's chunks are used from the first on: first is newest.
+	 * After ra_reset: a read ahead of the last prompt still in flight
+	 * is a use of that prompt's lookup, not the newest of this one's
+	 * (the reader waits on this lock before it reads again) */
+	kvp_cache_new_lookup(p->o.cache);
 	free(p->keys);
 	p->keys = keys;
 	p->nkeys = nk;
