@@ -665,6 +665,36 @@ START_TEST(recency_after_reopen)
 }
 END_TEST
 
+/* A block file whose modification time is before 1970 (set by hand, or
+ * by a tool that restored it) is an old use, the first to go, not the
+ * newest for ever; and the uses after it keep their order. */
+START_TEST(mtime_before_1970)
+{
+	struct kvp_cache_opts o = { .capacity_bytes = 3 * 8192 };
+	struct kvp_cache *c = open_ok(&o);
+	struct timespec ts[2] = { { .tv_nsec = UTIME_OMIT },
+				  { .tv_sec = -1000000000 } };
+	char path[512];
+
+	put_n(c, 0, 5000, 0);
+	put_n(c, 1, 5000, 0);
+	kvp_cache_close(c);
+	block_path(0, path, sizeof(path));
+	ck_assert_int_eq(utimensat(AT_FDCWD, path, ts, 0), 0);
+	c = open_ok(&o);
+	put_n(c, 2, 5000, 0);
+	put_n(c, 3, 5000, 0); /* 0 goes, the least recent */
+	get_n(c, 0, 5000, -ENOENT);
+	get_n(c, 1, 5000, 0); /* 1, then 2 and 3 used */
+	get_n(c, 2, 5000, 0);
+	get_n(c, 3, 5000, 0);
+	put_n(c, 4, 5000, 0); /* 1 goes */
+	get_n(c, 1, 5000, -ENOENT);
+	get_n(c, 3, 5000, 0);
+	kvp_cache_close(c);
+}
+END_TEST
+
 START_TEST(sealed_at_rest)
 {
 	struct kvp_rec_cipher k1, k2;
@@ -905,6 +935,7 @@ int main(void)
 	tcase_add_test(tc, other_model_misses);
 	tcase_add_test(tc, eviction);
 	tcase_add_test(tc, recency_after_reopen);
+	tcase_add_test(tc, mtime_before_1970);
 	tcase_add_test(tc, sealed_at_rest);
 	tcase_add_test(tc, cipher_keys);
 	tcase_add_test(tc, read_only_dir);

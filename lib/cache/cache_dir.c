@@ -347,6 +347,26 @@ static int name_key(const char *name, struct kvp_rec_key *k)
 	return kvp_rec_key_parse(hex, k);
 }
 
+/* The highest recency a file's time gives (2^62 ns: the year 2116), far
+ * below where the ticks after it (kvp_cache_new_lookup's) would wrap. */
+#define USE_MAX (1ull << 62)
+
+/* A file's modification time as a recency: a time before 1970 (set by
+ * hand, or restored by a tool) is the oldest, 0, not a huge unsigned
+ * number that would be the newest for ever and wrap the ticks after it;
+ * one past USE_MAX is USE_MAX. */
+static uint64_t mtime_use(const struct stat *sb)
+{
+	uint64_t s;
+
+	if (sb->st_mtim.tv_sec < 0)
+		return 0;
+	s = (uint64_t)sb->st_mtim.tv_sec;
+	if (s >= USE_MAX / 1000000000ull)
+		return USE_MAX;
+	return s * 1000000000ull + (uint64_t)sb->st_mtim.tv_nsec;
+}
+
 /* Index the block file name (or remove it when it is not one). */
 static int scan_one(struct kvp_cache *c, const char *name)
 {
@@ -383,8 +403,7 @@ static int scan_one(struct kvp_cache *c, const char *name)
 	buf = NULL;
 	if (err)
 		goto bad;
-	last = (uint64_t)sb.st_mtim.tv_sec * 1000000000ull +
-	       (uint64_t)sb.st_mtim.tv_nsec;
+	last = mtime_use(&sb);
 	return insert(c, &k, round_up((uint64_t)sb.st_size), last);
 bad:
 	free(buf);
