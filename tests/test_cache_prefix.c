@@ -190,6 +190,33 @@ START_TEST(evicts_last_chunks_first)
 }
 END_TEST
 
+/* The order survives a restart from the files' times alone: a prompt's
+ * chunks stored apart in time (each later one newer by the clock) still
+ * reopen with the first its newest, so the last goes first. */
+START_TEST(order_read_back_at_open)
+{
+	struct kvp_cache_opts o = { .capacity_bytes = 3 * 4096 };
+	unsigned char b[LEN];
+	uint32_t t[4 * C + 1];
+	struct kvp_prefix *p = prefix_of(NULL);
+
+	prompt(t, 4 * C + 1, 1);
+	ck_assert_int_eq(kvp_prefix_set_prompt(p, t, 4 * C + 1, C), 0);
+	for (uint32_t i = 0; i < 4; i++) {
+		fill(b, i, 1);
+		kvp_prefix_put(p, i, b, LEN);
+		kvp_prefix_drain(p);
+		usleep(20000); /* apart by more than a coarse clock's tick */
+	}
+	kvp_prefix_destroy(p);
+	kvp_cache_close(cache);
+	ck_assert_int_eq(kvp_cache_open(dir, &o, &cache, NULL, 0, NULL, 0), 0);
+	p = prefix_of(NULL);
+	ck_assert_uint_eq(hits(p, 4, 1), 3); /* the last chunk went */
+	kvp_prefix_destroy(p);
+}
+END_TEST
+
 /* A prompt's chunks that the writer stores after the next prompt began
  * (held back behind its first token, or still queued) keep their own
  * prompt's order: older than the next prompt's, its first chunk its
@@ -816,6 +843,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, store_then_read_ahead);
 	tcase_add_test(tc, evicts_last_chunks_first);
+	tcase_add_test(tc, order_read_back_at_open);
 	tcase_add_test(tc, late_stores_keep_their_order);
 	tcase_add_test(tc, read_ahead_stays_in_its_lookup);
 	tcase_add_test(tc, salts_part);
