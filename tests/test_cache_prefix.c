@@ -319,6 +319,40 @@ static uint64_t chunk_use(struct kvp_prefix *p, uint32_t i)
 	       (uint64_t)sb.st_mtim.tv_nsec;
 }
 
+/* A chunk put again by the next prompt while the last one's copy was
+ * still queued (a turn of a chat: the prompt goes on from the last one)
+ * is used by the next prompt: it takes that prompt's place in recency,
+ * not the older one's of the copy stored first. */
+START_TEST(put_present_is_a_use)
+{
+	struct kvp_cache_opts o = { .capacity_bytes = 6 * 4096 };
+	unsigned char b[LEN];
+	uint32_t t[6 * C + 1];
+	struct kvp_prefix *p;
+
+	kvp_cache_close(cache);
+	ck_assert_int_eq(kvp_cache_open(dir, &o, &cache, NULL, 0, NULL, 0), 0);
+	p = prefix_of(NULL);
+	prompt(t, 6 * C + 1, 1); /* A: the first 4 chunks of B */
+	ck_assert_int_eq(kvp_prefix_set_prompt(p, t, 4 * C + 1, C), 0);
+	kvp_prefix_hold(p);
+	for (uint32_t i = 0; i < 4; i++) {
+		fill(b, i, 1);
+		kvp_prefix_put(p, i, b, LEN);
+	}
+	/* B misses (A's still queued), computes and puts all six */
+	ck_assert_int_eq(kvp_prefix_set_prompt(p, t, 6 * C + 1, C), 0);
+	for (uint32_t i = 0; i < 6; i++) {
+		fill(b, i, 1);
+		kvp_prefix_put(p, i, b, LEN);
+	}
+	kvp_prefix_drain(p);
+	run_prompt(p, 2, 3, true); /* C: two of B's go, its last two */
+	ck_assert_uint_eq(hits(p, 6, 1), 4);
+	kvp_prefix_destroy(p);
+}
+END_TEST
+
 /* Chunks read ahead of a prompt that are still being read when the next
  * prompt is set are the old prompt's uses: older than its chunk 0 (which
  * the caller got first), not the newest of the next prompt's lookup. */
@@ -845,6 +879,7 @@ int main(void)
 	tcase_add_test(tc, evicts_last_chunks_first);
 	tcase_add_test(tc, order_read_back_at_open);
 	tcase_add_test(tc, late_stores_keep_their_order);
+	tcase_add_test(tc, put_present_is_a_use);
 	tcase_add_test(tc, read_ahead_stays_in_its_lookup);
 	tcase_add_test(tc, salts_part);
 	tcase_add_test(tc, cipher_keys_share_a_directory);

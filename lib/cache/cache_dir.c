@@ -809,18 +809,19 @@ static void use_times(uint64_t use, struct timespec ts[2])
 }
 
 /*
- * e was used: its recency now (next_use), here and (its file's
+ * e was used: its recency use (used: now, next_use), here and (its file's
  * modification time, which open reads back) after a restart.  The time
  * is metadata: the block's data is never written again.  fd: the
  * file's, or -1.  A failure (a read-only directory) only loses that
  * order at the next open.
  */
-static void used(struct kvp_cache *c, struct entry *e, int fd)
+static void used_at(struct kvp_cache *c, struct entry *e, int fd,
+		    uint64_t use)
 {
 	struct timespec ts[2];
 	char name[72];
 
-	e->last_use = next_use(c);
+	e->last_use = use;
 	if (c->st.read_only)
 		return;
 	use_times(e->last_use, ts);
@@ -830,6 +831,11 @@ static void used(struct kvp_cache *c, struct entry *e, int fd)
 	}
 	file_name(&e->key, name);
 	(void)utimensat(c->dirfd, name, ts, AT_SYMLINK_NOFOLLOW);
+}
+
+static void used(struct kvp_cache *c, struct entry *e, int fd)
+{
+	used_at(c, e, fd, next_use(c));
 }
 
 void kvp_cache_new_lookup(struct kvp_cache *c)
@@ -955,6 +961,7 @@ static int put_common(struct kvp_cache *c, const struct kvp_rec_key *key,
 		      const struct put_src *src, uint64_t len)
 {
 	uint64_t rec_bytes = kvp_rec_size(len), file_bytes = round_up(rec_bytes);
+	struct entry *e;
 	uint64_t use;
 	void *buf = NULL;
 	int err;
@@ -963,7 +970,13 @@ static int put_common(struct kvp_cache *c, const struct kvp_rec_key *key,
 		return -EINVAL;
 	pthread_mutex_lock(&c->lock);
 	err = 0;
-	if (find(c, key)) {
+	e = find(c, key);
+	if (e) {
+		/* a use by the putter's prompt (one that computed it while
+		 * another's copy was queued): its place, where newer */
+		use = src->use ? src->use : next_use(c);
+		if (use > e->last_use)
+			used_at(c, e, -1, use);
 		c->st.puts_present++;
 		goto out;
 	}

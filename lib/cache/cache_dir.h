@@ -187,7 +187,8 @@ bool kvp_cache_contains(struct kvp_cache *c, const struct kvp_rec_key *key);
 /*
  * kvp_cache_put - store payload (len bytes) under key, in the order above;
  * on 0 the block is committed (survives a crash).  A key already present
- * is not written again (puts_present); a file of key's name that the
+ * is not written again (puts_present), but used: its recency is the
+ * put's where that is newer; a file of key's name that the
  * index lacks (a record dropped and kept) is replaced, so where caches
  * of other cipher keys share the directory, keys must bind this one's
  * (kvp_cache_keyctx: the prefix does).  Returns 0, or with nothing
