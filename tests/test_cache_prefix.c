@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "lib/cache/prefix.h"
@@ -275,8 +276,12 @@ static ssize_t so_pwrite(void *arg, int fd, const void *buf, size_t len,
 	return n < 0 ? -errno : n;
 }
 
+static volatile int slow_fsync_ms;
+
 static int so_fsync(void *arg, int fd)
 {
+	if (slow_fsync_ms)
+		usleep((useconds_t)slow_fsync_ms * 1000);
 	return fsync(fd) ? -errno : 0;
 }
 
@@ -390,6 +395,52 @@ START_TEST(read_ahead_stays_in_its_lookup)
 			      i, (unsigned long long)chunk_use(p, i),
 			      (unsigned long long)first);
 	kvp_prefix_destroy(p);
+}
+END_TEST
+
+static double mono_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* A put queues its chunk and returns: taking the chunk's recency when it
+ * is queued must not wait for the store the writer is making (the
+ * cache's lock is held across a put's writes and syncs). */
+START_TEST(put_does_not_wait_for_the_disk)
+{
+	struct kvp_cache_opts o = { .io = &slow_open_io };
+	unsigned char b[LEN];
+	uint32_t t[4 * C + 1];
+	struct kvp_prefix *p;
+	double t0, took, took_set;
+
+	kvp_cache_close(cache);
+	ck_assert_int_eq(kvp_cache_open(dir, &o, &cache, NULL, 0, NULL, 0), 0);
+	p = prefix_of(NULL);
+	prompt(t, 4 * C + 1, 1);
+	ck_assert_int_eq(kvp_prefix_set_prompt(p, t, 4 * C + 1, C), 0);
+	slow_fsync_ms = 400;
+	fill(b, 0, 1);
+	kvp_prefix_put(p, 0, b, LEN);
+	usleep(50000); /* the writer is in chunk 0's fsync */
+	fill(b, 1, 1);
+	t0 = mono_s();
+	kvp_prefix_put(p, 1, b, LEN);
+	took = mono_s() - t0;
+	t0 = mono_s(); /* nor does the next prompt's lookup */
+	ck_assert_int_eq(kvp_prefix_set_prompt(p, t, 4 * C + 1, C), 0);
+	took_set = mono_s() - t0;
+	slow_fsync_ms = 0;
+	kvp_prefix_drain(p);
+	kvp_prefix_destroy(p);
+	ck_assert_msg(took < 0.2, "a put waited %.3f s for the writer's store",
+		      took);
+	ck_assert_msg(took_set < 0.2,
+		      "set_prompt waited %.3f s for the writer's store",
+		      took_set);
 }
 END_TEST
 
@@ -881,6 +932,7 @@ int main(void)
 	tcase_add_test(tc, late_stores_keep_their_order);
 	tcase_add_test(tc, put_present_is_a_use);
 	tcase_add_test(tc, read_ahead_stays_in_its_lookup);
+	tcase_add_test(tc, put_does_not_wait_for_the_disk);
 	tcase_add_test(tc, salts_part);
 	tcase_add_test(tc, cipher_keys_share_a_directory);
 	tcase_add_test(tc, skips_and_rereads);

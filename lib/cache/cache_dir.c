@@ -61,6 +61,10 @@ struct kvp_cache {
 	size_t cap;		   /* slots, a power of two */
 	size_t used;		   /* live entries */
 	uint64_t bytes;		   /* their file bytes */
+	pthread_mutex_t use_lock;  /* tick, look_*, in_lookup: apart from
+				      lock, which is held across a put's
+				      and a get's I/O (kvp_cache_use_now
+				      and new_lookup never wait for it) */
 	uint64_t tick;		   /* the newest recency handed out: the
 				      realtime clock's ns, or above it */
 	uint64_t look_next;	   /* in a lookup (kvp_cache_new_lookup):
@@ -657,6 +661,7 @@ int kvp_cache_open(const char *path, const struct kvp_cache_opts *opts,
 	if (!c)
 		return -ENOMEM;
 	pthread_mutex_init(&c->lock, NULL);
+	pthread_mutex_init(&c->use_lock, NULL);
 	c->dirfd = c->lockfd = -1;
 	c->o = *opts;
 	if (opts->cipher) {
@@ -763,6 +768,7 @@ void kvp_cache_close(struct kvp_cache *c)
 	free(c->putbuf);
 	free(c->path);
 	pthread_mutex_destroy(&c->lock);
+	pthread_mutex_destroy(&c->use_lock);
 	free(c);
 }
 
@@ -790,14 +796,19 @@ static uint64_t wall_ns(void)
  * older than the lookup's earlier uses (newer than all before it). */
 static uint64_t next_use(struct kvp_cache *c)
 {
-	uint64_t now;
+	uint64_t now, use;
 
-	if (c->in_lookup)
-		return c->look_next > c->look_floor ? c->look_next-- :
-						      c->look_floor;
-	now = wall_ns();
-	c->tick = now > c->tick ? now : c->tick + 1;
-	return c->tick;
+	pthread_mutex_lock(&c->use_lock);
+	if (c->in_lookup) {
+		use = c->look_next > c->look_floor ? c->look_next-- :
+						     c->look_floor;
+	} else {
+		now = wall_ns();
+		c->tick = now > c->tick ? now : c->tick + 1;
+		use = c->tick;
+	}
+	pthread_mutex_unlock(&c->use_lock);
+	return use;
 }
 
 /* A recency as a file's times: the modification time, atime left. */
@@ -842,7 +853,7 @@ void kvp_cache_new_lookup(struct kvp_cache *c)
 {
 	uint64_t now = wall_ns(), top;
 
-	pthread_mutex_lock(&c->lock);
+	pthread_mutex_lock(&c->use_lock);
 	/* above every recency so far, with room below for its uses */
 	top = c->tick + LOOKUP_USES;
 	if (now > top)
@@ -851,17 +862,12 @@ void kvp_cache_new_lookup(struct kvp_cache *c)
 	c->look_next = top;
 	c->look_floor = top - LOOKUP_USES + 1;
 	c->in_lookup = true;
-	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(&c->use_lock);
 }
 
 uint64_t kvp_cache_use_now(struct kvp_cache *c)
 {
-	uint64_t use;
-
-	pthread_mutex_lock(&c->lock);
-	use = next_use(c);
-	pthread_mutex_unlock(&c->lock);
-	return use;
+	return next_use(c); /* under use_lock alone: no wait for I/O */
 }
 
 /* Steps 1-4 of a put (cache_dir.h) for the sealed record in buf. */

@@ -219,7 +219,9 @@ int kvp_cache_put_fd(struct kvp_cache *c, const struct kvp_rec_key *key,
  * (prefix.h), after the next prompt's lookup began, so keeps them in
  * their own prompt's order, older than the next prompt's blocks; stored
  * with a recency of their own store, they would be newer than their own
- * prompt's first blocks and outlive them, dead weight.
+ * prompt's first blocks and outlive them, dead weight.  It never waits
+ * for the cache's I/O (a put's syncs, a get's reads), nor does
+ * kvp_cache_new_lookup: the recency has a lock of its own.
  */
 uint64_t kvp_cache_use_now(struct kvp_cache *c);
 int kvp_cache_put_at(struct kvp_cache *c, const struct kvp_rec_key *key,

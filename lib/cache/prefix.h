@@ -49,10 +49,10 @@
  *
  * Locking: the prompt (set_prompt) and get come from one thread; put may
  * come from any; the queue and the read-ahead share one lock, the cache
- * has its own (taken by the reader and writer threads for their I/O, and
- * under the queue's when a chunk is queued, for its recency: a chunk
- * stored behind keeps its prompt's place, kvp_cache_use_now; never the
- * other way round).
+ * has its own (taken by the reader and writer threads for their I/O).
+ * A chunk queued takes its recency then (kvp_cache_use_now, under the
+ * queue's lock: a chunk stored behind keeps its prompt's place), from a
+ * lock of the cache's that no I/O holds, so put never waits for the disk.
  */
 #ifndef KVP_PREFIX_H
 #define KVP_PREFIX_H
