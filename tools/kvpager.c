@@ -45,7 +45,7 @@
 
 #include "lib/cache/cache_store.h"
 #include "lib/cli/cli.h"
-#include "lib/cli/device_pool.h"
+#include "lib/kv/device_pool.h"
 #include "lib/cli/plot.h"
 #include "lib/cli/progress.h"
 #include "lib/cli/timeline.h"
@@ -1681,7 +1681,7 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 	}
 	/* a pool too small for one layer's chosen blocks would fail the
 	 * first step that chooses more: refused before the run */
-	if (kvp_cli_device_pool_check("kvpager", &co, o.context + o.steps)) {
+	if (kvp_kv_device_pool_check("kvpager", &co, o.context + o.steps)) {
 		kvp_kv_synth_destroy(sy);
 		return 2;
 	}

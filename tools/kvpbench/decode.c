@@ -41,7 +41,7 @@
 
 #include "lib/synth/kv_synth.h"
 #include "lib/cli/cli.h"
-#include "lib/cli/device_pool.h"
+#include "lib/kv/device_pool.h"
 #include "lib/cli/progress.h"
 #include "lib/device/device.h"
 #include "lib/kv/kvcache.h"
@@ -355,7 +355,7 @@ static int check_device_pool(const struct dopts *o,
 		if (!(o->modes & (1u << i)) || dmodes[i].dev != 2)
 			continue;
 		mode_opts(o, &dmodes[i], g, &co, &cfg);
-		if (kvp_cli_device_pool_check("kvpbench decode", &co,
+		if (kvp_kv_device_pool_check("kvpbench decode", &co,
 					      o->context + o->steps))
 			return -E2BIG;
 	}

@@ -1,7 +1,7 @@
 /*
  * device_pool.c - --device-pool checked before a run (device_pool.h).
  */
-#include "lib/cli/device_pool.h"
+#include "lib/kv/device_pool.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -10,7 +10,7 @@
 
 #include "lib/cli/cli.h"
 
-int kvp_cli_device_pool_check(const char *prog,
+int kvp_kv_device_pool_check(const char *prog,
 			      const struct kvp_kvcache_opts *o, uint64_t tokens)
 {
 	uint64_t min = kvp_kvcache_device_pool_min(o, tokens);
