@@ -191,6 +191,29 @@ START_TEST(evicts_last_chunks_first)
 }
 END_TEST
 
+/* A prompt longer than a full cache keeps its first chunks: a later
+ * chunk, older than every block there, is the one evicted, at once and
+ * never written, not the chunk before it (which would leave the cache's
+ * prefix ending one chunk earlier for each chunk past it). */
+START_TEST(past_a_full_cache_keeps_the_first)
+{
+	struct kvp_cache_opts o = { .capacity_bytes = 3 * 4096 };
+	struct kvp_cache_stats cs;
+	struct kvp_prefix *p;
+
+	kvp_cache_close(cache);
+	ck_assert_int_eq(kvp_cache_open(dir, &o, &cache, NULL, 0, NULL, 0), 0);
+	p = prefix_of(NULL);
+	run_prompt(p, 6, 1, true);
+	ck_assert_uint_eq(hits(p, 6, 1), 3);
+	kvp_cache_stats(cache, &cs);
+	ck_assert_uint_eq(cs.puts, 3);
+	ck_assert_uint_eq(cs.evictions, 3);
+	ck_assert_uint_eq(cs.blocks, 3);
+	kvp_prefix_destroy(p);
+}
+END_TEST
+
 /* The order survives a restart from the files' times alone: a prompt's
  * chunks stored apart in time (each later one newer by the clock) still
  * reopen with the first its newest, so the last goes first. */
@@ -928,6 +951,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, store_then_read_ahead);
 	tcase_add_test(tc, evicts_last_chunks_first);
+	tcase_add_test(tc, past_a_full_cache_keeps_the_first);
 	tcase_add_test(tc, order_read_back_at_open);
 	tcase_add_test(tc, late_stores_keep_their_order);
 	tcase_add_test(tc, put_present_is_a_use);

@@ -245,6 +245,20 @@ static void drop(struct kvp_cache *c, struct entry *e, bool remove_file)
 }
 
 /* Remove least recently used blocks until need more bytes fit. */
+/* Whether a block of @need bytes used at @use would need room made and is
+ * older than every block there: the one evict_lru would take next. */
+static bool older_than_all(const struct kvp_cache *c, uint64_t use,
+			   uint64_t need)
+{
+	if (!c->o.capacity_bytes || !c->used ||
+	    c->bytes + need <= c->o.capacity_bytes)
+		return false;
+	for (size_t i = 0; i < c->cap; i++)
+		if (c->ents[i].live && c->ents[i].last_use <= use)
+			return false;
+	return true;
+}
+
 static void evict_lru(struct kvp_cache *c, uint64_t need)
 {
 	while (c->o.capacity_bytes && c->used &&
@@ -992,6 +1006,15 @@ static int put_common(struct kvp_cache *c, const struct kvp_rec_key *key,
 	err = -EFBIG;
 	if (c->o.capacity_bytes && file_bytes > c->o.capacity_bytes)
 		goto fail;
+	use = src->use ? src->use : next_use(c);
+	if (older_than_all(c, use, file_bytes)) {
+		/* the least useful block of a full cache is this one (a
+		 * prompt's chunk past those kept, which a hit cannot reach
+		 * without them): evicted at once, never written */
+		c->st.evictions++;
+		c->st.evicted_bytes += file_bytes;
+		goto out;
+	}
 	err = -ENOMEM;
 	if (c->putbuf_bytes < file_bytes) {
 		free(c->putbuf);
@@ -1006,7 +1029,6 @@ static int put_common(struct kvp_cache *c, const struct kvp_rec_key *key,
 	if (err)
 		goto fail;
 	evict_lru(c, file_bytes);
-	use = src->use ? src->use : next_use(c);
 	err = write_block(c, key, buf, file_bytes, use);
 	if (err)
 		goto fail;

@@ -124,7 +124,8 @@ struct kvp_cache_opts {
 	X(dropped_foreign, KVP_COUNTER,                                        \
 	  "records of another format version or key")                         \
 	X(tmp_removed, KVP_COUNTER, "unfinished writes removed at open")       \
-	X(evictions, KVP_COUNTER, "blocks removed for capacity")               \
+	X(evictions, KVP_COUNTER,                                              \
+	  "blocks removed for capacity, or not stored as the least recent")   \
 	X(evicted_bytes, KVP_COUNTER, "their files' bytes")
 
 #define KVP_CACHE_STATS_FIELD(name, kind, doc) uint64_t name;

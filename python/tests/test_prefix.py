@@ -169,7 +169,7 @@ def test_encrypted_chunks_need_their_key(tmp_path):
         assert px.get(2, px.chunk_array())
 
 
-def test_capacity_evicts_the_least_recently_used(tmp_path):
+def test_capacity_evicts_a_prompts_last_chunks_first(tmp_path):
     # each chunk's file is its 128-byte header and 2 KiB, padded to 4 KiB
     with open_px(tmp_path, capacity="12K") as px:
         px.set_prompt(PROMPT)
@@ -179,8 +179,10 @@ def test_capacity_evicts_the_least_recently_used(tmp_path):
         st = st_of(px)
         assert st["blocks"] < 5 and st["evictions_total"] >= 2
         assert st["bytes"] <= 12 << 10
-        assert px.cached_chunks() == 0  # the oldest went first
-        assert px.get(4, px.chunk_array())  # the newest stayed
+        # a prompt's last chunks go first: its first ones are what the
+        # next prompt sharing a prefix reads
+        assert px.cached_chunks() == st["blocks"]
+        assert not px.get(4, px.chunk_array())
 
 
 def test_read_only_stores_nothing(tmp_path):
