@@ -17,6 +17,15 @@ if [ ! -x "$soak" ] || [ ! -x "$BUILD/bin/kvp-probe" ]; then
 	echo "t_soak: $soak or kvp-probe not built (run make BUILD=$BUILD first)"
 	exit 77
 fi
+# an operand is refused before any round (before, `--churn x` ran the
+# churn rounds for the default 300 seconds, x ignored): exit 2, why
+out=$(timeout 20 "$soak" --churn x --seconds 1 2>&1)
+rc=$?
+if [ $rc != 2 ] || ! echo "$out" | grep -q "^kvpsoak: unexpected argument 'x'"; then
+	echo "t_soak: kvpsoak --churn x: exit $rc, want 2: $out"
+	echo "t_soak: 1 failed"
+	exit 1
+fi
 if ! "$BUILD/bin/kvp-probe" 2>&1 | grep -q '^kvp-probe: the pager can run here'; then
 	echo "t_soak: the pager cannot run here (kvp-probe says why)"
 	exit 77

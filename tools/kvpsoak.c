@@ -16,7 +16,8 @@
  * The first bad block ends the run: it prints the pass, the block, how
  * many words are wrong, how many are zero and how many still hold the
  * pattern before (a lost write), and the block's state, and exits 1.
- * Exits 0 after S seconds with no bad word, 2 on a setup error.
+ * Exits 0 after S seconds with no bad word, 2 on a setup error or a
+ * command line refused (an unknown option, a bad value, an operand).
  *
  * --churn runs the program's other calls against the pager instead, in
  * rounds of CHURN_SECONDS: a copy-mode and a move-mode region four times
@@ -547,6 +548,14 @@ int main(int argc, char **argv)
 			usage(stderr);
 			return 2;
 		}
+	}
+	if (optind < argc) { /* --churn x ran, x ignored, before */
+		fprintf(stderr,
+			"kvpsoak: unexpected argument '%s' (--churn takes "
+			"no value)\n",
+			argv[optind]);
+		usage(stderr);
+		return 2;
 	}
 	end = time(NULL) + (time_t)seconds;
 	while (!rc && time(NULL) < end) {
