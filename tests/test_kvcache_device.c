@@ -12,6 +12,7 @@
 
 #include "lib/kv/kvcache.h"
 #include "lib/synth/kv_synth.h"
+#include "lib/tunables/tunables.h"
 #include "pager/pager.h"
 #include "tests/helpers/helpers.h"
 #include "tests/helpers/pager_fx.h"
@@ -193,6 +194,66 @@ START_TEST(preload_all)
 }
 END_TEST
 
+/*
+ * A retune on a device run: the device path holds, a layer and sequence,
+ * the blocks the predictor it was created with may choose, so a change to
+ * one choosing more (exact, or a larger budget) is refused, naming the
+ * tunable, and the run goes on; one choosing as many or fewer is taken.
+ * Before, the check passed them and the next step failed with -E2BIG.
+ */
+START_TEST(retune_within_device)
+{
+	struct kvp_kv_geometry g;
+	struct kvp_kv_synth *sy;
+	struct kvp_kv_source src;
+	struct kvp_kvcache_opts o;
+	struct kvp_kvcache *c;
+	struct kvp_kv_config kv, more;
+	const char *bad = NULL;
+	uint32_t id;
+
+	kvp_kv_geometry_preset("tiny", &g);
+	sy = synth(&g);
+	kvp_kv_source_synth(&src, sy);
+	opts(&o, &g, 4); /* window, budget 64: 17 blocks */
+	o.device = test_device();
+	ck_assert_int_eq(kvp_kvcache_create(&o, &c), 0);
+	ck_assert_int_eq(kvp_kvcache_seq_create(c, &id), 0);
+	ck_assert_int_eq(kvp_kvcache_prefill(c, id, 1001, &src, NULL, NULL), 0);
+	ck_assert_int_eq(kvp_kvcache_step(c, &id, 1, &src, NULL, NULL), 0);
+
+	kvp_kv_config_defaults(&kv);
+	kv.attention_threads = o.attn_threads;
+	kv.kv_block_tokens = g.block_tokens;
+	kv.lowrank_rank = o.pred.rank;
+	kv.lowrank_fit_tokens = o.pred.fit_tokens;
+	kv.prefetch_depth_layers = 1;
+	kv.predictor = KVP_PREDICTOR_WINDOW;
+	kv.predict_budget_tokens = 64;
+	more = kv;
+	more.predictor = KVP_PREDICTOR_EXACT;
+	ck_assert_int_eq(kvp_kvcache_retune_check(c, &more, &bad), -E2BIG);
+	ck_assert_str_eq(bad, "predictor");
+	ck_assert_int_eq(kvp_kvcache_retune(c, &more, &bad), -E2BIG);
+	ck_assert_int_eq(kvp_predictor_kind(kvp_kvcache_predictor(c)),
+			 KVP_PREDICTOR_WINDOW);
+	more = kv;
+	more.predict_budget_tokens = 128;
+	bad = NULL;
+	ck_assert_int_eq(kvp_kvcache_retune(c, &more, &bad), -E2BIG);
+	ck_assert_str_eq(bad, "predict_budget_tokens");
+	ck_assert_int_eq(kvp_kvcache_step(c, &id, 1, &src, NULL, NULL), 0);
+	/* fewer, then as many again: taken, and the steps run */
+	more.predict_budget_tokens = 32;
+	ck_assert_int_eq(kvp_kvcache_retune(c, &more, &bad), 0);
+	ck_assert_int_eq(kvp_kvcache_step(c, &id, 1, &src, NULL, NULL), 0);
+	ck_assert_int_eq(kvp_kvcache_retune(c, &kv, &bad), 0);
+	ck_assert_int_eq(kvp_kvcache_step(c, &id, 1, &src, NULL, NULL), 0);
+	kvp_kvcache_destroy(c);
+	kvp_kv_synth_destroy(sy);
+}
+END_TEST
+
 /* --device cuda without a GPU: create fails, the probe says why. */
 START_TEST(cuda_without_gpu)
 {
@@ -234,6 +295,7 @@ int main(void)
 	tcase_add_loop_test(tc, same_as_cpu, 0,
 			    sizeof(cases) / sizeof(cases[0]));
 	tcase_add_test(tc, preload_all);
+	tcase_add_test(tc, retune_within_device);
 	tcase_add_test(tc, cuda_without_gpu);
 	return kvp_test_run(s);
 }

@@ -825,6 +825,17 @@ static int live_apply(void *arg, const struct kvp_kv_config *cfg,
 		       "(start it with --predictor lowrank to switch to and "
 		       "from it)";
 		fprintf(stderr, "kvpager: %s\n", *bad);
+	} else if (r == -E2BIG) {
+		*bad = !strcmp(*bad, "predictor")
+			   ? "predictor exact: the device path holds the "
+			     "blocks the predictor this run started with "
+			     "chooses a layer, and exact chooses more (start "
+			     "the run with --predictor exact)"
+			   : "predict_budget_tokens: the device path holds "
+			     "the blocks the budget this run started with "
+			     "chooses a layer, and this one chooses more "
+			     "(start the run with it, --budget-tokens)";
+		fprintf(stderr, "kvpager: %s\n", *bad);
 	}
 	return r;
 }

@@ -401,6 +401,25 @@ uint64_t kvp_kvcache_kv_bytes(const struct kvp_kvcache *c)
 
 /* ---- tunables on a running cache ------------------------------------ */
 
+/* Whether @kv's predictor may choose more blocks a layer and sequence
+ * than the device path was made for at create (d_cap entries over all
+ * sequences, and the pool sized for them): a step's plan that does not
+ * fit fails it, -E2BIG.  Reads only what create fixed. */
+static bool kv_more_than_device(const struct kvp_kvcache *c,
+				const struct kvp_kv_config *kv)
+{
+	struct kvp_predictor_opts po = {
+		.kind = (enum kvp_predictor_kind)kv->predictor,
+		.budget_tokens = kv->predict_budget_tokens < UINT32_MAX
+				     ? (uint32_t)kv->predict_budget_tokens
+				     : UINT32_MAX,
+	};
+
+	return kvp_predictor_opts_max_blocks(&po, c->g.block_tokens,
+					     c->l.capacity_blocks) >
+	       c->d_cap / c->o.max_seqs;
+}
+
 int kvp_kvcache_retune_check(const struct kvp_kvcache *c,
 			     const struct kvp_kv_config *kv, const char **bad)
 {
@@ -425,7 +444,13 @@ int kvp_kvcache_retune_check(const struct kvp_kvcache *c,
 	} else if (kv->predictor != KVP_PREDICTOR_EXACT &&
 		   kv->predict_budget_tokens < c->g.block_tokens)
 		b = "predict_budget_tokens";
-	else if (kv->prefetch_depth_layers >= c->plans_cap ||
+	else if (c->da && kv_more_than_device(c, kv)) {
+		/* the device path holds what the first predictor chooses */
+		b = kv->predictor == KVP_PREDICTOR_EXACT
+			? "predictor"
+			: "predict_budget_tokens";
+		err = -E2BIG;
+	} else if (kv->prefetch_depth_layers >= c->plans_cap ||
 		 (c->g.layers > 1 && kv->prefetch_depth_layers >= c->g.layers))
 		b = "prefetch_depth_layers";
 	if (!b)

@@ -368,9 +368,12 @@ void kvp_kvcache_drain(struct kvp_kvcache *c);
  * prefetch; at most layers - 1).  The pager block size stays what create
  * chose.  The other fields of @kv must equal the cache's (they are fixed
  * at create).  Plans made ahead are drained first.  Driving thread only.
- * Returns 0; -EINVAL or -EOPNOTSUPP (lowrank on a cache that kept no
- * keys) with *bad (if not NULL) naming the tunable, nothing changed; or
- * an error of pthread_create (a waiter thread for prefetch).
+ * Returns 0; -EINVAL, -EOPNOTSUPP (lowrank on a cache that kept no
+ * keys) or -E2BIG (on a device, a predictor or budget choosing more
+ * blocks a layer than the one the cache was created with: the device
+ * path holds those, and a step's plan that does not fit fails) with *bad
+ * (if not NULL) naming the tunable, nothing changed; or an error of
+ * pthread_create (a waiter thread for prefetch).
  */
 int kvp_kvcache_retune(struct kvp_kvcache *c, const struct kvp_kv_config *kv,
 		       const char **bad);
