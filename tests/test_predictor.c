@@ -1,6 +1,7 @@
 /* test_predictor.c - exact, window and lowrank choices; recall on planted KV. */
 #include <check.h>
 #include <errno.h>
+#include <malloc.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -222,9 +223,10 @@ START_TEST(lowrank_constructed)
 	/* out of order, crossing a block */
 	ck_assert_int_eq(kvp_predictor_observe(p, 0, 0, 5, 1, blk), -EINVAL);
 	ck_assert_int_eq(kvp_predictor_observe(p, 0, 0, 402, 4, blk), -EINVAL);
-	/* P (32 x 8 floats), and per token 8 int8 keys and a float scale */
+	/* P (32 x 8 floats), and per token 8 int8 keys and a float scale,
+	 * for the 1024 tokens of room the 400 were given */
 	ck_assert_uint_eq(kvp_predictor_metadata_bytes(p),
-			  32 * 8 * 4 + 400 * (8 + 4));
+			  32 * 8 * 4 + 1024 * (8 + 4));
 	for (i = 0; i < 64; i++)
 		q[i] = dir[(i / 32) * 16 + i % 16] * 2; /* heads 0,1 -> kv 0 */
 	ck_assert_int_eq(kvp_predictor_select(p, 0, 0, t, NULL, lb, 64, &n),
@@ -272,6 +274,84 @@ START_TEST(lowrank_constructed)
 	kvp_predictor_destroy(p);
 	kvp_block_table_destroy(t, NULL, NULL);
 	kvp_block_alloc_destroy(A);
+}
+END_TEST
+
+/* Bytes malloc holds for the program now (glibc's counts). */
+static size_t heap_held(void)
+{
+	struct mallinfo2 m = mallinfo2();
+
+	return m.uordblks + m.hblkhd;
+}
+
+/*
+ * The metadata lowrank reports is what it holds: its projected keys are
+ * allocated by doubling (1028 tokens hold room for 2048), and that room is
+ * RAM the --ram budget must count.  Before, the count was the tokens
+ * projected, half of what was held here.
+ */
+START_TEST(lowrank_metadata_is_held)
+{
+	struct kvp_predictor_opts o;
+	struct kvp_predictor *p;
+	float blk[2 * 2 * 4 * 16];
+	size_t h0, held, i, peak;
+	uint64_t tok, more;
+	uint32_t l;
+
+	for (i = 0; i < sizeof(blk) / sizeof(blk[0]); i++)
+		blk[i] = (float)((i * 37) % 11) - 5;
+	kvp_predictor_opts_default(&o, KVP_PREDICTOR_LOWRANK);
+	o.rank = 8;
+	o.fit_tokens = 16;
+	o.max_seqs = 1;
+	h0 = heap_held();
+	ck_assert_int_eq(kvp_predictor_create(&G, &o, &p), 0);
+	for (tok = 0; tok < 1028; tok += 4)
+		for (l = 0; l < G.layers; l++)
+			ck_assert_int_eq(
+			    kvp_predictor_observe(p, 0, l, tok, 4, blk), 0);
+	held = heap_held() - h0;
+	/* all but the predictor's fixed structs and the scratch it freed
+	 * that malloc keeps cached (a few KiB) */
+	ck_assert_msg(kvp_predictor_metadata_bytes(p) + 4096 >= held,
+		      "metadata %zu bytes, malloc holds %zu for it",
+		      kvp_predictor_metadata_bytes(p), held);
+	/* room for 100 more reserved: exactly 1128 tokens, what the peak
+	 * said; the 100 then allocate nothing */
+	more = 100;
+	peak = kvp_predictor_metadata_peak(p, &more);
+	ck_assert_uint_eq(peak, G.layers * (32 * 8 * 4 + 1128 * (8 + 4)));
+	ck_assert_int_eq(kvp_predictor_reserve(p, &more), 0);
+	ck_assert_uint_eq(kvp_predictor_metadata_bytes(p), peak);
+	h0 = heap_held();
+	for (; tok < 1128; tok += 4)
+		for (l = 0; l < G.layers; l++)
+			ck_assert_int_eq(
+			    kvp_predictor_observe(p, 0, l, tok, 4, blk), 0);
+	ck_assert_uint_eq(kvp_predictor_metadata_bytes(p), peak);
+	ck_assert_int_le((long)heap_held() - (long)h0, 0);
+	kvp_predictor_destroy(p);
+
+	/* not fitted yet (fewer tokens than fit_tokens): the peak holds the
+	 * buffered keys, the projection and the room at once */
+	o.fit_tokens = 64;
+	ck_assert_int_eq(kvp_predictor_create(&G, &o, &p), 0);
+	for (l = 0; l < G.layers; l++)
+		ck_assert_int_eq(kvp_predictor_observe(p, 0, l, 0, 4, blk), 0);
+	more = 8;
+	peak = kvp_predictor_metadata_peak(p, &more);
+	ck_assert_uint_eq(peak, G.layers * (32 * 8 * 4 + 12 * (8 + 4) +
+					    64 * (32 * 4 + 4)));
+	ck_assert_int_eq(kvp_predictor_reserve(p, &more), 0);
+	ck_assert_uint_le(kvp_predictor_metadata_bytes(p), peak);
+	for (tok = 4; tok < 12; tok += 4)
+		for (l = 0; l < G.layers; l++)
+			ck_assert_int_eq(
+			    kvp_predictor_observe(p, 0, l, tok, 4, blk), 0);
+	ck_assert_uint_le(kvp_predictor_metadata_bytes(p), peak);
+	kvp_predictor_destroy(p);
 }
 END_TEST
 
@@ -422,6 +502,7 @@ int main(void)
 	tcase_add_test(tc, exact_all_sorted);
 	tcase_add_test(tc, window_sinks_and_recent);
 	tcase_add_test(tc, lowrank_constructed);
+	tcase_add_test(tc, lowrank_metadata_is_held);
 	tcase_add_test(tc, lowrank_recall_planted);
 	return kvp_test_run(s);
 }

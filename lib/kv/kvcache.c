@@ -346,45 +346,73 @@ void kvp_kvcache_ram(const struct kvp_kvcache *c, struct kvp_kvcache_ram *out)
 	out->total = out->frames + out->metadata + out->rolling + out->staging;
 }
 
-uint64_t kvp_kvcache_metadata_peak(const struct kvp_kvcache *c, uint64_t steps)
+/* @steps more tokens for each live sequence, an entry for each of the
+ * predictor's sequences (create gave it at least max_seqs); NULL: out of
+ * memory. */
+static uint64_t *kvc_more(const struct kvp_kvcache *c, uint64_t steps)
 {
-	uint64_t live = 0;
+	uint32_t n = c->o.pred.max_seqs > c->o.max_seqs ? c->o.pred.max_seqs
+							: c->o.max_seqs;
+	uint64_t *more = calloc(n, sizeof(*more));
 	uint32_t i;
 
-	for (i = 0; i < c->o.max_seqs; i++)
-		live += c->seqs[i].live;
-	return kvp_predictor_metadata_peak(c->pred, live * steps);
+	for (i = 0; more && i < c->o.max_seqs; i++)
+		more[i] = c->seqs[i].live ? steps : 0;
+	return more;
+}
+
+uint64_t kvp_kvcache_metadata_peak(const struct kvp_kvcache *c, uint64_t steps)
+{
+	uint64_t *more = kvc_more(c, steps);
+	uint64_t peak = more ? kvp_predictor_metadata_peak(c->pred, more)
+			     : UINT64_MAX;
+
+	free(more);
+	return peak;
 }
 
 int kvp_kvcache_fit_ram(struct kvp_kvcache *c, uint64_t total, uint64_t steps)
 {
 	struct kvp_kvcache_ram ram;
 	struct kvp_config cfg;
-	uint64_t other, frames;
+	uint64_t other, frames, peak, *more;
 	int err;
 
 	if (c->o.backend != KVP_KVCACHE_PAGER || !c->pager)
 		return -EINVAL;
+	more = kvc_more(c, steps);
+	if (!more)
+		return -ENOMEM;
+	peak = kvp_predictor_metadata_peak(c->pred, more);
 	kvp_kvcache_ram(c, &ram);
 	/* Staging without the prefill's area, which goes back (a prefill
 	 * takes it again); the metadata as the steps will grow it, not as
 	 * it is: the frames are not fitted again. */
-	other = kvp_kvcache_metadata_peak(c, steps) + ram.rolling +
-		ram.staging - c->stage_cap;
-	if (other + (2u << 20) > total)
+	other = peak + ram.rolling + ram.staging - c->stage_cap;
+	if (other < peak || other + (2u << 20) < other ||
+	    other + (2u << 20) > total) {
+		free(more);
 		return -ENOSPC;
+	}
 	if (c->stage)
 		munmap(c->stage, c->stage_cap);
 	c->stage = NULL;
 	c->stage_cap = 0;
 	frames = total - other;
-	if (c->sl_of) /* the region keeps its floor, the slots the rest */
-		return kvc_slots_refit(c, frames);
-	kvp_pager_config(c->pager, &cfg);
-	cfg.ram_budget_bytes = frames;
-	err = kvp_pager_reconfigure(c->pager, &cfg, NULL);
+	if (c->sl_of) { /* the region keeps its floor, the slots the rest */
+		err = kvc_slots_refit(c, frames);
+	} else {
+		kvp_pager_config(c->pager, &cfg);
+		cfg.ram_budget_bytes = frames;
+		err = kvp_pager_reconfigure(c->pager, &cfg, NULL);
+		if (!err)
+			c->budget = cfg.ram_budget_bytes;
+	}
+	/* The room the steps take, held now, the frames made smaller
+	 * first: the decode allocates no metadata. */
 	if (!err)
-		c->budget = cfg.ram_budget_bytes;
+		err = kvp_predictor_reserve(c->pred, more);
+	free(more);
 	return err;
 }
 

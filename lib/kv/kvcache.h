@@ -540,14 +540,17 @@ void kvp_kvcache_ram(const struct kvp_kvcache *c, struct kvp_kvcache_ram *out);
  * metadata leave of it, the metadata as it will be after those tokens
  * (kvp_kvcache_metadata_peak: it grows by a token's worth a step), so that
  * the total stays within @total all along (with reuse slots: the region
- * its floor, the slots the rest; plans ahead are drained).  Call after a
- * prefill, with the decode steps to come.  Pager backend only (-EINVAL
- * else); -ENOSPC when the rest leaves less than 2 MiB for frames (nothing
- * changes); -EBUSY when more is pinned than that.
+ * its floor, the slots the rest; plans ahead are drained).  That room is
+ * allocated here (kvp_predictor_reserve), after the frames are made
+ * smaller, so that the decode allocates none.  Call after a prefill,
+ * with the decode steps to come.  Pager backend only (-EINVAL else);
+ * -ENOSPC when the rest leaves less than 2 MiB for frames (nothing
+ * changes); -EBUSY when more is pinned than that; -ENOMEM.
  */
 int kvp_kvcache_fit_ram(struct kvp_kvcache *c, uint64_t total, uint64_t steps);
 /* The most the predictor's metadata reaches over @steps more tokens of
- * each live sequence (kvp_predictor_metadata_peak). */
+ * each live sequence, the room for them reserved (kvp_predictor_metadata_
+ * peak); UINT64_MAX out of memory. */
 uint64_t kvp_kvcache_metadata_peak(const struct kvp_kvcache *c, uint64_t steps);
 /* Bytes of K and V held by live sequences (full and partial blocks). */
 uint64_t kvp_kvcache_kv_bytes(const struct kvp_kvcache *c);

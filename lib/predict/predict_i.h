@@ -28,7 +28,9 @@ struct kvp_predict_ops {
 		      const struct kvp_block_table *bt, const float *q,
 		      uint32_t *lblocks, size_t *n);
 	size_t (*metadata_bytes)(const struct kvp_predictor *p);
-	size_t (*metadata_peak)(const struct kvp_predictor *p, uint64_t tokens);
+	size_t (*metadata_peak)(const struct kvp_predictor *p,
+				const uint64_t *more);
+	int (*reserve)(struct kvp_predictor *p, const uint64_t *more);
 };
 
 extern const struct kvp_predict_ops kvp_predict_exact_ops;

@@ -768,6 +768,13 @@ static int lr_select(struct kvp_predictor *p, uint32_t seq, uint32_t layer,
 	return 0;
 }
 
+/* What a sequence's projected keys hold: its capacity, not its count
+ * (project_append grows it by doubling, and all of it is malloc'd). */
+static size_t lr_seq_bytes(const struct lowrank *lr, uint64_t cap)
+{
+	return (lr->r + sizeof(float)) * cap;
+}
+
 static size_t lr_metadata_bytes(const struct kvp_predictor *p)
 {
 	const struct lowrank *lr = p->priv;
@@ -776,36 +783,108 @@ static size_t lr_metadata_bytes(const struct kvp_predictor *p)
 	for (i = 0; i < p->g.layers; i++) {
 		if (lr->layers[i].P)
 			b += sizeof(float) * lr->row * lr->r;
-		if (lr->layers[i].pend)
-			b += sizeof(float) * lr->row * (size_t)p->o.fit_tokens;
+		if (lr->layers[i].pend) /* the keys and their sequences */
+			b += (sizeof(float) * lr->row + sizeof(uint32_t)) *
+			     (size_t)p->o.fit_tokens;
 	}
 	for (i = 0; i < (size_t)p->o.max_seqs * p->g.layers; i++)
-		b += (lr->r + sizeof(float)) * lr->seqs[i].n;
+		b += lr_seq_bytes(lr, lr->seqs[i].cap);
 	return b;
 }
 
-/* A layer not fitted yet holds its buffered keys, its projection and
- * every key projected at once while the fit flushes them; after, its
- * projection and a token's projected key per token. */
-static size_t lr_metadata_peak(const struct kvp_predictor *p, uint64_t tokens)
+/* The capacity lr_reserve gives s for @more tokens to come: room for all
+ * it observed and those, exactly; a sequence with none to come (and none
+ * pending) keeps what it has. */
+static uint64_t lr_reserved_cap(const struct lr_seq *s, uint64_t more)
+{
+	uint64_t need = s->next + more;
+
+	if (need < s->next)
+		need = UINT64_MAX; /* saturates: refused as too large */
+	return more || need > s->cap ? need : s->cap;
+}
+
+static size_t sat_add(size_t a, size_t b)
+{
+	return a + b < a ? SIZE_MAX : a + b;
+}
+
+static size_t sat_mul(size_t a, uint64_t b)
+{
+	size_t r;
+
+	return __builtin_mul_overflow(a, b, &r) ? SIZE_MAX : r;
+}
+
+/*
+ * After lr_reserve(@more): every sequence's projected keys have room for
+ * what it observed and @more[seq] tokens, so the decode grows nothing;
+ * a layer not fitted yet holds, while its fit flushes the buffered keys,
+ * its projection, the buffer and every sequence's room at once.
+ */
+static size_t lr_metadata_peak(const struct kvp_predictor *p,
+			       const uint64_t *more)
 {
 	const struct lowrank *lr = p->priv;
 	size_t b = 0, i, s;
 
 	for (i = 0; i < p->g.layers; i++) {
 		const struct lr_layer *L = &lr->layers[i];
-		uint64_t n = tokens + L->npend;
+		bool coming = L->P || L->pend;
 
-		if (!L->P && !L->pend && !tokens)
-			continue; /* nothing seen, nothing to come */
-		for (s = 0; s < p->o.max_seqs; s++)
-			n += lr->seqs[s * p->g.layers + i].n;
-		b += sizeof(float) * lr->row * lr->r +
-		     (lr->r + sizeof(float)) * n;
-		if (!L->P)
-			b += sizeof(float) * lr->row * (size_t)p->o.fit_tokens;
+		for (s = 0; s < p->o.max_seqs; s++) {
+			const struct lr_seq *q =
+			    &lr->seqs[s * p->g.layers + i];
+			uint64_t m = more ? more[s] : 0;
+
+			coming |= m > 0;
+			b = sat_add(b, sat_mul(lr->r + sizeof(float),
+					       lr_reserved_cap(q, m)));
+		}
+		if (coming)
+			b = sat_add(b, sizeof(float) * lr->row * lr->r);
+		if (!L->P && coming)
+			b = sat_add(b, (sizeof(float) * lr->row +
+					sizeof(uint32_t)) *
+					   (size_t)p->o.fit_tokens);
 	}
 	return b;
+}
+
+/* Each sequence's projected keys sized as lr_metadata_peak counts them,
+ * in every layer: grown (or trimmed) to exactly what it observed and
+ * @more[seq] tokens. */
+static int lr_reserve(struct kvp_predictor *p, const uint64_t *more)
+{
+	struct lowrank *lr = p->priv;
+	size_t i;
+
+	for (i = 0; i < (size_t)p->o.max_seqs * p->g.layers; i++) {
+		struct lr_seq *s = &lr->seqs[i];
+		uint64_t cap =
+		    lr_reserved_cap(s, more ? more[i / p->g.layers] : 0);
+		int8_t *pk;
+		float *ps;
+
+		if (cap == s->cap)
+			continue;
+		if (cap > SIZE_MAX / (lr->r + sizeof(float)))
+			return -ENOMEM;
+		pk = realloc(s->pk, (size_t)lr->r * cap);
+		if (!pk)
+			return -ENOMEM;
+		s->pk = pk; /* cap moves only once both have */
+		ps = realloc(s->ps, sizeof(float) * cap);
+		if (!ps) {
+			/* both hold the smaller of the two capacities */
+			if (cap < s->cap)
+				s->cap = cap;
+			return -ENOMEM;
+		}
+		s->ps = ps;
+		s->cap = cap;
+	}
+	return 0;
 }
 
 const struct kvp_predict_ops kvp_predict_lowrank_ops = {
@@ -818,4 +897,5 @@ const struct kvp_predict_ops kvp_predict_lowrank_ops = {
 	.select = lr_select,
 	.metadata_bytes = lr_metadata_bytes,
 	.metadata_peak = lr_metadata_peak,
+	.reserve = lr_reserve,
 };

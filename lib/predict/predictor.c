@@ -217,10 +217,15 @@ size_t kvp_predictor_metadata_bytes(const struct kvp_predictor *p)
 }
 
 size_t kvp_predictor_metadata_peak(const struct kvp_predictor *p,
-				   uint64_t tokens)
+				   const uint64_t *more)
 {
-	return p->ops->metadata_peak ? p->ops->metadata_peak(p, tokens)
+	return p->ops->metadata_peak ? p->ops->metadata_peak(p, more)
 				     : kvp_predictor_metadata_bytes(p);
+}
+
+int kvp_predictor_reserve(struct kvp_predictor *p, const uint64_t *more)
+{
+	return p->ops->reserve ? p->ops->reserve(p, more) : 0;
 }
 
 double kvp_predictor_metadata_ratio(const struct kvp_predictor *p)

@@ -180,12 +180,21 @@ int kvp_predictor_select(struct kvp_predictor *p, uint32_t seq, uint32_t layer,
  */
 size_t kvp_predictor_metadata_bytes(const struct kvp_predictor *p);
 /*
- * The most the metadata reaches while @tokens more tokens are observed in
- * each layer (all sequences together): what a RAM budget fitted now must
- * leave it for the decode to come (kvp_kvcache_fit_ram).
+ * The most the metadata reaches, after kvp_predictor_reserve(@more), while
+ * @more[seq] more tokens of each sequence are observed in every layer
+ * (max_seqs entries; NULL: none): what a RAM budget fitted now must leave
+ * it for the decode to come (kvp_kvcache_fit_ram).  Saturates at
+ * SIZE_MAX.  The metadata counts what is allocated (lowrank's projected
+ * keys by their capacity), and kvp_predictor_reserve makes that capacity
+ * what the tokens to come take, so that observing them allocates
+ * nothing more.
  */
 size_t kvp_predictor_metadata_peak(const struct kvp_predictor *p,
-				   uint64_t tokens);
+				   const uint64_t *more);
+/* Room for @more[seq] more tokens of each sequence, exactly, allocated now
+ * (lowrank's projected keys; the others keep none): 0, or -ENOMEM with
+ * the room as it was or between the two. */
+int kvp_predictor_reserve(struct kvp_predictor *p, const uint64_t *more);
 double kvp_predictor_metadata_ratio(const struct kvp_predictor *p);
 
 #endif /* KVP_PREDICTOR_H */
