@@ -816,17 +816,30 @@ static size_t sat_mul(size_t a, uint64_t b)
 	return __builtin_mul_overflow(a, b, &r) ? SIZE_MAX : r;
 }
 
+/* The scratch fit_from allocates besides P, from at most fit_tokens keys:
+ * their transpose, the row x row covariance, Q and Z. */
+static size_t lr_fit_scratch(const struct kvp_predictor *p)
+{
+	const struct lowrank *lr = p->priv;
+
+	return sizeof(float) * lr->row *
+	       ((size_t)p->o.fit_tokens + lr->row + 2 * (size_t)lr->r);
+}
+
 /*
  * After lr_reserve(@more): every sequence's projected keys have room for
  * what it observed and @more[seq] tokens, so the decode grows nothing;
  * a layer not fitted yet holds, while its fit flushes the buffered keys,
- * its projection, the buffer and every sequence's room at once.
+ * its projection, the buffer and every sequence's room at once, and
+ * while it is fitted, the fit's scratch too (one layer at a time: the
+ * selects that fit them run one after another).
  */
 static size_t lr_metadata_peak(const struct kvp_predictor *p,
 			       const uint64_t *more)
 {
 	const struct lowrank *lr = p->priv;
 	size_t b = 0, i, s;
+	bool fits = false;
 
 	for (i = 0; i < p->g.layers; i++) {
 		const struct lr_layer *L = &lr->layers[i];
@@ -843,12 +856,14 @@ static size_t lr_metadata_peak(const struct kvp_predictor *p,
 		}
 		if (coming)
 			b = sat_add(b, sizeof(float) * lr->row * lr->r);
-		if (!L->P && coming)
+		if (!L->P && coming) {
 			b = sat_add(b, (sizeof(float) * lr->row +
 					sizeof(uint32_t)) *
 					   (size_t)p->o.fit_tokens);
+			fits = true;
+		}
 	}
-	return b;
+	return fits ? sat_add(b, lr_fit_scratch(p)) : b;
 }
 
 /* Each sequence's projected keys sized as lr_metadata_peak counts them,
