@@ -161,6 +161,21 @@ ok "--ram 8M: the total at the last step is within it"
 expect 1 "^kvpager: --ram 2.00 MiB leaves no frames: predictor metadata .*smaller --rank" \
 	"$K" run --preset tiny --context 4096 --predictor lowrank --rank 16 \
 	--steps 4 --ram 2M --quiet
+# ... and names the parts as counted (before: staging 2.00 MiB, the
+# prefill's area, which the fit gives back, not the 4 KiB counted) and
+# the least --ram that runs, which does
+err=$("$K" run --preset tiny --context 4096 --predictor lowrank --rank 16 \
+	--steps 4 --ram 2M --quiet 2>&1 >/dev/null)
+echo "$err" | grep -q "staging 4.00 KiB.*; they and the 2.00 MiB of frames the pager needs take at least [0-9]* bytes" ||
+	fail "--ram 2M: the parts or the least --ram not said: $err"
+least=$(echo "$err" | sed -n 's/.*take at least \([0-9]*\) bytes.*/\1/p')
+"$K" run --preset tiny --context 4096 --predictor lowrank --rank 16 \
+	--steps 4 --ram "$least" --quiet >/dev/null 2>&1 ||
+	fail "--ram $least, the least said: exit $?"
+"$K" run --preset tiny --context 4096 --predictor lowrank --rank 16 \
+	--steps 4 --ram $((least - 1)) --quiet >/dev/null 2>&1
+[ $? = 1 ] || fail "--ram $((least - 1)), under the least said, ran"
+ok "--ram too small: the parts as counted, and the least that runs"
 
 # The prefetch counters add up: asked = resident already + loaded, and
 # loaded = hit + late + wasted + open (blocks whose use falls outside the

@@ -1007,18 +1007,26 @@ static int fit_ram(struct kvp_kvcache *c, uint64_t total, uint32_t steps)
 	if (!err)
 		return 0;
 	kvp_kvcache_ram(c, &ram);
+	/* as kvp_kvcache_fit_ram counts them: the metadata at the last
+	 * step, the staging without the prefill's area (given back) */
 	ram.metadata = kvp_kvcache_metadata_peak(c, steps);
+	ram.staging = kvp_kvcache_layout(c)->pager_block_bytes;
+	ram.total = ram.metadata + ram.rolling + ram.staging + (2u << 20);
+	if (ram.total < ram.metadata)
+		ram.total = UINT64_MAX; /* a peak past 64 bits */
 	if (err == -ENOSPC)
 		fprintf(stderr,
 			"kvpager: --ram %s leaves no frames: predictor metadata "
 			"%s by the last step, rolling buffers %s, staging %s; "
-			"give a larger --ram, or a smaller --rank (the "
-			"low-rank metadata is rank / (KV heads x head dim) of "
-			"the keys)\n",
+			"they and the 2.00 MiB of frames the pager needs take "
+			"at least %" PRIu64 " bytes: give that --ram or more, "
+			"or a smaller --rank (the low-rank metadata is rank / "
+			"(KV heads x head dim) of the keys)\n",
 			kvp_cli_human((double)total, h1, sizeof(h1)),
 			kvp_cli_human((double)ram.metadata, h2, sizeof(h2)),
 			kvp_cli_human((double)ram.rolling, h3, sizeof(h3)),
-			kvp_cli_human((double)ram.staging, h4, sizeof(h4)));
+			kvp_cli_human((double)ram.staging, h4, sizeof(h4)),
+			ram.total);
 	else
 		fprintf(stderr,
 			"kvpager: cannot fit the cache in --ram %s: "

@@ -202,15 +202,24 @@ static int fit_ram(const struct dopts *o, const struct dmode *m,
 
 	if (err == -ENOSPC) {
 		kvp_kvcache_ram(c, &ram);
+		/* as the fit counts them: the metadata at the last step,
+		 * the staging without the prefill's area (given back) */
 		ram.metadata = kvp_kvcache_metadata_peak(c, o->steps);
+		ram.staging = kvp_kvcache_layout(c)->pager_block_bytes;
+		ram.total = ram.metadata + ram.rolling + ram.staging +
+			    (2u << 20);
+		if (ram.total < ram.metadata)
+			ram.total = UINT64_MAX;
 		fprintf(stderr,
 			"kvpbench decode: %s: --ram %.0f MiB leaves no frames: "
-			"predictor metadata %.1f MiB, rolling %.1f, staging "
-			"%.1f; give a larger --ram, or a smaller --rank (the "
-			"metadata is rank / (kv_heads * head_dim) of the "
-			"keys)\n",
+			"predictor metadata %.1f MiB by the last step, rolling "
+			"%.1f, staging %.1f; they and the 2 MiB of frames the "
+			"pager needs take at least %" PRIu64 " bytes: give "
+			"that --ram or more, or a smaller --rank (the metadata "
+			"is rank / (kv_heads * head_dim) of the keys)\n",
 			m->name, o->ram / 1048576.0, ram.metadata / 1048576.0,
-			ram.rolling / 1048576.0, ram.staging / 1048576.0);
+			ram.rolling / 1048576.0, ram.staging / 1048576.0,
+			ram.total);
 	} else if (err) {
 		fprintf(stderr, "kvpbench decode: %s: cannot set the budget "
 				"--ram leaves: %s\n",
