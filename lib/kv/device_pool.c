@@ -11,7 +11,7 @@
 #include "lib/cli/cli.h"
 
 int kvp_kv_device_pool_check(const char *prog,
-			      const struct kvp_kvcache_opts *o, uint64_t tokens)
+			     const struct kvp_kvcache_opts *o, uint64_t tokens)
 {
 	uint64_t min = kvp_kvcache_device_pool_min(o, tokens);
 	char h[32];

@@ -18,7 +18,7 @@
  * @prog, with the smallest pool that does.
  */
 int kvp_kv_device_pool_check(const char *prog,
-			      const struct kvp_kvcache_opts *o,
-			      uint64_t tokens);
+			     const struct kvp_kvcache_opts *o,
+			     uint64_t tokens);
 
 #endif /* KVP_KV_DEVICE_POOL_H */
