@@ -135,6 +135,11 @@ START_TEST(url_password_never_shown)
 		static const char *const raw[] = {
 			"redis://:hun/ter2@h:1", "redis://a:hun?ter2@h:1",
 			"redis://a:hun/ter?2@h:1/2", "redis://hun?ter2@h",
+			/* an '=' in the password is no option's */
+			"redis://hun?ter2=x@h", "redis://hun?ter2&x=1@h",
+			"redis://a:6379?ter2=1@h:1", "redis://hun/ter2=@h",
+			"redis://h:1?timeout_ms=5&ter2@h",
+			"redis://a:x@y?ter2=1@h",
 		};
 
 		for (size_t i = 0; i < sizeof(raw) / sizeof(raw[0]); i++) {
@@ -151,6 +156,11 @@ START_TEST(url_password_never_shown)
 				 &u, "redis://h:1?password_file=/run/a@b/pw",
 				 err, sizeof(err)), 0);
 	ck_assert_str_eq(u.password_file, "/run/a@b/pw");
+	ck_assert_int_eq(kvp_remote_url_parse(
+				 &u, "redis://h:1/2?timeout_ms=5&password_file="
+				     "/run/a@b/p@w&queue=8",
+				 err, sizeof(err)), 0);
+	ck_assert_str_eq(u.password_file, "/run/a@b/p@w");
 }
 END_TEST
 

@@ -186,6 +186,25 @@ static int parse_opt(struct kvp_remote_url *u, const char *s, size_t n,
 	return 0;
 }
 
+/* Whether [@s...) (the URL past its authority) holds an '@' outside the
+ * value of a password_file option. */
+static bool late_at(const char *s)
+{
+	const char *opts = strchr(s, '?'), *q;
+
+	for (q = strchr(s, '@'); q; q = strchr(q + 1, '@')) {
+		const char *seg = q;
+
+		if (!opts || q < opts)
+			return true; /* in the host or the /db */
+		while (seg > opts + 1 && seg[-1] != '&')
+			seg--;
+		if (strncmp(seg, "password_file=", 14) || q < seg + 14)
+			return true;
+	}
+	return false;
+}
+
 int kvp_remote_url_parse(struct kvp_remote_url *u, const char *text,
 			 char *err, size_t errlen)
 {
@@ -220,19 +239,17 @@ int kvp_remote_url_parse(struct kvp_remote_url *u, const char *text,
 	for (const char *q = p; q < auth_end; q++)
 		if (*q == '@')
 			at = q;
-	/* An '@' past a '/' or '?', with no option's '=' before it: a
-	 * password that holds one of them, which would be parsed as a host,
-	 * a /db or options and echoed in their errors. */
-	if (!at && auth_end[0]) {
-		const char *late = strchr(auth_end, '@');
-
-		if (late && !memchr(p, '=', (size_t)(late - p)))
-			return bad(err, errlen,
-				   "the url's user or password holds a '/' or "
-				   "'?': write them %%2F and %%3F (and '@' "
-				   "%%40, ':' %%3A); the url is not shown, for "
-				   "its password");
-	}
+	/* An '@' past a '/' or '?' that is not in a password_file's value
+	 * (the only option whose value may hold one): a password that holds
+	 * a '/' or '?', which would be parsed as a host, a /db or options
+	 * and echoed in their errors ("redis://se?cret=1@h" would name an
+	 * option "cret"). */
+	if (auth_end[0] && late_at(auth_end))
+		return bad(err, errlen,
+			   "the url's user or password holds a '/' or "
+			   "'?': write them %%2F and %%3F (and '@' "
+			   "%%40, ':' %%3A); the url is not shown, for "
+			   "its password");
 	hosts = p;
 	if (at) {
 		const char *colon = memchr(p, ':', (size_t)(at - p));
