@@ -762,7 +762,7 @@ START_TEST(value_past_queue_bytes)
 {
 	struct kvp_remote *r = open_srv("?queue_bytes=1M", ns_a, &tenant_a);
 	size_t payload = 1u << 20;
-	char *buf = malloc(payload + 32), said[4096];
+	char *buf = malloc(payload + 64), said[4096];
 	struct kvp_test_stderr cap;
 	size_t len = record(buf, tenant_a.id, 1, payload);
 	uint64_t k = 1;
@@ -775,6 +775,15 @@ START_TEST(value_past_queue_bytes)
 			      strchr(said, '\n') == strrchr(said, '\n'),
 		      "stderr said: %s", said);
 	ck_assert_uint_eq(STAT(r, publishes_skipped_total), 2);
+	/* values of other sizes past it: the same cause, said no more
+	 * (each size once filled the WARN_MAX causes said, and a server's
+	 * failure after them went unsaid) */
+	kvp_test_stderr_start(&cap);
+	for (size_t i = 1; i <= 9; i++)
+		ck_assert_int_eq(kvp_remote_publish(r, &k, 8, buf, len + i),
+				 -EMSGSIZE);
+	kvp_test_stderr_end(&cap, said, sizeof(said));
+	ck_assert_msg(!said[0], "stderr said: %s", said);
 	/* one that fits goes */
 	publish(r, tenant_a.id, 2, 1, 4096);
 	ck_assert_uint_eq(STAT(r, publishes_total), 1);

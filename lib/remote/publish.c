@@ -24,11 +24,12 @@ int publish_push(struct kvp_remote *r, const char *rkey, size_t rkey_len,
 	/* never queued, however empty the queue: not "full", said why */
 	if (len > r->url.queue_bytes) {
 		RSTAT_ADD(r, publishes_skipped_total, 1);
+		/* no size of its own in it: each would be a cause said
+		 * anew, taking the WARN_MAX the server's failures need */
 		remote_note(r,
-			    "a value of %zu bytes is larger than the URL's "
-			    "queue_bytes (%llu), so none that large is "
-			    "published (raise ?queue_bytes=)",
-			    len, (unsigned long long)r->url.queue_bytes);
+			    "a value larger than the URL's queue_bytes "
+			    "(%llu) is never published (raise ?queue_bytes=)",
+			    (unsigned long long)r->url.queue_bytes);
 		return -EMSGSIZE;
 	}
 	/* A cheap look first: a full queue costs no copy. */
