@@ -370,6 +370,78 @@ START_TEST(stopped_masters_cost_one_timeout)
 }
 END_TEST
 
+/*
+ * The same with a password, a fetch after the stopped masters' back-off:
+ * each is connected anew, and its AUTH goes unanswered.  The AUTHs wait
+ * together too, not one timeout_ms after another.
+ */
+START_TEST(stopped_masters_with_password)
+{
+	struct kvp_remote_config cfg = { .ns = ns, .ns_len = strlen(ns),
+					 .verify = verify };
+	struct kvp_remote *r;
+	char url[512], seeds[256], err[256] = "", rkey[256], said[4096];
+	struct kvp_test_stderr cap;
+	unsigned res[3], on_live = 0;
+	uint64_t t0, ms, refused;
+
+	/* node 0 alone would call the cluster down (CLUSTERDOWN) a node
+	 * timeout after the others stopped: not within this test */
+	for (int i = 0; i < NODES; i++) {
+		redisReply *rep = kvp_test_redis_cmd(
+			&nodes[i], "CONFIG SET cluster-node-timeout 60000 "
+				   "requirepass s3cret");
+
+		ck_assert_int_eq(rep->type, REDIS_REPLY_STATUS);
+		freeReplyObject(rep);
+	}
+	kvp_test_redis_url(seeds, sizeof(seeds), nodes, NODES, true);
+	snprintf(url, sizeof(url), "redis+cluster://:s3cret@%s?timeout_ms=1000",
+		 seeds + strlen("redis+cluster://"));
+	cfg.url = url;
+	ck_assert_msg(kvp_remote_open(&cfg, &r, err, sizeof(err)) == 0,
+		      "%s: %s", url, err);
+	publish(r, 300);
+	fetch(r, 300, res);
+	ck_assert_uint_eq(res[0], 300);
+	for (uint64_t k = 0; k < 300; k++)
+		on_live += owner(rkey_of(k, rkey, sizeof(rkey))) == 0;
+	kvp_test_redis_pause(&nodes[1], true);
+	kvp_test_redis_pause(&nodes[2], true);
+	fetch(r, 300, res); /* their connections time out, closed */
+	ck_assert_uint_eq(res[0], on_live);
+	usleep(300000); /* past their back-off: connected anew */
+	t0 = kvp_test_now_ns();
+	fetch(r, 300, res);
+	ms = (kvp_test_now_ns() - t0) / 1000000;
+	kvp_test_redis_pause(&nodes[1], false);
+	kvp_test_redis_pause(&nodes[2], false);
+	ck_assert_uint_eq(res[0], on_live);
+	ck_assert_uint_eq(res[2], 300 - on_live);
+	ck_assert_msg(ms < 1800, "a fetch with 2 masters stopped, their "
+				 "connections made anew with AUTH, took %llu "
+				 "ms at timeout_ms=1000",
+		      (unsigned long long)ms);
+	kvp_remote_close(r);
+	/* a wrong password, AUTH sent ahead of the reads: refused, said,
+	 * and no reply after it taken for a value */
+	snprintf(url, sizeof(url), "redis+cluster://:wrong@%s",
+		 seeds + strlen("redis+cluster://"));
+	cfg.url = url;
+	kvp_test_stderr_start(&cap);
+	ck_assert_int_eq(kvp_remote_open(&cfg, &r, err, sizeof(err)), 0);
+	usleep(300000); /* past the back-off of the refusals at open */
+	refused = kvp_test_remote_stats(r).connect_errors_total;
+	fetch(r, 300, res);
+	kvp_test_stderr_end(&cap, said, sizeof(said));
+	ck_assert_uint_eq(res[2], 300);
+	ck_assert_uint_eq(kvp_test_remote_stats(r).connect_errors_total,
+			  refused + NODES);
+	ck_assert_msg(strstr(said, "refused AUTH"), "stderr said: %s", said);
+	kvp_remote_close(r);
+}
+END_TEST
+
 /* Lines of @s. */
 static int lines(const char *s)
 {
@@ -425,6 +497,7 @@ int main(void)
 	tcase_add_test(tc, ask_is_followed);
 	tcase_add_test(tc, master_killed_mid_run);
 	tcase_add_test(tc, stopped_masters_cost_one_timeout);
+	tcase_add_test(tc, stopped_masters_with_password);
 	tcase_add_test(tc, plain_url_at_a_cluster);
 	return kvp_test_run(s);
 }

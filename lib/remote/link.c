@@ -259,18 +259,87 @@ static void reader_setup(struct rnode *n, redisContext *c)
 	c->reader->maxbuf = READER_KEEP_BYTES;
 }
 
-/* @n's open connection, or NULL with -ENOTCONN (backing off, or the
- * connection, AUTH or SELECT failed: the back-off starts). */
-static redisContext *node_conn(struct rlink *l, struct rnode *n)
+/* The commands a connection starts with (AUTH, SELECT): how many, into
+ * @h; @db is SELECT's argument's room. */
+struct hello {
+	const char *name[2];
+	int argc[2];
+	const char *argv[2][3];
+	size_t lens[2][3];
+	char db[16];
+};
+
+static int hello_cmds(const struct kvp_remote_url *u, struct hello *h)
+{
+	int k = 0;
+
+	if (u->password[0]) {
+		h->name[k] = "AUTH";
+		h->argv[k][0] = "AUTH";
+		h->lens[k][0] = 4;
+		if (u->user[0]) {
+			h->argv[k][1] = u->user;
+			h->lens[k][1] = strlen(u->user);
+			h->argv[k][2] = u->password;
+			h->lens[k][2] = strlen(u->password);
+			h->argc[k] = 3;
+		} else { /* the default user: AUTH password */
+			h->argv[k][1] = u->password;
+			h->lens[k][1] = strlen(u->password);
+			h->argc[k] = 2;
+		}
+		k++;
+	}
+	if (u->db) {
+		h->name[k] = "SELECT";
+		h->argv[k][0] = "SELECT";
+		h->lens[k][0] = 6;
+		h->argv[k][1] = h->db;
+		h->lens[k][1] = (size_t)snprintf(h->db, sizeof(h->db), "%d",
+						 u->db);
+		h->argc[k] = 2;
+		k++;
+	}
+	return k;
+}
+
+/* The first of them, whose reply a connection waits on first. */
+static const char *hello_name(const struct rlink *l)
+{
+	return l->r->url.password[0] ? "AUTH" : "SELECT";
+}
+
+/* Say why @cmd (AUTH or SELECT) of @n's new connection failed: @err
+ * -EACCES (refused, the server's error in @why) or as command_ok. */
+static void hello_failed(struct rlink *l, const struct rnode *n,
+			 const char *cmd, int err, const char *why)
+{
+	const struct kvp_remote_url *u = &l->r->url;
+
+	if (err != -EACCES)
+		warn_unanswered(l, n, cmd, err, why);
+	else if (!strcmp(cmd, "AUTH"))
+		remote_warn(l->r,
+			    "%s:%d refused AUTH%s%s: %s (check the "
+			    "URL's user and password, or its "
+			    "password_file)",
+			    n->host, n->port, u->user[0] ? " as " : "",
+			    u->user, why);
+	else
+		remote_warn(l->r,
+			    "%s:%d refused SELECT %d: %s (the URL's "
+			    "/db must be below the server's "
+			    "'databases', 16 by default)",
+			    n->host, n->port, u->db, why);
+}
+
+/* A connection to @n made (reader and timeout set), not yet AUTHed:
+ * n->ctx; NULL if it failed, the back-off started. */
+static redisContext *node_dial(struct rlink *l, struct rnode *n)
 {
 	const struct kvp_remote_url *u = &l->r->url;
 	redisContext *c;
-	char why[256];
 
-	if (n->ctx)
-		return n->ctx;
-	if (remote_now_ns() < n->retry_at_ns)
-		return NULL;
 	c = redisConnectWithTimeout(n->host, n->port,
 				    ms_tv(u->connect_timeout_ms));
 	if (!c || c->err) {
@@ -278,6 +347,8 @@ static redisContext *node_conn(struct rlink *l, struct rnode *n)
 			    "cannot connect to %s:%d: %s (is a redis-server "
 			    "listening there?)",
 			    n->host, n->port, c ? c->errstr : "out of memory");
+		if (c)
+			redisFree(c);
 		goto fail;
 	}
 	n->ctx = c;
@@ -287,61 +358,51 @@ static redisContext *node_conn(struct rlink *l, struct rnode *n)
 			    n->host, n->port, c->errstr);
 		goto fail;
 	}
-	if (u->password[0]) {
-		const char *argv[3] = { "AUTH", u->user, u->password };
-		size_t lens[3] = { 4, strlen(u->user), strlen(u->password) };
-
-		if (!u->user[0]) { /* the default user: AUTH password */
-			argv[1] = u->password;
-			lens[1] = lens[2];
-		}
-		int err = command_ok(l, c, u->user[0] ? 3 : 2, argv, lens,
-				     why, sizeof(why));
-
-		if (err && err != -EACCES) {
-			warn_unanswered(l, n, "AUTH", err, why);
-			goto fail;
-		}
-		if (err) {
-			remote_warn(l->r,
-				    "%s:%d refused AUTH%s%s: %s (check the "
-				    "URL's user and password, or its "
-				    "password_file)",
-				    n->host, n->port, u->user[0] ? " as " : "",
-				    u->user, why);
-			goto fail;
-		}
-	}
-	if (u->db) {
-		char db[16];
-		int len = snprintf(db, sizeof(db), "%d", u->db);
-		const char *argv[2] = { "SELECT", db };
-		size_t lens[2] = { 6, (size_t)len };
-
-		int err = command_ok(l, c, 2, argv, lens, why, sizeof(why));
-
-		if (err && err != -EACCES) {
-			warn_unanswered(l, n, "SELECT", err, why);
-			goto fail;
-		}
-		if (err) {
-			remote_warn(l->r,
-				    "%s:%d refused SELECT %d: %s (the URL's "
-				    "/db must be below the server's "
-				    "'databases', 16 by default)",
-				    n->host, n->port, u->db, why);
-			goto fail;
-		}
-	}
-	n->backoff_ms = 0;
-	RSTAT_ADD(l->r, connects_total, 1);
 	return c;
 fail:
-	if (!n->ctx && c)
-		redisFree(c);
 	RSTAT_ADD(l->r, connect_errors_total, 1);
 	node_fail(l, n);
 	return NULL;
+}
+
+/* @n's connection made and its AUTH and SELECT answered: counted, the
+ * back-off reset. */
+static void node_up(struct rlink *l, struct rnode *n)
+{
+	n->backoff_ms = 0;
+	RSTAT_ADD(l->r, connects_total, 1);
+}
+
+/* @n's open connection, or NULL with -ENOTCONN (backing off, or the
+ * connection, AUTH or SELECT failed: the back-off starts). */
+static redisContext *node_conn(struct rlink *l, struct rnode *n)
+{
+	struct hello h;
+	redisContext *c;
+	char why[256];
+	int k;
+
+	if (n->ctx)
+		return n->ctx;
+	if (remote_now_ns() < n->retry_at_ns)
+		return NULL;
+	c = node_dial(l, n);
+	if (!c)
+		return NULL;
+	k = hello_cmds(&l->r->url, &h);
+	for (int i = 0; i < k; i++) {
+		int err = command_ok(l, c, h.argc[i], h.argv[i], h.lens[i],
+				     why, sizeof(why));
+
+		if (err) {
+			hello_failed(l, n, h.name[i], err, why);
+			RSTAT_ADD(l->r, connect_errors_total, 1);
+			node_fail(l, n);
+			return NULL;
+		}
+	}
+	node_up(l, n);
+	return c;
 }
 
 void link_warm(struct rlink *l)
@@ -502,20 +563,38 @@ static size_t round_ops(struct rop **g, size_t n)
  * Send the first round of the @n ops of @g to node @ni, not waiting for
  * a reply: link_run does so on every node before it reads any, so that
  * nodes that do not answer time out together, not one after another.
- * The fetch link's only (its commands are small: the writes do not wait
- * on a stopped server).  Failures are left to node_pipeline.
+ * A connection made here sends its AUTH and SELECT ahead of the ops,
+ * their replies read first by node_pipeline (a server that hangs at AUTH
+ * waits with the others, too).  The fetch link's only (its commands are
+ * small: the writes do not wait on a stopped server).  Failures are left
+ * to node_pipeline.
  */
 static void node_prime(struct rlink *l, int ni, struct rop **g, size_t n)
 {
 	struct rnode *nd = &l->nodes[ni];
 	bool reused = nd->ctx != NULL;
-	redisContext *c = node_conn(l, nd);
+	redisContext *c = nd->ctx;
 	size_t chunk = round_ops(g, n), i;
-	int done = 0;
+	struct hello h;
+	int done = 0, k = 0;
 
 	nd->primed = 0;
-	if (!c)
-		return;
+	nd->primed_hello = 0;
+	nd->prime_failed = false;
+	if (!c) {
+		if (remote_now_ns() < nd->retry_at_ns)
+			return; /* backing off: node_pipeline says so */
+		c = node_dial(l, nd);
+		if (!c) {
+			nd->prime_failed = true; /* not dialled again */
+			return;
+		}
+		k = hello_cmds(&l->r->url, &h);
+	}
+	for (int j = 0; j < k; j++)
+		if (redisAppendCommandArgv(c, h.argc[j], h.argv[j],
+					   h.lens[j]) != REDIS_OK)
+			goto drop;
 	for (i = 0; i < chunk; i++)
 		if (append(c, g[i]))
 			goto drop;
@@ -523,6 +602,7 @@ static void node_prime(struct rlink *l, int ni, struct rop **g, size_t n)
 		if (redisBufferWrite(c, &done) != REDIS_OK)
 			goto drop;
 	nd->primed = chunk;
+	nd->primed_hello = k;
 	nd->primed_reused = reused;
 	nd->answer_by_ns = remote_now_ns() +
 			   (uint64_t)l->r->url.timeout_ms * 1000000u;
@@ -531,6 +611,47 @@ drop:
 	/* what was appended goes with it: node_pipeline connects anew */
 	redisFree(c);
 	nd->ctx = NULL;
+}
+
+/* The replies to the @k commands (hello_cmds) a connection made by
+ * node_prime sent first: 0 when all are a status (the connection is up);
+ * else said and counted, the connection closed (what was sent after
+ * them never read: a refused SELECT ran the ops in another db). */
+static int hello_replies(struct rlink *l, struct rnode *nd, int k)
+{
+	const struct kvp_remote_url *u = &l->r->url;
+	redisContext *c = nd->ctx;
+	struct hello h;
+	int err = 0;
+
+	hello_cmds(u, &h);
+	nd->sink = NULL;
+	for (int i = 0; i < k && !err; i++) {
+		void *v = NULL;
+		redisReply *rep;
+
+		if (redisGetReply(c, &v) != REDIS_OK) {
+			err = io_cause(l, c);
+			hello_failed(l, nd, h.name[i], err, c->errstr);
+			break;
+		}
+		rep = v;
+		if (rep->type != REDIS_REPLY_STATUS) {
+			err = -EACCES;
+			hello_failed(l, nd, h.name[i], err,
+				     rep->type == REDIS_REPLY_ERROR
+					     ? rep->str
+					     : "not a status reply");
+		}
+		freeReplyObject(rep);
+	}
+	if (err) {
+		RSTAT_ADD(l->r, connect_errors_total, 1);
+		node_fail(l, nd);
+		return -ENOTCONN;
+	}
+	node_up(l, nd);
+	return 0;
 }
 
 /* Wait until @c has a byte to read or @by_ns: false when it timed out. */
@@ -559,12 +680,16 @@ static void node_pipeline(struct rlink *l, int ni, struct rop **g, size_t n,
 {
 	struct rnode *nd = &l->nodes[ni];
 	size_t primed = nd->primed, done = 0, i;
+	int hello = nd->primed_hello;
 	bool reused = primed ? nd->primed_reused : nd->ctx != NULL;
 	bool retried = false;
-	redisContext *c = primed ? nd->ctx : node_conn(l, nd);
+	redisContext *c = primed ? nd->ctx
+		: nd->prime_failed ? NULL : node_conn(l, nd);
 	int err = -ENOTCONN;
 
 	nd->primed = 0;
+	nd->primed_hello = 0;
+	nd->prime_failed = false;
 again:
 	if (!c)
 		goto fail_rest;
@@ -583,7 +708,17 @@ again:
 			if (!wait_readable(c, nd->answer_by_ns)) {
 				RSTAT_ADD(l->r, timeouts_total, 1);
 				err = -ETIMEDOUT;
-				goto gave_up;
+				if (!hello)
+					goto gave_up;
+				/* as node_conn's AUTH or SELECT */
+				hello_failed(l, nd, hello_name(l), err, "");
+				RSTAT_ADD(l->r, connect_errors_total, 1);
+				err = -ENOTCONN;
+				goto fail_conn;
+			}
+			if (hello && hello_replies(l, nd, hello)) {
+				c = NULL;
+				goto fail_rest;
 			}
 		} else {
 			for (; i < chunk; i++) {

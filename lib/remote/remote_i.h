@@ -64,6 +64,11 @@ struct rnode {
 	size_t primed;
 	bool primed_reused;
 	uint64_t answer_by_ns;
+	/* ... on a connection it made: the AUTH and SELECT sent ahead of
+	 * the ops, their replies read first (0 to 2); or it could not
+	 * connect (node_pipeline does not try again in the same round) */
+	int primed_hello;
+	bool prime_failed;
 };
 
 /* A connection set with its routing: the fetch link or the publish link. */
