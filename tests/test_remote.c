@@ -754,6 +754,41 @@ START_TEST(acl_user_needs_getrange)
 END_TEST
 
 /*
+ * The same user, allowed GETRANGE and SET, at a /db: SELECT is refused
+ * NOPERM, and stderr names the permission, not the number of databases.
+ */
+START_TEST(acl_user_needs_select)
+{
+	static const char *const pw[] = { "--requirepass", "s3cret", NULL };
+	struct kvp_test_stderr cap;
+	struct kvp_remote *r;
+	char url[256], said[4096];
+	redisContext *c;
+	redisReply *rep;
+	unsigned res[3];
+
+	kvp_test_redis_stop(&srv);
+	kvp_test_redis_start(&srv, pw);
+	c = kvp_test_redis_connect(&srv);
+	freeReplyObject(redisCommand(c, "AUTH s3cret"));
+	rep = redisCommand(c, "ACL SETUSER bob on >pw ~kvp:* +getrange +set");
+	ck_assert_int_eq(rep->type, REDIS_REPLY_STATUS);
+	freeReplyObject(rep);
+	redisFree(c);
+	snprintf(url, sizeof(url), "redis://bob:pw@127.0.0.1:%d/1", srv.port);
+	kvp_test_stderr_start(&cap);
+	r = open_tier(url, ns_a, &tenant_a);
+	fetch(r, tenant_a.id, 0, 5, 64, res);
+	kvp_test_stderr_end(&cap, said, sizeof(said));
+	ck_assert_uint_eq(res[2], 5);
+	ck_assert_msg(strstr(said, "NOPERM") && strstr(said, "+select") &&
+			      !strstr(said, "'databases'"),
+		      "stderr said: %s", said);
+	kvp_remote_close(r);
+}
+END_TEST
+
+/*
  * A value larger than the URL's queue_bytes can never be queued: refused
  * as such and said once, not dropped as if the queue were full, which the
  * report then called "skipped (queue full)" for every chunk.
@@ -1167,6 +1202,7 @@ int main(void)
 	tcase_add_test(tc, hung_server_times_out);
 	tcase_add_test(tc, hung_at_auth_said_so);
 	tcase_add_test(tc, acl_user_needs_getrange);
+	tcase_add_test(tc, acl_user_needs_select);
 	tcase_add_test(tc, full_queue_skips);
 	tcase_add_test(tc, value_past_queue_bytes);
 	tcase_add_test(tc, full_server);

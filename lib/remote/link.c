@@ -325,6 +325,11 @@ static void hello_failed(struct rlink *l, const struct rnode *n,
 			    "password_file)",
 			    n->host, n->port, u->user[0] ? " as " : "",
 			    u->user, why);
+	else if (!strncmp(why, "NOPERM", 6)) /* not the db: the user */
+		remote_warn(l->r,
+			    "%s:%d refused SELECT %d: %s (the URL's ACL "
+			    "user needs +select for a /db)",
+			    n->host, n->port, u->db, why);
 	else
 		remote_warn(l->r,
 			    "%s:%d refused SELECT %d: %s (the URL's "
