@@ -418,6 +418,24 @@ void link_warm(struct rlink *l)
 	pthread_mutex_unlock(&l->lock);
 }
 
+/* The "ip" of a CLUSTER SLOTS node @m's metadata (Redis 7: its 4th
+ * element, name and value pairs), or @dflt if none is given. */
+static const char *node_ip(const redisReply *m, const char *dflt)
+{
+	const redisReply *meta = m->elements > 3 ? m->element[3] : NULL;
+
+	if (!meta || meta->type != REDIS_REPLY_ARRAY)
+		return dflt;
+	for (size_t i = 0; i + 1 < meta->elements; i += 2) {
+		const redisReply *k = meta->element[i], *v = meta->element[i + 1];
+
+		if (k->type == REDIS_REPLY_STRING && !strcmp(k->str, "ip") &&
+		    v->type == REDIS_REPLY_STRING && v->str[0])
+			return v->str;
+	}
+	return dflt;
+}
+
 /* Fill the slot map from the first node that answers CLUSTER SLOTS. */
 static int link_refresh(struct rlink *l)
 {
@@ -465,11 +483,14 @@ static int link_refresh(struct rlink *l)
 			if (lo < 0 || hi >= LINK_SLOTS || lo > hi)
 				continue;
 			/* No address (nil: unknown-endpoint; "": a node that
-			 * does not know its own) means "the one you asked". */
+			 * does not know its own; "?": a hostname wanted and
+			 * none set) means "the one you asked", unless the
+			 * node's ip is given beside it. */
 			host = m->element[0]->type == REDIS_REPLY_STRING &&
-					       m->element[0]->str[0]
+					       m->element[0]->str[0] &&
+					       strcmp(m->element[0]->str, "?")
 				       ? m->element[0]->str
-				       : n->host;
+				       : node_ip(m, n->host);
 			idx = node_add(l, host, (int)m->element[1]->integer);
 			if (idx < 0)
 				continue;
@@ -820,8 +841,9 @@ static bool redirect(struct rlink *l, int from, const redisReply *rep,
 	memcpy(host, ep, (size_t)(colon - ep));
 	host[colon - ep] = '\0';
 	/* "MOVED 3999 :6381": a node that announces no address
-	 * (unknown-endpoint), on the host of the one that answered */
-	if (!host[0])
+	 * (unknown-endpoint; "?:6381" a hostname wanted and none set), on
+	 * the host of the one that answered */
+	if (!host[0] || !strcmp(host, "?"))
 		snprintf(host, sizeof(host), "%s", l->nodes[from].host);
 	*idx = node_add(l, host, (int)port);
 	return *idx >= 0;
