@@ -463,6 +463,65 @@ START_TEST(stopped_masters_with_password)
 }
 END_TEST
 
+/*
+ * The first seed among the stopped masters: a fetch after their back-off
+ * asks for the slot map again (their failure made it stale), and asked
+ * each stopped master for it in turn, a timeout each, before the one
+ * that answers.  A node whose connection is open is asked first.
+ */
+START_TEST(stopped_first_seed)
+{
+	struct kvp_remote *r;
+	char rkey[256];
+	unsigned res[3], on_live = 0;
+	uint64_t t0, ms;
+
+	/* node 2 alone would call the cluster down a node timeout after
+	 * the others stopped: not within this test */
+	for (int i = 0; i < NODES; i++) {
+		redisReply *rep = kvp_test_redis_cmd(
+			&nodes[i], "CONFIG SET cluster-node-timeout 60000");
+
+		ck_assert_int_eq(rep->type, REDIS_REPLY_STATUS);
+		freeReplyObject(rep);
+	}
+	{
+		struct kvp_remote_config cfg = { .ns = ns,
+						 .ns_len = strlen(ns),
+						 .verify = verify };
+		char url[512], err[256] = "";
+
+		kvp_test_redis_url(url, sizeof(url), nodes, NODES, true);
+		strncat(url, "?timeout_ms=1000",
+			sizeof(url) - strlen(url) - 1);
+		cfg.url = url;
+		ck_assert_int_eq(kvp_remote_open(&cfg, &r, err, sizeof(err)),
+				 0);
+	}
+	publish(r, 300);
+	fetch(r, 300, res);
+	ck_assert_uint_eq(res[0], 300);
+	for (uint64_t k = 0; k < 300; k++)
+		on_live += owner(rkey_of(k, rkey, sizeof(rkey))) == 2;
+	kvp_test_redis_pause(&nodes[0], true);
+	kvp_test_redis_pause(&nodes[1], true);
+	fetch(r, 300, res); /* their connections time out, closed */
+	ck_assert_uint_eq(res[0], on_live);
+	usleep(300000); /* past their back-off */
+	t0 = kvp_test_now_ns();
+	fetch(r, 300, res);
+	ms = (kvp_test_now_ns() - t0) / 1000000;
+	kvp_test_redis_pause(&nodes[0], false);
+	kvp_test_redis_pause(&nodes[1], false);
+	ck_assert_uint_eq(res[0], on_live);
+	ck_assert_uint_eq(res[2], 300 - on_live);
+	ck_assert_msg(ms < 1800, "a fetch with the first 2 of 3 masters "
+				 "stopped took %llu ms at timeout_ms=1000",
+		      (unsigned long long)ms);
+	kvp_remote_close(r);
+}
+END_TEST
+
 /* Lines of @s. */
 static int lines(const char *s)
 {
@@ -520,6 +579,7 @@ int main(void)
 	tcase_add_test(tc, master_killed_mid_run);
 	tcase_add_test(tc, stopped_masters_cost_one_timeout);
 	tcase_add_test(tc, stopped_masters_with_password);
+	tcase_add_test(tc, stopped_first_seed);
 	tcase_add_test(tc, plain_url_at_a_cluster);
 	return kvp_test_run(s);
 }

@@ -440,13 +440,21 @@ static const char *node_ip(const redisReply *m, const char *dflt)
 static int link_refresh(struct rlink *l)
 {
 	uint64_t now = remote_now_ns();
+	int order[LINK_MAX_NODES], nord = 0;
 
 	if (now < l->refresh_at_ns)
 		return -EAGAIN;
 	/* Even a success waits a little: a storm of MOVED asks once. */
 	l->refresh_at_ns = now + (uint64_t)BACKOFF_FIRST_MS * 1000000u;
-	for (int i = 0; i < l->nnodes; i++) {
-		struct rnode *n = &l->nodes[i];
+	/* Nodes whose connection is open first, then the others: one made
+	 * anew may be to a stopped master (its last one closed as it timed
+	 * out), each such a timeout in turn before a live one is asked. */
+	for (int pass = 0; pass < 2; pass++)
+		for (int i = 0; i < l->nnodes; i++)
+			if ((l->nodes[i].ctx != NULL) == (pass == 0))
+				order[nord++] = i;
+	for (int j = 0; j < nord; j++) {
+		struct rnode *n = &l->nodes[order[j]];
 		redisContext *c = node_conn(l, n);
 		redisReply *rep;
 
