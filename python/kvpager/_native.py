@@ -77,6 +77,20 @@ class Handle:
             except KvpagerError:
                 pass
 
+    # A copy would own the same C object: the first of the two to close
+    # (or be collected) frees it under the other, whose next use or close
+    # then crashes the interpreter.  Refused, as Python's mmap refuses.
+    def __copy__(self):
+        raise TypeError(f"cannot copy a {type(self).__name__}: it owns a C "
+                        f"object (copy the data, e.g. np.copy(array))")
+
+    def __deepcopy__(self, memo):
+        self.__copy__()
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError(f"cannot pickle a {type(self).__name__}: it owns a "
+                        f"C object (pickle the data, e.g. an array's copy)")
+
 
 def address(a) -> int:
     """The address of a numpy array's data: what the hot paths pass to C

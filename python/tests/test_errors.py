@@ -94,3 +94,41 @@ def test_missing_library_is_a_clear_import_error():
     assert res.returncode == 1
     assert "ImportError: cannot load libkvpager: tried /nonexistent.so " \
         "(absent)" in res.stderr
+
+
+@pytest.mark.parametrize("how", ["copy", "deepcopy", "pickle"])
+def test_handles_refuse_copy_and_pickle(how):
+    """A copy of a Region (or Pager, Store...) would share its C object
+    and free it under the original when collected: the original's next
+    array read then crashed the interpreter.  Run in a subprocess so that
+    a crash fails the test instead of ending the run."""
+    code = f"""
+import copy, pickle
+import numpy as np
+import kvpager
+fn = {{"copy": copy.copy, "deepcopy": copy.deepcopy,
+      "pickle": pickle.dumps}}["{how}"]
+p = kvpager.Pager(budget="4M", pool_prefault_bytes=0)
+st = kvpager.Store.memory(1 << 20)
+r = p.region(1 << 20, block_bytes=4096)
+a = r.array(np.uint32); a[:] = 7; del a
+with r.prefetch([0]) as pf:
+    objs = [p, st, r, pf]
+    for o in objs:
+        try:
+            c = fn(o)
+            del c
+        except TypeError as e:
+            print("refused:", e)
+a = r.array(np.uint32)
+print("read", int(a[::1024].sum()), flush=True)
+del a
+r.close(); st.close(); p.close()
+print("closed")
+"""
+    res = run_python(code, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.count("refused: cannot ") == 4, res.stdout
+    assert "cannot pickle a Region: it owns a C object" in res.stdout or \
+        "cannot copy a Region: it owns a C object" in res.stdout
+    assert "read 1792\nclosed" in res.stdout
