@@ -28,6 +28,16 @@ PAGER = 0  # enum kvp_tunable_owner
 KV = 1
 
 
+def u64(call: str, what: str, value) -> int:
+    """@value as a C uint64_t, refused (EINVAL) when outside 0..2^64-1:
+    ctypes would keep its low 64 bits, so that 2**64 + 16M asked for
+    16M without a word.  Other types go on to ctypes' TypeError."""
+    if isinstance(value, (int, np.integer)) and \
+            not 0 <= int(value) < 1 << 64:
+        raise invalid(call, f"{what}: {value} is not a size (0 to 2^64-1)")
+    return value
+
+
 def apply_tunables(call: str, target: TunableTarget, values: dict,
                    owners: Sequence[int]) -> None:
     """Set each name=value of @values in @target through the C registry
@@ -50,7 +60,8 @@ def apply_tunables(call: str, target: TunableTarget, values: dict,
             check(lib.kvp_tunable_parse(t, value.encode(), byref(v), err,
                                         ERR_MAX), call, err.value.decode())
             v = v.value
-        elif isinstance(value, (bool, int, np.integer)) and value >= 0:
+        elif isinstance(value, (bool, int, np.integer)) and \
+                0 <= value < 1 << 64:
             v = int(value)
         else:
             raise invalid(call, f"{name}: {value!r} is not a value "
@@ -89,6 +100,7 @@ class Store(Handle):
         when None), unlinked at once, read with io_uring and O_DIRECT."""
         h = c_void_p()
         d = directory.encode() if directory else None
+        u64("Store.temp", "size", size)
         check(lib.kvp_store_file_temp(d, int(size), byref(h)),
               "kvp_store_file_temp", f"{size} bytes in {directory or '$TMPDIR'}")
         return cls(h.value, f"temporary file in {directory or '$TMPDIR'}")
@@ -101,6 +113,7 @@ class Store(Handle):
         flags = (_abi.STORE_CREATE if create else 0) | \
             (_abi.STORE_TRUNCATE if truncate else 0)
         h = c_void_p()
+        u64("Store.file", "size", size)
         check(lib.kvp_store_file_open(path.encode(), int(size), flags,
                                       byref(h)), "kvp_store_file_open", path)
         return cls(h.value, f"file {path}")
@@ -109,6 +122,7 @@ class Store(Handle):
     def memory(cls, size: int) -> "Store":
         """A store in anonymous memory (tests, a RAM tier)."""
         h = c_void_p()
+        u64("Store.memory", "size", size)
         check(lib.kvp_store_memory_create(int(size), byref(h)),
               "kvp_store_memory_create")
         return cls(h.value, "memory")
@@ -446,6 +460,9 @@ class Pager(Handle):
         the store holds the initial contents; else the region starts as
         zeros.  EINVAL (sizes), EEXIST (name taken), ENOMEM, ENOSPC (no
         room for the temporary file)."""
+        for what, v in (("size", size), ("block_bytes", block_bytes),
+                        ("store_offset", store_offset)):
+            u64("Pager.region", what, v)
         own = store is None
         if own:
             store = Store.temp(size + store_offset, self.directory)

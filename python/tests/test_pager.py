@@ -233,3 +233,31 @@ def test_pager_directory_is_used(tmp_path):
                        pool_prefault_bytes=0) as p:
         with p.region(MiB, block_bytes=4096) as r:
             assert r.store.desc.endswith(bad)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: kvpager.Pager(budget=(1 << 64) + 16 * MiB,
+                          pool_prefault_bytes=0),
+    lambda: kvpager.Pager(budget="4M", readahead_bytes=(1 << 64) + 4096,
+                          pool_prefault_bytes=0),
+    lambda: kvpager.Store.memory((1 << 64) + MiB),
+    lambda: kvpager.Store.temp((1 << 64) + MiB),
+])
+def test_sizes_past_64_bits_refused(make):
+    """ctypes keeps an int's low 64 bits: 2**64 + 16M was a 16 MiB budget
+    and 2**64 + 1M a 1 MiB store, without a word."""
+    with pytest.raises(KvpagerError) as e:
+        make().close()
+    assert e.value.errno == errno.EINVAL
+    assert "is not a size" in str(e.value) or "is not a value" in str(e.value)
+
+
+def test_region_size_past_64_bits_refused(pager):
+    with pytest.raises(KvpagerError) as e:
+        pager.region((1 << 64) + MiB, block_bytes=4096).close()
+    assert e.value.errno == errno.EINVAL and "size" in str(e.value)
+    st = kvpager.Store.memory(MiB)
+    with pytest.raises(KvpagerError) as e:
+        pager.region((1 << 64) + MiB, block_bytes=4096, store=st).close()
+    assert e.value.errno == errno.EINVAL
+    st.close()
