@@ -2,6 +2,7 @@
  * uffd.c - userfaultfd wrappers; the conventions are in uffd.h.
  */
 #include "kmod-helpers/uffd.h"
+#include "kmod-helpers/fdset.h"
 #include "kmod-helpers/mem.h"
 
 #include <errno.h>
@@ -60,11 +61,13 @@ int kvp_uffd_open(struct kvp_uffd *u, unsigned flags)
 	if (fd < 0)
 		return first_err == -ENOSYS ? -ENOSYS : fd;
 	u->fd = fd;
+	kvp_fd_own(fd);
 	u->mode = KVP_UFFD_USER_ONLY;
 	u->source = "syscall (user-mode-only)";
 	return 0;
 out_full:
 	u->fd = fd;
+	kvp_fd_own(fd);
 	u->mode = KVP_UFFD_FULL;
 	return 0;
 }
@@ -150,7 +153,7 @@ int kvp_uffd_api(struct kvp_uffd *u, uint64_t wanted, uint64_t required)
 void kvp_uffd_close(struct kvp_uffd *u)
 {
 	if (u->fd >= 0)
-		close(u->fd);
+		kvp_fd_close(u->fd);
 	u->fd = -1;
 }
 

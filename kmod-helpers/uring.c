@@ -2,6 +2,7 @@
  * uring.c - io_uring ring set-up; the contract is in uring.h.
  */
 #include "kmod-helpers/uring.h"
+#include "kmod-helpers/fdset.h"
 
 #include <errno.h>
 #include <string.h>
@@ -35,11 +36,14 @@ int kvp_uring_init(struct io_uring *ring, unsigned entries, unsigned flags)
 		if (err != -EINVAL)
 			break;
 	}
+	if (!err)
+		kvp_fd_own(ring->ring_fd);
 	return err;
 }
 
 void kvp_uring_exit(struct io_uring *ring)
 {
+	kvp_fd_disown(ring->ring_fd); /* liburing closes it by syscall */
 	io_uring_queue_exit(ring);
 }
 

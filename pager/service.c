@@ -32,6 +32,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "kmod-helpers/fdset.h"
 #include "pager/pager_i.h"
 
 #define REAP_BATCH 64
@@ -694,9 +695,10 @@ int kvp_service_start(struct kvp_pager *p)
 			err = -errno;
 			break;
 		}
+		kvp_fd_own(s->wake_fd);
 		err = -pthread_create(&s->thread, NULL, service_main, s);
 		if (err) {
-			close(s->wake_fd);
+			kvp_fd_close(s->wake_fd);
 			break;
 		}
 		p->nsvc++;
@@ -730,7 +732,7 @@ void kvp_service_stop(struct kvp_pager *p)
 		for (unsigned k = 0; k < s->nqueues; k++)
 			s->queues[k].store->ops->queue_destroy(s->queues[k].q);
 		free(s->queues);
-		close(s->wake_fd);
+		kvp_fd_close(s->wake_fd);
 	}
 	free(p->svc);
 	p->svc = NULL;

@@ -14,6 +14,7 @@
  * (the earliest held completion falls due), so that a poller wakes for
  * each; it is -1 when the inner queue has no descriptor.
  */
+#include "kmod-helpers/fdset.h"
 #include "pager/store.h"
 
 #include <errno.h>
@@ -182,7 +183,7 @@ static void faulty_queue_free(struct kvp_store_queue *q)
 	if (q->epfd >= 0)
 		close(q->epfd);
 	if (q->efd >= 0)
-		close(q->efd);
+		kvp_fd_close(q->efd);
 	if (q->tfd >= 0)
 		close(q->tfd);
 	free(q->ready);
@@ -227,6 +228,7 @@ static int faulty_queue_create(struct kvp_store *s, unsigned depth,
 	q->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (q->efd < 0)
 		goto fail;
+	kvp_fd_own(q->efd);
 	q->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
 	if (q->tfd < 0) {
 		err = -errno;

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "kmod-helpers/dio.h"
+#include "kmod-helpers/fdset.h"
 #include "kmod-helpers/uring.h"
 
 #define FILE_QUEUE_MAX_DEPTH 32768u	/* IORING_MAX_ENTRIES */
@@ -172,6 +173,7 @@ static int file_queue_create(struct kvp_store *s, unsigned depth,
 		err = -errno;
 		goto out_ring;
 	}
+	kvp_fd_own(q->efd);
 	/* A fixed file spares a file lookup per I/O; optional. */
 	q->fixed = io_uring_register_files(&q->ring, &fs->fd, 1) == 0;
 	*out = q;
@@ -228,7 +230,7 @@ static void file_queue_destroy(struct kvp_store_queue *q)
 		q->inflight--;
 	}
 	kvp_uring_exit(&q->ring);
-	close(q->efd);
+	kvp_fd_close(q->efd);
 	free(q);
 }
 
@@ -439,7 +441,7 @@ static void file_destroy(struct kvp_store *s)
 {
 	struct file_store *fs = to_file(s);
 
-	close(fs->fd);
+	kvp_fd_close(fs->fd);
 	free(fs);
 }
 
@@ -493,6 +495,8 @@ static int file_store_new(int fd, bool direct, uint64_t size, const char *name,
 	struct file_store *fs;
 	int err;
 
+	kvp_fd_own(fd);
+
 	err = kvp_dio_alignment(fd, &a);
 	if (err)
 		goto out_close;
@@ -517,7 +521,7 @@ static int file_store_new(int fd, bool direct, uint64_t size, const char *name,
 	*out = &fs->base;
 	return 0;
 out_close:
-	close(fd);
+	kvp_fd_close(fd);
 	return err;
 }
 

@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kmod-helpers/fdset.h"
 #include "kmod-helpers/mem.h"
 
 struct mem_store {
@@ -95,6 +96,7 @@ static int mem_queue_create(struct kvp_store *s, unsigned depth,
 		err = -errno;
 		goto out_free;
 	}
+	kvp_fd_own(q->efd);
 	q->ms = to_mem(s);
 	q->depth = depth;
 	*out = q;
@@ -110,7 +112,7 @@ static void mem_queue_destroy(struct kvp_store_queue *q)
 {
 	if (!q)
 		return;
-	close(q->efd);
+	kvp_fd_close(q->efd);
 	free(q->done);
 	free(q);
 }

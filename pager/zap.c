@@ -62,6 +62,7 @@
 
 #include "kmod-helpers/mem.h"
 #include "kmod-helpers/uapi_compat.h"
+#include "kmod-helpers/fdset.h"
 #include "pager/pager_i.h"
 
 #define ZAP_BATCH 256 /* blocks per call */
@@ -651,13 +652,13 @@ static void *zapper_main(void *arg)
 static void zap_close_fds(struct kvp_pager *p)
 {
 	if (p->pidfd >= 0)
-		close(p->pidfd);
+		kvp_fd_close(p->pidfd);
 	p->pidfd = -1;
 	if (p->maps_fd >= 0)
-		close(p->maps_fd);
+		kvp_fd_close(p->maps_fd);
 	p->maps_fd = -1;
 	if (p->mem_fd >= 0)
-		close(p->mem_fd);
+		kvp_fd_close(p->mem_fd);
 	p->mem_fd = -1;
 }
 
@@ -666,6 +667,7 @@ int kvp_zap_start(struct kvp_pager *p)
 	int err;
 
 	p->pidfd = kvp_mem_self_pidfd();
+	kvp_fd_own(p->pidfd);
 	if (p->pidfd < 0 || kvp_mem_batch_dontneed_works(p->pidfd)) {
 		/* Older kernels: every block leaves by move. */
 		zap_close_fds(p);
@@ -675,6 +677,8 @@ int kvp_zap_start(struct kvp_pager *p)
 	p->maps_fd = kvp_mem_vma_open();
 	/* -1: pages the program made inaccessible keep their block (read_own). */
 	p->mem_fd = open("/proc/self/mem", O_RDONLY | O_CLOEXEC);
+	kvp_fd_own(p->maps_fd);
+	kvp_fd_own(p->mem_fd);
 	err = -pthread_create(&p->zapper, NULL, zapper_main, p);
 	if (err) {
 		zap_close_fds(p);

@@ -189,6 +189,18 @@ else
 	fail "fork (exit $rc)"
 fi
 
+# 3b. A program that closes every descriptor it did not open (a daemon's
+# loop, close_range) keeps its data: the engine's userfaultfd, stores and
+# rings are not closed under it (without the userfaultfd the buffer read
+# as zeros).
+run closefds "$PROG" ${SIZE_MB}M closefds
+show closefds
+if [ $rc = 0 ] && grep -q '^ok closefds' "$work/closefds.out"; then
+	pass "closefds: the buffer intact after closing every descriptor"
+else
+	fail "closefds (exit $rc)"
+fi
+
 # 4. Fallback: no backing directory -> one warning, normal memory, results ok.
 served_env=(KVP_RAM_BUDGET_BYTES=${BUDGET_MB}M KVP_PRELOAD_MIN_BYTES=16M
 	KVP_BACKING_DIR=$work/does-not-exist)

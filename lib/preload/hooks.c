@@ -30,6 +30,14 @@
  *                    with ENOMEM as the kernel may
  *   pthread_create   a thread started by the engine (guard set) keeps the
  *                    guard for its whole life: it is never served
+ *   close close_range closefrom dup2 dup3
+ *                    the engine's own descriptors (its userfaultfd, the
+ *                    stores' files, rings, eventfds) are kept: close says
+ *                    EBADF, as for a descriptor not open; close_range and
+ *                    closefrom close the others; dup2 and dup3 over one
+ *                    fail with EBUSY.  A program closing every descriptor
+ *                    (a daemon) would otherwise unregister the regions,
+ *                    which then read as zeros
  *
  * Not caught: glibc's internal reallocs of a buffer the program handed it
  * (getline(3), open_memstream(3)), which must stay below the threshold.
@@ -40,12 +48,16 @@
 #include "lib/preload/preload_i.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include "kmod-helpers/fdset.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -637,4 +649,85 @@ EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr,
 	if (rc)
 		kvp_real.free(t);
 	return rc;
+}
+
+/* ---- descriptors ---- */
+
+static int real_close(int fd)
+{
+	if (kvp_preload_resolve() && kvp_real.close)
+		return kvp_real.close(fd);
+	return (int)syscall(SYS_close, fd);
+}
+
+EXPORT int close(int fd)
+{
+	if (kvp_preload_keeps_fd(fd)) {
+		errno = EBADF;
+		return -1;
+	}
+	/* The engine's own close (guard set) forgets the number first: the
+	 * program's next file may get it. */
+	if (kvp_preload_in_hook)
+		kvp_fd_disown(fd);
+	return real_close(fd);
+}
+
+static int sys_close_range(unsigned lo, unsigned hi, int flags)
+{
+	return (int)syscall(SYS_close_range, lo, hi, flags);
+}
+
+/* close_range(2) around the engine's descriptors in [lo, hi]. */
+static int close_range_around(unsigned lo, unsigned hi, int flags)
+{
+	unsigned fd, from = lo;
+	int rc = 0;
+
+	for (fd = lo; fd <= hi && fd < KVP_FDSET_MAX; fd++) {
+		if (!kvp_preload_keeps_fd((int)fd))
+			continue;
+		if (fd > from && sys_close_range(from, fd - 1, flags))
+			rc = -1;
+		from = fd + 1;
+	}
+	if (from <= hi && from >= lo && sys_close_range(from, hi, flags))
+		rc = -1;
+	return rc;
+}
+
+EXPORT int close_range(unsigned lo, unsigned hi, int flags)
+{
+	if (kvp_preload_in_hook || lo > hi || (flags & CLOSE_RANGE_CLOEXEC))
+		return sys_close_range(lo, hi, flags);
+	return close_range_around(lo, hi, flags);
+}
+
+EXPORT void closefrom(int lowfd)
+{
+	close_range_around(lowfd < 0 ? 0 : (unsigned)lowfd, ~0u, 0);
+}
+
+EXPORT int dup2(int old, int new)
+{
+	if (old != new && kvp_preload_keeps_fd(new)) {
+		errno = EBUSY;
+		return -1;
+	}
+	if (kvp_preload_resolve() && kvp_real.dup2)
+		return kvp_real.dup2(old, new);
+	if (old == new) /* dup3 refuses what dup2 allows */
+		return syscall(SYS_fcntl, old, F_GETFD) < 0 ? -1 : new;
+	return (int)syscall(SYS_dup3, old, new, 0);
+}
+
+EXPORT int dup3(int old, int new, int flags)
+{
+	if (old != new && kvp_preload_keeps_fd(new)) {
+		errno = EBUSY;
+		return -1;
+	}
+	if (kvp_preload_resolve() && kvp_real.dup3)
+		return kvp_real.dup3(old, new, flags);
+	return (int)syscall(SYS_dup3, old, new, flags);
 }

@@ -59,6 +59,9 @@ struct kvp_real {
 	int (*madvise)(void *, size_t, int);
 	int (*pthread_create)(pthread_t *, const pthread_attr_t *,
 			      void *(*)(void *), void *);
+	int (*close)(int);
+	int (*dup2)(int, int);
+	int (*dup3)(int, int, int);
 };
 
 extern struct kvp_real kvp_real KVP_HIDDEN;
@@ -106,6 +109,13 @@ void kvp_preload_env_load(void) KVP_HIDDEN;
 /* A line "kvpager-preload: <message>" on stderr, written with write(2). */
 void kvp_preload_say(const char *fmt, ...)
     __attribute__((format(printf, 1, 2))) KVP_HIDDEN;
+
+/*
+ * kvp_preload_keeps_fd - whether a program's close (or dup2 over) of @fd
+ * must be refused: @fd is the engine's (kmod-helpers/fdset.h) and this
+ * process, not a forked child, runs the engine.
+ */
+bool kvp_preload_keeps_fd(int fd) KVP_HIDDEN;
 
 /* ---- table.c ---- */
 

@@ -106,6 +106,9 @@ static void resolve_all(void)
 	RESOLVE(mremap);
 	RESOLVE(madvise);
 	RESOLVE(pthread_create);
+	RESOLVE(close);
+	RESOLVE(dup2);
+	RESOLVE(dup3);
 	__atomic_store_n(&resolved, true, __ATOMIC_RELEASE);
 	resolving = 0;
 }

@@ -36,6 +36,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "kmod-helpers/fdset.h"
 #include "lib/instance/instance.h"
 
 enum pager_state {
@@ -329,6 +330,12 @@ static void fork_child(void)
 	__atomic_store_n(&state, PAGER_CHILD, __ATOMIC_RELEASE);
 	__atomic_store_n(&pager, NULL, __ATOMIC_RELEASE);
 	kvp_table_orphan_all();
+}
+
+bool kvp_preload_keeps_fd(int fd)
+{
+	return !kvp_preload_in_hook && kvp_fd_owned(fd) &&
+	       __atomic_load_n(&state, __ATOMIC_ACQUIRE) != PAGER_CHILD;
 }
 
 __attribute__((constructor)) static void kvp_preload_init(void)

@@ -8,7 +8,7 @@
  *   fill_check SIZE [TEST...]      SIZE in bytes, suffix K M G allowed
  *
  * TESTs: malloc realloc calloc align mmap dontneed mremap threads (the
- * default: all of these) and fork.  Each prints "ok NAME" or "FAIL NAME:
+ * default: all of these), fork and closefds.  Each prints "ok NAME" or "FAIL NAME:
  * why"; the last lines are "vm VmHWM_kB=N VmRSS_kB=N" from /proc/self/status
  * and "fill_check: all ok" (exit 0) or "fill_check: N failed" (exit 1).
  *
@@ -18,8 +18,13 @@
  * exit N" or "fork touch: signal N", the same for "own", and checks the
  * parent's buffer afterwards.  A child that has not finished in 60 s is
  * killed and counts as failed (a hang).
+ *
+ * closefds: fills a buffer, closes every descriptor from 3 up as a daemon
+ * does (a close loop, then close_range), checks the buffer, then opens and
+ * closes files of its own (the numbers the program owns must still close).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -398,6 +403,30 @@ static void t_fork(void)
 	result("fork", NULL, 0);
 }
 
+static void t_closefds(void)
+{
+	char *p = malloc(S);
+	int fds[8];
+
+	EXPECT("closefds", p, "malloc failed");
+	fill(p, 0, S, 14);
+	for (int fd = 3; fd < 1024; fd++)
+		close(fd);
+	EXPECT_AT("closefds", check(p, 0, S, 14),
+		  "pattern lost after closing every descriptor");
+	fill(p, 0, S, 15);
+	EXPECT("closefds", !close_range(3, ~0u, 0), "close_range failed");
+	EXPECT_AT("closefds", check(p, 0, S, 15),
+		  "pattern lost after close_range");
+	for (int i = 0; i < 8; i++)
+		fds[i] = open("/dev/null", O_RDONLY);
+	for (int i = 0; i < 8; i++)
+		EXPECT("closefds", fds[i] >= 0 && !close(fds[i]),
+		       "a descriptor of the program's own did not close");
+	free(p);
+	result("closefds", NULL, 0);
+}
+
 static void print_vm(void)
 {
 	FILE *f = fopen("/proc/self/status", "r");
@@ -457,7 +486,7 @@ static const struct {
 	{ "calloc", t_calloc, 1 }, { "align", t_align, 1 },
 	{ "mmap", t_mmap, 1 },	   { "dontneed", t_dontneed, 1 },
 	{ "mremap", t_mremap, 1 }, { "threads", t_threads, 1 },
-	{ "fork", t_fork, 0 },
+	{ "fork", t_fork, 0 },	   { "closefds", t_closefds, 0 },
 };
 
 int main(int argc, char **argv)
