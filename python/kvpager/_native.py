@@ -15,9 +15,11 @@ the compiler sees them, and check_layouts() compares the two at import.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno as _errno
 import os
+import threading
 from ctypes import (POINTER, Structure, c_bool, c_char, c_char_p, c_double,
                     c_float, c_int, c_size_t, c_uint, c_uint32, c_uint64,
                     c_void_p)
@@ -57,9 +59,65 @@ class KvpagerError(OSError):
 class Handle:
     """The owner of a C object (in _h): a context manager that closes it
     at exit, and at garbage collection quietly (an error there has no one
-    to go to; close explicitly to see it)."""
+    to go to; close explicitly to see it).
+
+    ctypes releases the GIL during a C call, so another thread, or a
+    callback of the call itself, may close the object meanwhile: freeing
+    what the call is using.  A call therefore goes through _call(), which
+    counts it in _busy of the object and of its _parent chain (a
+    prefetch's region, a region's pager), and close() refuses (EBUSY)
+    while _busy is not zero."""
 
     _h = None
+    _busy = 0  # C calls in progress on it or on what it owns
+    _parent = None  # the Handle whose C object this one's calls use too
+    _lock = threading.RLock()  # _busy and _h changes; a class attribute,
+    # so that a close at interpreter exit still finds it
+
+    def _live(self) -> int:
+        if not self._h:
+            raise KvpagerError(_errno.EBADF, type(self).__name__,
+                               "it is closed")
+        return self._h
+
+    @contextlib.contextmanager
+    def _call(self):
+        """The live handle, counted busy (with its parents) while the
+        with block makes its C call; EBADF if it or a parent is closed."""
+        with self._lock:
+            h = self._live()
+            chain = []
+            o = self
+            while o is not None:
+                o._live()
+                chain.append(o)
+                o = o._parent
+            for o in chain:
+                o._busy += 1
+        try:
+            yield h
+        finally:
+            with self._lock:
+                for o in chain:
+                    o._busy -= 1
+
+    def _take(self, call: str, what: str) -> int | None:
+        """For close(): the handle, now marked closed (None if it was),
+        unless a call is in progress on it (EBUSY) or arrays view it."""
+        with self._lock:
+            if not self._h:
+                return None
+            if self._busy:
+                raise KvpagerError(_errno.EBUSY, call,
+                                   f"{what} is in use by a call in "
+                                   f"progress (another thread's, or a "
+                                   f"callback's within it): close it "
+                                   f"once that call has returned")
+            refuse = getattr(self, "_refuse_if_viewed", None)
+            if refuse:
+                refuse(call, what)
+            h, self._h = self._h, None
+            return h
 
     def close(self) -> None:
         raise NotImplementedError

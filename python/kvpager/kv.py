@@ -17,6 +17,7 @@ its output array by then).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 from ctypes import byref, c_uint32, c_void_p
@@ -233,9 +234,10 @@ class SynthSource(Handle):
         lib.kvp_kv_source_synth(byref(self.c), self._h)
 
     def close(self) -> None:
-        if self._h:
-            lib.kvp_kv_synth_destroy(self._h)
-            self._h = None
+        """EBUSY while a step or a prefill reads from it."""
+        h = self._take("SynthSource.close", "the synthetic source")
+        if h:
+            lib.kvp_kv_synth_destroy(h)
 
 
 # Which KV tunable sets which field of struct kvp_kvcache_opts.
@@ -322,6 +324,7 @@ class KVCache(Handle, Viewed):
         self.name = name
         self.backend = backend
         self.pager = pager
+        self._parent = pager
         self.store = store
         if store:
             store._users += 1
@@ -459,8 +462,9 @@ class KVCache(Handle, Viewed):
                 v[layer, token - t0:token - t0 + n]
 
         cb = _Callbacks(g, kv, None)
-        rc = lib.kvp_kvcache_prefill(self._live(), seq, k.shape[1],
-                                     byref(cb.c), None, None)
+        with self._call() as h:
+            rc = lib.kvp_kvcache_prefill(h, seq, k.shape[1], byref(cb.c),
+                                         None, None)
         cb.raise_pending()
         check(rc, "kvp_kvcache_prefill", f"{k.shape[1]} tokens to "
               f"sequence {seq}")
@@ -473,9 +477,11 @@ class KVCache(Handle, Viewed):
         if not isinstance(source, SynthSource):
             raise invalid("KVCache.prefill", "the source must be a "
                           "SynthSource; append() takes arrays")
-        check(lib.kvp_kvcache_prefill(self._live(), seq, ntokens,
-                                      byref(source.c), None, None),
-              "kvp_kvcache_prefill", f"{ntokens} tokens to sequence {seq}")
+        with self._call() as h, source._call():
+            check(lib.kvp_kvcache_prefill(h, seq, ntokens, byref(source.c),
+                                          None, None),
+                  "kvp_kvcache_prefill",
+                  f"{ntokens} tokens to sequence {seq}")
 
     def step(self, seqs: Sequence[int] | int, source, *,
              out: np.ndarray | None = None) -> np.ndarray:
@@ -501,7 +507,8 @@ class KVCache(Handle, Viewed):
         elif out.shape != shape or out.dtype != np.float32 or \
                 not out.flags.c_contiguous:
             raise invalid(call, f"out must be C-contiguous float32 {shape}")
-        if isinstance(source, SynthSource):
+        synth = isinstance(source, SynthSource)
+        if synth:
             cb, src = None, source.c
         else:
             # A step appends one token: [kv_heads, head_dim] -> [1, ...]
@@ -510,8 +517,10 @@ class KVCache(Handle, Viewed):
                 source.query)
             src = cb.c
         st = StepStats()
-        rc = lib.kvp_kvcache_step(self._live(), address(ids), ids.size,
-                                  byref(src), address(out), byref(st))
+        with self._call() as h, \
+                (source._call() if synth else contextlib.nullcontext()):
+            rc = lib.kvp_kvcache_step(h, address(ids), ids.size, byref(src),
+                                      address(out), byref(st))
         if cb:
             cb.raise_pending()
         check(rc, "kvp_kvcache_step", f"sequences {list(map(int, ids))}")
@@ -520,7 +529,8 @@ class KVCache(Handle, Viewed):
 
     def drain(self) -> None:
         """Wait for and release the prefetches planned for a next step."""
-        lib.kvp_kvcache_drain(self._live())
+        with self._call() as h:
+            lib.kvp_kvcache_drain(h)
 
     def stats(self) -> dict:
         """Totals since creation (struct kvp_kvcache_stats): "sum" of the
@@ -555,12 +565,12 @@ class KVCache(Handle, Viewed):
     def close(self) -> None:
         """Free every sequence, stop the cache's threads, destroy its
         region (and its pager and store, when it made them).  EBUSY while
-        a kv_block view lives."""
-        if not self._h:
+        a kv_block view lives, or while a step, an append or a prefill
+        runs (a source's callback closing it, another thread)."""
+        h = self._take("KVCache.close", f"cache {self.name}")
+        if not h:
             return
-        self._refuse_if_viewed("KVCache.close", f"cache {self.name}")
-        lib.kvp_kvcache_destroy(self._h)
-        self._h = None
+        lib.kvp_kvcache_destroy(h)
         if self.store:
             self.store._users -= 1
         if self.pager:

@@ -181,13 +181,15 @@ class Prefetch(Handle):
 
     def __init__(self, region: "Region", handle: int):
         self._region = region  # the region outlives its prefetches
+        self._parent = region
         self._h = handle
 
     @property
     def done(self) -> bool:
         """True once every block is installed, failed, cancelled or given
         up (no frame within the budget, or dropped: left to faults)."""
-        return bool(lib.kvp_prefetch_done(self._live()))
+        with self._call() as h:
+            return bool(lib.kvp_prefetch_done(h))
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until done, at most @timeout seconds (None: for ever).
@@ -195,7 +197,8 @@ class Prefetch(Handle):
         raises KvpagerError(EIO) if a block failed to load (it is
         poisoned: reading it through the region is SIGBUS)."""
         ms = -1 if timeout is None else max(0, int(timeout * 1000))
-        rc = lib.kvp_prefetch_wait(self._live(), ms)
+        with self._call() as h:
+            rc = lib.kvp_prefetch_wait(h, ms)
         if rc == -errno.ETIMEDOUT:
             return False
         check(rc, "kvp_prefetch_wait", f"region {self._region.name}")
@@ -203,13 +206,16 @@ class Prefetch(Handle):
 
     def cancel(self) -> None:
         """Drop the blocks not yet submitted; those in flight complete."""
-        check(lib.kvp_prefetch_cancel(self._live()), "kvp_prefetch_cancel")
+        with self._call() as h:
+            check(lib.kvp_prefetch_cancel(h), "kvp_prefetch_cancel")
 
     def close(self) -> None:
-        """Release the handle (cancels first if not done)."""
-        if self._h:
-            lib.kvp_prefetch_release(self._h)
-            self._h = None
+        """Release the handle (cancels first if not done).  EBUSY while
+        another thread waits on it."""
+        h = self._take("Prefetch.close", f"a prefetch of region "
+                       f"{self._region.name}")
+        if h:
+            lib.kvp_prefetch_release(h)
             self._region._prefetches.discard(self)
 
 
@@ -238,6 +244,7 @@ class Region(Handle, Viewed):
     def __init__(self, pager: "Pager", handle: int, store: Store,
                  own_store: bool):
         self.pager = pager
+        self._parent = pager
         self.store = store
         self._h = handle
         self._own_store = own_store  # made by Pager.region, closed with it
@@ -251,7 +258,8 @@ class Region(Handle, Viewed):
     @property
     def install_mode(self) -> str:
         """"move" or "copy": how loaded blocks enter the region."""
-        return lib.kvp_region_install_mode(self._live()).decode()
+        with self._call() as h:
+            return lib.kvp_region_install_mode(h).decode()
 
     def _live(self) -> int:
         if not self._h:
@@ -265,7 +273,6 @@ class Region(Handle, Viewed):
         (zero copy), of @dtype and @shape (None: as many elements as fit
         to the end).  The region cannot be closed while the array (or a
         view of it) lives."""
-        self._live()
         dt = np.dtype(dtype)
         if shape is None:
             shape = ((self.size - offset) // dt.itemsize,)
@@ -277,7 +284,9 @@ class Region(Handle, Viewed):
             raise invalid("Region.array", f"{nbytes} bytes at offset "
                           f"{offset} do not fit the region's {self.size} "
                           f"(or the offset is misaligned for {dt})")
-        return view(self, self.addr + offset, nbytes, dt, shape)
+        with self._lock:  # not closed between the check and the count
+            self._live()
+            return view(self, self.addr + offset, nbytes, dt, shape)
 
     def _blocks(self, call: str, first: int, n: int) -> None:
         if first < 0 or n < 1 or first + n > self.nblocks:
@@ -286,22 +295,24 @@ class Region(Handle, Viewed):
 
     def flush(self) -> None:
         """Write every dirty block back (they stay resident)."""
-        check(lib.kvp_region_flush(self._live()), "kvp_region_flush",
-              f"region {self.name}")
+        with self._call() as h:
+            check(lib.kvp_region_flush(h), "kvp_region_flush",
+                  f"region {self.name}")
 
     def pin(self, first: int, n: int = 1) -> None:
         """Keep blocks [first, first+n) resident (pins nest).  ENOSPC if
         more than the budget would be pinned (then nothing is)."""
         self._blocks("Region.pin", first, n)
-        check(lib.kvp_region_pin(self._live(), first, n), "kvp_region_pin",
-              f"blocks [{first}, {first + n}) of region {self.name}")
+        with self._call() as h:
+            check(lib.kvp_region_pin(h, first, n), "kvp_region_pin",
+                  f"blocks [{first}, {first + n}) of region {self.name}")
 
     def unpin(self, first: int, n: int = 1) -> None:
         """Drop one pin of each of blocks [first, first+n)."""
         self._blocks("Region.unpin", first, n)
-        check(lib.kvp_region_unpin(self._live(), first, n),
-              "kvp_region_unpin",
-              f"blocks [{first}, {first + n}) of region {self.name}")
+        with self._call() as h:
+            check(lib.kvp_region_unpin(h, first, n), "kvp_region_unpin",
+                  f"blocks [{first}, {first + n}) of region {self.name}")
 
     def advise(self, first: int, n: int = 1, advice: str = "cold") -> None:
         """A hint over blocks [first, first+n): "cold" (evict these
@@ -311,8 +322,9 @@ class Region(Handle, Viewed):
         if advice not in ADVICE:
             raise invalid("Region.advise", f"'{advice}' is not an advice; "
                           f"accepted: cold discard")
-        check(lib.kvp_region_advise(self._live(), first, n, ADVICE[advice]),
-              "kvp_region_advise", f"{advice} on region {self.name}")
+        with self._call() as h:
+            check(lib.kvp_region_advise(h, first, n, ADVICE[advice]),
+                  "kvp_region_advise", f"{advice} on region {self.name}")
 
     def prefetch(self, blocks: Iterable[int] | np.ndarray) -> Prefetch:
         """Start loading @blocks (block numbers) asynchronously; returns
@@ -328,11 +340,12 @@ class Region(Handle, Viewed):
             raise invalid("Region.prefetch", f"block {int(b.max())} is past "
                           f"the region's {self.nblocks}")
         h = c_void_p()
-        check(lib.kvp_prefetch_submit(
-            self._live(), b.ctypes.data_as(ctypes.POINTER(c_uint64)),
-            b.size, byref(h)), "kvp_prefetch_submit", f"region {self.name}")
-        pf = Prefetch(self, h.value)
-        self._prefetches.add(pf)
+        with self._call() as rh:
+            check(lib.kvp_prefetch_submit(
+                rh, b.ctypes.data_as(ctypes.POINTER(c_uint64)), b.size,
+                byref(h)), "kvp_prefetch_submit", f"region {self.name}")
+            pf = Prefetch(self, h.value)
+            self._prefetches.add(pf)
         return pf
 
     def block_info(self, block: int) -> dict:
@@ -342,8 +355,9 @@ class Region(Handle, Viewed):
         last_use."""
         self._blocks("Region.block_info", block, 1)
         bi = BlockInfo()
-        check(lib.kvp_region_block_info(self._live(), block, byref(bi)),
-              "kvp_region_block_info")
+        with self._call() as h:
+            check(lib.kvp_region_block_info(h, block, byref(bi)),
+                  "kvp_region_block_info")
         d = as_dict(bi)
         d["state"] = BLOCK_STATES[bi.state]
         return d
@@ -353,27 +367,30 @@ class Region(Handle, Viewed):
         changing its state (no fault, no load into the region)."""
         self._blocks("Region.peek", block, 1)
         out = np.empty(self.block_bytes, dtype=np.uint8)
-        check(lib.kvp_region_peek(self._live(), block, out.ctypes.data),
-              "kvp_region_peek", f"block {block} of region {self.name}")
+        with self._call() as h:
+            check(lib.kvp_region_peek(h, block, out.ctypes.data),
+                  "kvp_region_peek", f"block {block} of region {self.name}")
         return out
 
     def stats(self) -> dict:
         """The region's statistics (see Pager.stats)."""
         st = Stats()
-        lib.kvp_region_stats(self._live(), byref(st))
+        with self._call() as h:
+            lib.kvp_region_stats(h, byref(st))
         return stats_dict(st)
 
     def close(self) -> None:
         """Write the dirty blocks back, unregister and unmap.  EBUSY
         while numpy arrays view the region (delete them first); EIO if a
-        write-back failed (the region is closed anyway: data was lost)."""
-        if not self._h:
+        write-back failed (the region is closed anyway: data was lost).
+        EBUSY while a call on it (a flush, a prefetch's wait) runs in
+        another thread."""
+        h = self._take("Region.close", f"region {self.name}")
+        if not h:
             return
-        self._refuse_if_viewed("Region.close", f"region {self.name}")
         for pf in list(self._prefetches):
             pf.close()
-        rc = lib.kvp_region_destroy(self._h)
-        self._h = None
+        rc = lib.kvp_region_destroy(h)
         self.pager._children.discard(self)
         self.store._users -= 1
         if self._own_store:
@@ -416,12 +433,14 @@ class Pager(Handle):
     def uffd_mode(self) -> str:
         """"full" or "user-mode-only" (kernel-side accesses such as
         read(2) into a missing page then fail with EFAULT)."""
-        return lib.kvp_pager_uffd_mode(self._live()).decode()
+        with self._call() as h:
+            return lib.kvp_pager_uffd_mode(h).decode()
 
     def config(self) -> dict:
         """The engine tunables in force, by name."""
         cfg = Config()
-        lib.kvp_pager_config(self._live(), byref(cfg))
+        with self._call() as h:
+            lib.kvp_pager_config(h, byref(cfg))
         return as_dict(cfg)
 
     def reconfigure(self, **tunables) -> None:
@@ -430,12 +449,13 @@ class Pager(Handle):
         change live or is out of range, EBUSY if more is pinned than a new
         budget; nothing changes then."""
         cfg = Config()
-        lib.kvp_pager_config(self._live(), byref(cfg))
-        apply_tunables("Pager.reconfigure",
-                       TunableTarget(ctypes.pointer(cfg), None), tunables,
-                       (PAGER,))
         bad = c_char_p()
-        rc = lib.kvp_pager_reconfigure(self._h, byref(cfg), byref(bad))
+        with self._call() as h:
+            lib.kvp_pager_config(h, byref(cfg))
+            apply_tunables("Pager.reconfigure",
+                           TunableTarget(ctypes.pointer(cfg), None),
+                           tunables, (PAGER,))
+            rc = lib.kvp_pager_reconfigure(h, byref(cfg), byref(bad))
         check(rc, "kvp_pager_reconfigure",
               f"{bad.value.decode()} cannot change on a live pager"
               if bad.value else None)
@@ -447,7 +467,8 @@ class Pager(Handle):
         (bucket i: I/Os of 2^i to 2^(i+1) microseconds), and
         io_latency_sum_ns, the latencies summed."""
         st = Stats()
-        lib.kvp_pager_stats(self._live(), byref(st))
+        with self._call() as h:
+            lib.kvp_pager_stats(h, byref(st))
         return stats_dict(st)
 
     def region(self, size: int, *, block_bytes: int = 64 << 10,
@@ -470,33 +491,50 @@ class Pager(Handle):
                           store._handle(), store_offset,
                           _abi.REGION_FROM_STORE if from_store else 0)
         h = c_void_p()
-        rc = lib.kvp_region_create(self._live(), byref(opts), byref(h))
+        try:
+            with self._call() as ph:
+                rc = lib.kvp_region_create(ph, byref(opts), byref(h))
+                if rc >= 0:
+                    store._users += 1
+                    r = Region(self, h.value, store, own)
+                    self._children.add(r)
+        except KvpagerError:
+            if own:
+                store.close()
+            raise
         if rc < 0 and own:
             store.close()
         check(rc, "kvp_region_create", f"{size} bytes in blocks of "
               f"{block_bytes}" + (f" named {name}" if name else ""))
-        store._users += 1
-        r = Region(self, h.value, store, own)
-        self._children.add(r)
         return r
 
     def close(self) -> None:
         """Close every region still open (writing dirty blocks back), stop
         the threads and free the pool.  EBUSY, with nothing closed, while
-        numpy arrays view one of the regions; the first write-back error
-        is raised after everything is closed."""
-        if not self._h:
-            return
-        for r in self._children:
-            r._refuse_if_viewed("Pager.close", f"{r.name}")
+        numpy arrays view one of the regions, or while a call on it or
+        one of its regions runs in another thread; the first write-back
+        error is raised after everything is closed."""
+        with self._lock:
+            if not self._h:
+                return
+            if self._busy:
+                raise KvpagerError(errno.EBUSY, "Pager.close",
+                                   "a call on the pager or one of its "
+                                   "regions is in progress (another "
+                                   "thread's, or a callback's within "
+                                   "it): close it once that call has "
+                                   "returned")
+            for r in self._children:
+                r._refuse_if_viewed("Pager.close", f"{r.name}")
+            # Closed from here: no call on a region of it can start.
+            h, self._h = self._h, None
         first = None
         for r in list(self._children):
             try:
                 r.close()
             except KvpagerError as e:
                 first = first or e
-        lib.kvp_pager_close(self._h)
-        self._h = None
+        lib.kvp_pager_close(h)
         if first:
             raise first
 

@@ -10,6 +10,8 @@ import pytest
 import kvpager
 from kvpager import KVCache, KVGeometry, KvpagerError
 
+from conftest import run_python
+
 G = KVGeometry.preset("tiny")  # 2 layers, 4 q heads, 2 KV heads, dim 16
 
 
@@ -362,3 +364,48 @@ def test_attention_rows_may_be_padded():
         with pytest.raises(KvpagerError) as e:
             attn(packed, q, index=[-1])
         assert e.value.errno == errno.EINVAL
+
+
+@pytest.mark.parametrize("what", ["cache", "pager"])
+def test_close_from_a_source_callback_is_refused(what):
+    """A source's kv() that closes the cache (or the pager under it)
+    while step() runs in C: the close used to free the cache under the
+    step.  Now it raises EBUSY, which comes out of step(); the cache is
+    whole and closes afterwards.  In a subprocess: a crash fails the
+    test instead of ending the run."""
+    code = f"""
+import numpy as np
+import kvpager
+from kvpager import KVCache, KVGeometry, KvpagerError
+g = KVGeometry.preset("tiny")
+p = kvpager.Pager(budget="4M", pool_prefault_bytes=0)
+c = KVCache(g, capacity_tokens=64, pager=p)
+victim = {{"cache": c, "pager": p}}["{what}"]
+rng = np.random.default_rng(1)
+k = rng.standard_normal((g.layers, 8, g.kv_heads, g.head_dim),
+                        dtype=np.float32)
+s = c.new_sequence()
+c.append(s, k, k)
+
+class Closer:
+    def kv(self, seq, layer, token):
+        victim.close()
+        return k[layer, 0], k[layer, 0]
+    def query(self, seq, layer, pos):
+        return np.ones((g.q_heads, g.head_dim), dtype=np.float32)
+
+try:
+    c.step(s, Closer())
+    print("step returned")
+except KvpagerError as e:
+    print("refused:", e.errno, e)
+print("tokens", c.tokens(s), flush=True)
+c.close(); p.close()
+print("closed")
+"""
+    res = run_python(code, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"refused: {errno.EBUSY} " in res.stdout, res.stdout
+    assert "in use by a call in progress" in res.stdout or \
+        "is in progress" in res.stdout
+    assert "closed" in res.stdout

@@ -261,3 +261,35 @@ def test_region_size_past_64_bits_refused(pager):
         pager.region((1 << 64) + MiB, block_bytes=4096, store=st).close()
     assert e.value.errno == errno.EINVAL
     st.close()
+
+
+def test_close_while_another_thread_waits_is_refused(pager):
+    """Region.close and Pager.close from one thread while another waits
+    in Prefetch.wait (the GIL released in C): closing freed the prefetch
+    and the region under the waiter.  Now EBUSY until the wait returns.
+    The store delays each read by 2 s, so the wait outlasts the closes;
+    the closes start once the waiter has counted its call (_busy: the
+    binding's own count; absent before it existed)."""
+    import threading
+    with kvpager.Store.memory(4 * MiB) as inner, \
+            kvpager.Store.faulty(inner, delay_us=2_000_000) as slow:
+        r = pager.region(4 * MiB, block_bytes=MiB, store=slow,
+                         from_store=True, name="slow")
+        pf = r.prefetch([0, 1])
+        got = {}
+        t = threading.Thread(target=lambda: got.setdefault("wait",
+                                                           pf.wait()))
+        t.start()
+        while not getattr(pf, "_busy", 1):
+            pass
+        errs = []
+        for obj in (pf, r, pager):
+            try:
+                obj.close()
+            except KvpagerError as e:
+                errs.append(e.errno)
+                assert "in progress" in str(e)
+        t.join()
+        assert errs == [errno.EBUSY] * 3, "a close went through during wait()"
+        assert got["wait"] is True
+        r.close()
