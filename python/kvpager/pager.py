@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import math
+import time
 import weakref
 from ctypes import byref, c_char_p, c_uint64, c_void_p
 from typing import Iterable, Sequence
@@ -24,6 +26,7 @@ from ._native import (BlockInfo, Config, FaultPlan, Handle, KvpagerError,
                       check, invalid, lib, view)
 
 ERR_MAX = 512  # KVP_TUNABLE_ERR_MAX
+WAIT_SLICE_S = 0.1  # Prefetch.wait's longest C call: Ctrl-C's latency
 PAGER = 0  # enum kvp_tunable_owner
 KV = 1
 
@@ -192,15 +195,30 @@ class Prefetch(Handle):
             return bool(lib.kvp_prefetch_done(h))
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Wait until done, at most @timeout seconds (None: for ever).
-        True when done, False on timeout (like threading.Event.wait);
-        raises KvpagerError(EIO) if a block failed to load (it is
-        poisoned: reading it through the region is SIGBUS)."""
-        ms = -1 if timeout is None else max(0, int(timeout * 1000))
-        with self._call() as h:
-            rc = lib.kvp_prefetch_wait(h, ms)
-        if rc == -errno.ETIMEDOUT:
-            return False
+        """Wait until done, at most @timeout seconds (None or inf: for
+        ever; negative: 0).  True when done, False on timeout (like
+        threading.Event.wait); raises KvpagerError(EIO) if a block failed
+        to load (it is poisoned: reading it through the region is
+        SIGBUS).  Ctrl-C interrupts it (KeyboardInterrupt; the prefetch
+        goes on)."""
+        if timeout is not None and (not isinstance(
+                timeout, (int, float, np.integer, np.floating)) or
+                math.isnan(timeout)):
+            raise invalid("Prefetch.wait", f"timeout {timeout!r} is not a "
+                          f"number of seconds (or None: for ever)")
+        end = None if timeout is None or math.isinf(timeout) else \
+            time.monotonic() + max(0.0, float(timeout))
+        while True:
+            # In slices: Python runs signal handlers (Ctrl-C) only between
+            # C calls, and a long slice would hold them off.
+            left = WAIT_SLICE_S if end is None else \
+                min(WAIT_SLICE_S, max(0.0, end - time.monotonic()))
+            with self._call() as h:
+                rc = lib.kvp_prefetch_wait(h, int(left * 1000))
+            if rc != -errno.ETIMEDOUT:
+                break
+            if end is not None and time.monotonic() >= end:
+                return False
         check(rc, "kvp_prefetch_wait", f"region {self._region.name}")
         return True
 

@@ -293,3 +293,40 @@ def test_close_while_another_thread_waits_is_refused(pager):
         assert errs == [errno.EBUSY] * 3, "a close went through during wait()"
         assert got["wait"] is True
         r.close()
+
+
+def test_prefetch_wait_is_interrupted_by_ctrl_c(pager):
+    """A KeyboardInterrupt (SIGINT's, here SIGALRM's handler) during a
+    long wait comes out of wait() while the prefetch is still loading:
+    the wait used to hold it until the prefetch was done."""
+    import signal
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    with kvpager.Store.memory(MiB) as inner, \
+            kvpager.Store.faulty(inner, delay_us=3_000_000) as slow:
+        with pager.region(MiB, block_bytes=MiB, store=slow,
+                          from_store=True) as r:
+            old = signal.signal(signal.SIGALRM, interrupt)
+            try:
+                with r.prefetch([0]) as pf:
+                    signal.setitimer(signal.ITIMER_REAL, 0.2)
+                    with pytest.raises(KeyboardInterrupt):
+                        pf.wait()
+                    assert not pf.done
+                    assert pf.wait(timeout=float("inf")) is True
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, old)
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), "1", 2j])
+def test_prefetch_wait_bad_timeout_refused(pager, timeout):
+    with pager.region(MiB, block_bytes=4096) as r:
+        with r.prefetch([0]) as pf:
+            with pytest.raises(KvpagerError) as e:
+                pf.wait(timeout)
+            assert e.value.errno == errno.EINVAL
+            assert "is not a number of seconds" in str(e.value)
+            assert pf.wait(1e12) is True  # a long timeout, not a wrap
