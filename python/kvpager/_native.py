@@ -167,10 +167,13 @@ def view(owner, addr: int, nbytes: int, dtype, shape) -> "np.ndarray":
     import numpy as np
 
     buf = (ctypes.c_char * nbytes).from_address(addr)
+    # Shaped before it counts: a failing reshape's traceback holds buf,
+    # which must not keep the owner from closing.
+    a = np.frombuffer(buf, dtype=dtype).reshape(shape)
     buf.owner = owner
     owner._views += 1
     weakref.finalize(buf, owner._view_gone)
-    return np.frombuffer(buf, dtype=dtype).reshape(shape)
+    return a
 
 
 class Viewed:

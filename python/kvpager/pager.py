@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import math
+import os
 import time
 import weakref
 from ctypes import byref, c_char_p, c_uint64, c_void_p
@@ -39,6 +40,25 @@ def u64(call: str, what: str, value) -> int:
             not 0 <= int(value) < 1 << 64:
         raise invalid(call, f"{what}: {value} is not a size (0 to 2^64-1)")
     return value
+
+
+def fspath(call: str, what: str, path) -> bytes:
+    """A path (str, bytes or os.PathLike such as pathlib.Path) for C;
+    TypeError naming the argument otherwise."""
+    try:
+        return os.fsencode(path)
+    except TypeError:
+        raise TypeError(f"{call}: {what} must be a path (str, bytes or "
+                        f"os.PathLike), not {type(path).__name__}") from None
+
+
+def integer(call: str, what: str, value) -> int:
+    """@value as an int; TypeError naming the argument for a float, a
+    string...  (ctypes said only "argument 2: wrong type")."""
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    raise TypeError(f"{call}: {what} must be an integer, not "
+                    f"{type(value).__name__}")
 
 
 def apply_tunables(call: str, target: TunableTarget, values: dict,
@@ -102,7 +122,8 @@ class Store(Handle):
         """An anonymous file of @size bytes in @directory ($TMPDIR or /tmp
         when None), unlinked at once, read with io_uring and O_DIRECT."""
         h = c_void_p()
-        d = directory.encode() if directory else None
+        d = fspath("Store.temp", "directory", directory) \
+            if directory else None
         u64("Store.temp", "size", size)
         check(lib.kvp_store_file_temp(d, int(size), byref(h)),
               "kvp_store_file_temp", f"{size} bytes in {directory or '$TMPDIR'}")
@@ -117,8 +138,9 @@ class Store(Handle):
             (_abi.STORE_TRUNCATE if truncate else 0)
         h = c_void_p()
         u64("Store.file", "size", size)
-        check(lib.kvp_store_file_open(path.encode(), int(size), flags,
-                                      byref(h)), "kvp_store_file_open", path)
+        check(lib.kvp_store_file_open(fspath("Store.file", "path", path),
+                                      int(size), flags, byref(h)),
+              "kvp_store_file_open", os.fsdecode(path))
         return cls(h.value, f"file {path}")
 
     @classmethod
@@ -291,14 +313,27 @@ class Region(Handle, Viewed):
         (zero copy), of @dtype and @shape (None: as many elements as fit
         to the end).  The region cannot be closed while the array (or a
         view of it) lives."""
+        call = "Region.array"
         dt = np.dtype(dtype)
+        if not dt.itemsize or dt.hasobject:
+            raise invalid(call, f"{dt} cannot view memory (elements of no "
+                          f"size, or Python objects)")
+        offset = integer(call, "offset", offset)
+        if not 0 <= offset <= self.size:
+            raise invalid(call, f"offset {offset} is not within the "
+                          f"region's {self.size} bytes")
         if shape is None:
             shape = ((self.size - offset) // dt.itemsize,)
         elif isinstance(shape, (int, np.integer)):
             shape = (int(shape),)
-        nbytes = int(np.prod(shape)) * dt.itemsize
-        if offset < 0 or offset % dt.alignment or \
-                offset + nbytes > self.size:
+        if not isinstance(shape, (tuple, list)):
+            raise TypeError(f"{call}: shape must be an integer or a tuple "
+                            f"of them, not {type(shape).__name__}")
+        shape = tuple(integer(call, "shape", d) for d in shape)
+        if any(d < 0 for d in shape):
+            raise invalid(call, f"shape {shape} has a negative dimension")
+        nbytes = math.prod(shape) * dt.itemsize  # Python ints: no overflow
+        if offset % dt.alignment or offset + nbytes > self.size:
             raise invalid("Region.array", f"{nbytes} bytes at offset "
                           f"{offset} do not fit the region's {self.size} "
                           f"(or the offset is misaligned for {dt})")
@@ -307,6 +342,8 @@ class Region(Handle, Viewed):
             return view(self, self.addr + offset, nbytes, dt, shape)
 
     def _blocks(self, call: str, first: int, n: int) -> None:
+        first = integer(call, "the block number", first)
+        n = integer(call, "the number of blocks", n)
         if first < 0 or n < 1 or first + n > self.nblocks:
             raise invalid(call, f"blocks [{first}, {first + n}) are not "
                           f"within the region's {self.nblocks}")
@@ -502,6 +539,9 @@ class Pager(Handle):
         for what, v in (("size", size), ("block_bytes", block_bytes),
                         ("store_offset", store_offset)):
             u64("Pager.region", what, v)
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"Pager.region: name must be a str, not "
+                            f"{type(name).__name__}")
         own = store is None
         if own:
             store = Store.temp(size + store_offset, self.directory)

@@ -330,3 +330,51 @@ def test_prefetch_wait_bad_timeout_refused(pager, timeout):
             assert e.value.errno == errno.EINVAL
             assert "is not a number of seconds" in str(e.value)
             assert pf.wait(1e12) is True  # a long timeout, not a wrap
+
+
+@pytest.mark.parametrize("call", [
+    lambda r: r.pin(1.5),
+    lambda r: r.block_info("0"),
+    lambda r: r.peek(0.0),
+    lambda r: r.advise(0, 1.0),
+    lambda r: r.array(np.uint8, shape=4.0),
+    lambda r: r.array(np.uint8, shape=(2, "2")),
+    lambda r: r.array(np.uint8, offset=8.0),
+    lambda r: r.pager.region(MiB, block_bytes=4096, name=5),
+    lambda r: kvpager.Store.file(5),
+])
+def test_wrong_types_raise_type_error_naming_the_call(pager, call):
+    """README: wrong argument types raise TypeError.  They raised
+    AttributeError ('int' object has no attribute 'encode') or ctypes'
+    ArgumentError ("argument 2: wrong type"), which is not a TypeError."""
+    with pager.region(MiB, block_bytes=4096) as r:
+        with pytest.raises(TypeError) as e:
+            call(r)
+        assert str(e.value).split(":")[0] in ("Region.pin",
+                                              "Region.block_info",
+                                              "Region.peek",
+                                              "Region.advise",
+                                              "Region.array",
+                                              "Pager.region", "Store.file")
+
+
+@pytest.mark.parametrize("shape,offset,dtype", [
+    ((-1,), 0, np.uint8), ((2, -1), 0, np.uint8), (None, MiB + 8, np.uint8),
+    ((4,), 0, "V0"),
+])
+def test_array_bad_shapes_are_einval(pager, shape, offset, dtype):
+    """A negative dimension or an offset past the end was ctypes'
+    "Array length must be >= 0"; an empty dtype ZeroDivisionError."""
+    with pager.region(MiB, block_bytes=4096) as r:
+        with pytest.raises(KvpagerError) as e:
+            r.array(dtype, shape=shape, offset=offset)
+        assert e.value.errno == errno.EINVAL and e.value.call == "Region.array"
+
+
+def test_paths_may_be_pathlib(pager, tmp_path):
+    with kvpager.Store.file(tmp_path / "kv.bin", MiB) as st:
+        assert str(tmp_path) in st.desc
+    with kvpager.Pager(budget="4M", directory=tmp_path,
+                       pool_prefault_bytes=0) as p:
+        with p.region(MiB, block_bytes=4096) as r:
+            assert r.store.desc.endswith(str(tmp_path))
