@@ -35,15 +35,18 @@ class KvpagerError(OSError):
     """A kvpager call failed.
 
     ``errno`` is the error number (``errno.EINVAL``, ``errno.EIO``, ...),
-    ``strerror`` the library's explanation with its remedy (kvp_strerror),
+    ``strerror`` the library's explanation with its remedy (kvp_strerror;
+    for the binding's own EBUSY and EBADF, which kvp_strerror explains
+    as the engine's, "busy: still in use" and "not open"),
     ``call`` the C function or binding method that failed, and ``detail``
     what exactly was refused, when known (a tunable's message, the bad
     argument).  A subclass of OSError, so ``except OSError`` catches it.
     """
 
-    def __init__(self, err: int, call: str, detail: str | None = None):
+    def __init__(self, err: int, call: str, detail: str | None = None,
+                 text: str | None = None):
         err = abs(err)
-        super().__init__(err, strerror(err))
+        super().__init__(err, text or strerror(err))
         self.call = call
         self.detail = detail
 
@@ -53,7 +56,20 @@ class KvpagerError(OSError):
         return f"{what}: {self.strerror} [{name}]"
 
     def __reduce__(self):
-        return (type(self), (self.errno, self.call, self.detail))
+        return (type(self), (self.errno, self.call, self.detail,
+                             self.strerror))
+
+
+def busy(call: str, detail: str) -> KvpagerError:
+    """The binding refusing to close what is still in use: EBUSY, whose
+    kvp_strerror text (pinned blocks) would mislead."""
+    return KvpagerError(_errno.EBUSY, call, detail, "busy: still in use")
+
+
+def closed(call: str, detail: str) -> KvpagerError:
+    """A call on a closed object: EBADF, "not open" rather than a file
+    descriptor's text."""
+    return KvpagerError(_errno.EBADF, call, detail, "not open")
 
 
 class Handle:
@@ -76,8 +92,8 @@ class Handle:
 
     def _live(self) -> int:
         if not self._h:
-            raise KvpagerError(_errno.EBADF, type(self).__name__,
-                               "it is closed")
+            raise closed(type(self).__name__,
+                         "it is closed")
         return self._h
 
     @contextlib.contextmanager
@@ -108,11 +124,11 @@ class Handle:
             if not self._h:
                 return None
             if self._busy:
-                raise KvpagerError(_errno.EBUSY, call,
-                                   f"{what} is in use by a call in "
-                                   f"progress (another thread's, or a "
-                                   f"callback's within it): close it "
-                                   f"once that call has returned")
+                raise busy(call,
+                           f"{what} is in use by a call in "
+                           f"progress (another thread's, or a "
+                           f"callback's within it): close it "
+                           f"once that call has returned")
             refuse = getattr(self, "_refuse_if_viewed", None)
             if refuse:
                 refuse(call, what)
@@ -186,9 +202,9 @@ class Viewed:
 
     def _refuse_if_viewed(self, call: str, what: str) -> None:
         if self._views:
-            raise KvpagerError(_errno.EBUSY, call,
-                               f"{self._views} numpy arrays still view "
-                               f"{what}: delete them first")
+            raise busy(call,
+                       f"{self._views} numpy arrays still view "
+                       f"{what}: delete them first")
 
 
 def _candidates() -> list[str]:

@@ -29,9 +29,9 @@ import numpy as np
 from . import _abi
 from ._native import (FILL_FN, QUERY_FN, AttnBlocks, Config, Geometry,
                       Handle, KvConfig, KvcacheOpts, KvcacheStats,
-                      KvpagerError, KvSource, KvSourceOps, StepStats,
+                      KvSource, KvSourceOps, StepStats,
                       SynthOpts, TunableTarget, Viewed, address, as_dict,
-                      check, floatp, invalid, lib, view)
+                      check, closed, floatp, invalid, lib, view)
 from .pager import KV, PAGER, Pager, Store, apply_tunables
 
 DTYPES = ("fp16", "bf16", "fp32")  # enum kvp_kv_dtype
@@ -336,7 +336,7 @@ class KVCache(Handle, Viewed):
 
     def _live(self) -> int:
         if not self._h:
-            raise KvpagerError(errno.EBADF, "KVCache", "the cache is closed")
+            raise closed("KVCache", "the cache is closed")
         return self._h
 
     def _seq(self, call: str, seq: int) -> int:

@@ -23,8 +23,8 @@ import numpy as np
 
 from . import _abi
 from ._native import (BlockInfo, Config, FaultPlan, Handle, KvpagerError,
-                      RegionOpts, Stats, TunableTarget, Viewed, as_dict,
-                      check, invalid, lib, view)
+                      RegionOpts, Stats, TunableTarget, Viewed, as_dict, busy,
+                      check, closed, invalid, lib, view)
 
 ERR_MAX = 512  # KVP_TUNABLE_ERR_MAX
 WAIT_SLICE_S = 0.1  # Prefetch.wait's longest C call: Ctrl-C's latency
@@ -177,7 +177,7 @@ class Store(Handle):
 
     def _handle(self) -> int:
         if not self._h:
-            raise KvpagerError(errno.EBADF, "Store", "the store is closed")
+            raise closed("Store", "the store is closed")
         return self._h
 
     def close(self) -> None:
@@ -186,9 +186,9 @@ class Store(Handle):
         if not self._h:
             return
         if self._users:
-            raise KvpagerError(errno.EBUSY, "Store.close",
-                               f"{self._users} regions or stores still use "
-                               f"it: close them first")
+            raise busy("Store.close",
+                       f"{self._users} regions or stores still use "
+                       f"it: close them first")
         lib.kvp_store_destroy(self._h)
         self._h = None
         if self._inner:
@@ -261,8 +261,8 @@ class Prefetch(Handle):
 
     def _live(self) -> int:
         if not self._h:
-            raise KvpagerError(errno.EBADF, "Prefetch",
-                               "the prefetch was released")
+            raise closed("Prefetch",
+                         "the prefetch was released")
         return self._h
 
 
@@ -303,8 +303,8 @@ class Region(Handle, Viewed):
 
     def _live(self) -> int:
         if not self._h:
-            raise KvpagerError(errno.EBADF, "Region",
-                               f"region {self.name} is closed")
+            raise closed("Region",
+                         f"region {self.name} is closed")
         return self._h
 
     def array(self, dtype=np.uint8, shape: int | tuple | None = None,
@@ -481,7 +481,7 @@ class Pager(Handle):
 
     def _live(self) -> int:
         if not self._h:
-            raise KvpagerError(errno.EBADF, "Pager", "the pager is closed")
+            raise closed("Pager", "the pager is closed")
         return self._h
 
     @property
@@ -576,12 +576,12 @@ class Pager(Handle):
             if not self._h:
                 return
             if self._busy:
-                raise KvpagerError(errno.EBUSY, "Pager.close",
-                                   "a call on the pager or one of its "
-                                   "regions is in progress (another "
-                                   "thread's, or a callback's within "
-                                   "it): close it once that call has "
-                                   "returned")
+                raise busy("Pager.close",
+                           "a call on the pager or one of its "
+                           "regions is in progress (another "
+                           "thread's, or a callback's within "
+                           "it): close it once that call has "
+                           "returned")
             for r in self._children:
                 r._refuse_if_viewed("Pager.close", f"{r.name}")
             # Closed from here: no call on a region of it can start.

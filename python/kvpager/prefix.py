@@ -49,7 +49,7 @@ from . import _abi
 from ._native import (CacheOpts, CacheStats, Handle, KvpagerError,
                       ModelRemoteOpts, ModelRemoteStats, PrefixOpts,
                       PrefixStats, RecCipher, RecKey, RecKeyCtx, RemoteStats,
-                      address, as_dict, check, invalid, lib)
+                      address, as_dict, check, closed, invalid, lib)
 from .kv import DTYPES, KVGeometry, block_view_shape
 
 ERR_MAX = 512
@@ -415,8 +415,8 @@ class PrefixCache(Handle):
 
     def _live(self) -> int:
         if not self._prefix:
-            raise KvpagerError(errno.EBADF, "PrefixCache",
-                               "the prefix cache is closed")
+            raise closed("PrefixCache",
+                         "the prefix cache is closed")
         return self._prefix
 
     def _shut(self, flush_ms: int) -> None:

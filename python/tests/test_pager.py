@@ -378,3 +378,24 @@ def test_paths_may_be_pathlib(pager, tmp_path):
                        pool_prefault_bytes=0) as p:
         with p.region(MiB, block_bytes=4096) as r:
             assert r.store.desc.endswith(str(tmp_path))
+
+
+def test_binding_refusals_explain_themselves(pager):
+    """The binding's own EBUSY and EBADF carried kvp_strerror's text for
+    the engine's: "busy: the block is pinned, or more is pinned than the
+    new budget" for a region still viewed, "Bad file descriptor" for a
+    closed one."""
+    r = pager.region(MiB, block_bytes=4096, name="viewed")
+    a = r.array()
+    with pytest.raises(KvpagerError) as e:
+        r.close()
+    assert e.value.strerror == "busy: still in use"
+    assert "pinned" not in str(e.value)
+    assert str(e.value).endswith("delete them first: busy: still in use "
+                                 "[EBUSY]")
+    del a, e
+    r.close()
+    with pytest.raises(KvpagerError) as e:
+        r.flush()
+    assert e.value.errno == errno.EBADF
+    assert str(e.value) == "Region: region viewed is closed: not open [EBADF]"
