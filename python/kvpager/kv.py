@@ -32,7 +32,7 @@ from ._native import (FILL_FN, QUERY_FN, AttnBlocks, Config, Geometry,
                       KvSource, KvSourceOps, StepStats,
                       SynthOpts, TunableTarget, Viewed, address, as_dict,
                       check, closed, floatp, invalid, lib, view)
-from .pager import KV, PAGER, Pager, Store, apply_tunables
+from .pager import KV, PAGER, Pager, Store, apply_tunables, integer, u64
 
 DTYPES = ("fp16", "bf16", "fp32")  # enum kvp_kv_dtype
 BACKENDS = ("pager", "ram", "mmap")  # enum kvp_kvcache_backend
@@ -72,6 +72,10 @@ class KVGeometry:
         if self.dtype not in DTYPES:
             raise invalid("KVGeometry", f"dtype '{self.dtype}' is not one "
                           f"of {' '.join(DTYPES)}")
+        for f in ("layers", "q_heads", "kv_heads", "head_dim",
+                  "block_tokens"):  # c_uint32 would wrap -1 to 2^32-1
+            u64("KVGeometry", f, integer("KVGeometry", f, getattr(self, f)),
+                bits=32)
         g = Geometry(self.layers, self.q_heads, self.kv_heads, self.head_dim,
                      DTYPES.index(self.dtype), self.block_tokens)
         check(lib.kvp_kv_geometry_check(byref(g)), "kvp_kv_geometry_check",
@@ -282,6 +286,14 @@ class KVCache(Handle, Viewed):
         if backend not in BACKENDS:
             raise invalid(call, f"backend '{backend}' is not one of "
                           f"{' '.join(BACKENDS)}")
+        if not isinstance(name, str):
+            raise TypeError(f"{call}: name must be a str, not "
+                            f"{type(name).__name__}")
+        u64(call, "capacity_tokens", integer(call, "capacity_tokens",
+                                             capacity_tokens))
+        u64(call, "max_seqs", integer(call, "max_seqs", max_seqs), bits=32)
+        u64(call, "pager_block_bytes", integer(call, "pager_block_bytes",
+                                               pager_block_bytes))
         o = KvcacheOpts()
         lib.kvp_kvcache_opts_default(byref(o), byref(geometry.c()))
         kv = KvConfig()
@@ -340,6 +352,7 @@ class KVCache(Handle, Viewed):
         return self._h
 
     def _seq(self, call: str, seq: int) -> int:
+        seq = integer(call, "the sequence id", seq)
         if seq not in self.sequences():
             raise invalid(call, f"sequence {seq} is not live")
         return seq
@@ -359,7 +372,9 @@ class KVCache(Handle, Viewed):
         filled block copies it.  Its id."""
         self._seq("KVCache.fork", parent)
         sid = c_uint32()
-        n = (1 << 64) - 1 if ntokens is None else ntokens
+        n = (1 << 64) - 1 if ntokens is None else \
+            u64("KVCache.fork", "ntokens",
+                integer("KVCache.fork", "ntokens", ntokens))
         check(lib.kvp_kvcache_seq_fork(self._live(), parent, n, byref(sid)),
               "kvp_kvcache_seq_fork",
               f"{ntokens} tokens of sequence {parent} "

@@ -32,13 +32,15 @@ PAGER = 0  # enum kvp_tunable_owner
 KV = 1
 
 
-def u64(call: str, what: str, value) -> int:
-    """@value as a C uint64_t, refused (EINVAL) when outside 0..2^64-1:
-    ctypes would keep its low 64 bits, so that 2**64 + 16M asked for
-    16M without a word.  Other types go on to ctypes' TypeError."""
+def u64(call: str, what: str, value, bits: int = 64) -> int:
+    """@value as a C uint64_t (uint32_t with @bits 32), refused (EINVAL)
+    when outside 0..2^bits-1: ctypes would keep its low bits, so that
+    2**64 + 16M asked for 16M without a word.  Other types go on to
+    ctypes' TypeError."""
     if isinstance(value, (int, np.integer)) and \
-            not 0 <= int(value) < 1 << 64:
-        raise invalid(call, f"{what}: {value} is not a size (0 to 2^64-1)")
+            not 0 <= int(value) < 1 << bits:
+        raise invalid(call, f"{what}: {value} is out of range (0 to "
+                      f"2^{bits}-1)")
     return value
 
 

@@ -409,3 +409,39 @@ print("closed")
     assert "in use by a call in progress" in res.stdout or \
         "is in progress" in res.stdout
     assert "closed" in res.stdout
+
+
+@pytest.mark.parametrize("make,what", [
+    (lambda: KVCache(G, capacity_tokens=-1, backend="ram"),
+     "capacity_tokens: -1"),
+    (lambda: KVCache(G, capacity_tokens=(1 << 64) + 64, backend="ram"),
+     "capacity_tokens"),
+    (lambda: KVCache(G, capacity_tokens=64, max_seqs=(1 << 32) + 1,
+                     backend="ram"), "max_seqs"),
+    (lambda: KVCache(KVGeometry(layers=-1, q_heads=4, kv_heads=2,
+                                head_dim=16, dtype="fp32"),
+                     capacity_tokens=64, backend="ram"), "layers: -1"),
+])
+def test_counts_past_their_c_type_refused(make, what):
+    """ctypes keeps an int's low bits: capacity_tokens=-1 made a cache,
+    2**64 + 64 a cache of 64 tokens, max_seqs=2**32 + 1 one of 1
+    sequence, layers=-1 asked for 2^32-1 layers (ENOMEM)."""
+    with pytest.raises(KvpagerError) as e:
+        make().close()
+    assert e.value.errno == errno.EINVAL
+    assert what in str(e.value) and "out of range" in str(e.value)
+
+
+def test_sequence_arguments_checked():
+    src = ArraySource(G, 8, seed=3)
+    with KVCache(G, capacity_tokens=64, max_seqs=2, backend="ram") as c:
+        s = c.new_sequence()
+        c.append(s, src.k[:, :4], src.v[:, :4])
+        with pytest.raises(KvpagerError) as e:
+            c.fork(s, -1)  # was 2^64-1: "all", a fork of every token
+        assert e.value.errno == errno.EINVAL and "ntokens" in str(e.value)
+        assert c.sequences() == [s]
+        with pytest.raises(TypeError, match="KVCache.append: the sequence"):
+            c.append(float(s), src.k[:, 4:5], src.v[:, 4:5])
+        with pytest.raises(TypeError, match="KVCache: name must be a str"):
+            KVCache(G, capacity_tokens=64, backend="ram", name=5)
