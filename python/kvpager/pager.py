@@ -117,6 +117,7 @@ class Store(Handle):
         self._h = handle
         self._inner = inner  # a faulty store's backing, kept alive
         self._users = 0  # open regions on it
+        self._claims = {}  # Region -> (first, end) byte range it uses
         self.desc = desc
 
     @classmethod
@@ -176,6 +177,23 @@ class Store(Handle):
             s.close()
             raise
         return s
+
+    def _root(self) -> "Store":
+        """The store that holds the bytes (a faulty store's inner one)."""
+        return self._inner._root() if self._inner else self
+
+    def _claim(self, offset: int, size: int) -> tuple:
+        """The byte range a new region would use, EBUSY if an open
+        region uses part of it: each would read the other's writes."""
+        lo, hi = offset, offset + size
+        for r, (a, b) in self._root()._claims.items():
+            if lo < b and a < hi:
+                raise busy("Pager.region", f"bytes [{lo}, {hi}) of store "
+                           f"{self.desc} overlap [{a}, {b}) of region "
+                           f"{r.name}: two regions on the same bytes read "
+                           f"each other's writes; give another "
+                           f"store_offset, or close {r.name} first")
+        return lo, hi
 
     def _handle(self) -> int:
         if not self._h:
@@ -449,12 +467,20 @@ class Region(Handle, Viewed):
             pf.close()
         rc = lib.kvp_region_destroy(h)
         self.pager._children.discard(self)
+        self.store._root()._claims.pop(self, None)
         self.store._users -= 1
         if self._own_store:
             self.store.close()
         check(rc, "kvp_region_destroy", f"region {self.name}")
 
 
+
+
+class _Pending:
+    """A store range's claim while its region is being created."""
+
+    def __init__(self, name: str):
+        self.name = name
 
 
 class Pager(Handle):
@@ -551,17 +577,28 @@ class Pager(Handle):
                           store._handle(), store_offset,
                           _abi.REGION_FROM_STORE if from_store else 0)
         h = c_void_p()
+        claims = store._root()._claims
+        # The range is reserved before the C call, which runs without the
+        # lock: a region created meanwhile on the same bytes is refused.
+        pending = _Pending(name or "being created")
         try:
+            with self._lock:
+                claims[pending] = store._claim(store_offset, size)
             with self._call() as ph:
                 rc = lib.kvp_region_create(ph, byref(opts), byref(h))
                 if rc >= 0:
                     store._users += 1
                     r = Region(self, h.value, store, own)
                     self._children.add(r)
+                    with self._lock:
+                        claims[r] = claims[pending]
         except KvpagerError:
             if own:
                 store.close()
             raise
+        finally:
+            with self._lock:
+                claims.pop(pending, None)
         if rc < 0 and own:
             store.close()
         check(rc, "kvp_region_create", f"{size} bytes in blocks of "

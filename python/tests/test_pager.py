@@ -400,3 +400,30 @@ def test_binding_refusals_explain_themselves(pager):
         r.flush()
     assert e.value.errno == errno.EBADF
     assert str(e.value) == "Region: region viewed is closed: not open [EBADF]"
+
+
+def test_regions_on_overlapping_store_bytes_refused(pager):
+    """Two regions on one store at overlapping offsets read each other's
+    writes: B's 2s read back as A's 1s where they met.  The second is
+    refused (EBUSY, naming the first), through a faulty store over the
+    same bytes too; disjoint ranges, and the range once A closes, work."""
+    with kvpager.Store.memory(16 * MiB) as st, \
+            kvpager.Store.faulty(st) as over:
+        a = pager.region(8 * MiB, block_bytes=MiB, store=st, name="A")
+        for s in (st, over):
+            with pytest.raises(KvpagerError) as e:
+                pager.region(8 * MiB, block_bytes=MiB, store=s,
+                             store_offset=4 * MiB, name="B").close()
+            assert e.value.errno == errno.EBUSY
+            assert "overlap [0, 8388608) of region A" in str(e.value)
+        with pager.region(8 * MiB, block_bytes=MiB, store=over,
+                          store_offset=8 * MiB, name="C") as c:
+            x, y = a.array(np.uint32), c.array(np.uint32)
+            x[:] = 1
+            y[:] = 2
+            assert (x == 1).all() and (y == 2).all()
+            del x, y
+        a.close()
+        with pager.region(8 * MiB, block_bytes=MiB, store=st,
+                          store_offset=4 * MiB, name="B"):
+            pass
