@@ -661,8 +661,9 @@ class Attention(Handle):
             if nt.shape != idx.shape:
                 raise invalid(call, "ntokens needs one entry per block")
             b.ntokens = address(nt)
-        rc = lib.kvp_attn_decode(self._gref, byref(b), address(q),
-                                 address(out), self._h)
+        with self._call() as h:
+            rc = lib.kvp_attn_decode(self._gref, byref(b), address(q),
+                                     address(out), h)
         if rc:
             check(rc, "kvp_attn_decode", f"{idx.size} blocks")
         return out
@@ -683,12 +684,14 @@ class Attention(Handle):
 
     @property
     def threads(self) -> int:
-        return lib.kvp_attn_pool_threads(self._h)
+        with self._call() as h:
+            return lib.kvp_attn_pool_threads(h)
 
     def close(self) -> None:
-        if self._h:
-            lib.kvp_attn_pool_destroy(self._h)
-            self._h = None
+        """EBUSY while a call runs in another thread."""
+        h = self._take("Attention.close", "the attention pool")
+        if h:
+            lib.kvp_attn_pool_destroy(h)
 
 
 def simd_name() -> str:

@@ -49,7 +49,7 @@ from . import _abi
 from ._native import (CacheOpts, CacheStats, Handle, KvpagerError,
                       ModelRemoteOpts, ModelRemoteStats, PrefixOpts,
                       PrefixStats, RecCipher, RecKey, RecKeyCtx, RemoteStats,
-                      address, as_dict, check, closed, invalid, lib)
+                      address, as_dict, busy, check, closed, invalid, lib)
 from .kv import DTYPES, KVGeometry, block_view_shape
 
 ERR_MAX = 512
@@ -141,6 +141,8 @@ class PrefixCache(Handle):
     A context manager; close() waits for the chunks still being written
     (and up to @flush_timeout seconds for Redis publishes).
     """
+
+    _closing = False  # close() began: no call may start
 
     def __init__(self, directory: str, *, geometry: KVGeometry,
                  model: str | None = None, model_file: str | None = None,
@@ -253,10 +255,11 @@ class PrefixCache(Handle):
             raise invalid(call, "tokens must be a list of token ids "
                           "(0 .. 2^32-1)")
         t = np.ascontiguousarray(t, dtype=np.uint32)
-        check(lib.kvp_prefix_set_prompt(
-            self._live(), t.ctypes.data_as(ctypes.POINTER(c_uint32)),
-            t.size, self.chunk_tokens), "kvp_prefix_set_prompt",
-            f"{t.size} tokens")
+        with self._call() as h:
+            check(lib.kvp_prefix_set_prompt(
+                h, t.ctypes.data_as(ctypes.POINTER(c_uint32)), t.size,
+                self.chunk_tokens), "kvp_prefix_set_prompt",
+                f"{t.size} tokens")
         self._tokens = t
         self._ntokens = t.size
         self._nkeys = t.size // self.chunk_tokens
@@ -354,9 +357,9 @@ class PrefixCache(Handle):
         compute the chunk then.  With a remote tier a chunk missing in the
         directory is fetched from Redis and kept in the directory."""
         call = "PrefixCache.get"
-        self._live()
-        rc = self._get(self._arg, self._chunk(call, chunk),
-                       self._buffer(call, out, True), self.chunk_bytes)
+        with self._call():
+            rc = self._get(self._arg, self._chunk(call, chunk),
+                           self._buffer(call, out, True), self.chunk_bytes)
         # Every error of a get is a miss by the cache's contract (the
         # read error included: the engine computes instead), but memory.
         if rc == -errno.ENOMEM:
@@ -370,14 +373,15 @@ class PrefixCache(Handle):
         published to Redis); put waits only when the queue is full.
         Whether it was stored shows in stats()["prefix"] once drained."""
         call = "PrefixCache.put"
-        self._live()
-        self._put(self._arg, self._chunk(call, chunk),
-                  self._buffer(call, payload, False), self.chunk_bytes)
+        with self._call():
+            self._put(self._arg, self._chunk(call, chunk),
+                      self._buffer(call, payload, False), self.chunk_bytes)
 
     def drain(self) -> None:
         """Wait until every chunk put is stored in the directory (or
         failed)."""
-        lib.kvp_prefix_drain(self._live())
+        with self._call() as h:
+            lib.kvp_prefix_drain(h)
 
     # --- figures --------------------------------------------------------------
 
@@ -414,7 +418,7 @@ class PrefixCache(Handle):
     # --- lifetime -----------------------------------------------------------
 
     def _live(self) -> int:
-        if not self._prefix:
+        if not self._prefix or self._closing:
             raise closed("PrefixCache",
                          "the prefix cache is closed")
         return self._prefix
@@ -435,5 +439,14 @@ class PrefixCache(Handle):
         """Wait for the chunks still queued (and up to flush_timeout
         seconds for Redis publishes, which another instance may be about
         to read), then close; the stored chunks stay for the next
-        process."""
+        process.  EBUSY while a get, a put or a drain runs in another
+        thread."""
+        with self._lock:
+            if not self._prefix or self._closing:
+                return
+            if self._busy:
+                raise busy("PrefixCache.close", "a get, put or drain is in "
+                           "progress in another thread: close it once "
+                           "that call has returned")
+            self._closing = True  # no call starts from here
         self._shut(max(1, int(self.flush_timeout * 1000)))

@@ -445,3 +445,16 @@ def test_sequence_arguments_checked():
             c.append(float(s), src.k[:, 4:5], src.v[:, 4:5])
         with pytest.raises(TypeError, match="KVCache: name must be a str"):
             KVCache(G, capacity_tokens=64, backend="ram", name=5)
+
+
+def test_attention_after_close_is_ebadf():
+    """Attention ran on after close (with no pool: on the caller)."""
+    g = G
+    a = kvpager.Attention(g, threads=1)
+    kv = np.zeros((4, g.block_stride), dtype=np.uint8)
+    q = np.ones((g.q_heads, g.head_dim), np.float32)
+    a(kv, q)
+    a.close()
+    with pytest.raises(KvpagerError) as e:
+        a(kv, q)
+    assert e.value.errno == errno.EBADF

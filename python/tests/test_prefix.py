@@ -254,3 +254,23 @@ def test_chunk_format_is_the_c_tools(tmp_path):
         assert k.shape == (2, 2, 2, 8)
         with pytest.raises(KvpagerError):
             px.chunk_kv(np.zeros(a.shape, np.float32))
+
+
+def test_close_refused_while_a_call_runs(tmp_path):
+    """A get, put or drain in one thread while another closes: close
+    freed the prefix cache and its directory under the call.  The call
+    in progress is held open here by the binding's own count (what a
+    get in another thread holds while in C); close is EBUSY meanwhile,
+    and no call starts once close has begun."""
+    px = open_px(str(tmp_path))
+    px.set_prompt(PROMPT)
+    with px._call():
+        with pytest.raises(KvpagerError) as e:
+            px.close()
+        assert e.value.errno == errno.EBUSY
+        assert "in progress in another thread" in str(e.value)
+    assert px.get(0, px.chunk_array()) is False  # still open
+    px.close()
+    with pytest.raises(KvpagerError) as e:
+        px.get(0, px.chunk_array())
+    assert e.value.errno == errno.EBADF
