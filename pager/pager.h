@@ -50,8 +50,10 @@ void kvp_pager_close(struct kvp_pager *p);
  * kvp_pager_thread_begin - name the calling thread @name (15 characters
  * at most are kept) and give it the nice value of @p's own threads
  * (service_priority): for a thread that serves @p's loads on another's
- * behalf, as a KV layer's reader of reuse slots does.  Never fails: a
- * priority the process may not take is left, with a note on stderr once.
+ * behalf, as a KV layer's reader of reuse slots does, and block every
+ * signal in it (a program's handler run there that touched a region would
+ * wait on a fault the thread itself serves).  Never fails: a priority the
+ * process may not take is left, with a note on stderr once.
  */
 void kvp_pager_thread_begin(struct kvp_pager *p, const char *name);
 

@@ -633,8 +633,11 @@ void kvp_blk_write_retry(struct kvp_region *r, struct kvp_block *b);
 void kvp_blk_forget(struct kvp_region *r, struct kvp_block *b);
 
 /* request.c: a pager thread's start (kvp_pager_thread_begin's contract);
- * on the thread itself, no lock. */
+ * on the thread itself, no lock.  It blocks every signal. */
 void kvp_thread_begin(struct kvp_pager *p, const char *name);
+/* request.c: pthread_create of a pager thread, every signal blocked in it
+ * from the start; a positive errno as pthread_create's. */
+int kvp_thread_create(pthread_t *t, void *(*fn)(void *), void *arg);
 /* request.c: work for the service threads.  Under p->lock. */
 void kvp_service_request(struct kvp_pager *p, struct kvp_req *req);
 /* Every service thread drops its queue on @store (its last region is

@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,10 +24,33 @@
  * the kernel serves its own faults' I/O from interrupts, above any thread.
  * A lower nice value, per thread (Linux's nice is per task).
  */
+/*
+ * A pager thread blocks every signal, from its creation: a process-directed
+ * signal goes to any thread that does not block it, and a program's handler
+ * run on a service thread that touches a region page faults where only the
+ * service threads serve faults (all of them in the handler: a hang).
+ */
+int kvp_thread_create(pthread_t *t, void *(*fn)(void *), void *arg)
+{
+	sigset_t all, old;
+	int err;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old); /* inherited by the thread */
+	err = pthread_create(t, NULL, fn, arg);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return err;
+}
+
 void kvp_thread_begin(struct kvp_pager *p, const char *name)
 {
 	static bool said;
+	sigset_t all;
 	int base, want;
+
+	/* Threads of others that serve loads (kvp_pager_thread_begin) too. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
 
 	errno = 0;
 	base = getpriority(PRIO_PROCESS, 0);

@@ -696,7 +696,7 @@ int kvp_service_start(struct kvp_pager *p)
 			break;
 		}
 		kvp_fd_own(s->wake_fd);
-		err = -pthread_create(&s->thread, NULL, service_main, s);
+		err = -kvp_thread_create(&s->thread, service_main, s);
 		if (err) {
 			kvp_fd_close(s->wake_fd);
 			break;

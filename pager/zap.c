@@ -679,7 +679,7 @@ int kvp_zap_start(struct kvp_pager *p)
 	p->mem_fd = open("/proc/self/mem", O_RDONLY | O_CLOEXEC);
 	kvp_fd_own(p->maps_fd);
 	kvp_fd_own(p->mem_fd);
-	err = -pthread_create(&p->zapper, NULL, zapper_main, p);
+	err = -kvp_thread_create(&p->zapper, zapper_main, p);
 	if (err) {
 		zap_close_fds(p);
 		return err;

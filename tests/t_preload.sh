@@ -201,6 +201,17 @@ else
 	fail "closefds (exit $rc)"
 fi
 
+# 3c. A timer's handler that reads the buffer: a signal the program's
+# threads leave (its handler still running) went to a pager thread, which
+# then faulted in the handler where only pager threads serve faults.
+run signals timeout 120 "$PROG" ${SIZE_MB}M signals
+show signals
+if [ $rc = 0 ] && grep -q '^ok signals' "$work/signals.out"; then
+	pass "signals: a handler reading the buffer, no hang"
+else
+	fail "signals (exit $rc; 124: hung)"
+fi
+
 # 4. Fallback: no backing directory -> one warning, normal memory, results ok.
 served_env=(KVP_RAM_BUDGET_BYTES=${BUDGET_MB}M KVP_PRELOAD_MIN_BYTES=16M
 	KVP_BACKING_DIR=$work/does-not-exist)

@@ -8,7 +8,7 @@
  *   fill_check SIZE [TEST...]      SIZE in bytes, suffix K M G allowed
  *
  * TESTs: malloc realloc calloc align mmap dontneed mremap threads (the
- * default: all of these), fork and closefds.  Each prints "ok NAME" or "FAIL NAME:
+ * default: all of these), fork, closefds and signals.  Each prints "ok NAME" or "FAIL NAME:
  * why"; the last lines are "vm VmHWM_kB=N VmRSS_kB=N" from /proc/self/status
  * and "fill_check: all ok" (exit 0) or "fill_check: N failed" (exit 1).
  *
@@ -22,6 +22,11 @@
  * closefds: fills a buffer, closes every descriptor from 3 up as a daemon
  * does (a close loop, then close_range), checks the buffer, then opens and
  * closes files of its own (the numbers the program owns must still close).
+ *
+ * signals: a timer's handler (every 1 ms) reads a page of the buffer while
+ * the program rewrites it: a handler that takes longer than the period
+ * leaves the next signal to another thread, the pager's too if they let
+ * it (all of them in the handler, faulting: a hang).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -32,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -427,6 +433,41 @@ static void t_closefds(void)
 	result("closefds", NULL, 0);
 }
 
+static char *sig_buf;
+static volatile sig_atomic_t sig_count;
+static volatile uint64_t sig_sink;
+
+static void sig_read(int signo)
+{
+	static uint64_t x = 1;
+
+	(void)signo;
+	x = x * 6364136223846793005ull + 1442695040888963407ull;
+	sig_sink += (unsigned char)sig_buf[(x >> 33) % (S / 4096) * 4096];
+	sig_count++;
+}
+
+static void t_signals(void)
+{
+	struct sigaction sa = { .sa_handler = sig_read, .sa_flags = SA_RESTART };
+	struct itimerval it = { { 0, 1000 }, { 0, 1000 } };
+
+	sig_buf = malloc(S);
+	EXPECT("signals", sig_buf, "malloc failed");
+	fill(sig_buf, 0, S, 16);
+	sigaction(SIGALRM, &sa, NULL);
+	setitimer(ITIMER_REAL, &it, NULL);
+	for (uint64_t round = 17; round < 19; round++)
+		fill(sig_buf, 0, S, round);
+	memset(&it, 0, sizeof(it));
+	setitimer(ITIMER_REAL, &it, NULL);
+	signal(SIGALRM, SIG_DFL);
+	EXPECT_AT("signals", check(sig_buf, 0, S, 18), "pattern lost");
+	printf("signals: %d handled\n", (int)sig_count);
+	free(sig_buf);
+	result("signals", NULL, 0);
+}
+
 static void print_vm(void)
 {
 	FILE *f = fopen("/proc/self/status", "r");
@@ -487,6 +528,7 @@ static const struct {
 	{ "mmap", t_mmap, 1 },	   { "dontneed", t_dontneed, 1 },
 	{ "mremap", t_mremap, 1 }, { "threads", t_threads, 1 },
 	{ "fork", t_fork, 0 },	   { "closefds", t_closefds, 0 },
+	{ "signals", t_signals, 0 },
 };
 
 int main(int argc, char **argv)
