@@ -7,6 +7,7 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -241,7 +242,10 @@ START_TEST(moved_is_followed)
 	migrate(k, (owner(slot) + 1) % NODES, true, true);
 	/* the old owner answers MOVED; the new one has the value */
 	fetch(r, 50, res);
-	ck_assert_uint_eq(res[0], 50);
+	ck_assert_msg(res[0] == 50, "after MOVED: %u hits, %u misses, %u "
+		      "errors (moved %" PRIu64 ", ask %" PRIu64 ")", res[0],
+		      res[1], res[2], kvp_test_remote_stats(r).moved_total,
+		      kvp_test_remote_stats(r).ask_total);
 	ck_assert_uint_ge(kvp_test_remote_stats(r).moved_total, 1);
 	kvp_remote_close(r);
 }
