@@ -144,7 +144,33 @@ class Handle:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    # Children (a pager's regions and caches, a region's prefetches) are
+    # found through weak sets, which the garbage collector clears before it
+    # runs any finalizer of a cycle: a pager collected with its regions
+    # found none to close, freed the engine, and the regions' finalizers
+    # then crashed or hung in C.  So each child is also counted here
+    # (_adopt, _release); a parent collected while it has children leaves
+    # its close to the last of them.
+    _kids = 0
+    _orphan = False
+
+    def _adopt(self) -> None:
+        with self._lock:
+            self._kids += 1
+
+    def _release(self) -> None:
+        """A child of this object has closed."""
+        with self._lock:
+            self._kids -= 1
+            last = self._orphan and not self._kids
+        if last:
+            self.__del__()
+
     def __del__(self):
+        with self._lock:
+            if self._h and self._kids:
+                self._orphan = True
+                return
         if self._h:
             try:
                 self.close()

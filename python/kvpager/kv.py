@@ -342,6 +342,7 @@ class KVCache(Handle, Viewed):
             store._users += 1
         if pager:
             pager._children.add(self)
+            pager._adopt()
         self.step_stats: dict = {}  # the last step's figures
         self._ids = (c_uint32 * max_seqs)()  # kvp_kvcache_seq_list's
         self._qfloats = geometry.q_heads * geometry.head_dim
@@ -590,6 +591,7 @@ class KVCache(Handle, Viewed):
             self.store._users -= 1
         if self.pager:
             self.pager._children.discard(self)
+            self.pager._release()
 
 
 class Attention(Handle):

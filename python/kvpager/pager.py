@@ -277,6 +277,7 @@ class Prefetch(Handle):
         if h:
             lib.kvp_prefetch_release(h)
             self._region._prefetches.discard(self)
+            self._region._release()
 
 
     def _live(self) -> int:
@@ -421,6 +422,7 @@ class Region(Handle, Viewed):
                 byref(h)), "kvp_prefetch_submit", f"region {self.name}")
             pf = Prefetch(self, h.value)
             self._prefetches.add(pf)
+            self._adopt()
         return pf
 
     def block_info(self, block: int) -> dict:
@@ -471,6 +473,7 @@ class Region(Handle, Viewed):
         self.store._users -= 1
         if self._own_store:
             self.store.close()
+        self.pager._release()
         check(rc, "kvp_region_destroy", f"region {self.name}")
 
 
@@ -590,6 +593,7 @@ class Pager(Handle):
                     store._users += 1
                     r = Region(self, h.value, store, own)
                     self._children.add(r)
+                    self._adopt()
                     with self._lock:
                         claims[r] = claims[pending]
         except KvpagerError:

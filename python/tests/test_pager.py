@@ -9,6 +9,7 @@ import pytest
 
 import kvpager
 from kvpager import KvpagerError
+from conftest import run_python
 
 MiB = 1 << 20
 
@@ -427,3 +428,32 @@ def test_regions_on_overlapping_store_bytes_refused(pager):
         with pager.region(8 * MiB, block_bytes=MiB, store=st,
                           store_offset=4 * MiB, name="B"):
             pass
+
+
+@pytest.mark.parametrize("what", ["region", "cache", "prefetch"])
+def test_collected_in_a_cycle_with_its_pager(what):
+    """A pager, and a region, a KV cache or a prefetch of its, collected
+    together as cyclic garbage (a traceback holding them, objects that
+    refer to each other): the collector clears the weak sets through
+    which the pager finds its regions before any finalizer runs, so the
+    pager freed the engine first and the region's finalizer then crashed
+    (SIGSEGV) or the cache's hung.  Each is now closed, children first."""
+    code = f"""if True:
+        import gc, numpy as np, kvpager
+        p = kvpager.Pager(budget="8M", pool_prefault_bytes=0)
+        if "{what}" == "cache":
+            o = kvpager.KVCache(kvpager.KVGeometry.preset("tiny"),
+                                capacity_tokens=64, pager=p)
+        else:
+            o = p.region(4 << 20, block_bytes=1 << 20)
+            o.array(np.uint8)[:] = 7
+            if "{what}" == "prefetch":
+                o = o.prefetch([0, 1, 2, 3])
+        o.cycle, p.cycle = (o, p), p
+        del o, p
+        gc.collect()
+        print("collected")
+    """
+    r = run_python(code, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout == "collected\n"
