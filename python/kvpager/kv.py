@@ -29,7 +29,7 @@ import numpy as np
 from . import _abi
 from ._native import (FILL_FN, QUERY_FN, AttnBlocks, Config, Geometry,
                       Handle, KvConfig, KvcacheOpts, KvcacheStats,
-                      KvSource, KvSourceOps, StepStats,
+                      KvpagerError, KvSource, KvSourceOps, StepStats,
                       SynthOpts, TunableTarget, Viewed, address, as_dict,
                       check, closed, floatp, invalid, lib, view)
 from .pager import KV, PAGER, Pager, Store, apply_tunables, integer, u64
@@ -331,6 +331,19 @@ class KVCache(Handle, Viewed):
         check(lib.kvp_kvcache_create(byref(o), byref(h)),
               "kvp_kvcache_create", f"{geometry}, {capacity_tokens} tokens, "
               f"{max_seqs} sequences, backend {backend}")
+        r = lib.kvp_kvcache_region(h.value) if store else None
+        if r:
+            # Its region's bytes of the store, claimed as Pager.region's
+            # are: a region on them would write over the cache's K and V.
+            # Checked once the size is known (nothing was written yet).
+            try:
+                with Handle._lock:
+                    lo, hi = store._claim(o.store_offset,
+                                          lib.kvp_region_size(r), call)
+                    store._root()._claims[self] = (lo, hi)
+            except KvpagerError:
+                lib.kvp_kvcache_destroy(h.value)
+                raise
         self._h = h.value
         self.geometry = geometry
         self.name = name
@@ -588,6 +601,7 @@ class KVCache(Handle, Viewed):
             return
         lib.kvp_kvcache_destroy(h)
         if self.store:
+            self.store._root()._claims.pop(self, None)
             self.store._users -= 1
         if self.pager:
             self.pager._children.discard(self)

@@ -182,13 +182,14 @@ class Store(Handle):
         """The store that holds the bytes (a faulty store's inner one)."""
         return self._inner._root() if self._inner else self
 
-    def _claim(self, offset: int, size: int) -> tuple:
+    def _claim(self, offset: int, size: int,
+               call: str = "Pager.region") -> tuple:
         """The byte range a new region would use, EBUSY if an open
         region uses part of it: each would read the other's writes."""
         lo, hi = offset, offset + size
         for r, (a, b) in self._root()._claims.items():
             if lo < b and a < hi:
-                raise busy("Pager.region", f"bytes [{lo}, {hi}) of store "
+                raise busy(call, f"bytes [{lo}, {hi}) of store "
                            f"{self.desc} overlap [{a}, {b}) of region "
                            f"{r.name}: two regions on the same bytes read "
                            f"each other's writes; give another "

@@ -458,3 +458,30 @@ def test_attention_after_close_is_ebadf():
     with pytest.raises(KvpagerError) as e:
         a(kv, q)
     assert e.value.errno == errno.EBADF
+
+
+def test_region_over_a_caches_store_bytes_refused():
+    """A KVCache on a Store holds bytes [0, its region's size) of it: a
+    region made there afterwards wrote back over the cache's K and V (and
+    the cache's over the region's), without an error.  Refused (EBUSY,
+    naming the cache), as for two regions; free once the cache closes."""
+    p = kvpager.Pager(budget="8M", pool_prefault_bytes=0)
+    with kvpager.Store.memory(8 << 20) as st:
+        c = KVCache(G, capacity_tokens=64, pager=p, store=st, name="kvA")
+        with pytest.raises(KvpagerError) as e:
+            p.region(1 << 20, block_bytes=64 << 10, store=st,
+                     name="B").close()
+        assert e.value.errno == errno.EBUSY
+        assert "of region kvA" in str(e.value)
+        c.close()
+        p.region(1 << 20, block_bytes=64 << 10, store=st, name="B").close()
+    p.close()
+    # and a second cache on the same bytes
+    with kvpager.Store.memory(8 << 20) as st:
+        c = KVCache(G, capacity_tokens=64, budget="8M",
+                    store=st, name="kvA")
+        with pytest.raises(KvpagerError) as e:
+            KVCache(G, capacity_tokens=64, store=st, name="kvB").close()
+        assert e.value.errno == errno.EBUSY
+        assert str(e.value).startswith("KVCache: bytes [0, ")
+        c.close()
