@@ -212,6 +212,20 @@ else
 	fail "signals (exit $rc; 124: hung)"
 fi
 
+# 3d. closefds with /metrics served (KVP_METRICS_LISTEN): the listening
+# socket is the engine's too.  (It was closed under the metrics thread,
+# and its number went to the program's next file.)
+served_env+=(KVP_METRICS_LISTEN=127.0.0.1:0)
+run closefds-metrics "$PROG" ${SIZE_MB}M closefds
+unset 'served_env[${#served_env[@]}-1]'
+show closefds-metrics
+if [ $rc = 0 ] && grep -q '^ok closefds' "$work/closefds-metrics.out" &&
+	grep -q '^closefds: 1 sockets left open' "$work/closefds-metrics.out"; then
+	pass "closefds: the /metrics listener kept"
+else
+	fail "closefds with KVP_METRICS_LISTEN (exit $rc)"
+fi
+
 # 4. Fallback: no backing directory -> one warning, normal memory, results ok.
 served_env=(KVP_RAM_BUDGET_BYTES=${BUDGET_MB}M KVP_PRELOAD_MIN_BYTES=16M
 	KVP_BACKING_DIR=$work/does-not-exist)

@@ -18,6 +18,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "kmod-helpers/fdset.h"
 #include "lib/tunables/tunables.h"
 #include "lib/view/prom.h"
 
@@ -176,6 +177,8 @@ static int bind_listen(struct kvp_metrics_http *m, const char *addr,
 			   strerror(-r));
 		return r;
 	}
+	/* the engine's: a program's close-all leaves it (fdset.h) */
+	kvp_fd_own(m->fd);
 	/* a restarted server takes its port back from TIME_WAIT */
 	setsockopt(m->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (bind(m->fd, (struct sockaddr *)&ss, (socklen_t)salen) ||
@@ -201,7 +204,7 @@ static int bind_listen(struct kvp_metrics_http *m, const char *addr,
 			kvp_seterr(err, errlen,
 				   "metrics: cannot listen on %s: %s", addr,
 				   strerror(-r));
-		close(m->fd);
+		kvp_fd_close(m->fd);
 		m->fd = -1;
 		return r;
 	}
@@ -251,7 +254,7 @@ static int start(struct kvp_metrics_http *m, const char *addr,
 	return 0;
 
 err_close:
-	close(m->fd);
+	kvp_fd_close(m->fd);
 err_free:
 	free(m);
 	return r;
@@ -336,6 +339,6 @@ void kvp_metrics_http_stop(struct kvp_metrics_http *m)
 	MHD_stop_daemon(m->d);
 	/* quiesced, the daemon leaves the socket to us */
 	if (fd != MHD_INVALID_SOCKET)
-		close(fd);
+		kvp_fd_close(fd);
 	free(m);
 }

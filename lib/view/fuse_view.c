@@ -16,6 +16,7 @@
 #define FUSE_USE_VERSION 31
 
 #include "lib/view/fuse_view.h"
+#include "kmod-helpers/fdset.h"
 #include "lib/view/paths.h"
 #include "lib/tunables/tunables.h"
 
@@ -520,6 +521,7 @@ int kvp_fuse_view_mount(struct kvp_pager *p,
 			   strerror(-r));
 		goto err_tree;
 	}
+	kvp_fd_own(v->stopfd); /* the engine's: see kmod-helpers/fdset.h */
 	snprintf(optstr, sizeof(optstr), "fsname=kvpager,subtype=kvpager%s",
 		 opts->allow_other ? ",allow_other" : "");
 	v->fuse = fuse_new(&args, &view_ops, sizeof(view_ops), v);
@@ -537,6 +539,9 @@ int kvp_fuse_view_mount(struct kvp_pager *p,
 			   v->path);
 		goto err_fuse;
 	}
+	/* /dev/fuse's descriptor too: closed by a program's close-all, its
+	 * number would be the program's next file's, read as requests */
+	kvp_fd_own(fuse_session_fd(fuse_get_session(v->fuse)));
 	/* The thread takes no signal: they are the program's business. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -551,11 +556,12 @@ int kvp_fuse_view_mount(struct kvp_pager *p,
 	return 0;
 
 err_unmount:
+	kvp_fd_disown(fuse_session_fd(fuse_get_session(v->fuse)));
 	fuse_unmount(v->fuse);
 err_fuse:
 	fuse_destroy(v->fuse);
 err_fd:
-	close(v->stopfd);
+	kvp_fd_close(v->stopfd);
 err_tree:
 	kvp_view_destroy(v->tree);
 err_lock:
@@ -574,9 +580,11 @@ void kvp_fuse_view_unmount(struct kvp_fuse_view *v)
 	if (write(v->stopfd, &one, sizeof(one)) != sizeof(one))
 		abort(); /* an eventfd write of 1 cannot fail */
 	pthread_join(v->thread, NULL);
+	/* libfuse closes it: forgotten first (kmod-helpers/fdset.h) */
+	kvp_fd_disown(fuse_session_fd(fuse_get_session(v->fuse)));
 	fuse_unmount(v->fuse);
 	fuse_destroy(v->fuse);
-	close(v->stopfd);
+	kvp_fd_close(v->stopfd);
 	while (v->snaps) {
 		struct snap *s = v->snaps;
 
