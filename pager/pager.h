@@ -103,7 +103,9 @@ struct kvp_region_opts {
  * The region is not inherited by fork(2) (MADV_DONTFORK): in a child its
  * addresses are unmapped, so an access is SIGSEGV, never a hang.  Each
  * region is one VMA: vm.max_map_count bounds how many a process holds.  Returns 0 and *out, or -EINVAL (bad size, block size, or a store
- * too small or misaligned for it), -EEXIST (name taken), -ENOMEM (address
+ * too small or misaligned for it), -EEXIST (name taken), -EBUSY (its store
+ * bytes overlap another region's on the same store: each would write its
+ * blocks back over the other's), -ENOMEM (address
  * space, or vm.max_map_count reached); nothing is left behind on failure.
  */
 int kvp_region_create(struct kvp_pager *p, const struct kvp_region_opts *opts,

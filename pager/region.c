@@ -158,11 +158,19 @@ int kvp_region_create(struct kvp_pager *p, const struct kvp_region_opts *o,
 		snprintf(r->name, sizeof(r->name), "%s", o->name);
 	else
 		snprintf(r->name, sizeof(r->name), "region%u", r->id);
-	for (struct kvp_region *x = p->regions; x; x = x->next)
+	for (struct kvp_region *x = p->regions; x; x = x->next) {
 		if (!strcmp(x->name, r->name)) {
 			err = -EEXIST;
 			break;
 		}
+		/* two regions over the same store bytes would each write
+		 * its own blocks back over the other's */
+		if (x->store == st && x->store_offset < r->store_offset + r->size &&
+		    r->store_offset < x->store_offset + x->size) {
+			err = -EBUSY;
+			break;
+		}
+	}
 	if (!err) {
 		struct kvp_region **t = &p->regions;
 

@@ -183,6 +183,11 @@ START_TEST(test_bad_args)
 		{ "duplicate name",
 		  { .name = "kv", .size = 1 * MIB, .block_bytes = 64 * KIB },
 		  -EEXIST },
+		{ "over kv's store bytes",
+		  { .size = 1 * MIB,
+		    .block_bytes = 64 * KIB,
+		    .store_offset = 960 * KIB },
+		  -EBUSY },
 		{ "no store",
 		  { .size = 1 * MIB, .block_bytes = 64 * KIB },
 		  -EINVAL },
@@ -376,13 +381,18 @@ START_TEST(test_peek)
 	ck_assert_uint_eq(s1.resident_bytes, s0.resident_bytes);
 	ck_assert_uint_eq(s1.evictions_clean_total + s1.evictions_dirty_total,
 			  s0.evictions_clean_total + s0.evictions_dirty_total);
-	/* A region that does not start from the store: zeros. */
+	/* A region that does not start from the store: zeros.  (Not over
+	 * R's bytes of S: a region over another's store bytes is refused.) */
 	struct kvp_region_opts o = { .size = 1 * MIB,
 				     .block_bytes = bs,
 				     .store = S,
 				     .store_offset = 0 };
 	struct kvp_region *z = NULL;
+	struct kvp_store *zs = NULL;
 
+	ck_assert_int_eq(kvp_region_create(P, &o, &z), -EBUSY);
+	ck_assert_int_eq(kvp_store_memory_create(1 * MIB, &zs), 0);
+	o.store = zs;
 	ck_assert_int_eq(kvp_region_create(P, &o, &z), 0);
 	ck_assert_int_eq(kvp_region_peek(z, 3, buf), 0);
 	ck_assert(kvp_test_is_zero(buf, bs));
@@ -391,6 +401,7 @@ START_TEST(test_peek)
 	    kvp_region_block_info(z, 16, &(struct kvp_block_info){ 0 }),
 	    -EINVAL);
 	ck_assert_int_eq(kvp_region_destroy(z), 0);
+	kvp_store_destroy(zs);
 	free(buf);
 }
 END_TEST
