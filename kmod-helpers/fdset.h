@@ -8,21 +8,33 @@
  * closefrom(3)): without its userfaultfd a region reads as zeros, and a
  * store's number would be reused by the program's next file.
  *
- * Descriptors from KVP_FDSET_MAX up are not noted.  A bit stays set after
- * the engine closes its descriptor until kvp_fd_disown: the shim clears it
- * in its close hook, the only reader of the set.
+ * Any number can be noted: the set grows by ranges (a bit per number up to
+ * the highest noted, at most fd / 4 bytes), never shrinks, and is read
+ * without a lock.  A bit stays set after the engine closes its descriptor
+ * until kvp_fd_disown: the shim clears it in its close hook, the only
+ * reader of the set.
  */
 #ifndef KVP_FDSET_H
 #define KVP_FDSET_H
 
 #include <stdbool.h>
 
-#define KVP_FDSET_MAX 65536
-
-/* Note @fd as the engine's (ignored when negative or too large). */
-void kvp_fd_own(int fd);
+/*
+ * kvp_fd_own - take @fd, just made by the engine and kept open, as the
+ * engine's: noted.  Returns the number to use from now on, or -errno with
+ * @fd closed.  A negative @fd (the error of the call that made it) is
+ * returned as it is.
+ */
+int kvp_fd_own(int fd);
+/*
+ * kvp_fd_note - note @fd as the engine's where a library keeps the number
+ * (it cannot be moved).  0 or -ENOMEM.
+ */
+int kvp_fd_note(int fd);
 void kvp_fd_disown(int fd);
 bool kvp_fd_owned(int fd);
+/* The lowest noted descriptor from @from up, or -1 when there is none. */
+int kvp_fd_next_owned(unsigned from);
 /* Disown @fd, then close(2) it: the engine's close of a noted one. */
 int kvp_fd_close(int fd);
 

@@ -60,15 +60,16 @@ int kvp_uffd_open(struct kvp_uffd *u, unsigned flags)
 	fd = uffd_syscall(oflags | UFFD_USER_MODE_ONLY);
 	if (fd < 0)
 		return first_err == -ENOSYS ? -ENOSYS : fd;
-	u->fd = fd;
-	kvp_fd_own(fd);
 	u->mode = KVP_UFFD_USER_ONLY;
 	u->source = "syscall (user-mode-only)";
-	return 0;
+	goto out;
 out_full:
-	u->fd = fd;
-	kvp_fd_own(fd);
 	u->mode = KVP_UFFD_FULL;
+out:
+	fd = kvp_fd_own(fd);
+	if (fd < 0)
+		return fd;
+	u->fd = fd;
 	return 0;
 }
 

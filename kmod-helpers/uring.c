@@ -36,8 +36,14 @@ int kvp_uring_init(struct io_uring *ring, unsigned entries, unsigned flags)
 		if (err != -EINVAL)
 			break;
 	}
-	if (!err)
-		kvp_fd_own(ring->ring_fd);
+	if (err)
+		return err;
+	/* liburing keeps the number in these two (no registered ring fd) */
+	ring->ring_fd = ring->enter_ring_fd = kvp_fd_own(ring->ring_fd);
+	if (ring->ring_fd < 0) {
+		err = ring->ring_fd; /* closed: the exit's close(-errno) fails */
+		io_uring_queue_exit(ring);
+	}
 	return err;
 }
 

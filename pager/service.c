@@ -691,11 +691,11 @@ int kvp_service_start(struct kvp_pager *p)
 		s->p = p;
 		s->want_tail = &s->want_frame;
 		s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		s->wake_fd = kvp_fd_own(s->wake_fd < 0 ? -errno : s->wake_fd);
 		if (s->wake_fd < 0) {
-			err = -errno;
+			err = s->wake_fd;
 			break;
 		}
-		kvp_fd_own(s->wake_fd);
 		err = -kvp_thread_create(&s->thread, service_main, s);
 		if (err) {
 			kvp_fd_close(s->wake_fd);

@@ -224,11 +224,12 @@ static int faulty_queue_create(struct kvp_store *s, unsigned depth,
 		q->inner = NULL;
 		goto fail;
 	}
-	err = -errno;
 	q->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (q->efd < 0)
+	q->efd = kvp_fd_own(q->efd < 0 ? -errno : q->efd);
+	if (q->efd < 0) {
+		err = q->efd;
 		goto fail;
-	kvp_fd_own(q->efd);
+	}
 	q->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
 	if (q->tfd < 0) {
 		err = -errno;

@@ -169,11 +169,11 @@ static int file_queue_create(struct kvp_store *s, unsigned depth,
 	if (err)
 		goto out_free;
 	q->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	q->efd = kvp_fd_own(q->efd < 0 ? -errno : q->efd);
 	if (q->efd < 0) {
-		err = -errno;
+		err = q->efd;
 		goto out_ring;
 	}
-	kvp_fd_own(q->efd);
 	/* A fixed file spares a file lookup per I/O; optional. */
 	q->fixed = io_uring_register_files(&q->ring, &fs->fd, 1) == 0;
 	*out = q;
@@ -495,8 +495,9 @@ static int file_store_new(int fd, bool direct, uint64_t size, const char *name,
 	struct file_store *fs;
 	int err;
 
-	kvp_fd_own(fd);
-
+	fd = kvp_fd_own(fd);
+	if (fd < 0)
+		return fd;
 	err = kvp_dio_alignment(fd, &a);
 	if (err)
 		goto out_close;

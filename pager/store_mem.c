@@ -92,11 +92,11 @@ static int mem_queue_create(struct kvp_store *s, unsigned depth,
 	if (!q->done)
 		goto out_free;
 	q->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	q->efd = kvp_fd_own(q->efd < 0 ? -errno : q->efd);
 	if (q->efd < 0) {
-		err = -errno;
+		err = q->efd;
 		goto out_free;
 	}
-	kvp_fd_own(q->efd);
 	q->ms = to_mem(s);
 	q->depth = depth;
 	*out = q;

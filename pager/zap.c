@@ -666,19 +666,16 @@ int kvp_zap_start(struct kvp_pager *p)
 {
 	int err;
 
-	p->pidfd = kvp_mem_self_pidfd();
-	kvp_fd_own(p->pidfd);
+	p->pidfd = kvp_fd_own(kvp_mem_self_pidfd());
 	if (p->pidfd < 0 || kvp_mem_batch_dontneed_works(p->pidfd)) {
 		/* Older kernels: every block leaves by move. */
 		zap_close_fds(p);
 		return 0;
 	}
 	/* -errno: the kernel's repeats read as drops (zap_walk). */
-	p->maps_fd = kvp_mem_vma_open();
-	/* -1: pages the program made inaccessible keep their block (read_own). */
-	p->mem_fd = open("/proc/self/mem", O_RDONLY | O_CLOEXEC);
-	kvp_fd_own(p->maps_fd);
-	kvp_fd_own(p->mem_fd);
+	p->maps_fd = kvp_fd_own(kvp_mem_vma_open());
+	/* < 0: pages the program made inaccessible keep their block (read_own). */
+	p->mem_fd = kvp_fd_own(open("/proc/self/mem", O_RDONLY | O_CLOEXEC));
 	err = -kvp_thread_create(&p->zapper, zapper_main, p);
 	if (err) {
 		zap_close_fds(p);

@@ -171,14 +171,14 @@ static int bind_listen(struct kvp_metrics_http *m, const char *addr,
 	if (r)
 		return r;
 	m->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	/* the engine's: a program's close-all leaves it (fdset.h) */
+	m->fd = kvp_fd_own(m->fd < 0 ? -errno : m->fd);
 	if (m->fd < 0) {
-		r = -errno;
+		r = m->fd;
 		kvp_seterr(err, errlen, "metrics: cannot make a socket: %s",
 			   strerror(-r));
 		return r;
 	}
-	/* the engine's: a program's close-all leaves it (fdset.h) */
-	kvp_fd_own(m->fd);
 	/* a restarted server takes its port back from TIME_WAIT */
 	setsockopt(m->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (bind(m->fd, (struct sockaddr *)&ss, (socklen_t)salen) ||

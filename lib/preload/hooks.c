@@ -681,17 +681,17 @@ static int sys_close_range(unsigned lo, unsigned hi, int flags)
 /* close_range(2) around the engine's descriptors in [lo, hi]. */
 static int close_range_around(unsigned lo, unsigned hi, int flags)
 {
-	unsigned fd, from = lo;
-	int rc = 0;
+	unsigned from = lo;
+	int kept, rc = 0;
 
-	for (fd = lo; fd <= hi && fd < KVP_FDSET_MAX; fd++) {
-		if (!kvp_preload_keeps_fd((int)fd))
-			continue;
-		if (fd > from && sys_close_range(from, fd - 1, flags))
+	while ((kept = kvp_preload_next_kept_fd(from)) >= 0 &&
+	       (unsigned)kept <= hi) {
+		if ((unsigned)kept > from &&
+		    sys_close_range(from, (unsigned)kept - 1, flags))
 			rc = -1;
-		from = fd + 1;
+		from = (unsigned)kept + 1; /* a descriptor is below INT_MAX */
 	}
-	if (from <= hi && from >= lo && sys_close_range(from, hi, flags))
+	if (from <= hi && sys_close_range(from, hi, flags))
 		rc = -1;
 	return rc;
 }

@@ -116,6 +116,8 @@ void kvp_preload_say(const char *fmt, ...)
  * process, not a forked child, runs the engine.
  */
 bool kvp_preload_keeps_fd(int fd) KVP_HIDDEN;
+/* The lowest such descriptor from @from up, or -1 when there is none. */
+int kvp_preload_next_kept_fd(unsigned from) KVP_HIDDEN;
 
 /* ---- table.c ---- */
 

@@ -332,10 +332,21 @@ static void fork_child(void)
 	kvp_table_orphan_all();
 }
 
+/* The engine's own closes (guard set) and a forked child's close them. */
+static bool keeping_fds(void)
+{
+	return !kvp_preload_in_hook &&
+	       __atomic_load_n(&state, __ATOMIC_ACQUIRE) != PAGER_CHILD;
+}
+
 bool kvp_preload_keeps_fd(int fd)
 {
-	return !kvp_preload_in_hook && kvp_fd_owned(fd) &&
-	       __atomic_load_n(&state, __ATOMIC_ACQUIRE) != PAGER_CHILD;
+	return keeping_fds() && kvp_fd_owned(fd);
+}
+
+int kvp_preload_next_kept_fd(unsigned from)
+{
+	return keeping_fds() ? kvp_fd_next_owned(from) : -1;
 }
 
 __attribute__((constructor)) static void kvp_preload_init(void)

@@ -515,13 +515,14 @@ int kvp_fuse_view_mount(struct kvp_pager *p,
 		goto err_lock;
 	}
 	v->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	/* the engine's: see kmod-helpers/fdset.h */
+	v->stopfd = kvp_fd_own(v->stopfd < 0 ? -errno : v->stopfd);
 	if (v->stopfd < 0) {
-		r = -errno;
+		r = v->stopfd;
 		kvp_seterr(err, errlen, "cannot make an eventfd: %s",
 			   strerror(-r));
 		goto err_tree;
 	}
-	kvp_fd_own(v->stopfd); /* the engine's: see kmod-helpers/fdset.h */
 	snprintf(optstr, sizeof(optstr), "fsname=kvpager,subtype=kvpager%s",
 		 opts->allow_other ? ",allow_other" : "");
 	v->fuse = fuse_new(&args, &view_ops, sizeof(view_ops), v);
@@ -541,7 +542,11 @@ int kvp_fuse_view_mount(struct kvp_pager *p,
 	}
 	/* /dev/fuse's descriptor too: closed by a program's close-all, its
 	 * number would be the program's next file's, read as requests */
-	kvp_fd_own(fuse_session_fd(fuse_get_session(v->fuse)));
+	r = kvp_fd_note(fuse_session_fd(fuse_get_session(v->fuse)));
+	if (r) {
+		kvp_seterr(err, errlen, "out of memory");
+		goto err_unmount;
+	}
 	/* The thread takes no signal: they are the program's business. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
