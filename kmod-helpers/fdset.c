@@ -4,6 +4,7 @@
 #include "kmod-helpers/fdset.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -86,10 +87,23 @@ int kvp_fd_note(int fd)
 	return 0;
 }
 
+/* @fd's open file at 3 or above, @fd closed; -errno (@fd closed too). */
+static int move_above_std(int fd)
+{
+	int moved = fcntl(fd, F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
+	/* EINVAL: RLIMIT_NOFILE is 3 or less, no number to move to */
+	int err = moved >= 0 ? 0 : errno == EINVAL ? -EMFILE : -errno;
+
+	close(fd);
+	return err ? err : moved;
+}
+
 int kvp_fd_own(int fd)
 {
 	int err;
 
+	if (fd <= STDERR_FILENO && fd >= 0)
+		fd = move_above_std(fd);
 	if (fd < 0)
 		return fd;
 	err = kvp_fd_note(fd);
@@ -132,8 +146,8 @@ int kvp_fd_next_owned(unsigned from)
 
 	for (; r; r = __atomic_load_n(&r->next, __ATOMIC_ACQUIRE)) {
 		unsigned at = from > r->base ? from : r->base;
-		unsigned long *w = word_of(r, at), *end = r->words +
-							    r->nfds / WORD_BITS;
+		unsigned long *w = word_of(r, at);
+		unsigned long *end = r->words + r->nfds / WORD_BITS;
 		/* the numbers below @at in its word are not asked for */
 		unsigned long bits = __atomic_load_n(w, __ATOMIC_ACQUIRE) &
 				     ~(bit_of(r, at) - 1);

@@ -21,14 +21,17 @@
 
 /*
  * kvp_fd_own - take @fd, just made by the engine and kept open, as the
- * engine's: noted.  Returns the number to use from now on, or -errno with
- * @fd closed.  A negative @fd (the error of the call that made it) is
- * returned as it is.
+ * engine's: moved to a number of 3 or more if it got 0, 1 or 2 (a program
+ * started with its standard descriptors closed must get its own there, not
+ * write its output into the engine's), then noted.  Returns the number to
+ * use from now on, or -errno with @fd closed.  A negative @fd (the error of
+ * the call that made it) is returned as it is.
  */
 int kvp_fd_own(int fd);
 /*
  * kvp_fd_note - note @fd as the engine's where a library keeps the number
- * (it cannot be moved).  0 or -ENOMEM.
+ * (it cannot be moved: libfuse's, which makes 0, 1 and 2 /dev/null before
+ * it opens /dev/fuse).  0 or -ENOMEM.
  */
 int kvp_fd_note(int fd);
 void kvp_fd_disown(int fd);

@@ -226,6 +226,18 @@ else
 	fail "closefds with KVP_METRICS_LISTEN (exit $rc)"
 fi
 
+# 3e. A program started with 0, 1 and 2 closed (by a daemon): the
+# engine's descriptors are made above them, and the program's own opens get
+# 0, 1 and 2.  (The userfaultfd and eventfds took them: its output went
+# into them.)
+run stdclosed "$PROG" ${SIZE_MB}M stdclosed
+show stdclosed
+if [ $rc = 0 ] && grep -q '^ok stdclosed' "$work/stdclosed.out"; then
+	pass "stdclosed: the program's opens get 0, 1 and 2"
+else
+	fail "stdclosed (exit $rc)"
+fi
+
 # 4. Fallback: no backing directory -> one warning, normal memory, results ok.
 served_env=(KVP_RAM_BUDGET_BYTES=${BUDGET_MB}M KVP_PRELOAD_MIN_BYTES=16M
 	KVP_BACKING_DIR=$work/does-not-exist)

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "kmod-helpers/fdset.h"
@@ -73,6 +74,45 @@ START_TEST(test_own_close)
 }
 END_TEST
 
+/* A program started with 0, 1 and 2 closed: the engine's descriptor is
+ * moved above them, which the program's next opens get. */
+START_TEST(test_own_moves_above_std)
+{
+	int fd, kept;
+
+	ck_assert_int_eq(close(STDIN_FILENO), 0);
+	fd = eventfd(0, EFD_CLOEXEC);
+	ck_assert_int_eq(fd, STDIN_FILENO);
+	kept = kvp_fd_own(fd);
+	ck_assert_int_ge(kept, 3);
+	ck_assert(kvp_fd_owned(kept));
+	ck_assert(!kvp_fd_owned(STDIN_FILENO));
+	ck_assert_int_eq(fcntl(kept, F_GETFD), FD_CLOEXEC);
+	ck_assert_int_eq(open("/dev/null", O_RDONLY), STDIN_FILENO);
+}
+END_TEST
+
+/* No number above 2 to move to: an error, and nothing left open. */
+START_TEST(test_own_no_room)
+{
+	struct rlimit three = { 3, 3 };
+	int fd;
+
+	ck_assert_int_eq(close(STDIN_FILENO), 0);
+	for (int i = 3; i < 1024; i++)
+		close(i); /* Check's own files included: this child reports
+			   * by its exit status */
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &three), 0);
+	fd = eventfd(0, EFD_CLOEXEC);
+	if (fd != STDIN_FILENO)
+		_exit(2);
+	if (kvp_fd_own(fd) != -EMFILE || fcntl(fd, F_GETFD) != -1 ||
+	    kvp_fd_owned(fd))
+		_exit(3);
+	_exit(0);
+}
+END_TEST
+
 static Suite *fdset_suite(void)
 {
 	Suite *s = suite_create("fdset");
@@ -81,6 +121,8 @@ static Suite *fdset_suite(void)
 	tcase_add_test(tc, test_any_number);
 	tcase_add_test(tc, test_next_owned);
 	tcase_add_test(tc, test_own_close);
+	tcase_add_test(tc, test_own_moves_above_std);
+	tcase_add_exit_test(tc, test_own_no_room, 0);
 	return s;
 }
 

@@ -8,8 +8,8 @@
  *   fill_check SIZE [TEST...]      SIZE in bytes, suffix K M G allowed
  *
  * TESTs: malloc realloc calloc align mmap dontneed mremap threads (the
- * default: all of these), fork, closefds and signals.  Each prints "ok NAME" or "FAIL NAME:
- * why"; the last lines are "vm VmHWM_kB=N VmRSS_kB=N" from /proc/self/status
+ * default: all of these), fork, closefds, stdclosed and signals.  Each
+ * prints "ok NAME" or "FAIL NAME: why"; the last lines are "vm VmHWM_kB=N VmRSS_kB=N" from /proc/self/status
  * and "fill_check: all ok" (exit 0) or "fill_check: N failed" (exit 1).
  *
  * fork: the parent fills a buffer and forks twice.  Child "touch" reads the
@@ -22,6 +22,12 @@
  * closefds: fills a buffer, closes every descriptor from 3 up as a daemon
  * does (a close loop, then close_range), checks the buffer, then opens and
  * closes files of its own (the numbers the program owns must still close).
+ *
+ * stdclosed: as a program a daemon started with 0, 1 and 2 closed: makes
+ * its first large allocation with them closed (stdout kept at 100 for the
+ * report), fills and checks it, then opens /dev/null three times, which
+ * must give 0, 1 and 2 (not the numbers after the engine's), and closes
+ * them.  Run it first: the engine must start inside it.
  *
  * signals: a timer's handler (every 1 ms) reads a page of the buffer while
  * the program rewrites it: a handler that takes longer than the period
@@ -452,6 +458,38 @@ static void t_closefds(void)
 	result("closefds", NULL, 0);
 }
 
+static void t_stdclosed(void)
+{
+	int report = fcntl(1, F_DUPFD_CLOEXEC, 100), got[3], closed = 1;
+	size_t bad;
+	char *p;
+
+	for (int fd = 0; fd < 3; fd++)
+		close(fd);
+	p = malloc(S); /* the engine starts here, its descriptors made */
+	if (p)
+		fill(p, 0, S, 20);
+	bad = p ? check(p, 0, S, 20) : SIZE_MAX;
+	for (int i = 0; i < 3; i++)
+		got[i] = open("/dev/null", O_RDWR);
+	for (int i = 0; i < 3; i++)
+		closed &= got[i] >= 0 && !close(got[i]);
+	if (dup2(report, 1) != 1 || dup2(report, 2) != 2)
+		dprintf(report, "FAIL stdclosed: 1 and 2 cannot be had back "
+				"(%s): the engine's?\n", strerror(errno));
+	close(report);
+	printf("stdclosed: the program's opens got %d %d %d\n", got[0], got[1],
+	       got[2]);
+	EXPECT("stdclosed", p, "malloc failed");
+	EXPECT_AT("stdclosed", bad, "pattern lost");
+	EXPECT("stdclosed", got[0] == 0 && got[1] == 1 && got[2] == 2,
+	       "the program's opens did not get 0, 1 and 2");
+	EXPECT("stdclosed", closed,
+	       "the program's own 0, 1 or 2 did not close");
+	free(p);
+	result("stdclosed", NULL, 0);
+}
+
 static char *sig_buf;
 static volatile sig_atomic_t sig_count;
 static volatile uint64_t sig_sink;
@@ -547,7 +585,7 @@ static const struct {
 	{ "mmap", t_mmap, 1 },	   { "dontneed", t_dontneed, 1 },
 	{ "mremap", t_mremap, 1 }, { "threads", t_threads, 1 },
 	{ "fork", t_fork, 0 },	   { "closefds", t_closefds, 0 },
-	{ "signals", t_signals, 0 },
+	{ "stdclosed", t_stdclosed, 0 }, { "signals", t_signals, 0 },
 };
 
 int main(int argc, char **argv)
