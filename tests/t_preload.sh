@@ -238,6 +238,17 @@ else
 	fail "stdclosed (exit $rc)"
 fi
 
+# 3f. closefrom where close_range(2) is refused (before Linux 5.9, or a
+# seccomp filter): the program's files closed, the engine's kept.  (The
+# shim's closefrom gave up on ENOSYS: the program's files stayed open.)
+run closefrom "$PROG" ${SIZE_MB}M closefrom
+show closefrom
+if [ $rc = 0 ] && grep -q '^ok closefrom' "$work/closefrom.out"; then
+	pass "closefrom without close_range: the program's files closed"
+else
+	fail "closefrom without close_range (exit $rc)"
+fi
+
 # 4. Fallback: no backing directory -> one warning, normal memory, results ok.
 served_env=(KVP_RAM_BUDGET_BYTES=${BUDGET_MB}M KVP_PRELOAD_MIN_BYTES=16M
 	KVP_BACKING_DIR=$work/does-not-exist)

@@ -34,7 +34,9 @@
  *                    the engine's own descriptors (its userfaultfd, the
  *                    stores' files, rings, eventfds) are kept: close says
  *                    EBADF, as for a descriptor not open; close_range and
- *                    closefrom close the others; dup2 and dup3 over one
+ *                    closefrom close the others (closefrom by
+ *                    /proc/self/fd where close_range is refused, as
+ *                    glibc's); dup2 and dup3 over one
  *                    fail with EBUSY.  A program closing every descriptor
  *                    (a daemon) would otherwise unregister the regions,
  *                    which then read as zeros
@@ -47,13 +49,16 @@
 
 #include "lib/preload/preload_i.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
+#include <stdalign.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -703,9 +708,70 @@ EXPORT int close_range(unsigned lo, unsigned hi, int flags)
 	return close_range_around(lo, hi, flags);
 }
 
+/* /proc/self/fd's numbers from @lo up, closed but the engine's; false when
+ * it cannot be read.  Read again from the start after closing (its
+ * offsets move), as glibc's closefrom does. */
+static bool close_listed_from(unsigned lo)
+{
+	alignas(struct dirent64) char buf[1024];
+	struct rlimit nofile;
+	bool ok = false;
+	int dir = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	/* Every number taken: one of those asked for makes room for it. */
+	if (dir < 0 && errno == EMFILE && !getrlimit(RLIMIT_NOFILE, &nofile)) {
+		for (rlim_t fd = lo; fd < nofile.rlim_cur; fd++)
+			if (!kvp_preload_keeps_fd((int)fd) && !real_close((int)fd))
+				break;
+		dir = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	}
+	if (dir < 0)
+		return false;
+	for (;;) {
+		ssize_t n = getdents64(dir, buf, sizeof(buf));
+		bool closed = false;
+
+		if (n <= 0) {
+			ok = n == 0;
+			break;
+		}
+		for (ssize_t off = 0; off < n;) {
+			struct dirent64 *d = (struct dirent64 *)(buf + off);
+			long fd = strtol(d->d_name, NULL, 10);
+
+			off += d->d_reclen;
+			if (d->d_name[0] == '.' || fd == dir || fd < lo ||
+			    kvp_preload_keeps_fd((int)fd))
+				continue;
+			real_close((int)fd);
+			closed = true;
+		}
+		if (closed && lseek(dir, 0, SEEK_SET) < 0)
+			break;
+	}
+	real_close(dir);
+	return ok;
+}
+
+/* As glibc's: close_range, or where it is refused (before Linux 5.9, a
+ * seccomp filter) the numbers listed in /proc/self/fd; a closefrom that
+ * cannot close them aborts, never returning with them open. */
 EXPORT void closefrom(int lowfd)
 {
-	close_range_around(lowfd < 0 ? 0 : (unsigned)lowfd, ~0u, 0);
+	unsigned lo = lowfd < 0 ? 0 : (unsigned)lowfd;
+	int err;
+
+	if (!close_range_around(lo, ~0u, 0))
+		return;
+	err = errno;
+	if (close_listed_from(lo))
+		return;
+	kvp_preload_say("closefrom(%d): close_range failed (%s) and "
+			"/proc/self/fd cannot be read (%s): the descriptors "
+			"are left open; aborting, as glibc does (mount /proc, "
+			"or let close_range through the seccomp filter)",
+			lowfd, strerror(err), strerror(errno));
+	abort();
 }
 
 EXPORT int dup2(int old, int new)

@@ -8,9 +8,10 @@
  *   fill_check SIZE [TEST...]      SIZE in bytes, suffix K M G allowed
  *
  * TESTs: malloc realloc calloc align mmap dontneed mremap threads (the
- * default: all of these), fork, closefds, stdclosed and signals.  Each
- * prints "ok NAME" or "FAIL NAME: why"; the last lines are "vm VmHWM_kB=N VmRSS_kB=N" from /proc/self/status
- * and "fill_check: all ok" (exit 0) or "fill_check: N failed" (exit 1).
+ * default: all of these), fork, closefds, closefrom, stdclosed and signals.
+ * Each prints "ok NAME" or "FAIL NAME: why"; the last lines are "vm
+ * VmHWM_kB=N VmRSS_kB=N" from /proc/self/status and "fill_check: all ok"
+ * (exit 0) or "fill_check: N failed" (exit 1).
  *
  * fork: the parent fills a buffer and forks twice.  Child "touch" reads the
  * buffer and reports; child "own" does not touch it, makes and checks a
@@ -22,6 +23,12 @@
  * closefds: fills a buffer, closes every descriptor from 3 up as a daemon
  * does (a close loop, then close_range), checks the buffer, then opens and
  * closes files of its own (the numbers the program owns must still close).
+ *
+ * closefrom: fills a buffer and opens files up to a lowered RLIMIT_NOFILE,
+ * then refuses close_range(2) with ENOSYS (a seccomp filter, as before
+ * Linux 5.9 or in a container) and calls closefrom(3): the program's files
+ * must be closed (glibc closes one, then those listed in /proc/self/fd),
+ * the buffer intact.
  *
  * stdclosed: as a program a daemon started with 0, 1 and 2 closed: makes
  * its first large allocation with them closed (stdout kept at 100 for the
@@ -37,12 +44,18 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -458,6 +471,63 @@ static void t_closefds(void)
 	result("closefds", NULL, 0);
 }
 
+/* This thread's close_range(2) fails with ENOSYS from here on. */
+static int refuse_close_range(void)
+{
+	struct sock_filter f[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+			 offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_close_range, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = { sizeof(f) / sizeof(f[0]), f };
+
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) ||
+	    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog))
+		return -1;
+	return syscall(SYS_close_range, 1000, 1000, 0) == -1 &&
+			       errno == ENOSYS
+		   ? 0
+		   : -1;
+}
+
+static void t_closefrom(void)
+{
+	struct rlimit was, low;
+	char *p = malloc(S);
+	int fds[1024], n = 0, top = 0, open_after = 0;
+
+	EXPECT("closefrom", p, "malloc failed");
+	fill(p, 0, S, 21);
+	/* Every number below the limit taken: /proc/self/fd cannot be
+	 * listed until one of those to be closed is. */
+	for (int fd = 0; fd < 1024; fd++)
+		if (fcntl(fd, F_GETFD) >= 0)
+			top = fd;
+	getrlimit(RLIMIT_NOFILE, &was);
+	low = was;
+	low.rlim_cur = (rlim_t)top + 9;
+	EXPECT("closefrom", !setrlimit(RLIMIT_NOFILE, &low),
+	       "cannot lower RLIMIT_NOFILE");
+	while (n < 1024 && (fds[n] = open("/dev/null", O_RDONLY)) >= 0)
+		n++;
+	EXPECT("closefrom", !refuse_close_range(),
+	       "cannot refuse close_range with a seccomp filter");
+	closefrom(3);
+	setrlimit(RLIMIT_NOFILE, &was);
+	for (int i = 0; i < n; i++)
+		open_after += fds[i] >= 3 && fcntl(fds[i], F_GETFD) >= 0;
+	printf("closefrom: %d of the program's %d files left open\n",
+	       open_after, n);
+	EXPECT("closefrom", n >= 8 && !open_after,
+	       "closefrom left the program's files open");
+	EXPECT_AT("closefrom", check(p, 0, S, 21),
+		  "pattern lost after closefrom");
+	free(p);
+	result("closefrom", NULL, 0);
+}
+
 static void t_stdclosed(void)
 {
 	int report = fcntl(1, F_DUPFD_CLOEXEC, 100), got[3], closed = 1;
@@ -585,7 +655,8 @@ static const struct {
 	{ "mmap", t_mmap, 1 },	   { "dontneed", t_dontneed, 1 },
 	{ "mremap", t_mremap, 1 }, { "threads", t_threads, 1 },
 	{ "fork", t_fork, 0 },	   { "closefds", t_closefds, 0 },
-	{ "stdclosed", t_stdclosed, 0 }, { "signals", t_signals, 0 },
+	{ "closefrom", t_closefrom, 0 }, { "stdclosed", t_stdclosed, 0 },
+	{ "signals", t_signals, 0 },
 };
 
 int main(int argc, char **argv)
