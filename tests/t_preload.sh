@@ -64,6 +64,18 @@ run() {
 
 show() { sed "s/^/    $1| /" "$work/$1.out" "$work/$1.err"; }
 
+# fill_check_ok TEST WHAT : fill_check's TEST alone under the preload,
+# passed when it says "ok TEST".
+fill_check_ok() {
+	run "$1" "$PROG" ${SIZE_MB}M "$1"
+	show "$1"
+	if [ $rc = 0 ] && grep -q "^ok $1" "$work/$1.out"; then
+		pass "$1: $2"
+	else
+		fail "$1 (exit $rc)"
+	fi
+}
+
 # rss_ok NAME HWM_KB : both the program's VmHWM and the sampled peak under
 # the limit.
 rss_ok() {
@@ -193,13 +205,7 @@ fi
 # loop, close_range) keeps its data: the engine's userfaultfd, stores and
 # rings are not closed under it (without the userfaultfd the buffer read
 # as zeros).
-run closefds "$PROG" ${SIZE_MB}M closefds
-show closefds
-if [ $rc = 0 ] && grep -q '^ok closefds' "$work/closefds.out"; then
-	pass "closefds: the buffer intact after closing every descriptor"
-else
-	fail "closefds (exit $rc)"
-fi
+fill_check_ok closefds "the buffer intact after closing every descriptor"
 
 # 3c. A timer's handler that reads the buffer: a signal the program's
 # threads leave (its handler still running) went to a pager thread, which
@@ -230,24 +236,12 @@ fi
 # engine's descriptors are made above them, and the program's own opens get
 # 0, 1 and 2.  (The userfaultfd and eventfds took them: its output went
 # into them.)
-run stdclosed "$PROG" ${SIZE_MB}M stdclosed
-show stdclosed
-if [ $rc = 0 ] && grep -q '^ok stdclosed' "$work/stdclosed.out"; then
-	pass "stdclosed: the program's opens get 0, 1 and 2"
-else
-	fail "stdclosed (exit $rc)"
-fi
+fill_check_ok stdclosed "the program's opens get 0, 1 and 2"
 
 # 3f. closefrom where close_range(2) is refused (before Linux 5.9, or a
 # seccomp filter): the program's files closed, the engine's kept.  (The
 # shim's closefrom gave up on ENOSYS: the program's files stayed open.)
-run closefrom "$PROG" ${SIZE_MB}M closefrom
-show closefrom
-if [ $rc = 0 ] && grep -q '^ok closefrom' "$work/closefrom.out"; then
-	pass "closefrom without close_range: the program's files closed"
-else
-	fail "closefrom without close_range (exit $rc)"
-fi
+fill_check_ok closefrom "without close_range, the program's files closed"
 
 # 4. Fallback: no backing directory -> one warning, normal memory, results ok.
 served_env=(KVP_RAM_BUDGET_BYTES=${BUDGET_MB}M KVP_PRELOAD_MIN_BYTES=16M
