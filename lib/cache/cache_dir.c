@@ -244,7 +244,18 @@ static void drop(struct kvp_cache *c, struct entry *e, bool remove_file)
 	erase(c, e);
 }
 
-/* Remove least recently used blocks until need more bytes fit. */
+/* The least recently used block, or NULL when there is none. */
+static struct entry *oldest(const struct kvp_cache *c)
+{
+	struct entry *old = NULL;
+
+	for (size_t i = 0; i < c->cap; i++)
+		if (c->ents[i].live &&
+		    (!old || c->ents[i].last_use < old->last_use))
+			old = &c->ents[i];
+	return old;
+}
+
 /* Whether a block of @need bytes used at @use would need room made and is
  * older than every block there: the one evict_lru would take next. */
 static bool older_than_all(const struct kvp_cache *c, uint64_t use,
@@ -253,23 +264,16 @@ static bool older_than_all(const struct kvp_cache *c, uint64_t use,
 	if (!c->o.capacity_bytes || !c->used ||
 	    c->bytes + need <= c->o.capacity_bytes)
 		return false;
-	for (size_t i = 0; i < c->cap; i++)
-		if (c->ents[i].live && c->ents[i].last_use <= use)
-			return false;
-	return true;
+	return oldest(c)->last_use > use;
 }
 
+/* Remove least recently used blocks until need more bytes fit. */
 static void evict_lru(struct kvp_cache *c, uint64_t need)
 {
 	while (c->o.capacity_bytes && c->used &&
 	       c->bytes + need > c->o.capacity_bytes) {
-		struct entry *old = NULL;
-		size_t i;
+		struct entry *old = oldest(c);
 
-		for (i = 0; i < c->cap; i++)
-			if (c->ents[i].live &&
-			    (!old || c->ents[i].last_use < old->last_use))
-				old = &c->ents[i];
 		c->st.evictions++;
 		c->st.evicted_bytes += old->file_bytes;
 		drop(c, old, true);
