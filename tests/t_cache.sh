@@ -213,7 +213,7 @@ if [ -c /dev/fuse ] && command -v fusermount3 >/dev/null; then
 	got=$(cat "$tmp/mnt/cache/hits_total" 2>&1)
 	check "view: cache/hits_total" "$got" 4
 	got=$("$BUILD/bin/kvpctl" -m "$tmp/mnt" stats 2>&1 | grep -c '^cache/')
-	check "kvpctl stats: cache lines" "$got" 18
+	check "kvpctl stats: cache lines" "$got" 19
 	got=$(grep -c '^kvpager_cache_hits_total{pid="[0-9]*"} 4$' "$tmp/mnt/metrics")
 	check "metrics: kvpager_cache_hits_total" "$got" 1
 	kill "$vp"

@@ -826,21 +826,56 @@ START_TEST(read_only_dir)
 }
 END_TEST
 
+/* Take the free space of the filesystem of path (a file there, written
+ * until the disk is full); unlink path to give it back. */
+static void fill_disk(const char *path)
+{
+	static char page[4096];
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+	ck_assert_int_ge(fd, 0);
+	while (write(fd, page, sizeof(page)) > 0)
+		;
+	ck_assert_int_eq(errno, ENOSPC);
+	close(fd);
+}
+
+/* dir: in a fresh tmpfs of 256 KiB mounted at mnt, where filler names
+ * a file for fill_disk.  false: no mount (said why). */
+static bool small_disk(char mnt[256], char filler[300])
+{
+	ck_assert_int_eq(mkdir(dir, 0700), 0);
+	if (!kvp_test_mount(mnt, 256, dir, "full", "tmpfs", "size=256k"))
+		return false;
+	snprintf(filler, 300, "%s/filler", mnt);
+	snprintf(dir + strlen(dir), sizeof(dir) - strlen(dir), "/full/c");
+	return true;
+}
+
+static bool contains_n(struct kvp_cache *c, uint32_t n)
+{
+	struct kvp_rec_key k;
+
+	key_n(&k, n);
+	return kvp_cache_contains(c, &k);
+}
+
+/* A full disk is a capacity reached: the least recently used blocks go
+ * to make room, and a block older than all of them is not stored. */
 START_TEST(full_disk)
 {
-	char mnt[256], said[300], text[1024];
+	enum { PUTS = 40, LEN = 20000 };
+	char mnt[256], said[300], filler[300], text[1024];
 	int fd, saved;
 	ssize_t n;
 	struct kvp_cache *c = NULL;
 	struct kvp_cache_stats st;
-	uint32_t i, stored = 0;
-	int err = 0;
+	struct kvp_rec_key k;
+	uint32_t i, kept;
+	void *p;
 
-	ck_assert_int_eq(mkdir(dir, 0700), 0);
-	if (!kvp_test_mount(mnt, sizeof(mnt), dir, "full", "tmpfs",
-			    "size=256k"))
+	if (!small_disk(mnt, filler))
 		return;
-	snprintf(dir + strlen(dir), sizeof(dir) - strlen(dir), "/full/c");
 	c = open_ok(NULL);
 	/* what it says on stderr: into a file */
 	snprintf(said, sizeof(said), "%s/said", base);
@@ -849,42 +884,99 @@ START_TEST(full_disk)
 	fflush(stderr);
 	saved = dup(2);
 	dup2(fd, 2);
-	for (i = 0; i < 40 && !err; i++) {
-		struct kvp_rec_key k;
-		void *p = payload_n(i, 20000);
-
-		key_n(&k, i);
-		err = kvp_cache_put(c, &k, p, 20000);
-		free(p);
-		if (!err)
-			stored++;
-	}
-	put_n(c, 99, 20000, -ENOSPC); /* said once */
+	/* full, and nothing of the cache's to evict: the put fails */
+	fill_disk(filler);
+	put_n(c, 99, LEN, -ENOSPC);
+	unlink(filler);
+	for (i = 0; i < PUTS; i++)
+		put_n(c, i, LEN, 0);
 	fflush(stderr);
 	dup2(saved, 2);
 	close(saved);
 	n = pread(fd, text, sizeof(text) - 1, 0);
 	text[n > 0 ? n : 0] = 0;
 	close(fd);
-	ck_assert_msg(strstr(text, "is full (No space left on device)") &&
+	ck_assert_msg(strstr(text, "the disk is full (No space left on "
+				   "device)") &&
 			      strstr(text, "--cache-capacity"),
 		      "said: '%s'", text);
 	ck_assert_ptr_null(strstr(strstr(text, "is full") + 1, "is full"));
-	ck_assert_int_eq(err, -ENOSPC);
-	ck_assert_uint_ge(stored, 5);
 	kvp_cache_stats(c, &st);
-	ck_assert_uint_eq(st.put_errors, 2);
-	ck_assert_uint_eq(st.blocks, stored);
+	ck_assert_uint_eq(st.put_errors, 1);
+	ck_assert_uint_eq(st.puts, PUTS);
+	ck_assert_uint_ge(st.disk_full, 2);
+	ck_assert_uint_ge(st.blocks, 5);
+	ck_assert_uint_eq(st.evictions, PUTS - st.blocks);
+	/* the newest kept, the oldest evicted */
+	kept = (uint32_t)st.blocks;
+	for (i = 0; i < PUTS; i++)
+		ck_assert_msg(contains_n(c, i) == (i >= PUTS - kept),
+			      "block %u of %u, %u kept", i, PUTS, kept);
+	/* older than every block, on a full disk: not stored, none evicted */
+	fill_disk(filler);
+	key_n(&k, 100);
+	p = payload_n(100, LEN);
+	ck_assert_int_eq(kvp_cache_put_at(c, &k, p, LEN, 1), 0);
+	free(p);
+	unlink(filler);
+	ck_assert(!contains_n(c, 100));
+	kvp_cache_stats(c, &st);
+	ck_assert_uint_eq(st.blocks, kept);
+	ck_assert_uint_eq(st.evictions, PUTS - kept + 1);
 	kvp_cache_close(c);
-	/* nothing committed lost, no half block left */
+	/* nothing committed lost but the evicted, no half block left */
 	c = open_ok(NULL);
 	kvp_cache_stats(c, &st);
-	ck_assert_uint_eq(st.blocks, stored);
+	ck_assert_uint_eq(st.blocks, kept);
 	ck_assert_uint_eq(st.tmp_removed, 0);
 	ck_assert_uint_eq(st.dropped_torn, 0);
-	for (i = 0; i < stored; i++)
-		get_n(c, i, 20000, 0);
+	for (i = PUTS - kept; i < PUTS; i++)
+		get_n(c, i, LEN, 0);
 	kvp_cache_close(c);
+	kvp_test_unmount(mnt);
+}
+END_TEST
+
+/* Blocks evicted for room that does not come back (their files held
+ * open by readers): a few tries, and the cache is not emptied. */
+START_TEST(full_disk_tries_bounded)
+{
+	enum { BLOCKS = 8, LEN = 20000 };
+	char mnt[256], filler[300];
+	int fds[BLOCKS];
+	struct kvp_cache *c = NULL;
+	struct kvp_cache_stats st;
+	struct kvp_rec_key k;
+	uint64_t len;
+	uint32_t i;
+
+	if (!small_disk(mnt, filler))
+		return;
+	c = open_ok(NULL);
+	for (i = 0; i < BLOCKS; i++) {
+		put_n(c, i, LEN, 0);
+		key_n(&k, i);
+		ck_assert_int_eq(kvp_cache_open_block(c, &k, &fds[i], &len),
+				 0);
+	}
+	fill_disk(filler);
+	put_n(c, 99, LEN, -ENOSPC);
+	kvp_cache_stats(c, &st);
+	ck_assert_uint_eq(st.evictions, 3); /* FULL_TRIES */
+	ck_assert_uint_eq(st.blocks, BLOCKS - 3);
+	ck_assert_uint_eq(st.put_errors, 1);
+	ck_assert_uint_eq(st.disk_full, 1);
+	for (i = 0; i < BLOCKS; i++)
+		close(fds[i]);
+	/* the evicted files' room is back */
+	put_n(c, 99, LEN, 0);
+	for (i = 3; i < BLOCKS; i++)
+		get_n(c, i, LEN, 0);
+	get_n(c, 99, LEN, 0);
+	kvp_cache_stats(c, &st);
+	ck_assert_uint_eq(st.evictions, 3);
+	kvp_cache_close(c);
+	unlink(filler);
 	kvp_test_unmount(mnt);
 }
 END_TEST
@@ -899,7 +991,7 @@ START_TEST(stat_table)
 	get_n(c, 1, 100, 0);
 	get_n(c, 2, 100, -ENOENT);
 	kvp_cache_stats(c, &st);
-	ck_assert_uint_eq(kvp_cache_stat_count, 18);
+	ck_assert_uint_eq(kvp_cache_stat_count, 19);
 	for (i = 0; i < kvp_cache_stat_count; i++)
 		if (!strcmp(kvp_cache_stat_descs[i].name, "hits_total"))
 			hits = i;
@@ -940,6 +1032,7 @@ int main(void)
 	tcase_add_test(tc, cipher_keys);
 	tcase_add_test(tc, read_only_dir);
 	tcase_add_test(tc, full_disk);
+	tcase_add_test(tc, full_disk_tries_bounded);
 	tcase_add_test(tc, stat_table);
 	failed = kvp_test_run(s);
 	kvp_test_rm_tree(root);

@@ -267,17 +267,62 @@ static bool older_than_all(const struct kvp_cache *c, uint64_t use,
 	return oldest(c)->last_use > use;
 }
 
+static void evict(struct kvp_cache *c, struct entry *e)
+{
+	c->st.evictions++;
+	c->st.evicted_bytes += e->file_bytes;
+	drop(c, e, true);
+}
+
 /* Remove least recently used blocks until need more bytes fit. */
 static void evict_lru(struct kvp_cache *c, uint64_t need)
 {
 	while (c->o.capacity_bytes && c->used &&
-	       c->bytes + need > c->o.capacity_bytes) {
-		struct entry *old = oldest(c);
+	       c->bytes + need > c->o.capacity_bytes)
+		evict(c, oldest(c));
+}
 
-		c->st.evictions++;
-		c->st.evicted_bytes += old->file_bytes;
-		drop(c, old, true);
+/* Writes of a put on a full disk after the first, each after room is
+ * made: space freed may not come back (a block file a reader still
+ * holds open), or be taken again by others; the cache is not emptied
+ * for a disk that stays full. */
+#define FULL_TRIES 3
+
+static bool disk_full(int err)
+{
+	return err == -ENOSPC || err == -EDQUOT;
+}
+
+/*
+ * The disk is full (or the quota): room for need bytes, made as a
+ * capacity makes it, least recently used first, but no block newer than
+ * the put's (used at use): where that is the oldest, it is the one to
+ * go.  Returns the bytes freed (0: none).
+ */
+static uint64_t make_room(struct kvp_cache *c, uint64_t use, uint64_t need)
+{
+	uint64_t freed = 0;
+	struct entry *old;
+
+	while (freed < need && (old = oldest(c)) && old->last_use <= use) {
+		freed += old->file_bytes;
+		evict(c, old);
 	}
+	return freed;
+}
+
+/* Once: without it the cache only evicts (or stops storing) quietly. */
+static void say_disk_full(struct kvp_cache *c, int err)
+{
+	if (c->said_full)
+		return;
+	c->said_full = true;
+	fprintf(stderr,
+		"kvpager: cache dir '%s': the disk is full (%s): the least "
+		"recently used blocks are evicted to make room; give the "
+		"cache a capacity below the free space there "
+		"(--cache-capacity)\n",
+		c->path, strerror(-err));
 }
 
 /* ---- reading a block file ----------------------------------------------- */
@@ -988,7 +1033,7 @@ static int put_common(struct kvp_cache *c, const struct kvp_rec_key *key,
 	struct entry *e;
 	uint64_t use;
 	void *buf = NULL;
-	int err;
+	int err, tries;
 
 	if (len > KVP_REC_MAX_PAYLOAD)
 		return -EINVAL;
@@ -1011,14 +1056,8 @@ static int put_common(struct kvp_cache *c, const struct kvp_rec_key *key,
 	if (c->o.capacity_bytes && file_bytes > c->o.capacity_bytes)
 		goto fail;
 	use = src->use ? src->use : next_use(c);
-	if (older_than_all(c, use, file_bytes)) {
-		/* the least useful block of a full cache is this one (a
-		 * prompt's chunk past those kept, which a hit cannot reach
-		 * without them): evicted at once, never written */
-		c->st.evictions++;
-		c->st.evicted_bytes += file_bytes;
-		goto out;
-	}
+	if (older_than_all(c, use, file_bytes))
+		goto least_useful;
 	err = -ENOMEM;
 	if (c->putbuf_bytes < file_bytes) {
 		free(c->putbuf);
@@ -1034,6 +1073,18 @@ static int put_common(struct kvp_cache *c, const struct kvp_rec_key *key,
 		goto fail;
 	evict_lru(c, file_bytes);
 	err = write_block(c, key, buf, file_bytes, use);
+	if (disk_full(err)) {
+		c->st.disk_full++;
+		say_disk_full(c, err);
+	}
+	for (tries = 0; disk_full(err) && tries < FULL_TRIES; tries++) {
+		if (!make_room(c, use, file_bytes)) {
+			if (c->used)
+				goto least_useful;
+			break; /* nothing of the cache's to free */
+		}
+		err = write_block(c, key, buf, file_bytes, use);
+	}
 	if (err)
 		goto fail;
 	err = insert(c, key, file_bytes, use);
@@ -1042,19 +1093,16 @@ static int put_common(struct kvp_cache *c, const struct kvp_rec_key *key,
 	c->st.puts++;
 	c->st.payload_written += len;
 	goto out;
+least_useful:
+	/* the least useful block of a full cache (or disk) is this one (a
+	 * prompt's chunk past those kept, which a hit cannot reach without
+	 * them): evicted at once, never written */
+	err = 0;
+	c->st.evictions++;
+	c->st.evicted_bytes += file_bytes;
+	goto out;
 fail:
 	c->st.put_errors++;
-	if ((err == -ENOSPC || err == -EDQUOT) && !c->said_full) {
-		/* counted in put_errors, but a cache that silently stops
-		 * storing reads as one that has no hits to give */
-		c->said_full = true;
-		fprintf(stderr,
-			"kvpager: cache dir '%s' is full (%s): new blocks are "
-			"not stored, those stored stay; free space there, or "
-			"give the cache a capacity it fits in "
-			"(--cache-capacity)\n",
-			c->path, strerror(-err));
-	}
 out:
 	pthread_mutex_unlock(&c->lock);
 	return err;

@@ -41,6 +41,7 @@
  *   committed --get fails to verify [kvp_cache_get]--> dropped (torn:
  *             file removed; unauthenticated or other key: left, unindexed)
  *   committed --capacity, least recently used [evict_lru]--> absent
+ *   committed --disk full, least recently used [make_room]--> absent
  *   committed --get finds its file gone (removed by hand)--> absent
  *
  * CAPACITY AND EVICTION: the files' bytes stay within capacity_bytes; a
@@ -52,7 +53,10 @@
  * survives a restart: every put and hit sets its file's modification
  * time to its recency (wall-clock nanoseconds; a metadata write, the
  * data is never written again), and open starts from those times (to
- * the filesystem's timestamp granularity).
+ * the filesystem's timestamp granularity).  A full disk (ENOSPC, or the
+ * quota) is a capacity reached: the put's write is tried again after
+ * the least recently used blocks make room, a few times (FULL_TRIES),
+ * counted (disk_full) and said once on stderr.
  *
  * Locking: one mutex per cache; every call may come from any thread.
  */
@@ -117,6 +121,8 @@ struct kvp_cache_opts {
 	  "puts of a block already stored: not written again")                 \
 	X(put_errors, KVP_COUNTER,                                             \
 	  "puts that failed (full disk, EIO, read only): nothing committed")   \
+	X(disk_full, KVP_COUNTER,                                              \
+	  "puts that found the disk full: blocks evicted to make room")       \
 	X(dropped_torn, KVP_COUNTER, "torn, partial or corrupt records")       \
 	X(dropped_unauth, KVP_COUNTER,                                         \
 	  "records failing authentication, sealed without a key, or plain "    \
@@ -187,15 +193,17 @@ bool kvp_cache_contains(struct kvp_cache *c, const struct kvp_rec_key *key);
 
 /*
  * kvp_cache_put - store payload (len bytes) under key, in the order above;
- * on 0 the block is committed (survives a crash).  A key already present
- * is not written again (puts_present), but used: its recency is the
- * put's where that is newer; a file of key's name that the
+ * on 0 the block is committed (survives a crash), or, older than every
+ * block of a full cache (or disk), evicted at once (evictions).  A key
+ * already present is not written again (puts_present), but used: its
+ * recency is the put's where that is newer; a file of key's name that the
  * index lacks (a record dropped and kept) is replaced, so where caches
  * of other cipher keys share the directory, keys must bind this one's
  * (kvp_cache_keyctx: the prefix does).  Returns 0, or with nothing
  * committed and the index unchanged (but for blocks evicted to make
  * room): -EROFS (read only), -EFBIG (a record larger than the capacity),
- * -ENOSPC (disk full), -EIO, -ENOMEM, -EINVAL (len over the limit).
+ * -ENOSPC or -EDQUOT (the disk full still after room was made, or no
+ * block to evict), -EIO, -ENOMEM, -EINVAL (len over the limit).
  */
 int kvp_cache_put(struct kvp_cache *c, const struct kvp_rec_key *key,
 		  const void *payload, uint64_t len);
