@@ -186,10 +186,39 @@ if [ -f "$model" ]; then
 	check "corrupt, read: tokens" "$(tokens <<<"$c")" "$(tokens <<<"$a")"
 fi
 
-# another format version: refused with the remedy
+# a directory that cannot be used fails the work, as --path's does
+# (exit 1, with the remedy); a value refused is the command line's
+# (exit 2), and leaves no directory made.  refused CASE STATUS TEXT ARGS...
+refused() {
+	local what=$1 want=$2 text=$3 rc=0
+	shift 3
+	c=$(run --model random:tiny --generate 2 "$@" 2>&1) || rc=$?
+	[ $rc = "$want" ] && grep -q -- "$text" <<<"$c" ||
+		{ echo "FAIL: $what: exit $rc (want $want): $c"; fail=1; }
+}
 echo "kvpager-cache 9" >"$d/kvpcache"
-c=$(run --model random:tiny --generate 2 --cache-dir "$d" 2>&1)
-[ $? = 2 ] && grep -q "has format 9, this kvpager reads 1" <<<"$c" || { echo "FAIL: format 9: $c"; fail=1; }
+refused "format 9" 1 "has format 9, this kvpager reads 1" --cache-dir "$d"
+refused "no parent" 1 "mkdir -p its parent" --cache-dir "$tmp/none/c"
+mkdir -m 777 "$tmp/open"
+chmod 777 "$tmp/open" # past the umask
+refused "others may write" 1 "chmod 700" --cache-dir "$tmp/open"
+mkdir -m 700 "$tmp/held"
+flock "$tmp/held" sleep 600 &
+holder=$!
+for _ in $(seq 100); do
+	grep -q "FLOCK.* $holder " /proc/locks 2>/dev/null && break
+	sleep 0.1
+done
+refused "in use" 1 "in use by another process" --cache-dir "$tmp/held"
+kill "$holder"; wait "$holder" 2>/dev/null
+if [ "$(id -u)" = 0 ]; then
+	mkdir -m 700 "$tmp/theirs"
+	chown 65534 "$tmp/theirs"
+	refused "another user's" 1 "not to you" --cache-dir "$tmp/theirs"
+fi
+refused "a bad URL" 2 "must start with redis://" --cache-dir "$tmp/u" \
+	--remote ftp://x
+[ -e "$tmp/u" ] && { echo "FAIL: a refused URL made the directory"; fail=1; }
 c=$(run --preset tiny --steps 2 --cache-dir "$tmp/x" 2>&1)
 [ $? = 2 ] && grep -q "add --model" <<<"$c" || { echo "FAIL: no model: $c"; fail=1; }
 

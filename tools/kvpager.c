@@ -1216,7 +1216,10 @@ static int model_open(struct run_opts *o, struct model_run *mr,
 }
 
 /* The prefix cache of --cache-dir or KVP_CACHE_DIR (model runs only),
- * for the final geometry g.  Messages on stderr. */
+ * for the final geometry g.  Messages on stderr.  Returns the exit
+ * status: 0; 2, a value refused (a key file others may read, a
+ * malformed URL); 1, the directory failed (unusable, or in use), as
+ * --path's does. */
 static int model_cache_open(struct run_opts *o, struct model_run *mr,
 			    const struct kvp_kv_geometry *g)
 {
@@ -1226,26 +1229,31 @@ static int model_cache_open(struct run_opts *o, struct model_run *mr,
 	if (!err && o->cache.remote_url && !o->cache.dir) {
 		fprintf(stderr, "kvpager: --remote (KVP_REMOTE_URL) is a tier "
 				"below the prefix cache: add --cache-dir\n");
-		return -EINVAL;
+		return 2;
 	}
-	if (err || !o->cache.dir) {
-		if (err)
-			fprintf(stderr, "kvpager: %s\n", why);
-		return err;
-	}
-	if (!mr->m) {
+	if (!err && !o->cache.dir)
+		return 0;
+	if (!err && !mr->m) {
 		/* --cache-dir without --model is refused with the options */
 		fprintf(stderr, "kvpager: KVP_CACHE_DIR stores a model's KV: "
 				"add --model, or unset it\n");
-		return -EINVAL;
+		return 2;
+	}
+	if (!err)
+		err = kvp_model_cache_opts_check(&o->cache, why, sizeof(why));
+	if (err) {
+		fprintf(stderr, "kvpager: %s\n", why);
+		return 2;
 	}
 	err = kvp_model_cache_open(&o->cache, mr->m, g, &mr->mc, why,
 				   sizeof(why), warn, sizeof(warn));
-	if (err)
+	if (err) {
 		fprintf(stderr, "kvpager: %s\n", why);
-	else if (*warn)
+		return 1;
+	}
+	if (*warn)
 		fprintf(stderr, "kvpager: warning: %s\n", warn);
-	return err;
+	return 0;
 }
 
 /* The KV cache's store with a prefix cache: its backing file (in
@@ -1649,8 +1657,9 @@ static int run_job(int argc, char **argv, struct model_run *mr)
 			kvp_strerror(err));
 		return 1;
 	}
-	if (model_cache_open(&o, mr, &g))
-		return 2;
+	err = model_cache_open(&o, mr, &g);
+	if (err)
+		return err;
 	kv_start = kv;
 	capacity = (o.context + o.steps + g.block_tokens) * o.batch;
 	if (!o.block && kv.predictor == KVP_PREDICTOR_EXACT)

@@ -11,6 +11,7 @@
 #include "lib/cache/cache_store.h"
 #include "lib/model/model_cache.h"
 #include "lib/model/model_i.h"
+#include "lib/remote/remote.h"
 #include "lib/tunables/tunables.h"
 
 struct kvp_model_cache {
@@ -107,6 +108,68 @@ static int model_cache_bind(void *arg, uint32_t chunk, const uint64_t *offs,
 	return kvp_cache_store_bind(mc->store, &k, offs, n);
 }
 
+static uint32_t chunk_tokens(const struct kvp_model_cache_opts *o)
+{
+	return o->chunk_tokens ? o->chunk_tokens : KVP_MODEL_CACHE_CHUNK;
+}
+
+static int check_dir_chunk(const struct kvp_model_cache_opts *o, char *err,
+			   size_t errlen)
+{
+	uint32_t C = chunk_tokens(o);
+
+	if (o->dir && C <= 256 && !(C & (C - 1)))
+		return 0;
+	snprintf(err, errlen, "cache: %s",
+		 o->dir ? "chunk tokens must be a power of two up to 256"
+			: "no cache directory given");
+	return -EINVAL;
+}
+
+/* The cipher key of o, from its file or hex, into *cipher: 0 (*has
+ * false: none given) or the error, with err. */
+static int load_cipher(const struct kvp_model_cache_opts *o,
+		       struct kvp_rec_cipher *cipher, bool *has, char *err,
+		       size_t errlen)
+{
+	char why[256];
+	int e = 0;
+
+	*has = false;
+	if (o->key_file) {
+		e = kvp_cache_cipher_load(o->key_file, cipher, err, errlen);
+	} else if (o->key_hex) {
+		e = kvp_cache_cipher_parse(o->key_hex, strlen(o->key_hex),
+					   cipher, err, errlen);
+		if (e) {
+			/* name where it came from: the environment */
+			snprintf(why, sizeof(why), "%s", err);
+			snprintf(err, errlen, "KVP_CACHE_KEY: %s", why);
+		}
+	} else {
+		return 0;
+	}
+	*has = !e;
+	return e;
+}
+
+int kvp_model_cache_opts_check(const struct kvp_model_cache_opts *o,
+			       char *err, size_t errlen)
+{
+	struct kvp_rec_cipher cipher;
+	struct kvp_remote_url url;
+	bool has;
+	int e = check_dir_chunk(o, err, errlen);
+
+	if (!e)
+		e = load_cipher(o, &cipher, &has, err, errlen);
+	memset(&cipher, 0, sizeof(cipher));
+	if (!e && o->remote_url)
+		e = kvp_remote_url_parse(&url, o->remote_url, err, errlen);
+	memset(&url, 0, sizeof(url)); /* a password */
+	return e;
+}
+
 int kvp_model_cache_open(const struct kvp_model_cache_opts *o,
 			 const struct kvp_model *m,
 			 const struct kvp_kv_geometry *g,
@@ -117,33 +180,16 @@ int kvp_model_cache_open(const struct kvp_model_cache_opts *o,
 	struct kvp_prefix_opts po = { 0 };
 	struct kvp_rec_cipher cipher;
 	struct kvp_model_cache *mc;
-	uint32_t C = o->chunk_tokens ? o->chunk_tokens : KVP_MODEL_CACHE_CHUNK;
-	int e;
+	uint32_t C = chunk_tokens(o);
+	bool has_cipher;
+	int e = check_dir_chunk(o, err, errlen);
 
-	if (!o->dir || C > 256 || (C & (C - 1))) {
-		snprintf(err, errlen, "cache: %s",
-			 o->dir ? "chunk tokens must be a power of two up to 256"
-				: "no cache directory given");
-		return -EINVAL;
-	}
-	if (o->key_file) {
-		e = kvp_cache_cipher_load(o->key_file, &cipher, err, errlen);
-		if (e)
-			return e;
+	if (!e)
+		e = load_cipher(o, &cipher, &has_cipher, err, errlen);
+	if (e)
+		return e;
+	if (has_cipher)
 		co.cipher = &cipher;
-	} else if (o->key_hex) {
-		e = kvp_cache_cipher_parse(o->key_hex, strlen(o->key_hex),
-					   &cipher, err, errlen);
-		if (e) {
-			char why[256];
-
-			/* name where it came from: the environment */
-			snprintf(why, sizeof(why), "%s", err);
-			snprintf(err, errlen, "KVP_CACHE_KEY: %s", why);
-			return e;
-		}
-		co.cipher = &cipher;
-	}
 	mc = calloc(1, sizeof(*mc));
 	if (!mc)
 		return -ENOMEM;
