@@ -203,7 +203,7 @@ mkdir -m 777 "$tmp/open"
 chmod 777 "$tmp/open" # past the umask
 refused "others may write" 1 "chmod 700" --cache-dir "$tmp/open"
 mkdir -m 700 "$tmp/held"
-flock "$tmp/held" sleep 600 &
+flock "$tmp/held/kvpcache.lock" sleep 600 &
 holder=$!
 for _ in $(seq 100); do
 	grep -q "FLOCK.* $holder " /proc/locks 2>/dev/null && break

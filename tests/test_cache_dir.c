@@ -3,6 +3,7 @@
  * format version or model, a corrupt block, a read-only directory, a full
  * disk, a directory that is not a cache). */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -186,6 +187,20 @@ static void write_file(const char *path, const void *data, size_t len)
 	close(fd);
 }
 
+/* The names in directory path, but "." and "..". */
+static int entries(const char *path)
+{
+	DIR *d = opendir(path);
+	struct dirent *de;
+	int n = 0;
+
+	ck_assert_ptr_nonnull(d);
+	while ((de = readdir(d)))
+		n += strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+	closedir(d);
+	return n;
+}
+
 START_TEST(not_a_cache)
 {
 	struct kvp_cache *c = NULL;
@@ -201,6 +216,7 @@ START_TEST(not_a_cache)
 			 -ENOTEMPTY);
 	ck_assert_ptr_nonnull(strstr(err, "not a kvpager cache"));
 	ck_assert_int_eq(stat(path, &sb), 0);
+	ck_assert_int_eq(entries(dir), 1); /* no lock file made there */
 	/* a missing parent, a symlink to nothing: what to do is said */
 	snprintf(path, sizeof(path), "%s/no/parent", dir);
 	ck_assert_int_eq(kvp_cache_open(path, NULL, &c, err, sizeof(err),
@@ -248,6 +264,54 @@ END_TEST
 /* Processes that open one new directory at once: exactly one has it, and
  * every other is told it is in use (never "not a cache", never a broken
  * manifest, never two holders). */
+/*
+ * Each exclusive lock of an open cache is held through a descriptor
+ * opened for writing: NFS emulates flock with byte-range locks, and an
+ * exclusive one on a descriptor opened read only fails there (EBADF).
+ * No NFS here: the descriptors' modes are what is checked.
+ */
+START_TEST(locks_writable)
+{
+	struct kvp_cache *c = open_ok(NULL);
+	char path[300], line[256];
+	struct dirent *de;
+	int locks = 0;
+	DIR *d = opendir("/proc/self/fdinfo");
+
+	ck_assert_ptr_nonnull(d);
+	while ((de = readdir(d))) {
+		unsigned flags = 0;
+		bool exclusive = false;
+		FILE *f;
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/fdinfo/%s",
+			 de->d_name);
+		f = fopen(path, "re");
+		if (!f)
+			continue; /* the DIR's own descriptor, closed */
+		while (fgets(line, sizeof(line), f)) {
+			sscanf(line, "flags: %o", &flags);
+			if (!strncmp(line, "lock:", 5) &&
+			    strstr(line, "FLOCK") && strstr(line, "WRITE"))
+				exclusive = true;
+		}
+		fclose(f);
+		if (!exclusive)
+			continue;
+		locks++;
+		ck_assert_msg((flags & O_ACCMODE) != O_RDONLY,
+			      "fd %s: an exclusive lock on a descriptor "
+			      "opened read only (flags %o)",
+			      de->d_name, flags);
+	}
+	closedir(d);
+	ck_assert_int_eq(locks, 2); /* the lock file and the manifest */
+	kvp_cache_close(c);
+}
+END_TEST
+
 START_TEST(racing_creators)
 {
 	enum { KIDS = 6, ROUNDS = 40 };
@@ -1016,6 +1080,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, put_get_reopen);
 	tcase_add_test(tc, one_holder);
+	tcase_add_test(tc, locks_writable);
 	tcase_add_test(tc, racing_creators);
 	tcase_add_test(tc, others_dir);
 	tcase_add_test(tc, fifo_no_hang);

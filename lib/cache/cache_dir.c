@@ -38,6 +38,7 @@ const size_t kvp_cache_stat_count =
 #define MANIFEST      "kvpcache"
 #define MANIFEST_TEXT "kvpager-cache 1\n"
 #define MANIFEST_TMP  "tmp.kvpcache"
+#define LOCK_FILE     "kvpcache.lock"
 #define ALIGN	      4096u
 #define SUFFIX	      ".kvb"
 /* The uses one lookup orders (1 ns of recency each); later ones tie. */
@@ -52,8 +53,9 @@ struct entry {
 
 struct kvp_cache {
 	pthread_mutex_t lock;
-	int dirfd;		   /* the directory, O_DIRECTORY, flock'ed */
-	int lockfd;		   /* the manifest, flock'ed too */
+	int dirfd;		   /* the directory, O_DIRECTORY */
+	int lockfd;		   /* LOCK_FILE, flock'ed; -1: read only */
+	int manifestfd;		   /* the manifest, flock'ed too */
 	struct kvp_cache_opts o;   /* copy of the options */
 	struct kvp_rec_cipher cipher; /* o.cipher points here */
 	const struct kvp_cache_io_ops *io;
@@ -530,7 +532,14 @@ static int scan(struct kvp_cache *c)
 	return err;
 }
 
-/* True when the directory holds nothing but "." and "..". */
+static bool has_manifest(const struct kvp_cache *c)
+{
+	return !faccessat(c->dirfd, MANIFEST, F_OK, AT_SYMLINK_NOFOLLOW);
+}
+
+/* 1 when the directory holds nothing but "." and ".." and what a
+ * creator of a cache makes before its manifest (another's, racing this
+ * open, or a crash's): the lock file, the manifest's tmp file. */
 static int dir_empty(int dirfd)
 {
 	struct dirent *de;
@@ -539,9 +548,9 @@ static int dir_empty(int dirfd)
 
 	if (err)
 		return err;
-	/* a manifest's tmp file is a crash's while creating the cache */
 	while ((de = readdir(d)))
 		if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") &&
+		    strcmp(de->d_name, LOCK_FILE) &&
 		    strcmp(de->d_name, MANIFEST_TMP))
 			empty = 0;
 	closedir(d);
@@ -608,7 +617,7 @@ static void lock_holder(int fd, char *out, size_t len)
 	fclose(f);
 }
 
-/* Lock fd (the directory, or the manifest) for this process alone: 0, or
+/* Lock fd (the lock file, or the manifest) for this process alone: 0, or
  * -EBUSY with the holder named in err. */
 static int lock_one(int fd, const char *path, char *err, size_t errlen)
 {
@@ -631,6 +640,33 @@ static int lock_one(int fd, const char *path, char *err, size_t errlen)
 	return -EBUSY;
 }
 
+/*
+ * Lock the directory for this process's writes, before the manifest is
+ * looked at: a creator renames a new manifest into place, so a lock on
+ * the manifest alone could be on a file no longer named.  The lock is a
+ * file's that is never renamed nor removed, opened for writing: NFS
+ * emulates flock with byte-range locks and refuses an exclusive one on
+ * a descriptor opened read only (EBADF), as a directory's always is.
+ * 0 or -errno with err set.
+ */
+static int lock_dir(struct kvp_cache *c, const char *path, char *err,
+		    size_t errlen)
+{
+	int e;
+
+	c->lockfd = openat(c->dirfd, LOCK_FILE,
+			   O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW |
+				   O_NONBLOCK,
+			   0600);
+	if (c->lockfd < 0) {
+		e = -errno;
+		snprintf(err, errlen, "cache dir '%s': cannot open %s: %s",
+			 path, LOCK_FILE, strerror(errno));
+		return e;
+	}
+	return lock_one(c->lockfd, path, err, errlen);
+}
+
 /* Check the manifest's version; lock it.  0 or -errno with err set. */
 static int take_manifest(struct kvp_cache *c, const char *path, char *err,
 			 size_t errlen)
@@ -639,15 +675,19 @@ static int take_manifest(struct kvp_cache *c, const char *path, char *err,
 	unsigned ver = 0;
 	ssize_t n;
 
-	/* a FIFO there would wait for a writer: it fails to read instead */
-	c->lockfd = openat(c->dirfd, MANIFEST,
-			   O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-	if (c->lockfd < 0) {
+	/* for writing, as the lock file (NFS); read only, it cannot be, and
+	 * on NFS its lock then fails: such a cache is opened on NFS only
+	 * where it may be written.  A FIFO there would wait for a writer:
+	 * it fails to read instead */
+	c->manifestfd = openat(c->dirfd, MANIFEST,
+			       (c->st.read_only ? O_RDONLY : O_RDWR) |
+				       O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	if (c->manifestfd < 0) {
 		snprintf(err, errlen, "cache dir '%s': cannot open %s: %s",
 			 path, MANIFEST, strerror(errno));
 		return -errno;
 	}
-	n = pread(c->lockfd, text, sizeof(text) - 1, 0);
+	n = pread(c->manifestfd, text, sizeof(text) - 1, 0);
 	if (n < 0 || sscanf(text, "kvpager-cache %u", &ver) != 1) {
 		snprintf(err, errlen,
 			 "cache dir '%s': %s is not a kvpager cache manifest; "
@@ -662,9 +702,10 @@ static int take_manifest(struct kvp_cache *c, const char *path, char *err,
 			 path, ver, KVP_CACHE_FORMAT);
 		return -EPROTONOSUPPORT;
 	}
-	/* the directory's lock is this kvpager's; the manifest's keeps out
-	 * an older one, which locks only that */
-	return lock_one(c->lockfd, path, err, errlen);
+	/* the lock file's lock is this kvpager's; the manifest's keeps out
+	 * an older one, which locks only that (or the directory), and a
+	 * read-only opener, which takes no lock file */
+	return lock_one(c->manifestfd, path, err, errlen);
 }
 
 /*
@@ -725,7 +766,7 @@ int kvp_cache_open(const char *path, const struct kvp_cache_opts *opts,
 		return -ENOMEM;
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->use_lock, NULL);
-	c->dirfd = c->lockfd = -1;
+	c->dirfd = c->lockfd = c->manifestfd = -1;
 	c->o = *opts;
 	if (opts->cipher) {
 		c->cipher = *opts->cipher;
@@ -762,12 +803,6 @@ int kvp_cache_open(const char *path, const struct kvp_cache_opts *opts,
 	e = check_owner(c->dirfd, path, err, errlen);
 	if (e)
 		goto fail;
-	/* the lock is the directory's own, taken before the manifest is
-	 * looked at: a creator renames a new manifest into place, so a lock
-	 * on the manifest alone could be on a file no longer named */
-	e = lock_one(c->dirfd, path, err, errlen);
-	if (e)
-		goto fail;
 	if (!c->st.read_only && faccessat(c->dirfd, ".", W_OK, AT_EACCESS)) {
 		c->st.read_only = true;
 		if (warn)
@@ -776,16 +811,24 @@ int kvp_cache_open(const char *path, const struct kvp_cache_opts *opts,
 				 "only, nothing new is stored",
 				 path, strerror(errno));
 	}
-	if (faccessat(c->dirfd, MANIFEST, F_OK, AT_SYMLINK_NOFOLLOW)) {
+	/* before the lock file is made: someone's directory stays as it is;
+	 * files with a manifest made meanwhile are a racing creator's */
+	if (!has_manifest(c)) {
 		empty = dir_empty(c->dirfd);
 		e = empty < 0 ? empty : -ENOTEMPTY;
-		if (empty != 1) {
+		if (empty < 0 || (!empty && !has_manifest(c))) {
 			snprintf(err, errlen,
 				 "cache dir '%s' has files but no %s: not a "
 				 "kvpager cache; give a new or empty directory",
 				 path, MANIFEST);
 			goto fail;
 		}
+	}
+	/* read only, no manifest is made: the manifest's lock is enough */
+	e = c->st.read_only ? 0 : lock_dir(c, path, err, errlen);
+	if (e)
+		goto fail;
+	if (!has_manifest(c)) { /* again, under the lock: made by now? */
 		e = c->st.read_only ? -EROFS : write_manifest(c);
 		if (e) {
 			snprintf(err, errlen,
@@ -823,8 +866,10 @@ void kvp_cache_close(struct kvp_cache *c)
 {
 	if (!c)
 		return;
+	if (c->manifestfd >= 0)
+		close(c->manifestfd); /* drops the flock */
 	if (c->lockfd >= 0)
-		close(c->lockfd); /* drops the flock */
+		close(c->lockfd);
 	if (c->dirfd >= 0)
 		close(c->dirfd);
 	free(c->ents);

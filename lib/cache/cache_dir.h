@@ -3,10 +3,13 @@
  * on a local disk, found again at open, crash safe, within a capacity.
  *
  * THE DIRECTORY (0700; files 0600), locked (flock) by the one process
- * that has it open, before its manifest is read or made:
+ * that has it open:
  *
+ *   kvpcache.lock       locked by a writer before the manifest is read or
+ *                       made; never renamed nor removed, and opened for
+ *                       writing (NFS takes an exclusive lock only so)
  *   kvpcache            "kvpager-cache 1\n": the format version; locked
- *                       too (what an older kvpager locks)
+ *                       too (what an older kvpager and a reader lock)
  *   <64 hex>.kvb        one block: its record (block_record.h), padded
  *                       with zeros to 4 KiB, written with O_DIRECT where
  *                       the filesystem takes it
