@@ -31,11 +31,17 @@ uint64_t remote_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* @msg on stderr unless said already (or WARN_MAX said); @tail after. */
-static void warn_once(struct kvp_remote *r, const char *msg, const char *tail)
+/* @fmt's message on stderr unless said already (or WARN_MAX said);
+ * @tail after. */
+static void warn_once(struct kvp_remote *r, const char *tail, const char *fmt,
+		      va_list ap) __attribute__((format(printf, 3, 0)));
+static void warn_once(struct kvp_remote *r, const char *tail, const char *fmt,
+		      va_list ap)
 {
+	char msg[WARN_LEN];
 	unsigned i;
 
+	vsnprintf(msg, sizeof(msg), fmt, ap);
 	pthread_mutex_lock(&r->wlock);
 	for (i = 0; i < r->nwarned && strcmp(r->warned[i], msg); i++)
 		;
@@ -49,26 +55,23 @@ static void warn_once(struct kvp_remote *r, const char *msg, const char *tail)
 
 void remote_warn(struct kvp_remote *r, const char *fmt, ...)
 {
-	char msg[WARN_LEN];
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	warn_once(r, msg,
+	warn_once(r,
 		  "; going on without it, its failures counted, the server "
-		  "tried again");
+		  "tried again",
+		  fmt, ap);
+	va_end(ap);
 }
 
 void remote_note(struct kvp_remote *r, const char *fmt, ...)
 {
-	char msg[WARN_LEN];
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	warn_once(r, "", fmt, ap);
 	va_end(ap);
-	warn_once(r, msg, "");
 }
 
 void remote_warn_reply(struct kvp_remote *r, const char *cmd,

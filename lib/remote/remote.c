@@ -1,7 +1,6 @@
 /* remote.c - the remote tier's API: open, close, the calls, statistics. */
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +9,7 @@
 #include <unistd.h>
 
 #include "lib/remote/remote_i.h"
+#include "lib/tunables/tunables.h" /* kvp_seterr */
 
 #define STAT_DESC(n, k, d) { #n, k, d, offsetof(struct kvp_remote_stats, n) },
 const struct kvp_stat_desc kvp_remote_stat_descs[] = {
@@ -19,19 +19,9 @@ const struct kvp_stat_desc kvp_remote_stat_descs[] = {
 const size_t kvp_remote_stat_count =
 	sizeof(kvp_remote_stat_descs) / sizeof(kvp_remote_stat_descs[0]);
 
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return code;
-}
+/* @code with the message in (err, errlen). */
+#define fail(err, errlen, code, ...) \
+	(kvp_seterr(err, errlen, __VA_ARGS__), (code))
 
 /* The password file's first line into @u->password; it must be ours
  * alone to read, as ssh asks of its keys. */
@@ -123,14 +113,14 @@ int kvp_remote_open(const struct kvp_remote_config *cfg,
 		goto out_fetch;
 	rc = publish_start(r);
 	if (rc) {
-		fail(err, errlen, rc, "cannot start the publisher thread: %s",
-		     strerror(-rc));
+		kvp_seterr(err, errlen, "cannot start the publisher thread: %s",
+			   strerror(-rc));
 		goto out_pub;
 	}
 	rc = fetch_start(r);
 	if (rc) {
-		fail(err, errlen, rc, "cannot start the fetch thread: %s",
-		     strerror(-rc));
+		kvp_seterr(err, errlen, "cannot start the fetch thread: %s",
+			   strerror(-rc));
 		publish_stop(r);
 		goto out_links;
 	}

@@ -1,31 +1,19 @@
 /* url.c - the remote tier's URL: parse, redact. */
 #include <errno.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "lib/remote/remote.h"
-#include "lib/tunables/tunables.h" /* kvp_parse_bytes */
+#include "lib/tunables/tunables.h" /* kvp_parse_bytes, kvp_seterr */
 
 #define DEFAULT_TIMEOUT_MS 1000
 #define DEFAULT_QUEUE 256
 #define DEFAULT_QUEUE_BYTES (256ull << 20)
 
-static int bad(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static int bad(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return -EINVAL;
-}
+/* -EINVAL with the message in (err, errlen). */
+#define bad(err, errlen, ...) (kvp_seterr(err, errlen, __VA_ARGS__), -EINVAL)
 
 static int hexval(char c)
 {
