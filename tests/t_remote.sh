@@ -73,7 +73,7 @@ a=$(run "${P[@]}" --logits-out "$tmp/la" --cache-dir "$tmp/A" --remote "$url")
 check "A: hit" "$(field prefix_hit_tokens <<<"$a")" 0
 check "A: published" "$(field remote_publishes <<<"$a")" 4
 check "A: tokens" "$(tokens <<<"$a")" "$(tokens <<<"$ref")"
-keys_a=$(redis-cli -p "$port" --scan --pattern 'kvp:2:*')
+keys_a=$(redis-cli -p "$port" --scan --pattern 'kvp:3:*')
 b=$(KVP_REMOTE_URL="$url" run "${P[@]}" --logits-out "$tmp/lb" --cache-dir "$tmp/B")
 check "B: hit" "$(field prefix_hit_tokens <<<"$b")" 256
 check "B: fetched" "$(field remote_chunks_fetched <<<"$b")" 4
@@ -136,7 +136,7 @@ if [ -n "$view" ]; then
 	got=$(cat "$view/remote/lookups_total" 2>&1)
 	[ "$got" -ge 4 ] 2>/dev/null || { echo "FAIL: view: remote/lookups_total: $got"; fail=1; }
 	got=$("$BUILD/bin/kvpctl" -m "$view" stats 2>&1 | grep -c '^remote/')
-	check "kvpctl stats: remote lines" "$got" 24
+	check "kvpctl stats: remote lines" "$got" 25
 	got=$("$BUILD/bin/kvpctl" -m "$view" stats 2>&1 | grep -c '^remote/fetch_latency_mean_us = [0-9]')
 	check "kvpctl stats: the mean fetch latency" "$got" 1
 	got=$(grep -c '^kvpager_remote_bytes_read_total{pid="[0-9]*"} [1-9]' "$view/metrics")

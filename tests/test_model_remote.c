@@ -280,8 +280,8 @@ START_TEST(short_record_not_served)
 	ck_assert_int_eq(kvp_rec_seal(&k, pay, len - 8, NULL, rec), 0);
 	memset(rec + rec_len - 8, 0x5a, 8);
 	ck_assert_int_eq(kvp_rec_hash(&ctx, sizeof(ctx), ns), 0);
-	n = kvp_remote_part_value(ns, 16, &k, sizeof(k), rec, rec_len, 0, part,
-				  rec_len + KVP_REMOTE_PART_HEADER);
+	n = kvp_remote_part_value(ns, 16, &k, sizeof(k), rec, rec_len, 1, 0,
+				  part, rec_len + KVP_REMOTE_PART_HEADER);
 	ck_assert_int_gt(n, 0);
 	redis_key(&b, 1, rkey, sizeof(rkey));
 	rep = kvp_test_redis_cmd(&srv, "SET %s %b", rkey, part, (size_t)n);

@@ -206,24 +206,27 @@ START_TEST(redis_key_format)
 
 	ck_assert_int_eq(kvp_remote_redis_key(ns, 2, key, 3, 0, buf,
 					      sizeof(buf)),
-			 (int)strlen("kvp:2:ab01:00ff10:0"));
-	ck_assert_str_eq(buf, "kvp:2:ab01:00ff10:0");
+			 (int)strlen("kvp:3:ab01:00ff10:0"));
+	ck_assert_str_eq(buf, "kvp:3:ab01:00ff10:0");
 	ck_assert_int_eq(kvp_remote_redis_key(ns, 2, key, 3, 4000000000u, buf,
 					      sizeof(buf)),
-			 (int)strlen("kvp:2:ab01:00ff10:4000000000"));
-	ck_assert_str_eq(buf, "kvp:2:ab01:00ff10:4000000000");
+			 (int)strlen("kvp:3:ab01:00ff10:4000000000"));
+	ck_assert_str_eq(buf, "kvp:3:ab01:00ff10:4000000000");
 	ck_assert_int_eq(kvp_remote_redis_key(ns, 2, key, 3, 0, buf, 19),
 			 -ENAMETOOLONG);
 	/* a part: the header remote.h gives, then the bytes */
-	ck_assert_int_eq(kvp_remote_part_value(ns, 2, key, 3, val, 4, 0, part,
+	ck_assert_int_eq(kvp_remote_part_value(ns, 2, key, 3, val, 4,
+					       0x0102030405060708ull, 0, part,
 					       sizeof(part)),
 			 KVP_REMOTE_PART_HEADER + 4);
-	ck_assert_mem_eq(part, "KVPp\1\0\x20\0\0\0\0\0\1\0\0\0\4\0\0\0", 20);
+	ck_assert_mem_eq(part, "KVPp\2\0\x28\0\0\0\0\0\1\0\0\0\4\0\0\0", 20);
+	ck_assert_mem_eq(part + 32, "\x08\x07\x06\x05\x04\x03\x02\x01", 8);
 	ck_assert_mem_eq(part + KVP_REMOTE_PART_HEADER, "abcd", 4);
-	ck_assert_int_eq(kvp_remote_part_value(ns, 2, key, 3, val, 4, 1, part,
-					       sizeof(part)),
+	ck_assert_int_eq(kvp_remote_part_value(ns, 2, key, 3, val, 4, 1, 1,
+					       part, sizeof(part)),
 			 -EINVAL);
-	ck_assert_int_eq(kvp_remote_part_value(ns, 2, key, 3, val, 4, 0, part,
+	ck_assert_int_eq(kvp_remote_part_value(ns, 2, key, 3, val, 4, 1, 0,
+					       part,
 					       KVP_REMOTE_PART_HEADER + 3),
 			 -ENOSPC);
 }

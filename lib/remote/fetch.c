@@ -46,9 +46,11 @@ static bool link_error(int outcome)
 
 /*
  * What @k's parts make of its entry @g, counted once: an error when a part
- * needed was not fetched; too large for @g's buffer; a miss when a part is
- * absent; a failed verification when a part is not of this value or the
- * whole fails the hook; else a hit.  Runs as its last part comes, so the
+ * needed was not fetched; too large for @g's buffer; a failed verification
+ * when a part is not of this value; a miss when a part is absent, or
+ * stored by another publish than the first good one (two publishes of the
+ * key raced: no value is whole); a failed verification when the whole
+ * fails the hook; else a hit.  Runs as its last part comes, so the
  * hook reads a value whose end is still in the CPU's cache.
  */
 static void key_done(struct fetch_ctx *f, struct fkey *k,
@@ -56,8 +58,8 @@ static void key_done(struct fetch_ctx *f, struct fkey *k,
 {
 	struct kvp_remote *r = f->r;
 	struct fpart *p = &f->parts[k->op0];
-	uint32_t i, need = k->nparts, missing = 0, bad = 0;
-	uint64_t total = 0;
+	uint32_t i, need = k->nparts, missing = 0, bad = 0, mixed = 0;
+	uint64_t total = 0, publish = 0;
 	bool known = false;
 	int err = 0;
 
@@ -66,7 +68,7 @@ static void key_done(struct fetch_ctx *f, struct fkey *k,
 	/* the value's length: from the first part whose header is right */
 	for (i = 0; i < k->nparts && !known; i++)
 		if ((p[i].outcome == 0 || p[i].outcome == -EMSGSIZE) &&
-		    !part_check(p[i].head, i, k->tag, &total))
+		    !part_check(p[i].head, i, k->tag, &total, &publish))
 			known = true;
 	if (known && part_count(total) < need)
 		need = part_count(total);
@@ -84,12 +86,17 @@ static void key_done(struct fetch_ctx *f, struct fkey *k,
 		return;
 	}
 	for (i = 0; i < need; i++) {
-		uint64_t t;
+		bool headed = p[i].outcome == 0 || p[i].outcome == -EMSGSIZE;
+		uint64_t t, pub;
 
 		if (p[i].outcome == -ENOENT)
 			missing++;
-		else if (p[i].outcome || part_check(p[i].head, i, k->tag, &t) ||
-			 t != total || p[i].len != part_len(total, i))
+		else if (!headed || part_check(p[i].head, i, k->tag, &t, &pub))
+			bad++;
+		else if (pub != publish) /* its length may differ too */
+			mixed++;
+		else if (p[i].outcome || t != total ||
+			 p[i].len != part_len(total, i))
 			bad++;
 	}
 	if (bad) {
@@ -99,11 +106,12 @@ static void key_done(struct fetch_ctx *f, struct fkey *k,
 		RSTAT_ADD(r, parts_missing_total, known ? missing : 0);
 		return;
 	}
-	if (missing) {
+	if (missing || mixed) {
 		/* none there is a plain miss; some, a value torn */
 		g->status = -ENOENT;
 		RSTAT_ADD(r, misses_total, 1);
 		RSTAT_ADD(r, parts_missing_total, known ? missing : 0);
+		RSTAT_ADD(r, values_mixed_total, mixed ? 1 : 0);
 		return;
 	}
 	if (r->verify(r->verify_arg, g->key, g->key_len, g->buf, total)) {

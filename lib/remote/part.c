@@ -1,7 +1,7 @@
 /*
  * part.c - how a value is stored: as parts of at most KVP_REMOTE_PART_BYTES
  * under keys of their own, each behind a header that says whose part it
- * is (remote.h has the format).
+ * is, and of which publish (remote.h has the format).
  *
  * Why parts: Redis copies a GET's value into a reply buffer of its own
  * size.  From 8 MiB on, its allocator (jemalloc) gives every such buffer
@@ -56,7 +56,8 @@ size_t part_len(uint64_t total, uint32_t i)
 						   : KVP_REMOTE_PART_BYTES;
 }
 
-void part_header(void *out, uint32_t i, uint64_t total, uint64_t tag)
+void part_header(void *out, uint32_t i, uint64_t total, uint64_t tag,
+		 uint64_t publish)
 {
 	unsigned char *h = out;
 
@@ -67,9 +68,11 @@ void part_header(void *out, uint32_t i, uint64_t total, uint64_t tag)
 	put_le(h + 12, part_count(total), 4);
 	put_le(h + 16, total, 8);
 	put_le(h + 24, tag, 8);
+	put_le(h + 32, publish, 8);
 }
 
-int part_check(const void *hdr, uint32_t i, uint64_t tag, uint64_t *total)
+int part_check(const void *hdr, uint32_t i, uint64_t tag, uint64_t *total,
+	       uint64_t *publish)
 {
 	const unsigned char *h = hdr;
 	uint64_t t = get_le(h + 16, 8);
@@ -81,12 +84,14 @@ int part_check(const void *hdr, uint32_t i, uint64_t tag, uint64_t *total)
 	    i >= part_count(t))
 		return -EBADMSG;
 	*total = t;
+	*publish = get_le(h + 32, 8);
 	return 0;
 }
 
 int kvp_remote_part_value(const void *ns, size_t ns_len, const void *key,
 			  size_t keylen, const void *val, size_t len,
-			  uint32_t part, void *out, size_t outlen)
+			  uint64_t publish, uint32_t part, void *out,
+			  size_t outlen)
 {
 	char rkey[REMOTE_RKEY_MAX];
 	int n = remote_base_key(ns, ns_len, key, keylen, rkey, sizeof(rkey));
@@ -98,7 +103,7 @@ int kvp_remote_part_value(const void *ns, size_t ns_len, const void *key,
 		return -EINVAL;
 	if (outlen < KVP_REMOTE_PART_HEADER + plen)
 		return -ENOSPC;
-	part_header(out, part, len, part_tag(rkey, (size_t)n));
+	part_header(out, part, len, part_tag(rkey, (size_t)n), publish);
 	if (plen)
 		memcpy((char *)out + KVP_REMOTE_PART_HEADER,
 		       (const char *)val + (size_t)part * KVP_REMOTE_PART_BYTES,

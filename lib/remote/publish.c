@@ -5,9 +5,10 @@
  * url.queue entries or url.queue_bytes, drops it (publishes_skipped_total):
  * the caller is a decode step and never waits on the network.  The thread
  * pops up to LINK_PIPELINE entries at a time, makes each value its parts
- * (part.c) and SETs them, pipelined, on the publish link; a failure is
- * counted and the entry dropped (a block not published is only a later
- * miss elsewhere; a part that did go is never served without the rest).
+ * (part.c), all marked with a random publish id, and SETs them, pipelined,
+ * on the publish link; a failure is counted and the entry dropped (a block
+ * not published is only a later miss elsewhere; a part that did go is
+ * never served without the rest, nor beside another publish's).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -89,7 +90,7 @@ static bool value_make(struct kvp_remote *r, const struct pub_entry *e,
 {
 	const char *val = e->val;
 	void *encoded = NULL;
-	uint64_t tag = part_tag(e->rkey, e->rkey_len);
+	uint64_t tag = part_tag(e->rkey, e->rkey_len), publish;
 	size_t len = e->val_len, off = 0;
 
 	if (r->encode && r->encode(r->encode_arg, e->key, e->key_len, e->val,
@@ -110,10 +111,13 @@ static bool value_make(struct kvp_remote *r, const struct pub_entry *e,
 		RSTAT_ADD(r, publish_errors_total, 1);
 		return false;
 	}
+	/* another publish of the key may race this one part by part: a
+	 * fetch takes only parts of one publish */
+	arc4random_buf(&publish, sizeof(publish));
 	for (uint32_t i = 0; i < v->nparts; i++) {
 		size_t plen = part_len(len, i);
 
-		part_header(v->buf + off, i, len, tag);
+		part_header(v->buf + off, i, len, tag, publish);
 		memcpy(v->buf + off + KVP_REMOTE_PART_HEADER,
 		       val + (size_t)i * KVP_REMOTE_PART_BYTES, plen);
 		off += KVP_REMOTE_PART_HEADER + plen;

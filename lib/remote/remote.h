@@ -20,7 +20,7 @@
  *   env        KVP_REMOTE_URL (used by kvp_remote_open_env)
  *
  * A value is stored as parts of at most KVP_REMOTE_PART_BYTES, part i
- * under "kvp:2:<hex ns>:<hex key>:<i>" (i in decimal): @ns is the
+ * under "kvp:3:<hex ns>:<hex key>:<i>" (i in decimal): @ns is the
  * caller's namespace tag (the cache gives a hash of the model identity
  * and the tenant's salt, never the salt itself), so two tenants' keys
  * never meet.  No hash tag is used: a cluster spreads the parts over its
@@ -28,17 +28,20 @@
  * bytes of the value (part i: bytes [i * PART_BYTES, (i + 1) * PART_BYTES)):
  *
  *   0  u32  magic 0x7050564b ("KVPp")    16  u64  the value's bytes
- *   4  u16  format version, 1            24  u64  FNV-1a 64 of the base
- *   6  u16  header bytes, 32                      key "kvp:2:<ns>:<key>"
- *   8  u32  i, the part's index
- *  12  u32  the value's parts: ceil(bytes / PART_BYTES), 1 if empty
+ *   4  u16  format version, 2            24  u64  FNV-1a 64 of the base
+ *   6  u16  header bytes, 40                      key "kvp:3:<ns>:<key>"
+ *   8  u32  i, the part's index          32  u64  the publish: random,
+ *  12  u32  the value's parts:                    the same in its parts
+ *           ceil(bytes / PART_BYTES), 1 if empty
  *
  * (little-endian).  A value comes back only whole: every part there, each
- * header right for its key, index and the value's length, and then the
- * whole accepted by the verify hook; a part missing (evicted, not yet
- * written) makes the value a miss, a bad part a failed verification, both
- * counted (parts_missing_total, parts_bad_total).  Why parts: Redis serves
- * a value of 8 MiB or more from fresh pages each time (part.c).
+ * header right for its key, index and the value's length, all of one
+ * publish, and then the whole accepted by the verify hook; a part missing
+ * (evicted, not yet written) or of another publish (two publishes of the
+ * key raced) makes the value a miss, a bad part a failed verification,
+ * all counted (parts_missing_total, values_mixed_total, parts_bad_total).
+ * Why parts: Redis serves a value of 8 MiB or more from fresh pages each
+ * time (part.c).  Keys of an older layout (kvp:1:, kvp:2:) are never read.
  *
  * Fetches (kvp_remote_get_many, or kvp_remote_fetch_submit on the tier's
  * fetch thread, behind the caller) are pipelined, batch by batch, on the
@@ -74,7 +77,7 @@
 #define KVP_REMOTE_MAX_NS 32	   /* bytes of a namespace tag */
 #define KVP_REMOTE_MAX_VALUE (512u << 20) /* a value's bytes at most */
 #define KVP_REMOTE_PART_BYTES (1u << 20)  /* a value's bytes in one part */
-#define KVP_REMOTE_PART_HEADER 32u	  /* a part's header (see above) */
+#define KVP_REMOTE_PART_HEADER 40u	  /* a part's header (see above) */
 /* The bytes of values a fetch asks for in one round trip, about: more
  * waiting in Redis' output buffers at once costs it page faults. */
 #define KVP_REMOTE_FLIGHT_BYTES (8u << 20)
@@ -150,6 +153,8 @@ uint16_t kvp_remote_crc16(const void *buf, size_t len);
 	  "parts absent from values whose other parts were there (misses)")    \
 	X(parts_bad_total, KVP_COUNTER,                                        \
 	  "parts with a header not of their value (failed verification)")      \
+	X(values_mixed_total, KVP_COUNTER,                                     \
+	  "values whose parts two publishes stored (misses)")                  \
 	X(publishes_total, KVP_COUNTER, "values stored by the publisher")      \
 	X(publishes_skipped_total, KVP_COUNTER,                                \
 	  "publishes dropped: the queue was full")                             \
@@ -318,13 +323,15 @@ int kvp_remote_redis_key(const void *ns, size_t ns_len, const void *key,
 
 /*
  * kvp_remote_part_value - part @part of the value @val (@len bytes) of
- * (@ns, @key) as the tier stores it (header and bytes, see above), into
- * @out (@outlen bytes): for tests and tools that write the tier's values
+ * (@ns, @key) as the publish @publish stores it (header and bytes, see
+ * above; give each part of one value the same @publish), into @out
+ * (@outlen bytes): for tests and tools that write the tier's values
  * themselves.  Returns its length, or -EINVAL (no such part, @len past
  * KVP_REMOTE_MAX_VALUE), -ENOSPC (@outlen too small), -ENAMETOOLONG.
  */
 int kvp_remote_part_value(const void *ns, size_t ns_len, const void *key,
 			  size_t keylen, const void *val, size_t len,
-			  uint32_t part, void *out, size_t outlen);
+			  uint64_t publish, uint32_t part, void *out,
+			  size_t outlen);
 
 #endif /* KVP_REMOTE_H */

@@ -171,17 +171,17 @@ struct pub_entry {
 #define RSTAT_SUB(r, name, n) \
 	__atomic_sub_fetch(&(r)->st.name, (n), __ATOMIC_RELAXED)
 
-#define REMOTE_KEY_PREFIX "kvp:2:"
+#define REMOTE_KEY_PREFIX "kvp:3:"
 #define PART_SUFFIX_MAX 12 /* ":<part>", its NUL included */
 /* Bytes of the longest Redis key, its NUL included. */
 #define REMOTE_RKEY_MAX (sizeof(REMOTE_KEY_PREFIX) + 2 * KVP_REMOTE_MAX_NS + \
 			 1 + 2 * KVP_REMOTE_MAX_KEY + PART_SUFFIX_MAX)
 #define PART_MAGIC 0x7050564bu /* "KVPp", little-endian */
-#define PART_VERSION 1
+#define PART_VERSION 2
 
 /* key.c */
 void remote_hex(const void *buf, size_t len, char *out);
-/* The base key "kvp:2:<ns hex>:<key hex>" into @buf (@len bytes): its
+/* The base key "kvp:3:<ns hex>:<key hex>" into @buf (@len bytes): its
  * length, or -ENAMETOOLONG. */
 int remote_base_key(const void *ns, size_t ns_len, const void *key,
 		    size_t keylen, char *buf, size_t len);
@@ -202,11 +202,15 @@ uint64_t part_tag(const char *rkey, size_t len);
 uint32_t part_count(uint64_t total);
 /* The bytes of part @i of a value of @total bytes (0 past its end). */
 size_t part_len(uint64_t total, uint32_t i);
-/* Part @i's header (KVP_REMOTE_PART_HEADER bytes) into @out. */
-void part_header(void *out, uint32_t i, uint64_t total, uint64_t tag);
-/* 0 and the value's bytes into @total when @hdr is a good header of part
- * @i of the value tagged @tag; -EBADMSG when not. */
-int part_check(const void *hdr, uint32_t i, uint64_t tag, uint64_t *total);
+/* Part @i's header (KVP_REMOTE_PART_HEADER bytes) into @out: of a value
+ * of @total bytes, tagged @tag, stored by the publish @publish. */
+void part_header(void *out, uint32_t i, uint64_t total, uint64_t tag,
+		 uint64_t publish);
+/* 0, the value's bytes into @total and its publish into @publish, when
+ * @hdr is a good header of part @i of the value tagged @tag; -EBADMSG
+ * when not. */
+int part_check(const void *hdr, uint32_t i, uint64_t tag, uint64_t *total,
+	       uint64_t *publish);
 
 /* link.c */
 uint64_t remote_now_ns(void);
