@@ -2,7 +2,8 @@
  * test_remote.c - lib/remote against a real redis-server (one per test, on
  * a free loopback port): fetch and publish, verification, two tenants,
  * AUTH, and the faults: a server absent at start, killed mid-run and
- * restarted, hung past the timeout, full; a full publish queue.  Every
+ * restarted, hung past the timeout, full; a full publish queue; a DNS
+ * server that does not answer (getaddrinfo interposed, below).  Every
  * value that comes back is checked against what was published: 0 wrong.
  *
  * The values are the tests' own records (the cache brings the real ones):
@@ -10,9 +11,11 @@
  * an FNV-1a of all before it, checked by the verify hook.
  */
 #include <check.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
+#include <netdb.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -736,6 +739,110 @@ static void until_served(struct kvp_remote *r, uint64_t t, unsigned secs,
 	ck_assert_msg(res[2] == 0, "still not served after %u s", secs);
 }
 
+/*
+ * The resolver, interposed: SLOW_HOST's lookups wait until the test
+ * releases them (then answer 127.0.0.1), NO_HOST's fail as an unknown
+ * name does; every other name goes to libc's.  DNS_GUARD_S: a lookup
+ * never released answers "try again" by then, so that a tier that waits
+ * for it fails its test rather than hanging it.
+ */
+#define SLOW_HOST "kvp-slow-dns.test"
+#define NO_HOST "kvp-no-such-host.test"
+#define DNS_GUARD_S 20
+
+static pthread_mutex_t dns_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t dns_cond = PTHREAD_COND_INITIALIZER;
+static bool dns_released;
+static unsigned dns_answered; /* SLOW_HOST lookups that returned */
+
+int getaddrinfo(const char *node, const char *service,
+		const struct addrinfo *hints, struct addrinfo **res)
+{
+	int (*real)(const char *, const char *, const struct addrinfo *,
+		    struct addrinfo **) =
+		(int (*)(const char *, const char *, const struct addrinfo *,
+			 struct addrinfo **))dlsym(RTLD_NEXT, "getaddrinfo");
+	struct timespec until;
+	bool released;
+
+	if (node && !strcmp(node, NO_HOST))
+		return EAI_NONAME;
+	if (!node || strcmp(node, SLOW_HOST))
+		return real(node, service, hints, res);
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += DNS_GUARD_S;
+	pthread_mutex_lock(&dns_lock);
+	while (!dns_released &&
+	       !pthread_cond_timedwait(&dns_cond, &dns_lock, &until))
+		;
+	released = dns_released;
+	dns_answered++;
+	pthread_mutex_unlock(&dns_lock);
+	return released ? real("127.0.0.1", service, hints, res) : EAI_AGAIN;
+}
+
+/*
+ * A host name whose DNS server does not answer costs no more than the
+ * URL's connect_timeout_ms: open and a fetch return while the lookup
+ * still waits (getaddrinfo has no timeout of its own: some 10 s and
+ * more), the cause said; once the resolver answers, the node's next
+ * connection takes its answer.
+ */
+START_TEST(dead_dns_within_connect_timeout)
+{
+	struct kvp_test_stderr cap;
+	struct kvp_remote *r;
+	char url[256], said[4096];
+	unsigned res[3], answered;
+
+	snprintf(url, sizeof(url),
+		 "redis://" SLOW_HOST ":%d?connect_timeout_ms=200", srv.port);
+	kvp_test_stderr_start(&cap);
+	r = open_tier(url, ns_a, &tenant_a);
+	fetch(r, tenant_a.id, 0, 5, 64, res);
+	kvp_test_stderr_end(&cap, said, sizeof(said));
+	pthread_mutex_lock(&dns_lock);
+	answered = dns_answered;
+	pthread_mutex_unlock(&dns_lock);
+	ck_assert_msg(answered == 0,
+		      "the tier waited for the resolver's answer (%u given, "
+		      "after up to %d s) past connect_timeout_ms",
+		      answered, DNS_GUARD_S);
+	ck_assert_uint_eq(res[2], 5);
+	ck_assert_uint_ge(STAT(r, connect_errors_total), 1);
+	ck_assert_msg(strstr(said,
+			     "cannot resolve " SLOW_HOST " within 200 ms"),
+		      "stderr said: %s", said);
+	pthread_mutex_lock(&dns_lock);
+	dns_released = true;
+	pthread_cond_broadcast(&dns_cond);
+	pthread_mutex_unlock(&dns_lock);
+	until_served(r, tenant_a.id, 20, res);
+	kvp_remote_close(r);
+}
+END_TEST
+
+/* A name the resolver does not know: said as such, not as a server
+ * that refuses, and the tier goes on without it. */
+START_TEST(unknown_host_said_so)
+{
+	struct kvp_test_stderr cap;
+	struct kvp_remote *r;
+	char said[4096];
+	unsigned res[3];
+
+	kvp_test_stderr_start(&cap);
+	r = open_tier("redis://" NO_HOST ":6379", ns_a, &tenant_a);
+	fetch(r, tenant_a.id, 0, 5, 64, res);
+	kvp_test_stderr_end(&cap, said, sizeof(said));
+	ck_assert_uint_eq(res[2], 5);
+	ck_assert_msg(strstr(said, "cannot resolve " NO_HOST ": ") &&
+			      strstr(said, "(check the URL's host)"),
+		      "stderr said: %s", said);
+	kvp_remote_close(r);
+}
+END_TEST
+
 START_TEST(killed_and_restarted)
 {
 	struct kvp_remote *r = open_srv(NULL, ns_a, &tenant_a);
@@ -1302,6 +1409,8 @@ int main(void)
 	tcase_add_test(tc, two_tenants);
 	tcase_add_test(tc, absent_at_start);
 	tcase_add_test(tc, killed_and_restarted);
+	tcase_add_test(tc, dead_dns_within_connect_timeout);
+	tcase_add_test(tc, unknown_host_said_so);
 	tcase_add_test(tc, hung_server_times_out);
 	tcase_add_test(tc, hung_at_auth_said_so);
 	tcase_add_test(tc, acl_user_needs_getrange);

@@ -13,6 +13,7 @@
  * at once with -ENOTCONN: nothing waits on a server known to be gone.
  */
 #include <errno.h>
+#include <netdb.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -154,9 +155,11 @@ int link_init(struct rlink *l, struct kvp_remote *r, bool fetch)
 
 void link_destroy(struct rlink *l)
 {
-	for (int i = 0; i < l->nnodes; i++)
+	for (int i = 0; i < l->nnodes; i++) {
 		if (l->nodes[i].ctx)
 			redisFree(l->nodes[i].ctx);
+		resolve_leave(&l->nodes[i].lookup);
+	}
 	free(l->slot_node);
 	pthread_mutex_destroy(&l->lock);
 }
@@ -341,22 +344,77 @@ static void hello_failed(struct rlink *l, const struct rnode *n,
 			    n->host, n->port, u->db, why);
 }
 
+/* The connection to the first of @addrs (in the resolver's order) that
+ * takes one by @end_ns, or NULL with why not in @why.  Each by its number:
+ * hiredis, given a name, would look it up again with no deadline. */
+static redisContext *dial_addrs(const struct addrinfo *addrs, int port,
+				uint64_t end_ns, char *why, size_t len)
+{
+	redisContext *c = NULL;
+
+	snprintf(why, len, "no address");
+	for (const struct addrinfo *a = addrs; a && !c; a = a->ai_next) {
+		uint64_t now = remote_now_ns();
+		char addr[NI_MAXHOST];
+		unsigned left_ms;
+
+		if (now >= end_ns) {
+			snprintf(why, len, "%s", strerror(ETIMEDOUT));
+			break;
+		}
+		if (getnameinfo(a->ai_addr, a->ai_addrlen, addr, sizeof(addr),
+				NULL, 0, NI_NUMERICHOST))
+			continue;
+		/* the time left, rounded up: 0 would time out at once */
+		left_ms = (unsigned)((end_ns - now + 999999) / 1000000);
+		c = redisConnectWithTimeout(addr, port, ms_tv(left_ms));
+		if (!c) {
+			snprintf(why, len, "out of memory");
+		} else if (c->err) {
+			snprintf(why, len, "%s", c->errstr);
+			redisFree(c);
+			c = NULL;
+		}
+	}
+	return c;
+}
+
 /* A connection to @n made (reader and timeout set), not yet AUTHed:
- * n->ctx; NULL if it failed, the back-off started. */
+ * n->ctx; NULL if it failed, the back-off started.  Looking up its name
+ * and connecting share the URL's connect_timeout_ms. */
 static redisContext *node_dial(struct rlink *l, struct rnode *n)
 {
 	const struct kvp_remote_url *u = &l->r->url;
+	uint64_t end_ns = remote_now_ns() +
+			  (uint64_t)u->connect_timeout_ms * 1000000u;
+	struct addrinfo *addrs;
 	redisContext *c;
+	char why[256];
+	int err;
 
-	c = redisConnectWithTimeout(n->host, n->port,
-				    ms_tv(u->connect_timeout_ms));
-	if (!c || c->err) {
+	err = resolve_host(&n->lookup, n->host, n->port, end_ns, &addrs, why,
+			   sizeof(why));
+	if (err == -ETIMEDOUT) {
+		remote_warn(l->r,
+			    "cannot resolve %s within %u ms (is the DNS "
+			    "server answering? the URL's "
+			    "?connect_timeout_ms= raises the limit)",
+			    n->host, u->connect_timeout_ms);
+		goto fail;
+	}
+	if (err) {
+		remote_warn(l->r, "cannot resolve %s: %s%s", n->host, why,
+			    err == -EHOSTUNREACH ? " (check the URL's host)"
+						 : "");
+		goto fail;
+	}
+	c = dial_addrs(addrs, n->port, end_ns, why, sizeof(why));
+	freeaddrinfo(addrs);
+	if (!c) {
 		remote_warn(l->r,
 			    "cannot connect to %s:%d: %s (is a redis-server "
 			    "listening there?)",
-			    n->host, n->port, c ? c->errstr : "out of memory");
-		if (c)
-			redisFree(c);
+			    n->host, n->port, why);
 		goto fail;
 	}
 	n->ctx = c;

@@ -11,7 +11,8 @@
  *   URL        redis://[user[:pass]@]host:port[/db][?opts]
  *              redis+cluster://[user[:pass]@]host:port[,host:port...][?opts]
  *   opts       timeout_ms=N (a command's limit, default 1000),
- *              connect_timeout_ms=N (default 1000), password_file=PATH
+ *              connect_timeout_ms=N (default 1000; the host name's
+ *              lookup included), password_file=PATH
  *              (the password's first line, for "user:@host" or no
  *              user at all; a password in the URL wins),
  *              queue=N (publish queue entries, default 256),

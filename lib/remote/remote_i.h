@@ -4,9 +4,10 @@
  *
  * Files, bottom first, each calling only those before it: url.c (pure),
  * key.c (Redis keys, hash slots), part.c (a value's parts and their
- * headers), link.c (connections, back-off, cluster routing, pipelines), publish.c (the queue and its thread), fetch.c
- * (fetch and verify; asynchronous fetches on a thread), remote.c (the
- * API: open, close, statistics).
+ * headers), resolve.c (host names, within a deadline), link.c
+ * (connections, back-off, cluster routing, pipelines), publish.c (the
+ * queue and its thread), fetch.c (fetch and verify; asynchronous fetches
+ * on a thread), remote.c (the API: open, close, statistics).
  *
  * Lock rule: a link's lock is held for a whole link_run (one caller's
  * pipelines at a time on a link); the queue lock and the fetch lock only
@@ -45,6 +46,8 @@
 #define READER_KEEP_BYTES (8u << 20)
 
 struct rop;
+struct lookup;
+struct addrinfo;
 
 /* One server a link speaks to. */
 struct rnode {
@@ -52,6 +55,7 @@ struct rnode {
 	int port;		/* its port */
 	redisContext *ctx;	/* NULL while not connected */
 	uint64_t retry_at_ns;	/* no connection tried before this */
+	struct lookup *lookup;	/* its name's, still running (resolve.c) */
 	unsigned backoff_ms;	/* the next failure's wait; 0 after success */
 	/* ctx's reader builds replies with fns: hiredis' own, but for a
 	 * string that the op being read wants at its dst (link.c) */
@@ -211,6 +215,21 @@ void part_header(void *out, uint32_t i, uint64_t total, uint64_t tag,
  * when not. */
 int part_check(const void *hdr, uint32_t i, uint64_t tag, uint64_t *total,
 	       uint64_t *publish);
+
+/* resolve.c */
+/*
+ * resolve_host - the addresses of @host (@port) into @*addrs (freeaddrinfo
+ * them), waiting until @deadline_ns (CLOCK_MONOTONIC) at most.  @*pending
+ * is the node's lookup left running by an earlier call, or NULL.  Returns
+ * 0; -ETIMEDOUT, the lookup left running in @*pending; -EHOSTUNREACH (no
+ * such name, the resolver failed) or -ENOMEM, -EAGAIN; why in @why (@len
+ * bytes) when not 0.
+ */
+int resolve_host(struct lookup **pending, const char *host, int port,
+		 uint64_t deadline_ns, struct addrinfo **addrs, char *why,
+		 size_t len);
+/* Leave @*pending's lookup (if any) to end on its own; NULL it. */
+void resolve_leave(struct lookup **pending);
 
 /* link.c */
 uint64_t remote_now_ns(void);
