@@ -299,13 +299,54 @@ static ssize_t so_pwrite(void *arg, int fd, const void *buf, size_t len,
 	return n < 0 ? -errno : n;
 }
 
-static volatile int slow_fsync_ms;
+/* A block's fsync held on demand: the writer waits inside it, the
+ * cache's lock held (as across any store's syncs), until the test lets
+ * it go, or for FSYNC_HOLD_S at most: a call that waits for the writer
+ * then fails its test instead of hanging it. */
+#define FSYNC_HOLD_S 20
+static pthread_mutex_t hold_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t hold_cond = PTHREAD_COND_INITIALIZER;
+static bool fsync_held;	   /* the next fsync waits */
+static bool fsync_waiting; /* the writer waits in one now */
+static bool fsync_expired; /* one was let go by FSYNC_HOLD_S */
+
+/* Wait under hold_lock, FSYNC_HOLD_S at most, for *@flag to be @value:
+ * whether it came to be. */
+static bool hold_wait(const bool *flag, bool value)
+{
+	struct timespec until;
+	int rc = 0;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += FSYNC_HOLD_S;
+	while (*flag != value && rc != ETIMEDOUT)
+		rc = pthread_cond_timedwait(&hold_cond, &hold_lock, &until);
+	return *flag == value;
+}
 
 static int so_fsync(void *arg, int fd)
 {
-	if (slow_fsync_ms)
-		usleep((useconds_t)slow_fsync_ms * 1000);
+	pthread_mutex_lock(&hold_lock);
+	if (fsync_held) {
+		fsync_waiting = true;
+		pthread_cond_broadcast(&hold_cond);
+		fsync_expired = !hold_wait(&fsync_held, false);
+		fsync_held = fsync_waiting = false;
+	}
+	pthread_mutex_unlock(&hold_lock);
 	return fsync(fd) ? -errno : 0;
+}
+
+/* Whether the writer still waits in the fsync held: false once the
+ * hold expired. */
+static bool writer_in_fsync(void)
+{
+	bool in;
+
+	pthread_mutex_lock(&hold_lock);
+	in = fsync_waiting;
+	pthread_mutex_unlock(&hold_lock);
+	return in;
 }
 
 static int so_close(void *arg, int fd)
@@ -421,49 +462,53 @@ START_TEST(read_ahead_stays_in_its_lookup)
 }
 END_TEST
 
-static double mono_s(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* A put queues its chunk and returns: taking the chunk's recency when it
  * is queued must not wait for the store the writer is making (the
- * cache's lock is held across a put's writes and syncs). */
+ * cache's lock is held across a put's writes and syncs), nor must the
+ * next prompt's lookup.  Both run while the writer is held in chunk 0's
+ * fsync, and must return with it still there. */
 START_TEST(put_does_not_wait_for_the_disk)
 {
 	struct kvp_cache_opts o = { .io = &slow_open_io };
 	unsigned char b[LEN];
 	uint32_t t[4 * C + 1];
 	struct kvp_prefix *p;
-	double t0, took, took_set;
+	bool reached;
 
 	kvp_cache_close(cache);
 	ck_assert_int_eq(kvp_cache_open(dir, &o, &cache, NULL, 0, NULL, 0), 0);
 	p = prefix_of(NULL);
 	prompt(t, 4 * C + 1, 1);
 	ck_assert_int_eq(kvp_prefix_set_prompt(p, t, 4 * C + 1, C), 0);
-	slow_fsync_ms = 400;
+	pthread_mutex_lock(&hold_lock);
+	fsync_held = true;
+	pthread_mutex_unlock(&hold_lock);
 	fill(b, 0, 1);
 	kvp_prefix_put(p, 0, b, LEN);
-	usleep(50000); /* the writer is in chunk 0's fsync */
+	pthread_mutex_lock(&hold_lock);
+	reached = hold_wait(&fsync_waiting, true);
+	pthread_mutex_unlock(&hold_lock);
+	ck_assert_msg(reached, "the writer never reached its fsync");
 	fill(b, 1, 1);
-	t0 = mono_s();
 	kvp_prefix_put(p, 1, b, LEN);
-	took = mono_s() - t0;
-	t0 = mono_s(); /* nor does the next prompt's lookup */
+	ck_assert_msg(writer_in_fsync(),
+		      "a put waited for the writer's store: it returned only "
+		      "once the held fsync expired after %d s",
+		      FSYNC_HOLD_S);
 	ck_assert_int_eq(kvp_prefix_set_prompt(p, t, 4 * C + 1, C), 0);
-	took_set = mono_s() - t0;
-	slow_fsync_ms = 0;
+	ck_assert_msg(writer_in_fsync(),
+		      "set_prompt waited for the writer's store: it returned "
+		      "only once the held fsync expired after %d s",
+		      FSYNC_HOLD_S);
+	pthread_mutex_lock(&hold_lock);
+	fsync_held = false;
+	pthread_cond_broadcast(&hold_cond);
+	pthread_mutex_unlock(&hold_lock);
 	kvp_prefix_drain(p);
+	ck_assert(!fsync_expired);
+	ck_assert_int_eq(kvp_prefix_set_prompt(p, t, 4 * C + 1, C), 0);
+	expect_chunks(p, 2, 1);
 	kvp_prefix_destroy(p);
-	ck_assert_msg(took < 0.2, "a put waited %.3f s for the writer's store",
-		      took);
-	ck_assert_msg(took_set < 0.2,
-		      "set_prompt waited %.3f s for the writer's store",
-		      took_set);
 }
 END_TEST
 
