@@ -178,12 +178,27 @@ static void node_fail(struct rlink *l, struct rnode *n)
 		l->slots_stale = true;
 }
 
+/*
+ * A command past its timeout, its reply due since @asked_ns: counted, and
+ * counted a wait of its own unless it was asked before the last timeout
+ * was seen: its timeout then ran along with that one's (node_prime's
+ * nodes, all asked before any is waited on).
+ */
+static void timed_out(struct rlink *l, uint64_t asked_ns)
+{
+	RSTAT_ADD(l->r, timeouts_total, 1);
+	if (asked_ns >= l->waited_out_ns)
+		RSTAT_ADD(l->r, timeout_waits_total, 1);
+	l->waited_out_ns = remote_now_ns();
+}
+
 /* Why @c's last read or write failed: -ETIMEDOUT past the socket's
- * timeout (EAGAIN, as hiredis leaves it, counted), else -EIO. */
+ * timeout (EAGAIN, as hiredis leaves it, counted: a wait of its own, the
+ * socket's timeout started as the read began), else -EIO. */
 static int io_cause(struct rlink *l, const redisContext *c)
 {
 	if (c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-		RSTAT_ADD(l->r, timeouts_total, 1);
+		timed_out(l, l->waited_out_ns);
 		return -ETIMEDOUT;
 	}
 	return -EIO;
@@ -801,7 +816,7 @@ again:
 			t0 = nd->answer_by_ns -
 			     (uint64_t)l->r->url.timeout_ms * 1000000u;
 			if (!wait_readable(c, nd->answer_by_ns)) {
-				RSTAT_ADD(l->r, timeouts_total, 1);
+				timed_out(l, t0);
 				err = -ETIMEDOUT;
 				if (!hello)
 					goto gave_up;

@@ -149,6 +149,8 @@ uint16_t kvp_remote_crc16(const void *buf, size_t len);
 	X(errors_total, KVP_COUNTER,                                           \
 	  "keys not fetched: link down, timeout, error reply")                 \
 	X(timeouts_total, KVP_COUNTER, "commands past their timeout")          \
+	X(timeout_waits_total, KVP_COUNTER,                                    \
+	  "waits that ran out: one for all the servers timed out together")   \
 	X(bytes_read_total, KVP_COUNTER, "bytes of verified values fetched")   \
 	X(parts_missing_total, KVP_COUNTER,                                    \
 	  "parts absent from values whose other parts were there (misses)")    \
