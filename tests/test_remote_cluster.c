@@ -513,6 +513,31 @@ START_TEST(stopped_first_seed)
 }
 END_TEST
 
+/*
+ * The slot map asked of a stopped node: CLUSTER SLOTS past the timeout
+ * is counted as any command's timeout, and a wait (it was not counted:
+ * a stopped seed cost a timeout that no counter showed).
+ */
+START_TEST(slot_map_timeout_counted)
+{
+	struct kvp_remote *r;
+	struct kvp_remote_stats st;
+	unsigned res[3];
+
+	kvp_test_redis_pause(&nodes[0], true);
+	r = open_cluster(1, "?timeout_ms=200"); /* connects: the kernel
+						   accepts for it */
+	fetch(r, 50, res);
+	kvp_test_redis_pause(&nodes[0], false);
+	st = kvp_test_remote_stats(r);
+	ck_assert_uint_eq(res[2], 50);
+	ck_assert_uint_eq(st.slot_refreshes_total, 0);
+	ck_assert_uint_eq(st.timeouts_total, 1);
+	ck_assert_uint_eq(st.timeout_waits_total, 1);
+	kvp_remote_close(r);
+}
+END_TEST
+
 /* Lines of @s. */
 static int lines(const char *s)
 {
@@ -571,6 +596,7 @@ int main(void)
 	tcase_add_test(tc, stopped_masters_cost_one_timeout);
 	tcase_add_test(tc, stopped_masters_with_password);
 	tcase_add_test(tc, stopped_first_seed);
+	tcase_add_test(tc, slot_map_timeout_counted);
 	tcase_add_test(tc, plain_url_at_a_cluster);
 	return kvp_test_run(s);
 }

@@ -538,6 +538,7 @@ static int link_refresh(struct rlink *l)
 			continue;
 		rep = redisCommand(c, "CLUSTER SLOTS");
 		if (!rep) {
+			io_cause(l, c); /* a timeout counted */
 			node_fail(l, n);
 			continue;
 		}
