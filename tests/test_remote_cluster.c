@@ -333,8 +333,11 @@ static void served_with_endpoint(const char *type)
 	slot = rkey_of(k, rkey, sizeof(rkey));
 	migrate(k, (owner(slot) + 1) % NODES, true, true);
 	fetch(r, 50, res);
-	ck_assert_msg(res[0] == 50, "%s: %u of 50 served after MOVED", type,
-		      res[0]);
+	ck_assert_msg(res[0] == 50, "%s: %u of 50 served after MOVED: %u "
+		      "misses, %u errors (moved %" PRIu64 ", ask %" PRIu64 ")",
+		      type, res[0], res[1], res[2],
+		      kvp_test_remote_stats(r).moved_total,
+		      kvp_test_remote_stats(r).ask_total);
 	ck_assert_uint_ge(kvp_test_remote_stats(r).moved_total, 1);
 	kvp_remote_close(r);
 }
