@@ -206,12 +206,15 @@ static void cmd_ok(int i, const char *fmt, const char *a, unsigned slot,
 
 /* Move key @k's slot from its owner to @to: MIGRATING/IMPORTING, then
  * MIGRATE of @move keys (the one key, or none), and, if @finish, SETSLOT
- * NODE on every master. */
+ * NODE on every master: the destination first, then the source, then
+ * the others, Redis' order (the source never redirects to a node that
+ * does not own the slot yet; it claims the slot no longer than it
+ * must). */
 static void migrate(uint64_t k, int to, bool move, bool finish)
 {
 	char rkey[256];
 	unsigned slot = rkey_of(k, rkey, sizeof(rkey));
-	int from = owner(slot);
+	int from = owner(slot), order[NODES];
 	redisReply *rep;
 
 	ck_assert_int_ne(from, to);
@@ -225,10 +228,16 @@ static void migrate(uint64_t k, int to, bool move, bool finish)
 			      rep->str);
 		freeReplyObject(rep);
 	}
-	if (finish)
-		for (int i = 0; i < NODES; i++)
-			cmd_ok(i, "CLUSTER SETSLOT %u NODE %s", node_id(to),
-			       slot, "");
+	if (!finish)
+		return;
+	order[0] = to;
+	order[1] = from;
+	for (int i = 0, j = 2; i < NODES; i++)
+		if (i != from && i != to)
+			order[j++] = i;
+	for (int j = 0; j < NODES; j++)
+		cmd_ok(order[j], "CLUSTER SETSLOT %u NODE %s", node_id(to),
+		       slot, "");
 }
 
 START_TEST(moved_is_followed)

@@ -325,6 +325,15 @@ void kvp_test_cluster_start(struct kvp_test_redis *nodes, int n)
 		ck_assert_msg(rep->type == REDIS_REPLY_STATUS,
 			      "CLUSTER ADDSLOTSRANGE: %s", rep->str);
 		freeReplyObject(rep);
+		/* an epoch each, as redis-cli --cluster create gives: left
+		 * all 0, the nodes part them by gossip, bumping one at a
+		 * time, and one bumped past a slot's new owner while a test
+		 * migrates the slot takes it back (the owner drops the key) */
+		rep = kvp_test_redis_cmd(&nodes[i],
+					 "CLUSTER SET-CONFIG-EPOCH %d", i + 1);
+		ck_assert_msg(rep->type == REDIS_REPLY_STATUS,
+			      "CLUSTER SET-CONFIG-EPOCH: %s", rep->str);
+		freeReplyObject(rep);
 	}
 	for (int i = 1; i < n; i++) {
 		redisReply *rep = kvp_test_redis_cmd(

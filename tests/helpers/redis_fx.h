@@ -71,7 +71,8 @@ redisReply *kvp_test_redis_cmd(const struct kvp_test_redis *s,
 
 /*
  * kvp_test_cluster_start - @n masters (2..8) with cluster mode on, the
- * 16384 slots split evenly in order, joined by CLUSTER MEET; returns when
+ * 16384 slots split evenly in order, each master its own config epoch
+ * (1..@n), joined by CLUSTER MEET; returns when
  * every node sees cluster_state:ok and all @n masters.
  * cluster-require-full-coverage is off: when a master dies, the others go
  * on serving their slots.
