@@ -620,6 +620,8 @@ class Attention(Handle):
         self._block_bytes = geometry.block_bytes
         self._qfloats = geometry.q_heads * geometry.head_dim
         h = c_void_p()
+        u64("Attention", "threads", integer("Attention", "threads", threads),
+            32)
         check(lib.kvp_attn_pool_create(threads, byref(h)),
               "kvp_attn_pool_create", f"{threads} threads")
         self._h = h.value

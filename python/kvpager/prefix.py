@@ -51,6 +51,7 @@ from ._native import (CacheOpts, CacheStats, Handle, KvpagerError,
                       PrefixStats, RecCipher, RecKey, RecKeyCtx, RemoteStats,
                       address, as_dict, busy, check, closed, invalid, lib)
 from .kv import DTYPES, KVGeometry, block_view_shape
+from .pager import integer, u64
 
 ERR_MAX = 512
 
@@ -181,8 +182,7 @@ class PrefixCache(Handle):
             check(lib.kvp_parse_bytes(capacity.encode(), byref(v)), call,
                   f"capacity '{capacity}' is not a size (64G, 512M)")
             capacity = v.value
-        if int(capacity) < 0:
-            raise invalid(call, f"capacity {capacity} is negative")
+        u64(call, "capacity", integer(call, "capacity", capacity))
         cipher = _cipher(key, key_file)
         opts = CacheOpts(capacity_bytes=int(capacity),
                          cipher=ctypes.pointer(cipher) if cipher else None,

@@ -447,6 +447,18 @@ def test_sequence_arguments_checked():
             KVCache(G, capacity_tokens=64, backend="ram", name=5)
 
 
+@pytest.mark.parametrize("threads", [2**32 + 1, -1])
+def test_attention_threads_past_unsigned_refused(threads):
+    """ctypes kept the low 32 bits: threads=2**32 + 1 made a pool of one
+    thread, -1 asked for 2^32-1 (EINVAL from C, naming no argument)."""
+    with pytest.raises(KvpagerError) as e:
+        kvpager.Attention(G, threads=threads).close()
+    assert e.value.errno == errno.EINVAL
+    assert "threads" in str(e.value) and "out of range" in str(e.value)
+    with pytest.raises(TypeError, match="Attention: threads"):
+        kvpager.Attention(G, threads=1.5)
+
+
 def test_attention_after_close_is_ebadf():
     """Attention ran on after close (with no pool: on the caller)."""
     g = G

@@ -222,6 +222,10 @@ def test_errors_carry_errno(tmp_path):
     refused(errno.EPROTONOSUPPORT, open_px, tmp_path / "c")
     refused(errno.EINVAL, open_px, tmp_path / "d", chunk_tokens=24)
     refused(errno.EINVAL, open_px, tmp_path / "d", capacity="lots")
+    # ctypes kept the low 64 bits: a capacity of 16 KiB, without a word
+    refused(errno.EINVAL, open_px, tmp_path / "d", capacity=2**64 + 16384)
+    refused(errno.EINVAL, open_px, tmp_path / "d", capacity=-1)
+    assert not (tmp_path / "d").exists()
     refused(errno.EINVAL, open_px, tmp_path / "d", key="00")
     refused(errno.EINVAL, kvpager.PrefixCache, str(tmp_path / "d"),
             geometry=GEO)  # no model named
