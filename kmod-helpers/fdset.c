@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #define WORD_BITS (sizeof(unsigned long) * CHAR_BIT)
@@ -112,6 +113,25 @@ int kvp_fd_own(int fd)
 		return err;
 	}
 	return fd;
+}
+
+unsigned kvp_fd_hold_std(void)
+{
+	unsigned held = 0;
+	int fd;
+
+	while ((fd = eventfd(0, EFD_CLOEXEC)) >= 0 && fd <= STDERR_FILENO)
+		held |= 1u << fd;
+	if (fd >= 0)
+		close(fd);
+	return held;
+}
+
+void kvp_fd_release_std(unsigned held)
+{
+	for (int fd = 0; fd <= STDERR_FILENO; fd++)
+		if (held & (1u << fd))
+			close(fd);
 }
 
 void kvp_fd_disown(int fd)

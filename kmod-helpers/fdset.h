@@ -34,6 +34,14 @@ int kvp_fd_own(int fd);
  * it opens /dev/fuse).  0 or -ENOMEM.
  */
 int kvp_fd_note(int fd);
+/*
+ * kvp_fd_hold_std - take those of 0, 1 and 2 that are closed (eventfds),
+ * while a library makes descriptors it keeps the numbers of: theirs are
+ * then 3 and up, as kvp_fd_own's.  Returns which were taken, for
+ * kvp_fd_release_std to close.
+ */
+unsigned kvp_fd_hold_std(void);
+void kvp_fd_release_std(unsigned held);
 void kvp_fd_disown(int fd);
 bool kvp_fd_owned(int fd);
 /* The lowest noted descriptor from @from up, or -1 when there is none. */

@@ -219,17 +219,29 @@ else
 fi
 
 # 3d. closefds with /metrics served (KVP_METRICS_LISTEN): the listening
-# socket is the engine's too.  (It was closed under the metrics thread,
-# and its number went to the program's next file.)
+# socket and libmicrohttpd's epoll descriptor are the engine's too, and
+# /metrics still answers.  (The socket was closed under the metrics thread
+# and its number went to the program's next file; then its epoll and ITC
+# descriptors were closed: /metrics went deaf and its thread spun.)  And
+# stdclosed: libmicrohttpd's descriptors are above 0, 1 and 2 (they took 0
+# and 1, and the program's opens got 2 and numbers after the engine's).
 served_env+=(KVP_METRICS_LISTEN=127.0.0.1:0)
 run closefds-metrics "$PROG" ${SIZE_MB}M closefds
-unset 'served_env[${#served_env[@]}-1]'
 show closefds-metrics
 if [ $rc = 0 ] && grep -q '^ok closefds' "$work/closefds-metrics.out" &&
-	grep -q '^closefds: 1 sockets left open' "$work/closefds-metrics.out"; then
-	pass "closefds: the /metrics listener kept"
+	grep -q '^closefds: 1 listening sockets left open, 1 answer' \
+		"$work/closefds-metrics.out"; then
+	pass "closefds: the /metrics server kept, and answering"
 else
 	fail "closefds with KVP_METRICS_LISTEN (exit $rc)"
+fi
+run stdclosed-metrics "$PROG" ${SIZE_MB}M stdclosed
+unset 'served_env[${#served_env[@]}-1]'
+show stdclosed-metrics
+if [ $rc = 0 ] && grep -q '^ok stdclosed' "$work/stdclosed-metrics.out"; then
+	pass "stdclosed: with /metrics served, the program's opens get 0, 1 and 2"
+else
+	fail "stdclosed with KVP_METRICS_LISTEN (exit $rc)"
 fi
 
 # 3e. A program started with 0, 1 and 2 closed (by a daemon): the

@@ -113,6 +113,36 @@ START_TEST(test_own_no_room)
 }
 END_TEST
 
+/* 0 and 2 closed: taken while held, so that a new descriptor is 3 and up,
+ * and closed again on release; 1, open, is left alone. */
+START_TEST(test_hold_std)
+{
+	int saved0 = fcntl(0, F_DUPFD_CLOEXEC, 3);
+	int saved2 = fcntl(2, F_DUPFD_CLOEXEC, 3);
+	unsigned held;
+	int fd;
+
+	ck_assert_int_ge(saved0, 3);
+	ck_assert_int_ge(saved2, 3);
+	close(0);
+	close(2);
+	held = kvp_fd_hold_std();
+	fd = eventfd(0, EFD_CLOEXEC);
+	kvp_fd_release_std(held);
+	ck_assert_uint_eq(held, 1u << 0 | 1u << 2);
+	ck_assert_int_ge(fd, 3);
+	ck_assert_int_eq(fcntl(0, F_GETFD), -1);
+	ck_assert_int_ge(fcntl(1, F_GETFD), 0);
+	ck_assert_int_eq(fcntl(2, F_GETFD), -1);
+	ck_assert_int_eq(dup2(saved0, 0), 0);
+	ck_assert_int_eq(dup2(saved2, 2), 2);
+	close(saved0);
+	close(saved2);
+	close(fd);
+	ck_assert_uint_eq(kvp_fd_hold_std(), 0);
+}
+END_TEST
+
 static Suite *fdset_suite(void)
 {
 	Suite *s = suite_create("fdset");
@@ -121,6 +151,7 @@ static Suite *fdset_suite(void)
 	tcase_add_test(tc, test_any_number);
 	tcase_add_test(tc, test_next_owned);
 	tcase_add_test(tc, test_own_close);
+	tcase_add_test(tc, test_hold_std);
 	tcase_add_test(tc, test_own_moves_above_std);
 	tcase_add_exit_test(tc, test_own_no_room, 0);
 	return s;

@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "kmod-helpers/fdset.h"
 #include "lib/metrics/metrics_http.h"
 #include "tests/helpers/helpers.h"
 
@@ -135,6 +137,47 @@ START_TEST(serves_metrics)
 }
 END_TEST
 
+/* Descriptors open below 1024; *owned: how many of them the engine's. */
+static int count_open(int *owned)
+{
+	int n = 0;
+
+	*owned = 0;
+	for (int fd = 0; fd < 1024; fd++) {
+		if (fcntl(fd, F_GETFD) < 0)
+			continue;
+		n++;
+		*owned += kvp_fd_owned(fd);
+	}
+	return n;
+}
+
+/* The server's lasting descriptors (the socket, libmicrohttpd's epoll one)
+ * are the engine's, kept through a program's close-all; stop closes and
+ * forgets them. */
+START_TEST(descriptors_are_the_engines)
+{
+	struct kvp_metrics_http *m;
+	int calls = 0, owned, before = count_open(&owned), running;
+	char *r;
+
+	ck_assert_int_eq(owned, 0);
+	ck_assert_int_eq(kvp_metrics_http_start("127.0.0.1:0", render_hello,
+						&calls, &m, err, sizeof(err)),
+			 0);
+	running = count_open(&owned);
+	ck_assert_int_eq(owned, 2);
+	ck_assert_int_eq(running, before + owned);
+	r = request(kvp_metrics_http_port(m), "GET /metrics HTTP/1.0\r\n\r\n");
+	ck_assert_msg(!strncmp(r, "HTTP/1.1 200", 12), "%s", r);
+	free(r);
+	kvp_metrics_http_stop(m);
+	ck_assert_int_eq(count_open(&owned), before);
+	ck_assert_int_eq(owned, 0);
+	ck_assert_int_eq(kvp_fd_next_owned(0), -1);
+}
+END_TEST
+
 START_TEST(port_in_use_fails_at_start)
 {
 	struct kvp_metrics_http *m, *m2 = NULL;
@@ -185,6 +228,7 @@ static Suite *metrics_http_suite(void)
 	tcase_add_test(tc, parse_addresses);
 	tcase_add_test(tc, parse_refuses_bad_input);
 	tcase_add_test(tc, serves_metrics);
+	tcase_add_test(tc, descriptors_are_the_engines);
 	tcase_add_test(tc, port_in_use_fails_at_start);
 	tcase_add_test(tc, bad_address_fails_at_start);
 	return s;

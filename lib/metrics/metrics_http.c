@@ -27,6 +27,7 @@
 struct kvp_metrics_http {
 	struct MHD_Daemon *d;		/* serves fd */
 	int fd;				/* the listening socket */
+	int epoll_fd;			/* d's, which it keeps the number of */
 	kvp_metrics_render_fn render;	/* makes each scrape's text */
 	void *arg;			/* render's */
 	struct kvp_pager *pager;	/* start_pager: what is shown */
@@ -227,28 +228,52 @@ static int bind_listen(struct kvp_metrics_http *m, const char *addr,
 	return 0;
 }
 
+/* It closes both of its descriptors: forgotten first (fdset.h). */
+static void stop_daemon(struct kvp_metrics_http *m)
+{
+	kvp_fd_disown(m->fd);
+	kvp_fd_disown(m->epoll_fd);
+	MHD_stop_daemon(m->d);
+}
+
 /* Listen on @addr and serve what @m renders; @m is freed on failure. */
 static int start(struct kvp_metrics_http *m, const char *addr,
 		 struct kvp_metrics_http **out, char *err, size_t errlen)
 {
 	int r = bind_listen(m, addr, err, errlen);
+	unsigned held;
 
 	if (r)
 		goto err_free;
-	/* One thread of its own, a few connections, none kept idle long;
-	 * ITC so that stop can take the socket back (quiesce) and close it
-	 * itself. */
+	/*
+	 * One thread of its own, a few connections, none kept idle long.  Its
+	 * lasting descriptors are the socket and an epoll one, both the
+	 * engine's (fdset.h); no ITC eventfd, which could not be: on Linux
+	 * the socket, shut down, wakes the thread to stop.  The epoll one
+	 * cannot be moved: made above 0, 1 and 2.
+	 */
+	held = kvp_fd_hold_std();
 	m->d = MHD_start_daemon(
-	    MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ITC, 0, NULL, NULL, answer,
-	    m, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)m->fd,
+	    MHD_USE_EPOLL_INTERNAL_THREAD, 0, NULL, NULL, answer, m,
+	    MHD_OPTION_LISTEN_SOCKET, (MHD_socket)m->fd,
 	    MHD_OPTION_CONNECTION_LIMIT, (unsigned)16,
 	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_END);
+	kvp_fd_release_std(held);
 	if (!m->d) {
 		r = -EIO;
 		kvp_seterr(err, errlen,
 			   "metrics: libmicrohttpd could not start serving %s",
 			   addr);
 		goto err_close;
+	}
+	/* an epoll daemon has one */
+	m->epoll_fd =
+	    MHD_get_daemon_info(m->d, MHD_DAEMON_INFO_EPOLL_FD)->epoll_fd;
+	r = kvp_fd_note(m->epoll_fd);
+	if (r) {
+		kvp_seterr(err, errlen, "metrics: out of memory");
+		stop_daemon(m);
+		goto err_free;
 	}
 	*out = m;
 	return 0;
@@ -271,7 +296,7 @@ static struct kvp_metrics_http *server_new(kvp_metrics_render_fn render,
 		kvp_seterr(err, errlen, "metrics: out of memory");
 		return NULL;
 	}
-	m->fd = -1;
+	m->fd = m->epoll_fd = -1;
 	m->render = render;
 	m->arg = arg;
 	return m;
@@ -331,14 +356,8 @@ uint64_t kvp_metrics_http_scrapes(const struct kvp_metrics_http *m)
 
 void kvp_metrics_http_stop(struct kvp_metrics_http *m)
 {
-	MHD_socket fd;
-
 	if (!m)
 		return;
-	fd = MHD_quiesce_daemon(m->d);
-	MHD_stop_daemon(m->d);
-	/* quiesced, the daemon leaves the socket to us */
-	if (fd != MHD_INVALID_SOCKET)
-		kvp_fd_close(fd);
+	stop_daemon(m);
 	free(m);
 }

@@ -21,8 +21,10 @@
  * killed and counts as failed (a hang).
  *
  * closefds: fills a buffer, closes every descriptor from 3 up as a daemon
- * does (a close loop, then close_range), checks the buffer, then opens and
- * closes files of its own (the numbers the program owns must still close).
+ * does (a close loop, then close_range), checks the buffer, says how many
+ * listening sockets are left open (the engine's /metrics listener) and
+ * how many of them answer a scrape, then opens and closes files of its own
+ * (the numbers the program owns must still close).
  *
  * closefrom: fills a buffer and opens files up to a lowered RLIMIT_NOFILE,
  * then refuses close_range(2) with ENOSYS (a seccomp filter, as before
@@ -55,6 +57,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -428,20 +431,48 @@ static void t_fork(void)
 	result("fork", NULL, 0);
 }
 
-/* The sockets open in this process (/proc/self/fd): the engine's /metrics
- * listener, under KVP_METRICS_LISTEN, once the program closed its own. */
-static int count_sockets(void)
+/* 1 when the server listening on @listener answers GET /metrics with 200
+ * (in a minute: a server gone deaf is a failure, not a hang). */
+static int scrape(int listener)
 {
-	char path[64], to[64];
+	static const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
+	struct timeval minute = { 60, 0 };
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	char head[12];
+	int s, ok = 0;
+
+	if (getsockname(listener, (struct sockaddr *)&ss, &len))
+		return 0;
+	s = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return 0;
+	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &minute, sizeof(minute));
+	if (!connect(s, (struct sockaddr *)&ss, len) &&
+	    write(s, req, sizeof(req) - 1) == (ssize_t)sizeof(req) - 1 &&
+	    recv(s, head, sizeof(head), MSG_WAITALL) == (ssize_t)sizeof(head))
+		ok = !memcmp(head, "HTTP/1.1 200", sizeof(head));
+	close(s);
+	return ok;
+}
+
+/* The listening sockets open in this process: the engine's /metrics
+ * listener, under KVP_METRICS_LISTEN, once the program closed its own;
+ * *answered: how many of them answer a scrape. */
+static int listeners(int *answered)
+{
 	int n = 0;
 
+	*answered = 0;
 	for (int fd = 0; fd < 1024; fd++) {
-		ssize_t len;
+		int on = 0;
+		socklen_t len = sizeof(on);
 
-		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-		len = readlink(path, to, sizeof(to) - 1);
-		if (len > 0 && !strncmp(to, "socket:", 7))
-			n++;
+		if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &len) ||
+		    !on)
+			continue;
+		n++;
+		*answered += scrape(fd);
 	}
 	return n;
 }
@@ -449,7 +480,7 @@ static int count_sockets(void)
 static void t_closefds(void)
 {
 	char *p = malloc(S);
-	int fds[8];
+	int fds[8], n, answered;
 
 	EXPECT("closefds", p, "malloc failed");
 	fill(p, 0, S, 14);
@@ -461,7 +492,10 @@ static void t_closefds(void)
 	EXPECT("closefds", !close_range(3, ~0u, 0), "close_range failed");
 	EXPECT_AT("closefds", check(p, 0, S, 15),
 		  "pattern lost after close_range");
-	printf("closefds: %d sockets left open\n", count_sockets());
+	n = listeners(&answered);
+	printf("closefds: %d listening sockets left open, %d answer "
+	       "/metrics\n",
+	       n, answered);
 	for (int i = 0; i < 8; i++)
 		fds[i] = open("/dev/null", O_RDONLY);
 	for (int i = 0; i < 8; i++)
