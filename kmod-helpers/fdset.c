@@ -13,8 +13,8 @@
 #define WORD_BITS (sizeof(unsigned long) * CHAR_BIT)
 #define FIRST_FDS 65536u /* numbers below: a static range, no allocation */
 
-/* The bits of the numbers [base, base + nfds); the next range up, twice as
- * large, is added on the first note of a number above. */
+/* The bits of the numbers [base, base + nfds); the next range up, as large
+ * as all below it together, is added on the first note of a number above. */
 struct fd_range {
 	unsigned base, nfds;
 	struct fd_range *next; /* atomic; set once, never freed */

@@ -31,7 +31,8 @@ int kvp_fd_own(int fd);
 /*
  * kvp_fd_note - note @fd as the engine's where a library keeps the number
  * (it cannot be moved: libfuse's, which makes 0, 1 and 2 /dev/null before
- * it opens /dev/fuse).  0 or -ENOMEM.
+ * it opens /dev/fuse; libmicrohttpd's, made under kvp_fd_hold_std).  0,
+ * -EBADF for a negative @fd, or -ENOMEM.
  */
 int kvp_fd_note(int fd);
 /*
