@@ -183,11 +183,11 @@ START_TEST(test_read_error_sigbus)
 		      "no SIGBUS reading a block whose read failed");
 	printf("sigbus (%s, %s) after %llu ms\n", shortread ? "short" : "EIO",
 	       kvp_region_install_mode(R), (unsigned long long)ms);
-	ck_assert_uint_lt(ms, 10000);
 	bi = binfo(R, 5);
 	ck_assert_int_eq(bi.state, KVP_BLOCK_POISONED);
 	s = rstats(R);
-	ck_assert_uint_ge(s.read_errors_total, 1);
+	/* Poisoned at the first failure, not after retries of it. */
+	ck_assert_uint_eq(s.read_errors_total, 1);
 	ck_assert_uint_eq(s.poisoned_blocks, 1);
 	/* Again, on another page of it, and a write: SIGBUS at once. */
 	ck_assert(touch_bus(a + 5 * bs + bs - 8, NULL));
