@@ -104,8 +104,8 @@ struct kvp_region_opts {
  * addresses are unmapped, so an access is SIGSEGV, never a hang.  Each
  * region is one VMA: vm.max_map_count bounds how many a process holds.  Returns 0 and *out, or -EINVAL (bad size, block size, or a store
  * too small or misaligned for it), -EEXIST (name taken), -EBUSY (its store
- * bytes overlap another region's on the same store: each would write its
- * blocks back over the other's), -ENOMEM (address
+ * bytes overlap those of a live region on the same store, of this pager or
+ * another: each would write its blocks back over the other's), -ENOMEM (address
  * space, or vm.max_map_count reached); nothing is left behind on failure.
  */
 int kvp_region_create(struct kvp_pager *p, const struct kvp_region_opts *opts,

@@ -392,6 +392,7 @@ struct kvp_pager {
  * service loop to the install.
  *
  *   frames.c stats.c rtab.c          the pool, statistics, region lookup
+ *   claims.c                         the store bytes regions hold
  *   core.c                           block states, flags, the clock list
  *   request.c                        handing work to service threads
  *   ioctl.c                          resolving ioctls retried through EAGAIN,
@@ -480,6 +481,12 @@ struct timespec kvp_deadline_ms(long ms);
 void kvp_stats_snapshot(const struct kvp_astats *a, struct kvp_stats *out);
 void kvp_stats_add(struct kvp_stats *sum, const struct kvp_stats *s);
 void kvp_astats_fold(struct kvp_astats *into, const struct kvp_astats *a);
+
+/* claims.c: a region's store range, held across pagers; -EBUSY where a
+ * live region holds any of it.  Unclaim forgets @owner's claim. */
+int kvp_store_claim(const struct kvp_store *st, uint64_t off, uint64_t len,
+		    const void *owner);
+void kvp_store_unclaim(const void *owner);
 
 /* rtab.c, under p->lock. */
 struct kvp_region *kvp_region_find(struct kvp_pager *p, uintptr_t addr);

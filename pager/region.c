@@ -158,19 +158,13 @@ int kvp_region_create(struct kvp_pager *p, const struct kvp_region_opts *o,
 		snprintf(r->name, sizeof(r->name), "%s", o->name);
 	else
 		snprintf(r->name, sizeof(r->name), "region%u", r->id);
-	for (struct kvp_region *x = p->regions; x; x = x->next) {
+	for (struct kvp_region *x = p->regions; x; x = x->next)
 		if (!strcmp(x->name, r->name)) {
 			err = -EEXIST;
 			break;
 		}
-		/* two regions over the same store bytes would each write
-		 * its own blocks back over the other's */
-		if (x->store == st && x->store_offset < r->store_offset + r->size &&
-		    r->store_offset < x->store_offset + x->size) {
-			err = -EBUSY;
-			break;
-		}
-	}
+	if (!err)
+		err = kvp_store_claim(st, r->store_offset, r->size, r);
 	if (!err) {
 		struct kvp_region **t = &p->regions;
 
@@ -182,6 +176,7 @@ int kvp_region_create(struct kvp_pager *p, const struct kvp_region_opts *o,
 		if (err) {
 			*t = NULL;
 			p->nregions--;
+			kvp_store_unclaim(r);
 		}
 	}
 	pthread_mutex_unlock(&p->lock);
@@ -455,6 +450,8 @@ int kvp_region_destroy(struct kvp_region *r)
 		kvp_service_forget_store(p, r->store);
 	pthread_mutex_unlock(&p->lock);
 	pthread_mutex_unlock(&p->rlock);
+	/* Its last write-back is done: the bytes may have a new region. */
+	kvp_store_unclaim(r);
 	munmap(r->blocks, r->blocks_map_len);
 	free(r->zap_waits);
 	free(r);

@@ -495,6 +495,42 @@ START_TEST(test_store_align_zero)
 END_TEST
 
 /*
+ * Two pagers handed one store: a region of the second over bytes a
+ * region of the first holds would write its blocks back over the first's
+ * (the second's data read back from the first region after an eviction).
+ * Refused until the first region is destroyed; bytes of their own are
+ * fine.
+ */
+START_TEST(test_store_shared_by_two_pagers)
+{
+	struct popts po = { .budget = 4 * MIB };
+	struct kvp_region_opts o = { .size = 1 * MIB, .block_bytes = 64 * KIB };
+	struct kvp_region *r2 = NULL;
+	struct kvp_pager *p2 = NULL;
+	struct kvp_config c;
+
+	make_store(ST_MEM, 3 * MIB);
+	open_pager(&po);
+	R = make_region(2 * MIB, 64 * KIB, 0);
+	kvp_config_defaults(&c);
+	c.ram_budget_bytes = 4 * MIB;
+	ck_assert_int_eq(kvp_pager_open(&c, &p2), 0);
+	o.store = S;
+	o.store_offset = 1 * MIB;
+	ck_assert_int_eq(kvp_region_create(p2, &o, &r2), -EBUSY);
+	o.store_offset = 2 * MIB;
+	ck_assert_int_eq(kvp_region_create(p2, &o, &r2), 0);
+	ck_assert_int_eq(kvp_region_destroy(r2), 0);
+	ck_assert_int_eq(kvp_region_destroy(R), 0);
+	R = NULL;
+	o.store_offset = 1 * MIB;
+	ck_assert_int_eq(kvp_region_create(p2, &o, &r2), 0);
+	ck_assert_int_eq(kvp_region_destroy(r2), 0);
+	kvp_pager_close(p2);
+}
+END_TEST
+
+/*
  * A region being destroyed writes its dirty blocks back once nothing of it
  * is in flight, while another region's faults need frames.  Its resident
  * blocks were still on the clock then, so evictions started on it and
@@ -712,6 +748,7 @@ static Suite *pager_region_suite(void)
 	tcase_add_loop_test(t, test_peek, 0, 2);
 	tcase_add_test(t, test_bug_store_outlives_last_region);
 	tcase_add_test(t, test_store_align_zero);
+	tcase_add_test(t, test_store_shared_by_two_pagers);
 	tcase_add_loop_test(t, test_destroy_while_others_evict, 0, 2);
 	return s;
 }

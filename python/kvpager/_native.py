@@ -643,6 +643,8 @@ _PROTOS = {
     "kvp_kvcache_opts_default": (None, [POINTER(KvcacheOpts),
                                         POINTER(Geometry)]),
     "kvp_kvcache_create": (c_int, [POINTER(KvcacheOpts), POINTER(_P)]),
+    "kvp_kvcache_layout_for": (c_int, [POINTER(KvcacheOpts),
+                                       POINTER(Layout)]),
     "kvp_kvcache_destroy": (None, [_P]),
     "kvp_kvcache_seq_create": (c_int, [_P, u32p]),
     "kvp_kvcache_seq_fork": (c_int, [_P, c_uint32, c_uint64, u32p]),

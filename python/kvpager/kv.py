@@ -28,7 +28,7 @@ import numpy as np
 
 from . import _abi
 from ._native import (FILL_FN, QUERY_FN, AttnBlocks, Config, Geometry,
-                      Handle, KvConfig, KvcacheOpts, KvcacheStats,
+                      Handle, KvConfig, KvcacheOpts, KvcacheStats, Layout,
                       KvpagerError, KvSource, KvSourceOps, StepStats,
                       SynthOpts, TunableTarget, Viewed, address, as_dict,
                       check, closed, floatp, invalid, lib, view)
@@ -327,23 +327,25 @@ class KVCache(Handle, Viewed):
         o.region_name = self._name
         self._dir = directory.encode() if directory else None
         o.dir = self._dir
+        claim = None
+        if store and backend == "pager":
+            # Its region's bytes of the store, claimed as Pager.region's
+            # are: a region on them would write over the cache's K and V.
+            # Asked first for the message naming the region; the C
+            # library refuses it too (EBUSY), for regions made in C.
+            lay = Layout()
+            check(lib.kvp_kvcache_layout_for(byref(o), byref(lay)),
+                  "kvp_kvcache_layout_for", f"{geometry}, "
+                  f"{capacity_tokens} tokens")
+            with Handle._lock:
+                claim = store._claim(o.store_offset, lay.region_bytes, call)
         h = c_void_p()
         check(lib.kvp_kvcache_create(byref(o), byref(h)),
               "kvp_kvcache_create", f"{geometry}, {capacity_tokens} tokens, "
               f"{max_seqs} sequences, backend {backend}")
-        r = lib.kvp_kvcache_region(h.value) if store else None
-        if r:
-            # Its region's bytes of the store, claimed as Pager.region's
-            # are: a region on them would write over the cache's K and V.
-            # Checked once the size is known (nothing was written yet).
-            try:
-                with Handle._lock:
-                    lo, hi = store._claim(o.store_offset,
-                                          lib.kvp_region_size(r), call)
-                    store._root()._claims[self] = (lo, hi)
-            except KvpagerError:
-                lib.kvp_kvcache_destroy(h.value)
-                raise
+        if claim:
+            with Handle._lock:
+                store._root()._claims[self] = claim
         self._h = h.value
         self.geometry = geometry
         self.name = name
