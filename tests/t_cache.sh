@@ -219,6 +219,15 @@ fi
 refused "a bad URL" 2 "must start with redis://" --cache-dir "$tmp/u" \
 	--remote ftp://x
 [ -e "$tmp/u" ] && { echo "FAIL: a refused URL made the directory"; fail=1; }
+echo secret >"$tmp/pw"
+chmod 644 "$tmp/pw"
+refused "a password file others may read" 2 "chmod 600" --cache-dir \
+	"$tmp/pw-dir" --remote "redis://u:@127.0.0.1:1/?password_file=$tmp/pw"
+refused "no password file" 2 "cannot open the redis password file" \
+	--cache-dir "$tmp/pw-dir" \
+	--remote "redis://u:@127.0.0.1:1/?password_file=$tmp/none"
+[ -e "$tmp/pw-dir" ] &&
+	{ echo "FAIL: a refused password file made the directory"; fail=1; }
 c=$(run --preset tiny --steps 2 --cache-dir "$tmp/x" 2>&1)
 [ $? = 2 ] && grep -q "add --model" <<<"$c" || { echo "FAIL: no model: $c"; fail=1; }
 

@@ -163,10 +163,13 @@ int kvp_model_cache_opts_check(const struct kvp_model_cache_opts *o,
 
 	if (!e)
 		e = load_cipher(o, &cipher, &has, err, errlen);
-	memset(&cipher, 0, sizeof(cipher));
-	if (!e && o->remote_url)
+	explicit_bzero(&cipher, sizeof(cipher)); /* kept, unlike a memset */
+	if (!e && o->remote_url) {
 		e = kvp_remote_url_parse(&url, o->remote_url, err, errlen);
-	memset(&url, 0, sizeof(url)); /* a password */
+		if (!e)
+			e = kvp_remote_url_password(&url, err, errlen);
+		explicit_bzero(&url, sizeof(url)); /* a password */
+	}
 	return e;
 }
 

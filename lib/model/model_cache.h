@@ -81,8 +81,9 @@ int kvp_model_cache_opts_env(struct kvp_model_cache_opts *o, char *err,
  * kvp_model_cache_opts_check - the values of o that need no directory,
  * checked before any work: the chunk tokens, the cipher key (its file
  * read: -errno where it cannot be, -EACCES where others may read it;
- * -EINVAL for a malformed key), the remote URL (-EINVAL).  Returns 0
- * or the error, with err (one line, the remedy named; never the key).
+ * -EINVAL for a malformed key), the remote URL (-EINVAL) and its
+ * password file (kvp_remote_url_password).  Returns 0 or the error,
+ * with err (one line, the remedy named; never the key nor password).
  * kvp_model_cache_open checks them too; a caller that tells a refused
  * value from a failed open (kvpager: exit 2 or 1) calls this first.
  */

@@ -23,9 +23,8 @@ const size_t kvp_remote_stat_count =
 #define fail(err, errlen, code, ...) \
 	(kvp_seterr(err, errlen, __VA_ARGS__), (code))
 
-/* The password file's first line into @u->password; it must be ours
- * alone to read, as ssh asks of its keys. */
-static int read_password(struct kvp_remote_url *u, char *err, size_t errlen)
+int kvp_remote_url_password(struct kvp_remote_url *u, char *err,
+			    size_t errlen)
 {
 	/* one byte more than fits: a first line that long is refused, not
 	 * cut (the server would refuse the cut one as a wrong password) */
@@ -34,6 +33,8 @@ static int read_password(struct kvp_remote_url *u, char *err, size_t errlen)
 	ssize_t n;
 	int fd, e;
 
+	if (u->password[0] || !u->password_file[0])
+		return 0;
 	fd = open(u->password_file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0) {
 		e = errno;
@@ -95,11 +96,9 @@ int kvp_remote_open(const struct kvp_remote_config *cfg,
 	if (rc)
 		goto out_free;
 	kvp_remote_url_redact(cfg->url, r->shown_url, sizeof(r->shown_url));
-	if (!r->url.password[0] && r->url.password_file[0]) {
-		rc = read_password(&r->url, err, errlen);
-		if (rc)
-			goto out_free;
-	}
+	rc = kvp_remote_url_password(&r->url, err, errlen);
+	if (rc)
+		goto out_free;
 	remote_hex(cfg->ns, cfg->ns_len, r->ns_hex);
 	r->verify = cfg->verify;
 	r->verify_arg = cfg->verify_arg;

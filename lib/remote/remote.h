@@ -111,6 +111,18 @@ int kvp_remote_url_parse(struct kvp_remote_url *u, const char *text,
 			 char *err, size_t errlen);
 
 /*
+ * kvp_remote_url_password - where @u names a password_file and gives no
+ * password, the file's first line into @u->password (kvp_remote_open
+ * does it; a caller that checks the URL before any work may too).  The
+ * file must be its owner's alone to read, as ssh asks of its keys.
+ * Returns 0, or the error with what is wrong in @err (never the
+ * password): -errno (open, read), -EPERM (not a regular file, or others
+ * may read it), -EINVAL (empty, or a line too long).
+ */
+int kvp_remote_url_password(struct kvp_remote_url *u, char *err,
+			    size_t errlen);
+
+/*
  * kvp_remote_url_redact - @text with the password (user:PASS@) replaced by
  * "***", into @buf; what error messages and reports show.  Returns @buf.
  */
