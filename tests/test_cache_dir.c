@@ -239,9 +239,10 @@ START_TEST(not_a_cache)
 }
 END_TEST
 
-/* The lock is the directory's own: a manifest renamed into place while a
- * process holds the cache (what a second process creating the same new
- * cache does) lets no second opener in; the refusal names the holder. */
+/* The lock is the lock file's, never renamed: a manifest renamed into
+ * place while a process holds the cache (what racing creators did before
+ * they were locked) lets no second opener in; the refusal names the
+ * holder. */
 START_TEST(one_holder)
 {
 	struct kvp_cache *c = open_ok(NULL), *c2 = NULL;
@@ -261,9 +262,6 @@ START_TEST(one_holder)
 }
 END_TEST
 
-/* Processes that open one new directory at once: exactly one has it, and
- * every other is told it is in use (never "not a cache", never a broken
- * manifest, never two holders). */
 /*
  * Each exclusive lock of an open cache is held through a descriptor
  * opened for writing: NFS emulates flock with byte-range locks, and an
@@ -312,6 +310,9 @@ START_TEST(locks_writable)
 }
 END_TEST
 
+/* Processes that open one new directory at once: exactly one has it, and
+ * every other is told it is in use (never "not a cache", never a broken
+ * manifest, never two holders). */
 START_TEST(racing_creators)
 {
 	enum { KIDS = 6, ROUNDS = 40 };
