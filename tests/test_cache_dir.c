@@ -905,12 +905,13 @@ static void fill_disk(const char *path)
 	close(fd);
 }
 
-/* dir: in a fresh tmpfs of 256 KiB mounted at mnt, where filler names
+/* dir: in a fresh tmpfs of 256 KiB and 64 inodes mounted at mnt, where filler names
  * a file for fill_disk.  false: no mount (said why). */
 static bool small_disk(char mnt[256], char filler[300])
 {
 	ck_assert_int_eq(mkdir(dir, 0700), 0);
-	if (!kvp_test_mount(mnt, 256, dir, "full", "tmpfs", "size=256k"))
+	if (!kvp_test_mount(mnt, 256, dir, "full", "tmpfs",
+			    "size=256k,nr_inodes=64"))
 		return false;
 	snprintf(filler, 300, "%s/filler", mnt);
 	snprintf(dir + strlen(dir), sizeof(dir) - strlen(dir), "/full/c");
@@ -1046,6 +1047,40 @@ START_TEST(full_disk_tries_bounded)
 }
 END_TEST
 
+/* A cache made before the lock file (an older kvpager), on a disk out of
+ * inodes (or an inode quota): no lock file can be made, and the
+ * manifest's lock is enough where a manifest exists (only a creator
+ * needs the lock file); it opens, and its blocks read back. */
+START_TEST(no_lock_file_full_disk)
+{
+	char mnt[256], filler[300], path[600];
+	struct kvp_cache *c;
+	unsigned n;
+
+	if (!small_disk(mnt, filler))
+		return;
+	c = open_ok(NULL);
+	put_n(c, 1, 3000, 0);
+	kvp_cache_close(c);
+	snprintf(path, sizeof(path), "%s/kvpcache.lock", dir);
+	ck_assert_int_eq(unlink(path), 0);
+	for (n = 0;; n++) { /* take every inode */
+		int fd;
+
+		snprintf(path, sizeof(path), "%s/i%u", mnt, n);
+		fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+		if (fd < 0)
+			break;
+		close(fd);
+	}
+	ck_assert_int_eq(errno, ENOSPC);
+	c = open_ok(NULL);
+	get_n(c, 1, 3000, 0);
+	kvp_cache_close(c);
+	kvp_test_unmount(mnt);
+}
+END_TEST
+
 START_TEST(stat_table)
 {
 	struct kvp_cache *c = open_ok(NULL);
@@ -1099,6 +1134,7 @@ int main(void)
 	tcase_add_test(tc, read_only_dir);
 	tcase_add_test(tc, full_disk);
 	tcase_add_test(tc, full_disk_tries_bounded);
+	tcase_add_test(tc, no_lock_file_full_disk);
 	tcase_add_test(tc, stat_table);
 	failed = kvp_test_run(s);
 	kvp_test_rm_tree(root);

@@ -54,7 +54,8 @@ struct entry {
 struct kvp_cache {
 	pthread_mutex_t lock;
 	int dirfd;		   /* the directory, O_DIRECTORY */
-	int lockfd;		   /* LOCK_FILE, flock'ed; -1: read only */
+	int lockfd;		   /* LOCK_FILE, flock'ed; -1: read only,
+				      or none could be made (lock_dir) */
 	int manifestfd;		   /* the manifest, flock'ed too */
 	struct kvp_cache_opts o;   /* copy of the options */
 	struct kvp_rec_cipher cipher; /* o.cipher points here */
@@ -660,6 +661,11 @@ static int lock_dir(struct kvp_cache *c, const char *path, char *err,
 			   0600);
 	if (c->lockfd < 0) {
 		e = -errno;
+		/* a cache made before the lock file, on a disk out of room or
+		 * inodes: only a creator needs the lock file; the manifest's
+		 * lock keeps out the others, as a read-only opener's does */
+		if (disk_full(e) && has_manifest(c))
+			return 0;
 		snprintf(err, errlen, "cache dir '%s': cannot open %s: %s",
 			 path, LOCK_FILE, strerror(errno));
 		return e;

@@ -7,7 +7,9 @@
  *
  *   kvpcache.lock       locked by a writer before the manifest is read or
  *                       made; never renamed nor removed, and opened for
- *                       writing (NFS takes an exclusive lock only so)
+ *                       writing (NFS takes an exclusive lock only so);
+ *                       a cache made before it, on a full disk, goes on
+ *                       without (only a creator needs it)
  *   kvpcache            "kvpager-cache 1\n": the format version; locked
  *                       too (what an older kvpager and a reader lock)
  *   <64 hex>.kvb        one block: its record (block_record.h), padded
