@@ -51,6 +51,9 @@ int kvp_test_thread_nice(const char *name);
  * process's own: what service_priority = @levels gives. */
 int kvp_test_boosted_nice(int levels);
 
+/* This process's threads, now (/proc/self/status). */
+int kvp_test_thread_count(void);
+
 /* ---- the clock (clock.c) ---- */
 
 /* CLOCK_MONOTONIC in nanoseconds: the one clock of the tests.  Tests time

@@ -1,4 +1,4 @@
-/* threads.c - this process's threads by name: their nice values. */
+/* threads.c - this process's threads: their count, their nice values. */
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
@@ -62,4 +62,19 @@ int kvp_test_boosted_nice(int levels)
 		return base;
 	ck_assert_int_eq(setpriority(PRIO_PROCESS, (id_t)gettid(), base), 0);
 	return want;
+}
+
+int kvp_test_thread_count(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	int n = -1;
+
+	ck_assert_ptr_nonnull(f);
+	while (n < 0 && fgets(line, sizeof(line), f))
+		if (sscanf(line, "Threads: %d", &n) != 1)
+			n = -1;
+	fclose(f);
+	ck_assert_int_gt(n, 0);
+	return n;
 }
