@@ -767,7 +767,9 @@ int getaddrinfo(const char *node, const char *service,
 
 	if (node && !strcmp(node, NO_HOST))
 		return EAI_NONAME;
-	if (!node || strcmp(node, SLOW_HOST))
+	/* a number wanted, or another name: libc's answer, at once */
+	if (!node || strcmp(node, SLOW_HOST) ||
+	    (hints && hints->ai_flags & AI_NUMERICHOST))
 		return real(node, service, hints, res);
 	clock_gettime(CLOCK_REALTIME, &until);
 	until.tv_sec += DNS_GUARD_S;
@@ -779,6 +781,22 @@ int getaddrinfo(const char *node, const char *service,
 	dns_answered++;
 	pthread_mutex_unlock(&dns_lock);
 	return released ? real("127.0.0.1", service, hints, res) : EAI_AGAIN;
+}
+
+/* While set, pthread_create fails as at the process's thread limit. */
+static bool threads_refused;
+
+int pthread_create(pthread_t *t, const pthread_attr_t *attr,
+		   void *(*fn)(void *), void *arg)
+{
+	int (*real)(pthread_t *, const pthread_attr_t *, void *(*)(void *),
+		    void *) =
+		(int (*)(pthread_t *, const pthread_attr_t *, void *(*)(void *),
+			 void *))dlsym(RTLD_NEXT, "pthread_create");
+
+	if (__atomic_load_n(&threads_refused, __ATOMIC_RELAXED))
+		return EAGAIN;
+	return real(t, attr, fn, arg);
 }
 
 /* SLOW_HOST's lookups, waiting and to come, answered from now on. */
@@ -865,6 +883,36 @@ START_TEST(close_while_lookup_waits)
 	while (kvp_test_thread_count() > threads && kvp_test_now_ns() < until)
 		usleep(10000);
 	ck_assert_int_eq(kvp_test_thread_count(), threads);
+}
+END_TEST
+
+/*
+ * A numeric address asks no resolver, so it takes no lookup thread: a
+ * process at its thread limit (or a cluster's nodes, all numeric, each
+ * connection made anew) still connects.  Here the connection dies while
+ * idle and is made again with no thread to be had.
+ */
+START_TEST(numeric_host_needs_no_thread)
+{
+	struct kvp_remote *r = open_srv(NULL, ns_a, &tenant_a);
+	struct kvp_test_stderr cap;
+	char said[4096];
+	unsigned res[3];
+	uint64_t connects;
+
+	publish(r, tenant_a.id, 0, 20, 512);
+	connects = STAT(r, connects_total);
+	freeReplyObject(kvp_test_redis_cmd(&srv,
+					   "CLIENT KILL TYPE normal SKIPME yes"));
+	kvp_test_stderr_start(&cap);
+	__atomic_store_n(&threads_refused, true, __ATOMIC_RELAXED);
+	fetch(r, tenant_a.id, 0, 20, 512, res);
+	__atomic_store_n(&threads_refused, false, __ATOMIC_RELAXED);
+	kvp_test_stderr_end(&cap, said, sizeof(said));
+	ck_assert_msg(res[0] == 20, "%u of 20 served; stderr said: %s",
+		      res[0], said);
+	ck_assert_uint_eq(STAT(r, connects_total), connects + 1);
+	kvp_remote_close(r);
 }
 END_TEST
 
@@ -1457,6 +1505,7 @@ int main(void)
 	tcase_add_test(tc, killed_and_restarted);
 	tcase_add_test(tc, dead_dns_within_connect_timeout);
 	tcase_add_test(tc, close_while_lookup_waits);
+	tcase_add_test(tc, numeric_host_needs_no_thread);
 	tcase_add_test(tc, unknown_host_said_so);
 	tcase_add_test(tc, hung_server_times_out);
 	tcase_add_test(tc, hung_at_auth_said_so);

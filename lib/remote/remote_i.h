@@ -220,7 +220,8 @@ int part_check(const void *hdr, uint32_t i, uint64_t tag, uint64_t *total,
 /* resolve.c */
 /*
  * resolve_host - the addresses of @host (@port) into @*addrs (freeaddrinfo
- * them), waiting until @deadline_ns (CLOCK_MONOTONIC) at most.  @*pending
+ * them), waiting until @deadline_ns (CLOCK_MONOTONIC) at most (a numeric
+ * address at once, on no thread of its own).  @*pending
  * is the node's lookup left running by an earlier call, or NULL.  Returns
  * 0; -ETIMEDOUT, the lookup left running in @*pending; -EHOSTUNREACH (no
  * such name, the resolver failed) or -ENOMEM, -EAGAIN; why in @why (@len

@@ -8,7 +8,8 @@
  * leaves running: the lookup stays its node's, and the node's next
  * connection takes its answer (a resolver slower than the deadline still
  * gets there) rather than starting another.  The lookup frees itself once
- * both the thread and the node are done with it.
+ * both the thread and the node are done with it.  A numeric address needs
+ * no resolver and takes no thread (a cluster's nodes are named so).
  */
 #include <errno.h>
 #include <netdb.h>
@@ -18,6 +19,9 @@
 #include <time.h>
 
 #include "lib/remote/remote_i.h"
+
+static const struct addrinfo stream_hints = { .ai_family = AF_UNSPEC,
+					      .ai_socktype = SOCK_STREAM };
 
 struct lookup {
 	pthread_mutex_t lock;
@@ -50,10 +54,8 @@ static void lookup_put(struct lookup *lk)
 static void *lookup_thread(void *arg)
 {
 	struct lookup *lk = arg;
-	struct addrinfo hints = { .ai_family = AF_UNSPEC,
-				  .ai_socktype = SOCK_STREAM };
 	struct addrinfo *addrs = NULL;
-	int rv = getaddrinfo(lk->host, lk->port, &hints, &addrs);
+	int rv = getaddrinfo(lk->host, lk->port, &stream_hints, &addrs);
 
 	pthread_mutex_lock(&lk->lock);
 	lk->rv = rv;
@@ -66,7 +68,8 @@ static void *lookup_thread(void *arg)
 	return NULL;
 }
 
-static int lookup_start(const char *host, int port, struct lookup **out)
+static int lookup_start(const char *host, const char *port,
+			struct lookup **out)
 {
 	size_t len = strlen(host) + 1;
 	struct lookup *lk = calloc(1, sizeof(*lk) + len);
@@ -78,7 +81,7 @@ static int lookup_start(const char *host, int port, struct lookup **out)
 	if (!lk)
 		return -ENOMEM;
 	memcpy(lk->host, host, len);
-	snprintf(lk->port, sizeof(lk->port), "%d", port);
+	snprintf(lk->port, sizeof(lk->port), "%s", port);
 	lk->refs = 2;
 	pthread_mutex_init(&lk->lock, NULL);
 	pthread_condattr_init(&ca);
@@ -104,11 +107,17 @@ int resolve_host(struct lookup **pending, const char *host, int port,
 {
 	struct timespec until = { .tv_sec = (time_t)(deadline_ns / 1000000000u),
 				  .tv_nsec = (long)(deadline_ns % 1000000000u) };
+	struct addrinfo numeric = stream_hints;
 	struct lookup *lk;
+	char port_s[8];
 	int err = 0;
 
+	snprintf(port_s, sizeof(port_s), "%d", port);
+	numeric.ai_flags = AI_NUMERICHOST; /* asks no resolver: at once */
 	if (!*pending) {
-		err = lookup_start(host, port, pending);
+		if (!getaddrinfo(host, port_s, &numeric, addrs))
+			return 0;
+		err = lookup_start(host, port_s, pending);
 		if (err) {
 			snprintf(why, len, "cannot start a lookup: %s",
 				 strerror(-err));
