@@ -742,12 +742,14 @@ static void until_served(struct kvp_remote *r, uint64_t t, unsigned secs,
 /*
  * The resolver, interposed: SLOW_HOST's lookups wait until the test
  * releases them (then answer 127.0.0.1), NO_HOST's fail as an unknown
- * name does; every other name goes to libc's.  DNS_GUARD_S: a lookup
+ * name does, DOWN_HOST's as with no DNS server reachable; every other
+ * name goes to libc's.  DNS_GUARD_S: a lookup
  * never released answers "try again" by then, so that a tier that waits
  * for it fails its test rather than hanging it.
  */
 #define SLOW_HOST "kvp-slow-dns.test"
 #define NO_HOST "kvp-no-such-host.test"
+#define DOWN_HOST "kvp-dns-down.test"
 #define DNS_GUARD_S 20
 
 static pthread_mutex_t dns_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -767,6 +769,8 @@ int getaddrinfo(const char *node, const char *service,
 
 	if (node && !strcmp(node, NO_HOST))
 		return EAI_NONAME;
+	if (node && !strcmp(node, DOWN_HOST))
+		return EAI_AGAIN;
 	/* a number wanted, or another name: libc's answer, at once */
 	if (!node || strcmp(node, SLOW_HOST) ||
 	    (hints && hints->ai_flags & AI_NUMERICHOST))
@@ -916,24 +920,48 @@ START_TEST(numeric_host_needs_no_thread)
 }
 END_TEST
 
+/* What opening a tier on @host's port 6379 and fetching from it say on
+ * stderr, into @said (@len bytes): each fetch an error, not a hang. */
+static void lookup_failure_said(const char *host, char *said, size_t len)
+{
+	struct kvp_test_stderr cap;
+	struct kvp_remote *r;
+	char url[256];
+	unsigned res[3];
+
+	snprintf(url, sizeof(url), "redis://%s:6379", host);
+	kvp_test_stderr_start(&cap);
+	r = open_tier(url, ns_a, &tenant_a);
+	fetch(r, tenant_a.id, 0, 5, 64, res);
+	kvp_test_stderr_end(&cap, said, len);
+	ck_assert_uint_eq(res[2], 5);
+	kvp_remote_close(r);
+}
+
 /* A name the resolver does not know: said as such, not as a server
  * that refuses, and the tier goes on without it. */
 START_TEST(unknown_host_said_so)
 {
-	struct kvp_test_stderr cap;
-	struct kvp_remote *r;
 	char said[4096];
-	unsigned res[3];
 
-	kvp_test_stderr_start(&cap);
-	r = open_tier("redis://" NO_HOST ":6379", ns_a, &tenant_a);
-	fetch(r, tenant_a.id, 0, 5, 64, res);
-	kvp_test_stderr_end(&cap, said, sizeof(said));
-	ck_assert_uint_eq(res[2], 5);
+	lookup_failure_said(NO_HOST, said, sizeof(said));
 	ck_assert_msg(strstr(said, "cannot resolve " NO_HOST ": ") &&
 			      strstr(said, "(check the URL's host)"),
 		      "stderr said: %s", said);
-	kvp_remote_close(r);
+}
+END_TEST
+
+/* No DNS server to ask: the resolver is what to look at, not the URL,
+ * whose host may well be right. */
+START_TEST(dns_down_said_so)
+{
+	char said[4096];
+
+	lookup_failure_said(DOWN_HOST, said, sizeof(said));
+	ck_assert_msg(strstr(said, "cannot resolve " DOWN_HOST ": ") &&
+			      strstr(said, "(is the DNS server answering?)") &&
+			      !strstr(said, "check the URL's host"),
+		      "stderr said: %s", said);
 }
 END_TEST
 
@@ -1507,6 +1535,7 @@ int main(void)
 	tcase_add_test(tc, close_while_lookup_waits);
 	tcase_add_test(tc, numeric_host_needs_no_thread);
 	tcase_add_test(tc, unknown_host_said_so);
+	tcase_add_test(tc, dns_down_said_so);
 	tcase_add_test(tc, hung_server_times_out);
 	tcase_add_test(tc, hung_at_auth_said_so);
 	tcase_add_test(tc, acl_user_needs_getrange);

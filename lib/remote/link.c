@@ -418,9 +418,7 @@ static redisContext *node_dial(struct rlink *l, struct rnode *n)
 		goto fail;
 	}
 	if (err) {
-		remote_warn(l->r, "cannot resolve %s: %s%s", n->host, why,
-			    err == -EHOSTUNREACH ? " (check the URL's host)"
-						 : "");
+		remote_warn(l->r, "cannot resolve %s: %s", n->host, why);
 		goto fail;
 	}
 	c = dial_addrs(addrs, n->port, end_ns, why, sizeof(why));

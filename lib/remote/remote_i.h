@@ -221,11 +221,11 @@ int part_check(const void *hdr, uint32_t i, uint64_t tag, uint64_t *total,
 /*
  * resolve_host - the addresses of @host (@port) into @*addrs (freeaddrinfo
  * them), waiting until @deadline_ns (CLOCK_MONOTONIC) at most (a numeric
- * address at once, on no thread of its own).  @*pending
- * is the node's lookup left running by an earlier call, or NULL.  Returns
- * 0; -ETIMEDOUT, the lookup left running in @*pending; -EHOSTUNREACH (no
+ * address at once, on no thread of its own).  @*pending is the node's
+ * lookup left running by an earlier call, or NULL.  Returns 0;
+ * -ETIMEDOUT, the lookup left running in @*pending; -EHOSTUNREACH (no
  * such name, the resolver failed) or -ENOMEM, -EAGAIN; why in @why (@len
- * bytes) when not 0.
+ * bytes, with the remedy when there is a plain one) when not 0.
  */
 int resolve_host(struct lookup **pending, const char *host, int port,
 		 uint64_t deadline_ns, struct addrinfo **addrs, char *why,

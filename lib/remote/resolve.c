@@ -68,6 +68,21 @@ static void *lookup_thread(void *arg)
 	return NULL;
 }
 
+/* The remedy for getaddrinfo's failure @rv, said after its message. */
+static const char *lookup_remedy(int rv)
+{
+	switch (rv) {
+	case EAI_NONAME:
+	case EAI_NODATA:
+	case EAI_ADDRFAMILY:
+		return " (check the URL's host)";
+	case EAI_AGAIN: /* no server reachable, or none answered in time */
+		return " (is the DNS server answering?)";
+	default:
+		return "";
+	}
+}
+
 static int lookup_start(const char *host, const char *port,
 			struct lookup **out)
 {
@@ -137,9 +152,10 @@ int resolve_host(struct lookup **pending, const char *host, int port,
 	lk->addrs = NULL;
 	err = lk->rv;
 	if (err)
-		snprintf(why, len, "%s",
+		snprintf(why, len, "%s%s",
 			 err == EAI_SYSTEM ? strerror(lk->errnum)
-					   : gai_strerror(err));
+					   : gai_strerror(err),
+			 lookup_remedy(err));
 	pthread_mutex_unlock(&lk->lock);
 	resolve_leave(pending);
 	return err ? -EHOSTUNREACH : 0;
