@@ -742,7 +742,8 @@ static void until_served(struct kvp_remote *r, uint64_t t, unsigned secs,
 /*
  * The resolver, interposed: SLOW_HOST's lookups wait until the test
  * releases them (then answer 127.0.0.1), NO_HOST's fail as an unknown
- * name does, DOWN_HOST's as with no DNS server reachable; every other
+ * name does, DOWN_HOST's as with no DNS server reachable; TWO_HOST has
+ * 127.0.0.2 (where no server listens) and then 127.0.0.1; every other
  * name goes to libc's.  DNS_GUARD_S: a lookup
  * never released answers "try again" by then, so that a tier that waits
  * for it fails its test rather than hanging it.
@@ -750,6 +751,7 @@ static void until_served(struct kvp_remote *r, uint64_t t, unsigned secs,
 #define SLOW_HOST "kvp-slow-dns.test"
 #define NO_HOST "kvp-no-such-host.test"
 #define DOWN_HOST "kvp-dns-down.test"
+#define TWO_HOST "kvp-two-addrs.test"
 #define DNS_GUARD_S 20
 
 static pthread_mutex_t dns_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -771,6 +773,15 @@ int getaddrinfo(const char *node, const char *service,
 		return EAI_NONAME;
 	if (node && !strcmp(node, DOWN_HOST))
 		return EAI_AGAIN;
+	if (node && !strcmp(node, TWO_HOST)) {
+		int rv = real("127.0.0.2", service, hints, res);
+
+		/* glibc frees an answer's entries one by one: two chain */
+		if (!rv && (rv = real("127.0.0.1", service, hints,
+				      &(*res)->ai_next)))
+			freeaddrinfo(*res);
+		return rv;
+	}
 	/* a number wanted, or another name: libc's answer, at once */
 	if (!node || strcmp(node, SLOW_HOST) ||
 	    (hints && hints->ai_flags & AI_NUMERICHOST))
@@ -916,6 +927,24 @@ START_TEST(numeric_host_needs_no_thread)
 	ck_assert_msg(res[0] == 20, "%u of 20 served; stderr said: %s",
 		      res[0], said);
 	ck_assert_uint_eq(STAT(r, connects_total), connects + 1);
+	kvp_remote_close(r);
+}
+END_TEST
+
+/* A name's first address refuses: the next is tried, in the same
+ * connect_timeout_ms, and the tier is served as if named by it. */
+START_TEST(first_address_dead)
+{
+	struct kvp_remote *r;
+	char url[256];
+	unsigned res[3];
+
+	snprintf(url, sizeof(url), "redis://" TWO_HOST ":%d", srv.port);
+	r = open_tier(url, ns_a, &tenant_a);
+	publish(r, tenant_a.id, 0, 20, 512);
+	fetch(r, tenant_a.id, 0, 20, 512, res);
+	ck_assert_uint_eq(res[0], 20);
+	ck_assert_uint_eq(STAT(r, connect_errors_total), 0);
 	kvp_remote_close(r);
 }
 END_TEST
@@ -1536,6 +1565,7 @@ int main(void)
 	tcase_add_test(tc, numeric_host_needs_no_thread);
 	tcase_add_test(tc, unknown_host_said_so);
 	tcase_add_test(tc, dns_down_said_so);
+	tcase_add_test(tc, first_address_dead);
 	tcase_add_test(tc, hung_server_times_out);
 	tcase_add_test(tc, hung_at_auth_said_so);
 	tcase_add_test(tc, acl_user_needs_getrange);
