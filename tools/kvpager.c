@@ -1316,6 +1316,7 @@ static void cache_report(const struct run_opts *o, const struct model_run *mr,
 		       ",\"cache_dropped_unauth\":%" PRIu64
 		       ",\"cache_dropped_foreign\":%" PRIu64
 		       ",\"cache_evictions\":%" PRIu64
+		       ",\"cache_disk_full\":%" PRIu64
 		       ",\"cache_blocks\":%" PRIu64 ",\"cache_bytes\":%" PRIu64
 		       ",\"cache_written_behind\":%" PRIu64
 		       ",\"cache_behind_s\":%.6f,",
@@ -1323,8 +1324,8 @@ static void cache_report(const struct run_opts *o, const struct model_run *mr,
 		       cs.misses, cs.bytes_read, cs.bytes_written,
 		       cs.payload_written, wa, per_tok, cs.puts_present,
 		       cs.put_errors, cs.dropped_torn, cs.dropped_unauth,
-		       cs.dropped_foreign, cs.evictions, cs.blocks, cs.bytes,
-		       ps.behind, ps.behind_s);
+		       cs.dropped_foreign, cs.evictions, cs.disk_full,
+		       cs.blocks, cs.bytes, ps.behind, ps.behind_s);
 		return;
 	}
 	printf("prefix cache: %" PRIu64 " of %u prompt tokens read from the "
@@ -1347,9 +1348,10 @@ static void cache_report(const struct run_opts *o, const struct model_run *mr,
 	       cs.put_errors);
 	printf("  cache: %" PRIu64 " blocks (%" PRIu64 " bytes), dropped %"
 	       PRIu64 " torn, %" PRIu64 " unauthenticated, %" PRIu64
-	       " foreign; %" PRIu64 " evictions\n",
+	       " foreign; %" PRIu64 " evictions (%" PRIu64 " puts found the "
+	       "disk full)\n",
 	       cs.blocks, cs.bytes, cs.dropped_torn, cs.dropped_unauth,
-	       cs.dropped_foreign, cs.evictions);
+	       cs.dropped_foreign, cs.evictions, cs.disk_full);
 	if (ps.behind)
 		printf("  written behind the first token: %" PRIu64
 		       " chunks, done %.3f s after it\n",
