@@ -179,26 +179,30 @@ static void node_fail(struct rlink *l, struct rnode *n)
 }
 
 /*
- * A command past its timeout, its reply due since @asked_ns: counted, and
- * counted a wait of its own unless it was asked before the last timeout
- * was seen: its timeout then ran along with that one's (node_prime's
- * nodes, all asked before any is waited on).
+ * A command past its timeout, its wait begun at @began_ns: counted, and
+ * counted a wait of its own unless it began before the last wait counted
+ * ran out: the two then ran out within one timeout_ms (node_prime's
+ * nodes, all asked before any is waited on).  Measured from the last wait
+ * counted, not the last timeout, so that waits each begun before the one
+ * before ran out do not chain into one.
  */
-static void timed_out(struct rlink *l, uint64_t asked_ns)
+static void timed_out(struct rlink *l, uint64_t began_ns)
 {
 	RSTAT_ADD(l->r, timeouts_total, 1);
-	if (asked_ns >= l->waited_out_ns)
-		RSTAT_ADD(l->r, timeout_waits_total, 1);
-	l->waited_out_ns = remote_now_ns();
+	if (began_ns < l->wait_ran_out_ns)
+		return;
+	RSTAT_ADD(l->r, timeout_waits_total, 1);
+	l->wait_ran_out_ns = remote_now_ns();
 }
 
 /* Why @c's last read or write failed: -ETIMEDOUT past the socket's
  * timeout (EAGAIN, as hiredis leaves it, counted: a wait of its own, the
- * socket's timeout started as the read began), else -EIO. */
+ * socket's timeout begun with the read, after any wait before), else
+ * -EIO. */
 static int io_cause(struct rlink *l, const redisContext *c)
 {
 	if (c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-		timed_out(l, l->waited_out_ns);
+		timed_out(l, remote_now_ns());
 		return -ETIMEDOUT;
 	}
 	return -EIO;
@@ -763,8 +767,10 @@ static int hello_replies(struct rlink *l, struct rnode *nd, int k)
 	return 0;
 }
 
-/* Wait until @c has a byte to read or @by_ns: false when it timed out. */
-static bool wait_readable(redisContext *c, uint64_t by_ns)
+/* Wait until @c has a byte to read or @by_ns: false when it timed out,
+ * counted by the deadline waited for (timed_out: a wait begun a
+ * timeout_ms before it), so that no other time can hide a wait. */
+static bool wait_readable(struct rlink *l, redisContext *c, uint64_t by_ns)
 {
 	uint64_t now = remote_now_ns();
 	struct pollfd p = { .fd = c->fd, .events = POLLIN };
@@ -779,6 +785,8 @@ static bool wait_readable(redisContext *c, uint64_t by_ns)
 		rc = poll(&p, 1, ms);
 		now = remote_now_ns();
 	} while (rc < 0 && errno == EINTR);
+	if (rc == 0)
+		timed_out(l, by_ns - (uint64_t)l->r->url.timeout_ms * 1000000u);
 	return rc != 0;
 }
 
@@ -814,8 +822,7 @@ again:
 			primed = 0;
 			t0 = nd->answer_by_ns -
 			     (uint64_t)l->r->url.timeout_ms * 1000000u;
-			if (!wait_readable(c, nd->answer_by_ns)) {
-				timed_out(l, t0);
+			if (!wait_readable(l, c, nd->answer_by_ns)) {
 				err = -ETIMEDOUT;
 				if (!hello)
 					goto gave_up;

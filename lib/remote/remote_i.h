@@ -85,7 +85,7 @@ struct rlink {
 	uint8_t *slot_node;	/* LINK_SLOTS entries: node index + 1, 0 none */
 	bool slots_stale;	/* fetch CLUSTER SLOTS before the next run */
 	uint64_t refresh_at_ns; /* no refresh before this (back-off) */
-	uint64_t waited_out_ns; /* when the last timeout was seen */
+	uint64_t wait_ran_out_ns; /* when the last wait counted ran out */
 };
 
 enum rop_kind { ROP_GET, ROP_SET };
