@@ -1047,24 +1047,13 @@ START_TEST(full_disk_tries_bounded)
 }
 END_TEST
 
-/* A cache made before the lock file (an older kvpager), on a disk out of
- * inodes (or an inode quota): no lock file can be made, and the
- * manifest's lock is enough where a manifest exists (only a creator
- * needs the lock file); it opens, and its blocks read back. */
-START_TEST(no_lock_file_full_disk)
+/* Take every inode left on the filesystem mounted at mnt. */
+static void take_inodes(const char *mnt)
 {
-	char mnt[256], filler[300], path[600];
-	struct kvp_cache *c;
+	char path[600];
 	unsigned n;
 
-	if (!small_disk(mnt, filler))
-		return;
-	c = open_ok(NULL);
-	put_n(c, 1, 3000, 0);
-	kvp_cache_close(c);
-	snprintf(path, sizeof(path), "%s/kvpcache.lock", dir);
-	ck_assert_int_eq(unlink(path), 0);
-	for (n = 0;; n++) { /* take every inode */
+	for (n = 0;; n++) {
 		int fd;
 
 		snprintf(path, sizeof(path), "%s/i%u", mnt, n);
@@ -1074,9 +1063,51 @@ START_TEST(no_lock_file_full_disk)
 		close(fd);
 	}
 	ck_assert_int_eq(errno, ENOSPC);
+}
+
+/* A cache made before the lock file (an older kvpager), on a disk out of
+ * inodes (or an inode quota): no lock file can be made, and the
+ * manifest's lock is enough where a manifest exists (only a creator
+ * needs the lock file); it opens, and its blocks read back. */
+START_TEST(no_lock_file_full_disk)
+{
+	char mnt[256], filler[300], path[600];
+	struct kvp_cache *c;
+
+	if (!small_disk(mnt, filler))
+		return;
+	c = open_ok(NULL);
+	put_n(c, 1, 3000, 0);
+	kvp_cache_close(c);
+	snprintf(path, sizeof(path), "%s/kvpcache.lock", dir);
+	ck_assert_int_eq(unlink(path), 0);
+	take_inodes(mnt);
 	c = open_ok(NULL);
 	get_n(c, 1, 3000, 0);
 	kvp_cache_close(c);
+	kvp_test_unmount(mnt);
+}
+END_TEST
+
+/* A new cache on a disk out of inodes: no lock file, no manifest, so
+ * the open fails, and says why: the disk, not a file the open looked for
+ * after the lock file's open failed. */
+START_TEST(no_lock_file_new_cache_said)
+{
+	char mnt[256], filler[300], err[600];
+	struct kvp_cache *c = NULL;
+
+	if (!small_disk(mnt, filler))
+		return;
+	ck_assert_int_eq(mkdir(dir, 0700), 0);
+	take_inodes(mnt);
+	ck_assert_int_eq(kvp_cache_open(dir, NULL, &c, err, sizeof(err), NULL,
+					0),
+			 -ENOSPC);
+	ck_assert_ptr_null(c);
+	ck_assert_msg(strstr(err, "cannot open kvpcache.lock: No space left "
+				  "on device"),
+		      "said: %s", err);
 	kvp_test_unmount(mnt);
 }
 END_TEST
@@ -1135,6 +1166,7 @@ int main(void)
 	tcase_add_test(tc, full_disk);
 	tcase_add_test(tc, full_disk_tries_bounded);
 	tcase_add_test(tc, no_lock_file_full_disk);
+	tcase_add_test(tc, no_lock_file_new_cache_said);
 	tcase_add_test(tc, stat_table);
 	failed = kvp_test_run(s);
 	kvp_test_rm_tree(root);

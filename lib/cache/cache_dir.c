@@ -666,8 +666,9 @@ static int lock_dir(struct kvp_cache *c, const char *path, char *err,
 		 * lock keeps out the others, as a read-only opener's does */
 		if (disk_full(e) && has_manifest(c))
 			return 0;
+		/* e, not errno: has_manifest's faccessat set it (ENOENT) */
 		snprintf(err, errlen, "cache dir '%s': cannot open %s: %s",
-			 path, LOCK_FILE, strerror(errno));
+			 path, LOCK_FILE, strerror(-e));
 		return e;
 	}
 	return lock_one(c->lockfd, path, err, errlen);
