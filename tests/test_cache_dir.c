@@ -532,6 +532,22 @@ START_TEST(other_version)
 	ck_assert_int_eq(kvp_cache_open(dir, NULL, &c, err, sizeof(err), NULL,
 					0),
 			 -EINVAL);
+	/* nor was anything made: a directory whose kvpcache is another
+	 * program's, or another version's, is left as it was */
+	snprintf(path, sizeof(path), "%s/kvpcache.lock", dir);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/kvpcache", dir);
+	write_file(path, "kvpager-cache 2\n", 16);
+	ck_assert_int_eq(kvp_cache_open(dir, NULL, &c, err, sizeof(err), NULL,
+					0),
+			 -EPROTONOSUPPORT);
+	write_file(path, "garbage", 7);
+	ck_assert_int_eq(kvp_cache_open(dir, NULL, &c, err, sizeof(err), NULL,
+					0),
+			 -EINVAL);
+	snprintf(path, sizeof(path), "%s/kvpcache.lock", dir);
+	ck_assert_msg(access(path, F_OK) != 0,
+		      "a refused directory was given kvpcache.lock");
 }
 END_TEST
 

@@ -675,26 +675,14 @@ static int lock_dir(struct kvp_cache *c, const char *path, char *err,
 }
 
 /* Check the manifest's version; lock it.  0 or -errno with err set. */
-static int take_manifest(struct kvp_cache *c, const char *path, char *err,
-			 size_t errlen)
+/* Is @fd's text this kvpager's manifest?  0 or -errno with err set. */
+static int manifest_check(int fd, const char *path, char *err, size_t errlen)
 {
 	char text[64] = "";
 	unsigned ver = 0;
 	ssize_t n;
 
-	/* for writing, as the lock file (NFS); read only, it cannot be, and
-	 * on NFS its lock then fails: such a cache is opened on NFS only
-	 * where it may be written.  A FIFO there would wait for a writer:
-	 * it fails to read instead */
-	c->manifestfd = openat(c->dirfd, MANIFEST,
-			       (c->st.read_only ? O_RDONLY : O_RDWR) |
-				       O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-	if (c->manifestfd < 0) {
-		snprintf(err, errlen, "cache dir '%s': cannot open %s: %s",
-			 path, MANIFEST, strerror(errno));
-		return -errno;
-	}
-	n = pread(c->manifestfd, text, sizeof(text) - 1, 0);
+	n = pread(fd, text, sizeof(text) - 1, 0);
 	if (n < 0 || sscanf(text, "kvpager-cache %u", &ver) != 1) {
 		snprintf(err, errlen,
 			 "cache dir '%s': %s is not a kvpager cache manifest; "
@@ -709,6 +697,29 @@ static int take_manifest(struct kvp_cache *c, const char *path, char *err,
 			 path, ver, KVP_CACHE_FORMAT);
 		return -EPROTONOSUPPORT;
 	}
+	return 0;
+}
+
+static int take_manifest(struct kvp_cache *c, const char *path, char *err,
+			 size_t errlen)
+{
+	int e;
+
+	/* for writing, as the lock file (NFS); read only, it cannot be, and
+	 * on NFS its lock then fails: such a cache is opened on NFS only
+	 * where it may be written.  A FIFO there would wait for a writer:
+	 * it fails to read instead */
+	c->manifestfd = openat(c->dirfd, MANIFEST,
+			       (c->st.read_only ? O_RDONLY : O_RDWR) |
+				       O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	if (c->manifestfd < 0) {
+		snprintf(err, errlen, "cache dir '%s': cannot open %s: %s",
+			 path, MANIFEST, strerror(errno));
+		return -errno;
+	}
+	e = manifest_check(c->manifestfd, path, err, errlen);
+	if (e)
+		return e;
 	/* the lock file's lock is this kvpager's; the manifest's keeps out
 	 * an older one, which locks only that (or the directory), and a
 	 * read-only opener, which takes no lock file */
@@ -830,6 +841,18 @@ int kvp_cache_open(const char *path, const struct kvp_cache_opts *opts,
 				 path, MANIFEST);
 			goto fail;
 		}
+	}
+	/* a manifest there is checked before the lock file is made (and
+	 * again under the lock): a directory refused for it stays as it was */
+	if (has_manifest(c)) {
+		int fd = openat(c->dirfd, MANIFEST,
+				O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+
+		e = fd < 0 ? 0 : manifest_check(fd, path, err, errlen);
+		if (fd >= 0)
+			close(fd);
+		if (e)
+			goto fail;
 	}
 	/* read only, no manifest is made: the manifest's lock is enough */
 	e = c->st.read_only ? 0 : lock_dir(c, path, err, errlen);

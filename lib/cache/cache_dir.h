@@ -176,11 +176,10 @@ struct kvp_cache;
  *   -ENOMEM, or another open/read error.
  * err (may be NULL) gets a one-line message with the remedy on failure;
  * warn (may be NULL) a one-line warning on success, or "".  Nothing is
- * left behind on failure but a directory it created and kvpcache.lock,
- * once made (never removed): where the cache could not be created (a
- * full disk: the directory is still empty to the next open), and beside
- * a kvpcache that is not a manifest or of another format version, which
- * is read only after the lock file is made.
+ * left behind on failure but a directory it created and, where the cache
+ * could not be created in it (a full disk), kvpcache.lock: never removed,
+ * and an empty directory still to the next open.  A directory refused
+ * for its kvpcache (not a manifest, another format version) gets none.
  */
 int kvp_cache_open(const char *path, const struct kvp_cache_opts *opts,
 		   struct kvp_cache **out, char *err, size_t errlen,
