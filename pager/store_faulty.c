@@ -181,11 +181,11 @@ static void faulty_queue_free(struct kvp_store_queue *q)
 	if (q->inner)
 		q->fs->inner->ops->queue_destroy(q->inner);
 	if (q->epfd >= 0)
-		close(q->epfd);
+		kvp_fd_close(q->epfd);
 	if (q->efd >= 0)
 		kvp_fd_close(q->efd);
 	if (q->tfd >= 0)
-		close(q->tfd);
+		kvp_fd_close(q->tfd);
 	free(q->ready);
 	free(q->held);
 	free(q->scratch);
@@ -231,16 +231,18 @@ static int faulty_queue_create(struct kvp_store *s, unsigned depth,
 		goto fail;
 	}
 	q->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	q->tfd = kvp_fd_own(q->tfd < 0 ? -errno : q->tfd);
 	if (q->tfd < 0) {
-		err = -errno;
+		err = q->tfd;
 		goto fail;
 	}
 	ifd =
 	    fs->inner->ops->queue_fd ? fs->inner->ops->queue_fd(q->inner) : -1;
 	if (ifd >= 0) {
 		q->epfd = epoll_create1(EPOLL_CLOEXEC);
+		q->epfd = kvp_fd_own(q->epfd < 0 ? -errno : q->epfd);
 		if (q->epfd < 0) {
-			err = -errno;
+			err = q->epfd;
 			goto fail;
 		}
 		err = epoll_add(q->epfd, ifd);
