@@ -10,7 +10,7 @@ set -u
 BUILD=${BUILD:-build}
 kvp="$BUILD/bin/kvpager"
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+trap 'umount "$tmp/full" 2>/dev/null; rm -rf "$tmp"' EXIT
 fail=0
 
 run() { "$kvp" run --quiet --budget 8M "$@"; }
