@@ -378,8 +378,9 @@ class KVCache(Handle, Viewed):
     def new_sequence(self) -> int:
         """An empty sequence; its id.  ENOSPC when max_seqs are live."""
         sid = c_uint32()
-        check(lib.kvp_kvcache_seq_create(self._live(), byref(sid)),
-              "kvp_kvcache_seq_create")
+        with self._call() as h:
+            check(lib.kvp_kvcache_seq_create(h, byref(sid)),
+                  "kvp_kvcache_seq_create")
         return sid.value
 
     def fork(self, parent: int, ntokens: int | None = None) -> int:
@@ -391,51 +392,55 @@ class KVCache(Handle, Viewed):
         n = (1 << 64) - 1 if ntokens is None else \
             u64("KVCache.fork", "ntokens",
                 integer("KVCache.fork", "ntokens", ntokens))
-        check(lib.kvp_kvcache_seq_fork(self._live(), parent, n, byref(sid)),
-              "kvp_kvcache_seq_fork",
-              f"{ntokens} tokens of sequence {parent} "
-              f"({self.tokens(parent)} held)")
+        with self._call() as h:
+            err = lib.kvp_kvcache_seq_fork(h, parent, n, byref(sid))
+            check(err, "kvp_kvcache_seq_fork",
+                  f"{ntokens} tokens of sequence {parent} "
+                  f"({self.tokens(parent)} held)")
         return sid.value
 
     def free(self, seq: int) -> None:
         """Drop a sequence; blocks no other sequence holds are freed (and
         their pager blocks discarded, not written back)."""
         self._seq("KVCache.free", seq)
-        check(lib.kvp_kvcache_seq_free(self._live(), seq),
-              "kvp_kvcache_seq_free")
+        with self._call() as h:
+            check(lib.kvp_kvcache_seq_free(h, seq), "kvp_kvcache_seq_free")
 
     def sequences(self) -> list[int]:
         """The live sequence ids, in order."""
-        n = lib.kvp_kvcache_seq_list(self._live(), self._ids,
-                                     len(self._ids))
+        with self._call() as h:
+            n = lib.kvp_kvcache_seq_list(h, self._ids, len(self._ids))
         return list(self._ids[:n])
 
     def tokens(self, seq: int) -> int:
         """Tokens held by sequence @seq."""
-        return lib.kvp_kvcache_seq_tokens(self._live(),
-                                          self._seq("KVCache.tokens", seq))
+        seq = self._seq("KVCache.tokens", seq)
+        with self._call() as h:
+            return lib.kvp_kvcache_seq_tokens(h, seq)
 
     def block_table(self, seq: int) -> np.ndarray:
         """The sequence's block table: physical block of each logical
         block (a copy: the table changes with appends)."""
-        bt = lib.kvp_kvcache_seq_table(self._live(),
-                                       self._seq("KVCache.block_table", seq))
-        n = lib.kvp_block_table_blocks(bt)
-        if not n:
-            return np.empty(0, dtype=np.uint32)
-        return np.ctypeslib.as_array(lib.kvp_block_table_map(bt),
-                                     (n,)).copy()
+        seq = self._seq("KVCache.block_table", seq)
+        with self._call() as h:
+            bt = lib.kvp_kvcache_seq_table(h, seq)
+            n = lib.kvp_block_table_blocks(bt)
+            if not n:
+                return np.empty(0, dtype=np.uint32)
+            return np.ctypeslib.as_array(lib.kvp_block_table_map(bt),
+                                         (n,)).copy()
 
     def format_block_table(self, seq: int) -> str:
         """The table as text, one line per logical block: logical,
         physical, valid tokens, reference count, where it is ("rolling",
         or the pager block's state)."""
         self._seq("KVCache.format_block_table", seq)
-        need = check(lib.kvp_kvcache_format_block_table(self._live(), seq,
-                                                        None, 0),
-                     "kvp_kvcache_format_block_table")
-        buf = ctypes.create_string_buffer(need + 1)
-        lib.kvp_kvcache_format_block_table(self._h, seq, buf, need + 1)
+        with self._call() as h:
+            need = check(lib.kvp_kvcache_format_block_table(h, seq, None,
+                                                            0),
+                         "kvp_kvcache_format_block_table")
+            buf = ctypes.create_string_buffer(need + 1)
+            lib.kvp_kvcache_format_block_table(h, seq, buf, need + 1)
         return buf.value.decode()
 
     def kv_block(self, layer: int, pblock: int) -> np.ndarray:
@@ -445,7 +450,8 @@ class KVCache(Handle, Viewed):
         partly filled block is held outside, in RAM, until it fills: its
         physical block has no data yet.  The cache cannot close while the
         view lives."""
-        lay = lib.kvp_kvcache_layout(self._live()).contents
+        with self._call() as h:  # a copy: the layout is the cache's
+            lay = Layout.from_buffer_copy(lib.kvp_kvcache_layout(h).contents)
         if not 0 <= layer < lay.geo.layers or \
                 not 0 <= pblock < lay.capacity_blocks:
             raise invalid("KVCache.kv_block", f"layer {layer}, block "
@@ -458,11 +464,12 @@ class KVCache(Handle, Viewed):
                     block_view_shape(g))
 
     def _base(self) -> int:
-        r = lib.kvp_kvcache_region(self._live())
-        if not r:
-            raise invalid("KVCache.kv_block", f"the {self.backend} backend "
-                          f"has no region to view")
-        return lib.kvp_region_addr(r)
+        with self._call() as h:
+            r = lib.kvp_kvcache_region(h)
+            if not r:
+                raise invalid("KVCache.kv_block", f"the {self.backend} "
+                              f"backend has no region to view")
+            return lib.kvp_region_addr(r)
 
     # --- K/V in, attention out ---------------------------------------------
 
@@ -568,29 +575,33 @@ class KVCache(Handle, Viewed):
         steps' figures, prefill time, tokens and bytes, copies on write,
         discarded pager blocks, refused pins."""
         st = KvcacheStats()
-        lib.kvp_kvcache_stats(self._live(), byref(st))
+        with self._call() as h:
+            lib.kvp_kvcache_stats(h, byref(st))
         return as_dict(st)
 
     @property
     def budget_bytes(self) -> int:
         """The RAM budget in force for the KV."""
-        return lib.kvp_kvcache_budget_bytes(self._live())
+        with self._call() as h:
+            return lib.kvp_kvcache_budget_bytes(h)
 
     @property
     def kv_bytes(self) -> int:
         """Bytes of K and V held by live sequences."""
-        return lib.kvp_kvcache_kv_bytes(self._live())
+        with self._call() as h:
+            return lib.kvp_kvcache_kv_bytes(h)
 
     def pager_stats(self) -> dict:
         """The statistics of the cache's region (pager backend)."""
         from ._native import Stats
         from .pager import stats_dict
-        r = lib.kvp_kvcache_region(self._live())
-        if not r:
-            raise invalid("KVCache.pager_stats", f"the {self.backend} "
-                          f"backend has no pager")
         st = Stats()
-        lib.kvp_region_stats(r, byref(st))
+        with self._call() as h:
+            r = lib.kvp_kvcache_region(h)
+            if not r:
+                raise invalid("KVCache.pager_stats", f"the {self.backend} "
+                              f"backend has no pager")
+            lib.kvp_region_stats(r, byref(st))
         return stats_dict(st)
 
     def close(self) -> None:

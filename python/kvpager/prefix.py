@@ -282,8 +282,9 @@ class PrefixCache(Handle):
         """Chunk @chunk's key as 64 hex digits: its file in the directory
         is <key>.kvb."""
         k = RecKey()
-        check(lib.kvp_prefix_key(self._live(), self._chunk(
-            "PrefixCache.key", chunk), byref(k)), "kvp_prefix_key")
+        chunk = self._chunk("PrefixCache.key", chunk)
+        with self._call() as h:
+            check(lib.kvp_prefix_key(h, chunk, byref(k)), "kvp_prefix_key")
         out = ctypes.create_string_buffer(65)
         lib.kvp_rec_key_hex(byref(k), out)
         return out.value.decode()
@@ -294,10 +295,11 @@ class PrefixCache(Handle):
         tier is not asked)."""
         k = RecKey()
         n = 0
-        while n < self._nkeys and \
-                not lib.kvp_prefix_key(self._live(), n, byref(k)) and \
-                lib.kvp_cache_contains(self._cache, byref(k)):
-            n += 1
+        with self._call() as h:
+            while n < self._nkeys and \
+                    not lib.kvp_prefix_key(h, n, byref(k)) and \
+                    lib.kvp_cache_contains(self._cache, byref(k)):
+                n += 1
         return n
 
     def _chunk(self, call: str, chunk: int) -> int:
@@ -395,15 +397,16 @@ class PrefixCache(Handle):
         publishes_total, publishes_skipped_total, ..., fetch_latency_us)
         and the glue's (chunks_fetched, chunks_missed, chunks_published,
         publish_skipped, chunks_mapped, dir_skipped)}."""
-        self._live()
-        cs = CacheStats()
-        lib.kvp_cache_stats(self._cache, byref(cs))
-        ps = PrefixStats()
-        lib.kvp_prefix_stats(self._prefix, byref(ps))
+        cs, ps = CacheStats(), PrefixStats()
+        ms, rs = ModelRemoteStats(), RemoteStats()
+        with self._call():
+            lib.kvp_cache_stats(self._cache, byref(cs))
+            lib.kvp_prefix_stats(self._prefix, byref(ps))
+            if self._remote:
+                lib.kvp_model_remote_stats(self._remote, byref(ms),
+                                           byref(rs))
         out = {"cache": _stats(cs, _abi.CACHE_STATS), "prefix": as_dict(ps)}
         if self._remote:
-            ms, rs = ModelRemoteStats(), RemoteStats()
-            lib.kvp_model_remote_stats(self._remote, byref(ms), byref(rs))
             out["remote"] = {**_stats(rs, _abi.REMOTE_STATS),
                              "fetch_latency_us": list(rs.fetch_latency_us),
                              **as_dict(ms)}

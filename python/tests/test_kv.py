@@ -497,3 +497,38 @@ def test_region_over_a_caches_store_bytes_refused():
         assert e.value.errno == errno.EBUSY
         assert str(e.value).startswith("KVCache: bytes [0, ")
         c.close()
+
+
+@pytest.mark.parametrize("call, c_name", [
+    (lambda c, s: c.tokens(s), "kvp_kvcache_seq_tokens"),
+    (lambda c, s: c.block_table(s), "kvp_kvcache_seq_table"),
+    (lambda c, s: c.sequences(), "kvp_kvcache_seq_list"),
+    (lambda c, s: c.stats(), "kvp_kvcache_stats"),
+    (lambda c, s: c.kv_bytes, "kvp_kvcache_kv_bytes"),
+    (lambda c, s: c.free(s), "kvp_kvcache_seq_free"),
+])
+def test_close_during_a_short_call_refused(monkeypatch, call, c_name):
+    """The short calls (tokens, sequences, stats...) took the handle and
+    made their C call uncounted: a close from another thread meanwhile
+    freed the cache under the call.  Here the close comes from inside
+    the C call (the library function wrapped) and must be refused."""
+    from kvpager import _native
+    c = KVCache(G, capacity_tokens=64, backend="ram")
+    s = c.new_sequence()
+    real = getattr(_native.lib, c_name)
+    seen = []
+
+    def closing(*args):
+        try:
+            c.close()
+            seen.append("closed")
+            return 0  # not the real call: the handle is freed
+        except KvpagerError as e:
+            seen.append(e.errno)
+        return real(*args)
+
+    monkeypatch.setattr(_native.lib, c_name, closing)
+    call(c, s)
+    monkeypatch.undo()
+    assert seen == [errno.EBUSY], f"close during {c_name}: {seen}"
+    c.close()
