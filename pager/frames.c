@@ -20,8 +20,10 @@
  * blocks) + full free slots + pre-touched memory not carved yet (the first
  * pool_prefault_bytes of the arena are touched at open).  kvp_frame_get never lets charged pass the
  * budget; a UFFDIO_COPY install briefly holds the block twice (its frame
- * and the region's new pages), one block per service thread at most,
- * which is the documented slack.  All calls are made under p->lock.
+ * and the region's new pages), and so does a dirty block's write-back
+ * while its pages are copied into a stand-in frame (evict.c's gather):
+ * one block per service thread at most, which is the documented slack.
+ * All calls are made under p->lock.
  */
 #include <assert.h>
 #include <errno.h>
@@ -308,6 +310,14 @@ void *kvp_frame_get(struct kvp_pager *p, size_t bytes)
 void *kvp_frame_get_overdraft(struct kvp_pager *p, size_t bytes)
 {
 	return frame_get(p, bytes, kvp_budget(p) + kvp_overdraft_cap(p));
+}
+
+void *kvp_frame_get_stand_in(struct kvp_pager *p, size_t bytes)
+{
+	uint64_t slack = bytes < kvp_overdraft_cap(p) ? bytes
+						      : kvp_overdraft_cap(p);
+
+	return frame_get(p, bytes, kvp_budget(p) + slack);
 }
 
 

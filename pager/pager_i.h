@@ -216,6 +216,9 @@ struct kvp_op {
 				      (one I/O per run of them) */
 	bool part;		   /* write-back: of a block resident in
 				      part, its dirty windows only */
+	bool gathered;		   /* write-back: the slot is a frame its
+				      small pages were copied into
+				      (evict.c's gather), kept full after */
 	bool rm_any;		   /* load, write-back: the program dropped
 				      pages meanwhile (rm_pages), zeroed in
 				      the slot before install or the write */
@@ -426,6 +429,8 @@ enum kvp_test_point {
 			       and installs */
 	KVP_TEST_PUT_BACK,  /* an eviction undone, before it looks at its
 			       block's drops and puts the pages back */
+	KVP_TEST_WRITE_BACK, /* a whole block's write-back, queued under
+				p->lock (called with the buffer written) */
 };
 /* hidden: not a symbol of libkvpager.so (the tests link the archive) */
 extern void (*kvp_test_hook)(enum kvp_test_point at, void *addr)
@@ -466,6 +471,10 @@ void kvp_frame_unuse(struct kvp_pager *p, size_t bytes);
 /* kvp_frame_get past the budget, by at most kvp_overdraft_cap: for a
  * fault when every resident block is unwritable. */
 void *kvp_frame_get_overdraft(struct kvp_pager *p, size_t bytes);
+/* kvp_frame_get past the budget by at most this one block: a frame that
+ * stands in for a block's pages, which are freed as soon as it holds
+ * their bytes (evict.c's gather). */
+void *kvp_frame_get_stand_in(struct kvp_pager *p, size_t bytes);
 uint64_t kvp_overdraft_cap(const struct kvp_pager *p);
 /* The frame arena's address space for a budget (frames.c says why). */
 uint64_t kvp_arena_bytes(uint64_t budget);

@@ -284,14 +284,18 @@ END_TEST
 /* ------------------------------------------------------------------ */
 /* write-back failure */
 
+/* _i: bit 0 at destroy, else by flush; bit 1 copy, else move; bit 2
+ * blocks of 2 MiB (a copy-mode one is written from a huge page its
+ * pages were copied into, evict.c's gather, and put back from there). */
 START_TEST(test_writeback_failure)
 {
-	size_t bs = 64 * KIB;
-	uint64_t budget = 4 * MIB;
+	bool big = _i & 4;
+	size_t bs = big ? 2 * MIB : 64 * KIB;
+	uint64_t budget = big ? 16 * MIB : 4 * MIB;
 	size_t size = 2 * budget, dirty = budget / 2;
-	bool at_destroy = _i % 2;
+	bool at_destroy = _i & 1;
 	struct popts po = { .budget = budget,
-			    .mode = (_i / 2) ? KVP_INSTALL_COPY
+			    .mode = (_i & 2) ? KVP_INSTALL_COPY
 					     : KVP_INSTALL_MOVE };
 	struct kvp_fault_plan plan = { .write_errno = ENOSPC };
 	struct kvp_stats s;
@@ -572,7 +576,7 @@ static Suite *pager_errors_suite(void)
 	tcase_add_loop_test(t, test_fill_read_error, 0, 2);
 	tcase_add_loop_test(t, test_discard_poisoned_locked, 0, 2);
 	tcase_add_test(t, test_read_error_threads);
-	tcase_add_loop_test(t, test_writeback_failure, 0, 4);
+	tcase_add_loop_test(t, test_writeback_failure, 0, 8);
 	t = fx_tcase(s, "writeback_stall", 120);
 	tcase_add_loop_test(t, test_writeback_stall, 0, 2);
 	tcase_add_loop_test(t, test_writeback_stall_sigbus, 0, 2);
