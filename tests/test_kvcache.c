@@ -16,6 +16,7 @@
 
 #include "lib/synth/kv_synth.h"
 #include "lib/kv/kvcache.h"
+#include "lib/kv/kvcache_i.h" /* c->stage: where the prefill stages */
 #include "lib/tunables/tunables.h"
 #include "tests/helpers/helpers.h"
 #include "tests/helpers/pager_fx.h"
@@ -823,6 +824,61 @@ START_TEST(lost_flush_fails_steps)
 }
 END_TEST
 
+/* Does the VMA holding @a (/proc/self/smaps) begin at @a and carry
+ * MADV_HUGEPAGE (VmFlags "hg")? */
+static bool huge_vma_at(const void *a)
+{
+	FILE *f = fopen("/proc/self/smaps", "r");
+	char line[512];
+	unsigned long long lo, hi;
+	bool in = false, huge = false;
+
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%llx-%llx ", &lo, &hi) == 2)
+			in = lo == (uintptr_t)a;
+		else if (in && !strncmp(line, "VmFlags:", 8))
+			huge = strstr(line, " hg") != NULL;
+	}
+	fclose(f);
+	return huge;
+}
+
+/*
+ * The prefill's staging area, whose blocks go to the store by O_DIRECT
+ * writes of up to 16 MiB, is huge pages, 2 MiB aligned: from small pages
+ * virtio-blk splits such a write into requests of 254 pages, which a
+ * device without indirect descriptors takes one at a time (the cold
+ * prefill's hand-off to the store took 1.61 s at 16K tokens, 1.34 s from
+ * huge pages).
+ */
+START_TEST(staging_in_huge_pages)
+{
+	struct kvp_kv_geometry g = G4K;
+	struct kvp_kv_synth *sy;
+	struct kvp_kv_source src;
+	struct kvp_kvcache_opts o;
+	struct kvp_kvcache *c;
+	uint32_t id;
+
+	g.layers = 16;
+	sy = synth(&g);
+	kvp_kv_source_synth(&src, sy);
+	opts(&o, &g, KVP_KVCACHE_PAGER, 1, 4096, 4096, KVP_PREDICTOR_EXACT);
+	o.budget_bytes = 8u << 20;
+	ck_assert_int_eq(kvp_kvcache_create(&o, &c), 0);
+	ck_assert_int_eq(kvp_kvcache_seq_create(c, &id), 0);
+	ck_assert_int_eq(kvp_kvcache_prefill(c, id, 2046, &src, NULL, NULL), 0);
+	ck_assert_ptr_nonnull(c->stage);
+	ck_assert_uint_eq((uintptr_t)c->stage % (2u << 20), 0);
+	ck_assert_uint_eq(c->stage_cap % (2u << 20), 0);
+	ck_assert_msg(huge_vma_at(c->stage),
+		      "the staging area is not advised MADV_HUGEPAGE");
+	kvp_kvcache_destroy(c);
+	kvp_kv_synth_destroy(sy);
+}
+END_TEST
+
 /* Forked blocks are shared by reference; the view's text says so. */
 START_TEST(sharing_and_table_text)
 {
@@ -1182,6 +1238,7 @@ int main(void)
 	tcase_add_test(tc, rolling_writes_once_prefetch);
 	tcase_add_test(tc, rolling_writes_once_demand);
 	tcase_add_test(tc, sharing_and_table_text);
+	tcase_add_test(tc, staging_in_huge_pages);
 	tcase_add_test(tc, discard_on_free);
 	tcase_add_test(tc, read_blocks_as_made);
 	tcase_add_test(tc, exact_bit_for_bit_4k);

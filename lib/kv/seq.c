@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "kmod-helpers/mem.h"
 #include "lib/kv/kvcache_i.h"
 
 bool kvc_source_ok(const struct kvp_kv_source *src)
@@ -20,6 +21,13 @@ bool kvc_source_ok(const struct kvp_kv_source *src)
 	return src && src->ops && src->ops->fill && src->ops->query;
 }
 
+/*
+ * The prefill's staging area, in huge pages: its blocks go to the store
+ * by O_DIRECT writes of up to 16 MiB, and from small pages virtio-blk
+ * splits such a write into requests of 254 pages, which a device
+ * without indirect descriptors (Firecracker's) takes one at a time
+ * (16 MiB writes ran at 2.0 GB/s from small pages, 3.0 from huge ones).
+ */
 static int stage_reserve(struct kvp_kvcache *c, size_t bytes)
 {
 	void *p;
@@ -30,8 +38,8 @@ static int stage_reserve(struct kvp_kvcache *c, size_t bytes)
 		munmap(c->stage, c->stage_cap);
 	c->stage = NULL;
 	c->stage_cap = 0;
-	p = kvc_big_alloc(bytes);
-	if (!p)
+	bytes = (bytes + KVP_HUGE_SIZE - 1) & ~(size_t)(KVP_HUGE_SIZE - 1);
+	if (kvp_mem_reserve(bytes, KVP_HUGE_SIZE, true, &p))
 		return -ENOMEM;
 	c->stage = p;
 	c->stage_cap = bytes;
