@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -158,6 +159,28 @@ void kvp_mem_resident_bits(const void *addr, size_t len, uint64_t *bits,
 				  : kvp_mem_page_resident(at + i * KVP_PAGE_SIZE))
 				bits[bit / 64] |= 1ull << (bit % 64);
 	}
+}
+
+size_t kvp_mem_io_bytes(size_t len)
+{
+	size_t unit = len >= KVP_HUGE_SIZE ? KVP_HUGE_SIZE : KVP_PAGE_SIZE;
+
+	return len ? (len + unit - 1) & ~(unit - 1) : unit;
+}
+
+void *kvp_mem_io_alloc(size_t len)
+{
+	size_t bytes = kvp_mem_io_bytes(len);
+	void *p;
+
+	if (bytes < len ||
+	    posix_memalign(&p, bytes >= KVP_HUGE_SIZE ? KVP_HUGE_SIZE
+						      : KVP_PAGE_SIZE,
+			   bytes))
+		return NULL;
+	if (bytes >= KVP_HUGE_SIZE)
+		(void)madvise(p, bytes, MADV_HUGEPAGE);
+	return p;
 }
 
 int kvp_mem_advise(void *addr, size_t len, int advice)

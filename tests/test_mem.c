@@ -139,6 +139,43 @@ START_TEST(test_reserve_huge_flag)
 }
 END_TEST
 
+/*
+ * I/O buffers: page aligned, and from 2 MiB on whole huge pages, 2 MiB
+ * aligned and advised MADV_HUGEPAGE (from small pages virtio-blk without
+ * indirect descriptors runs one request of 254 pages at a time).
+ */
+START_TEST(test_io_alloc)
+{
+	static const size_t lens[] = { 1, PG, PG + 1, HUGE - 1, HUGE,
+				       HUGE + 1, 3 * HUGE };
+	char mode[32], flags[256];
+	bool thp = !kvp_thp_mode(mode, sizeof(mode)) && strcmp(mode, "never");
+
+	ck_assert_uint_eq(kvp_mem_io_bytes(0), PG);
+	ck_assert_uint_eq(kvp_mem_io_bytes(PG + 1), 2 * PG);
+	ck_assert_uint_eq(kvp_mem_io_bytes(HUGE - 1), HUGE);
+	ck_assert_uint_eq(kvp_mem_io_bytes(HUGE + 1), 2 * HUGE);
+	ck_assert_ptr_null(kvp_mem_io_alloc(SIZE_MAX - PG));
+	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+		size_t len = lens[i], bytes = kvp_mem_io_bytes(len);
+		char *p = kvp_mem_io_alloc(len);
+
+		ck_assert_ptr_nonnull(p);
+		ck_assert_uint_ge(bytes, len);
+		ck_assert_uint_eq((uintptr_t)p % (bytes >= HUGE ? HUGE : PG),
+				  0);
+		memset(p, 0x5a, bytes);
+		if (bytes >= HUGE && thp) {
+			ck_assert(smaps_field(p, "VmFlags:", flags,
+					      sizeof(flags)));
+			ck_assert_msg(strstr(flags, " hg"), "%zu bytes: "
+				      "VmFlags:%s", len, flags);
+		}
+		free(p);
+	}
+}
+END_TEST
+
 START_TEST(test_reserve_errors)
 {
 	void *p = (void *)0x1234;
@@ -364,6 +401,7 @@ static Suite *mem_suite(void)
 	tcase_add_test(tc, test_reserve_trims);
 	tcase_add_test(tc, test_reserve_huge_flag);
 	tcase_add_test(tc, test_reserve_errors);
+	tcase_add_test(tc, test_io_alloc);
 	tcase_add_test(tc, test_reserve_address_limit);
 	tcase_add_test(tc, test_populate);
 	tcase_add_test(tc, test_advise);

@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kmod-helpers/mem.h"
 #include "lib/cache/cache_dir.h"
 
 #define STAT_DESC(n, k, d)                                                     \
@@ -350,7 +351,8 @@ static int read_file(struct kvp_cache *c, const char *name, uint64_t len,
 			 O_RDONLY | O_NOFOLLOW | O_NONBLOCK, 0);
 	if (fd < 0)
 		return fd;
-	if (posix_memalign(&buf, ALIGN, round_up(len ? len : 1))) {
+	buf = kvp_mem_io_alloc(round_up(len ? len : 1));
+	if (!buf) {
 		c->io->close(c->o.io_arg, fd);
 		return -ENOMEM;
 	}
@@ -1138,7 +1140,8 @@ static int put_common(struct kvp_cache *c, const struct kvp_rec_key *key,
 		free(c->putbuf);
 		c->putbuf = NULL;
 		c->putbuf_bytes = 0;
-		if (posix_memalign(&c->putbuf, ALIGN, file_bytes))
+		c->putbuf = kvp_mem_io_alloc(file_bytes);
+		if (!c->putbuf)
 			goto fail;
 		c->putbuf_bytes = file_bytes;
 	}

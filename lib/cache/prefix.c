@@ -7,11 +7,11 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "kmod-helpers/mem.h"
 #include "lib/cache/prefix.h"
 
 #define RA_SLOTS	    4 /* chunks read ahead of the gets */
@@ -27,11 +27,10 @@ struct ra_slot {
 };
 
 #define SPARE_JOBS 8 /* payload buffers kept for the next puts */
-/* A job this large is allocated in huge pages where the kernel gives
- * them (transparent huge pages, "madvise"): a fresh 8 MiB buffer cost
- * the putting thread 23-27 ms of first touches in 4 KiB pages on this
- * project's VM, 0.6-0.7 ms in 2 MiB ones. */
-#define HUGE_JOB (2u << 20)
+/* A job's buffer is kvp_mem_io_alloc's: huge pages from 2 MiB on, where
+ * the kernel gives them (transparent huge pages, "madvise"): a fresh
+ * 8 MiB buffer cost the putting thread 23-27 ms of first touches in
+ * 4 KiB pages on this project's VM, 0.6-0.7 ms in 2 MiB ones. */
 
 struct job {
 	struct job *next;
@@ -102,37 +101,23 @@ static void job_free(struct job *j)
 	free(j);
 }
 
-/* The bytes a buffer for len bytes of payload takes: large ones are
- * whole huge pages, and the queue counts them so. */
-static size_t job_bytes(size_t len)
-{
-	return len >= HUGE_JOB ? (len + HUGE_JOB - 1) / HUGE_JOB * HUGE_JOB
-			       : len;
-}
-
-/* A job with a buffer of len bytes (huge pages when large), or NULL. */
+/* A job with a buffer of len bytes (huge pages when large: the queue
+ * counts the bytes it takes), or NULL. */
 static struct job *job_new(size_t len)
 {
 	struct job *j = calloc(1, sizeof(*j));
-	void *d = NULL;
+	void *d;
 
 	if (!j)
 		return NULL;
 	j->fd = -1;
-	if (len >= HUGE_JOB) {
-		if (posix_memalign(&d, HUGE_JOB, job_bytes(len)))
-			d = NULL;
-		else
-			(void)madvise(d, job_bytes(len), MADV_HUGEPAGE);
-	} else {
-		d = malloc(len ? len : 1);
-	}
+	d = kvp_mem_io_alloc(len);
 	if (!d) {
 		free(j);
 		return NULL;
 	}
 	j->data = d;
-	j->cap = job_bytes(len);
+	j->cap = kvp_mem_io_bytes(len);
 	return j;
 }
 
@@ -573,7 +558,7 @@ static int put(struct kvp_prefix *p, uint32_t chunk, const void *payload,
 	       size_t len, bool wait, bool notify)
 {
 	struct job *j = NULL;
-	size_t need = job_bytes(len); /* the memory it takes queued */
+	size_t need = kvp_mem_io_bytes(len); /* the memory it takes queued */
 
 	pthread_mutex_lock(&p->lock);
 	if (!wait && p->queued_bytes &&
@@ -635,7 +620,7 @@ int kvp_prefix_put_local(struct kvp_prefix *p, uint32_t chunk,
 
 uint32_t kvp_prefix_queue_fits(const struct kvp_prefix *p, size_t len)
 {
-	uint64_t n = p->o.queue_bytes / (job_bytes(len) ? job_bytes(len) : 1);
+	uint64_t n = p->o.queue_bytes / (kvp_mem_io_bytes(len) ? kvp_mem_io_bytes(len) : 1);
 
 	return n < 1 ? 1 : n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
 }

@@ -212,8 +212,7 @@ void kvp_kvcache_destroy(struct kvp_kvcache *c)
 	kvp_attn_pool_destroy(c->pool);
 	kvp_predictor_destroy(c->pred);
 	kvp_block_alloc_destroy(c->alloc);
-	if (c->stage)
-		munmap(c->stage, c->stage_cap);
+	free(c->stage);
 	free(c->step_seqs);
 	free(c->sel);
 	free(c->ptrs);
@@ -394,8 +393,7 @@ int kvp_kvcache_fit_ram(struct kvp_kvcache *c, uint64_t total, uint64_t steps)
 		free(more);
 		return -ENOSPC;
 	}
-	if (c->stage)
-		munmap(c->stage, c->stage_cap);
+	free(c->stage);
 	c->stage = NULL;
 	c->stage_cap = 0;
 	frames = total - other;

@@ -11,7 +11,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "kmod-helpers/mem.h"
 #include "lib/kv/kvcache_i.h"
@@ -21,26 +20,21 @@ bool kvc_source_ok(const struct kvp_kv_source *src)
 	return src && src->ops && src->ops->fill && src->ops->query;
 }
 
-/*
- * The prefill's staging area, in huge pages: its blocks go to the store
- * by O_DIRECT writes of up to 16 MiB, and from small pages virtio-blk
- * splits such a write into requests of 254 pages, which a device
- * without indirect descriptors (Firecracker's) takes one at a time
- * (16 MiB writes ran at 2.0 GB/s from small pages, 3.0 from huge ones).
- */
+/* The prefill's staging area: its blocks go to the store by O_DIRECT
+ * writes of up to 16 MiB, so it is kvp_mem_io_alloc's (huge pages). */
 static int stage_reserve(struct kvp_kvcache *c, size_t bytes)
 {
 	void *p;
 
 	if (bytes <= c->stage_cap)
 		return 0;
-	if (c->stage)
-		munmap(c->stage, c->stage_cap);
+	free(c->stage);
 	c->stage = NULL;
 	c->stage_cap = 0;
-	bytes = (bytes + KVP_HUGE_SIZE - 1) & ~(size_t)(KVP_HUGE_SIZE - 1);
-	if (kvp_mem_reserve(bytes, KVP_HUGE_SIZE, true, &p))
+	p = kvp_mem_io_alloc(bytes);
+	if (!p)
 		return -ENOMEM;
+	bytes = kvp_mem_io_bytes(bytes);
 	c->stage = p;
 	c->stage_cap = bytes;
 	return 0;

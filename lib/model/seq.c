@@ -27,12 +27,12 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <time.h>
 
+#include "kmod-helpers/mem.h"
 #include "lib/model/model_i.h"
 
 #define PREFILL_CHUNK 256u
@@ -606,26 +606,15 @@ static bool prefix_later(const struct kvp_model_seq *s)
 	       prefix_in_blocks(s, s->px->chunk_tokens);
 }
 
-/* One buffer of a chunk for all (the put copies it into the store's
- * queue), in huge pages where the kernel grants them: one fresh 8 MiB
- * buffer in 4 KiB pages costs tens of ms of first touches on a loaded
- * VM.  NULL: out of memory. */
-static void *chunk_buf(size_t len)
-{
-	void *buf;
-
-	if (posix_memalign(&buf, 2u << 20, (len + (2u << 20) - 1) &
-					       ~(size_t)((2u << 20) - 1)))
-		return NULL;
-	(void)madvise(buf, len, MADV_HUGEPAGE);
-	return buf;
-}
-
+/* Its buffer, one for all its chunks (the put copies each into the
+ * store's queue), is kvp_mem_io_alloc's: huge pages where the kernel
+ * grants them, since one fresh 8 MiB buffer in 4 KiB pages costs tens of
+ * ms of first touches on a loaded VM. */
 static void *offer_run(void *arg)
 {
 	struct offer_job *j = arg;
 	double t0 = now_s();
-	void *buf = chunk_buf(j->len);
+	void *buf = kvp_mem_io_alloc(j->len);
 	uint32_t i;
 
 	(void)pthread_setname_np(pthread_self(), "kvp-offer");
@@ -683,7 +672,7 @@ int kvp_model_seq_offer(struct kvp_model_seq *s)
 		return 0;
 	C = px->chunk_tokens;
 	len = kvp_model_prefix_bytes(s, C);
-	buf = chunk_buf(len);
+	buf = kvp_mem_io_alloc(len);
 	if (!buf)
 		return -ENOMEM;
 	for (i = px->later_from; i < px->later_to && !err; i++) {
