@@ -1122,7 +1122,8 @@ START_TEST(no_lock_file_new_cache_said)
 			 -ENOSPC);
 	ck_assert_ptr_null(c);
 	ck_assert_msg(strstr(err, "cannot open kvpcache.lock: No space left "
-				  "on device"),
+				  "on device; free room on its disk, or give "
+				  "another --cache-dir"),
 		      "said: %s", err);
 	kvp_test_unmount(mnt);
 }

@@ -669,8 +669,11 @@ static int lock_dir(struct kvp_cache *c, const char *path, char *err,
 		if (disk_full(e) && has_manifest(c))
 			return 0;
 		/* e, not errno: has_manifest's faccessat set it (ENOENT) */
-		snprintf(err, errlen, "cache dir '%s': cannot open %s: %s",
-			 path, LOCK_FILE, strerror(-e));
+		snprintf(err, errlen, "cache dir '%s': cannot open %s: %s%s",
+			 path, LOCK_FILE, strerror(-e),
+			 disk_full(e) ? "; free room on its disk, or give "
+					"another --cache-dir"
+				      : "");
 		return e;
 	}
 	return lock_one(c->lockfd, path, err, errlen);
