@@ -173,14 +173,27 @@ void *kvp_mem_io_alloc(size_t len)
 	size_t bytes = kvp_mem_io_bytes(len);
 	void *p;
 
-	if (bytes < len ||
-	    posix_memalign(&p, bytes >= KVP_HUGE_SIZE ? KVP_HUGE_SIZE
-						      : KVP_PAGE_SIZE,
-			   bytes))
+	if (bytes < len)
 		return NULL;
-	if (bytes >= KVP_HUGE_SIZE)
-		(void)madvise(p, bytes, MADV_HUGEPAGE);
-	return p;
+	if (bytes < KVP_HUGE_SIZE)
+		return posix_memalign(&p, KVP_PAGE_SIZE, bytes) ? NULL : p;
+	/* A mapping of its own: malloc serves a large request from its
+	 * heap once a freed one has raised its mmap threshold, and there
+	 * gets pages touched before in 4 KiB ones
+	 * (test_mem io_alloc_after_churn). */
+	return kvp_mem_reserve(bytes, KVP_HUGE_SIZE, true, &p) ? NULL : p;
+}
+
+void kvp_mem_io_free(void *p, size_t len)
+{
+	size_t bytes = kvp_mem_io_bytes(len);
+
+	if (!p)
+		return;
+	if (bytes < KVP_HUGE_SIZE)
+		free(p);
+	else
+		(void)kvp_mem_release(p, bytes);
 }
 
 int kvp_mem_advise(void *addr, size_t len, int advice)

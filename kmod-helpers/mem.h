@@ -77,15 +77,18 @@ void kvp_mem_resident_bits(const void *addr, size_t len, uint64_t *bits,
 
 /*
  * kvp_mem_io_alloc - a buffer for O_DIRECT I/O of @len bytes, released
- * with free(3), of kvp_mem_io_bytes(@len) bytes: page aligned, and from
- * 2 MiB on whole huge pages (2 MiB aligned, MADV_HUGEPAGE) where the
- * kernel grants them.  virtio-blk splits I/O from small pages into
- * requests of 254 pages, and a device without indirect descriptors
- * (Firecracker's) takes one such request at a time: 16 MiB O_DIRECT
- * writes ran at 2.0 GB/s from small pages and 3.0 from huge ones, reads
- * at 1.2 and 2.2.  NULL when out of memory.
+ * with kvp_mem_io_free(p, @len), of kvp_mem_io_bytes(@len) bytes: page
+ * aligned, and from 2 MiB on a mapping of whole huge pages (2 MiB
+ * aligned, MADV_HUGEPAGE) where the kernel grants them.  virtio-blk
+ * splits I/O from small pages into requests of 254 pages, and a device
+ * without indirect descriptors (Firecracker's) takes one such request at
+ * a time: 16 MiB O_DIRECT writes ran at 2.0 GB/s from small pages and
+ * 3.0 from huge ones, reads at 1.2 and 2.2.  NULL when out of memory.
  */
 void *kvp_mem_io_alloc(size_t len);
+/* kvp_mem_io_free - release kvp_mem_io_alloc(@len)'s @p (NULL: nothing);
+ * @len may also be the kvp_mem_io_bytes it took. */
+void kvp_mem_io_free(void *p, size_t len);
 size_t kvp_mem_io_bytes(size_t len);
 
 /* kvp_mem_advise - madvise(2) returning -errno. */

@@ -171,8 +171,59 @@ START_TEST(test_io_alloc)
 			ck_assert_msg(strstr(flags, " hg"), "%zu bytes: "
 				      "VmFlags:%s", len, flags);
 		}
-		free(p);
+		kvp_mem_io_free(p, len);
 	}
+}
+END_TEST
+
+/*
+ * An I/O buffer of 2 MiB or more is huge pages in a process whose heap
+ * has churned: malloc, once a freed large buffer raised its mmap
+ * threshold, served the next from heap memory touched before in 4 KiB
+ * pages (0 of 4 huge pages here).
+ */
+START_TEST(test_io_alloc_after_churn)
+{
+	const size_t len = 4 * HUGE;
+	enum { SMALL = 3000 };
+	char mode[32], *p;
+	void **small;
+	int first = 0, after = 0;
+
+	if (kvp_thp_mode(mode, sizeof(mode)) || !strcmp(mode, "never")) {
+		printf("io_alloc_after_churn: THP off, nothing to check\n");
+		return;
+	}
+	p = kvp_mem_io_alloc(len);
+	ck_assert_ptr_nonnull(p);
+	memset(p, 1, len);
+	for (size_t off = 0; off < len; off += HUGE)
+		first += kvp_test_one_huge_page(p + off) == 1;
+	if (kvp_test_one_huge_page(p) < 0 || first < 4) {
+		printf("io_alloc_after_churn: frame numbers hidden or THP "
+		       "short, nothing to check\n");
+		kvp_mem_io_free(p, len);
+		return;
+	}
+	kvp_mem_io_free(p, len);
+	small = malloc(SMALL * sizeof(*small));
+	ck_assert_ptr_nonnull(small);
+	for (int i = 0; i < SMALL; i++) {
+		small[i] = malloc(PG);
+		ck_assert_ptr_nonnull(small[i]);
+		memset(small[i], 2, PG);
+	}
+	for (int i = 0; i < SMALL; i++)
+		free(small[i]);
+	p = kvp_mem_io_alloc(len);
+	ck_assert_ptr_nonnull(p);
+	memset(p, 3, len);
+	for (size_t off = 0; off < len; off += HUGE)
+		after += kvp_test_one_huge_page(p + off) == 1;
+	kvp_mem_io_free(p, len);
+	free(small);
+	ck_assert_msg(after == 4, "%d of 4 huge pages after the heap churned",
+		      after);
 }
 END_TEST
 
@@ -402,6 +453,7 @@ static Suite *mem_suite(void)
 	tcase_add_test(tc, test_reserve_huge_flag);
 	tcase_add_test(tc, test_reserve_errors);
 	tcase_add_test(tc, test_io_alloc);
+	tcase_add_test(tc, test_io_alloc_after_churn);
 	tcase_add_test(tc, test_reserve_address_limit);
 	tcase_add_test(tc, test_populate);
 	tcase_add_test(tc, test_advise);

@@ -305,33 +305,6 @@ START_TEST(test_dirty_eviction_keeps_huge_frames)
 }
 END_TEST
 
-/* Is [a, a + 2 MiB) one huge page: present, its frame numbers
- * (/proc/self/pagemap) running on from a 2 MiB-aligned one?  -1 where
- * they are hidden from this process (no CAP_SYS_ADMIN). */
-static int one_huge_page(const void *a)
-{
-	const uint64_t pfn_mask = (1ull << 55) - 1, present = 1ull << 63;
-	uint64_t e[2 * MIB / PG], pfn0;
-	int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-	ssize_t got;
-
-	if (fd < 0)
-		return -1;
-	got = pread(fd, e, sizeof(e), (off_t)((uintptr_t)a / PG * 8));
-	close(fd);
-	if (got != (ssize_t)sizeof(e))
-		return -1;
-	pfn0 = e[0] & pfn_mask;
-	if ((e[0] & present) && !pfn0)
-		return -1;
-	if (!(e[0] & present) || pfn0 % (2 * MIB / PG))
-		return 0;
-	for (size_t i = 1; i < 2 * MIB / PG; i++)
-		if (!(e[i] & present) || (e[i] & pfn_mask) != pfn0 + i)
-			return 0;
-	return 1;
-}
-
 static atomic_uint wb_all, wb_huge, wb_hidden;
 
 static void count_write_back(enum kvp_test_point at, void *buf)
@@ -340,7 +313,7 @@ static void count_write_back(enum kvp_test_point at, void *buf)
 
 	if (at != KVP_TEST_WRITE_BACK)
 		return;
-	huge = one_huge_page(buf);
+	huge = kvp_test_one_huge_page(buf);
 	atomic_fetch_add(&wb_all, 1);
 	if (huge < 0)
 		atomic_fetch_add(&wb_hidden, 1);

@@ -337,7 +337,8 @@ static uint64_t round_up(uint64_t n)
 }
 
 /* Read len bytes (a multiple of ALIGN, or the file's end) of name into an
- * aligned buffer; *got gets what was read.  0 or -errno. */
+ * aligned buffer, released with kvp_mem_io_free(*out, len); *got gets
+ * what was read.  0 or -errno. */
 static int read_file(struct kvp_cache *c, const char *name, uint64_t len,
 		     void **out, uint64_t *got)
 {
@@ -351,7 +352,9 @@ static int read_file(struct kvp_cache *c, const char *name, uint64_t len,
 			 O_RDONLY | O_NOFOLLOW | O_NONBLOCK, 0);
 	if (fd < 0)
 		return fd;
-	buf = kvp_mem_io_alloc(round_up(len ? len : 1));
+	/* whole pages: it holds round_up(len) */
+	_Static_assert(KVP_PAGE_SIZE % ALIGN == 0, "ALIGN divides a page");
+	buf = kvp_mem_io_alloc(len);
 	if (!buf) {
 		c->io->close(c->o.io_arg, fd);
 		return -ENOMEM;
@@ -372,7 +375,7 @@ static int read_file(struct kvp_cache *c, const char *name, uint64_t len,
 	}
 	c->io->close(c->o.io_arg, fd);
 	if (err) {
-		free(buf);
+		kvp_mem_io_free(buf, len);
 		return err;
 	}
 	c->st.bytes_read += done;
@@ -444,7 +447,7 @@ static int scan_one(struct kvp_cache *c, const char *name)
 {
 	struct kvp_rec_key k, hk;
 	struct stat sb;
-	uint64_t plen, got, last;
+	uint64_t plen, got, last, want;
 	void *buf = NULL;
 	int err;
 
@@ -453,10 +456,8 @@ static int scan_one(struct kvp_cache *c, const char *name)
 	if (fstatat(c->dirfd, name, &sb, AT_SYMLINK_NOFOLLOW) ||
 	    !S_ISREG(sb.st_mode))
 		return 0;
-	err = read_file(c, name,
-			c->o.verify_at_open ? round_up((uint64_t)sb.st_size)
-					    : ALIGN,
-			&buf, &got);
+	want = c->o.verify_at_open ? round_up((uint64_t)sb.st_size) : ALIGN;
+	err = read_file(c, name, want, &buf, &got);
 	if (err == -ENOMEM)
 		return err;
 	if (err)
@@ -471,14 +472,14 @@ static int scan_one(struct kvp_cache *c, const char *name)
 
 		err = kvp_rec_open(buf, got, &k, c->o.cipher, &p, &plen);
 	}
-	free(buf);
+	kvp_mem_io_free(buf, want);
 	buf = NULL;
 	if (err)
 		goto bad;
 	last = mtime_use(&sb);
 	return insert(c, &k, round_up((uint64_t)sb.st_size), last);
 bad:
-	free(buf);
+	kvp_mem_io_free(buf, want);
 	count_drop(c, err);
 	if (removable(c, err) && !c->st.read_only)
 		c->io->unlink(c->o.io_arg, c->dirfd, name);
@@ -908,7 +909,7 @@ void kvp_cache_close(struct kvp_cache *c)
 	if (c->dirfd >= 0)
 		close(c->dirfd);
 	free(c->ents);
-	free(c->putbuf);
+	kvp_mem_io_free(c->putbuf, c->putbuf_bytes);
 	free(c->path);
 	pthread_mutex_destroy(&c->lock);
 	pthread_mutex_destroy(&c->use_lock);
@@ -1140,7 +1141,7 @@ static int put_common(struct kvp_cache *c, const struct kvp_rec_key *key,
 		goto least_useful;
 	err = -ENOMEM;
 	if (c->putbuf_bytes < file_bytes) {
-		free(c->putbuf);
+		kvp_mem_io_free(c->putbuf, c->putbuf_bytes);
 		c->putbuf = NULL;
 		c->putbuf_bytes = 0;
 		c->putbuf = kvp_mem_io_alloc(file_bytes);
@@ -1224,7 +1225,7 @@ int kvp_cache_get(struct kvp_cache *c, const struct kvp_rec_key *key,
 	char name[72];
 	void *rec = NULL;
 	const void *p;
-	uint64_t got, n;
+	uint64_t got, n, rec_len = 0; /* e may go: its file_bytes */
 	int err;
 
 	pthread_mutex_lock(&c->lock);
@@ -1233,7 +1234,8 @@ int kvp_cache_get(struct kvp_cache *c, const struct kvp_rec_key *key,
 	if (!e)
 		goto miss;
 	file_name(key, name);
-	err = read_file(c, name, e->file_bytes, &rec, &got);
+	rec_len = e->file_bytes;
+	err = read_file(c, name, rec_len, &rec, &got);
 	if (err == -ENOENT)
 		erase(c, e); /* removed by hand: forgotten, stored again */
 	if (err)
@@ -1258,7 +1260,7 @@ miss:
 	c->st.misses++;
 out:
 	pthread_mutex_unlock(&c->lock);
-	free(rec);
+	kvp_mem_io_free(rec, rec_len);
 	return err;
 }
 

@@ -97,7 +97,7 @@ static void job_free(struct job *j)
 		return;
 	if (j->fd >= 0)
 		close(j->fd);
-	free(j->data);
+	kvp_mem_io_free(j->data, j->cap);
 	free(j);
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "kmod-helpers/mem.h"
 #include "lib/kv/kvcache_i.h"
 
 #define KV_DEFAULT(name, type, min, max, def, runtime, choices, doc)           \
@@ -212,7 +213,7 @@ void kvp_kvcache_destroy(struct kvp_kvcache *c)
 	kvp_attn_pool_destroy(c->pool);
 	kvp_predictor_destroy(c->pred);
 	kvp_block_alloc_destroy(c->alloc);
-	free(c->stage);
+	kvp_mem_io_free(c->stage, c->stage_cap);
 	free(c->step_seqs);
 	free(c->sel);
 	free(c->ptrs);
@@ -393,7 +394,7 @@ int kvp_kvcache_fit_ram(struct kvp_kvcache *c, uint64_t total, uint64_t steps)
 		free(more);
 		return -ENOSPC;
 	}
-	free(c->stage);
+	kvp_mem_io_free(c->stage, c->stage_cap);
 	c->stage = NULL;
 	c->stage_cap = 0;
 	frames = total - other;

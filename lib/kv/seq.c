@@ -28,7 +28,7 @@ static int stage_reserve(struct kvp_kvcache *c, size_t bytes)
 
 	if (bytes <= c->stage_cap)
 		return 0;
-	free(c->stage);
+	kvp_mem_io_free(c->stage, c->stage_cap);
 	c->stage = NULL;
 	c->stage_cap = 0;
 	p = kvp_mem_io_alloc(bytes);

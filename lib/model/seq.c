@@ -628,7 +628,7 @@ static void *offer_run(void *arg)
 		if (!j->err)
 			j->px->put(j->px->arg, i, buf, j->len);
 	}
-	free(buf);
+	kvp_mem_io_free(buf, j->len);
 	j->s = now_s() - t0;
 	return NULL;
 }
@@ -682,7 +682,7 @@ int kvp_model_seq_offer(struct kvp_model_seq *s)
 			px->put(px->arg, i, buf, len);
 	}
 	later_drop(s); /* offered once, or never */
-	free(buf);
+	kvp_mem_io_free(buf, len);
 	s->pt.offer_after_s += now_s() - t0;
 	return err;
 }

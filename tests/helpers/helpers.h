@@ -67,6 +67,8 @@ void *kvp_test_xalloc(size_t len);
 
 /* Pages of [@addr, @addr + @len) resident in this process, by mincore(2). */
 size_t kvp_test_resident_pages(void *addr, size_t len);
+/* Is [@a, @a + 2 MiB) one huge page (pagemap)?  -1: frame numbers hidden. */
+int kvp_test_one_huge_page(const void *a);
 
 static inline bool kvp_test_pow2(uint64_t x)
 {
