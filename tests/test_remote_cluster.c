@@ -209,7 +209,10 @@ static void cmd_ok(int i, const char *fmt, const char *a, unsigned slot,
  * NODE on every master: the destination first, then the source, then
  * the others, Redis' order (the source never redirects to a node that
  * does not own the slot yet; it claims the slot no longer than it
- * must). */
+ * must).  Once per cluster: the destination bumps its config epoch
+ * without consensus, and a second move before that bump has spread can
+ * bump another node to the same epoch; the loser of the tie gives the
+ * slot back and Redis deletes the moved key (its "dirty slot"). */
 static void migrate(uint64_t k, int to, bool move, bool finish)
 {
 	char rkey[256];
