@@ -620,7 +620,8 @@ int kvp_prefix_put_local(struct kvp_prefix *p, uint32_t chunk,
 
 uint32_t kvp_prefix_queue_fits(const struct kvp_prefix *p, size_t len)
 {
-	uint64_t n = p->o.queue_bytes / (kvp_mem_io_bytes(len) ? kvp_mem_io_bytes(len) : 1);
+	size_t need = kvp_mem_io_bytes(len); /* 0: too large to round */
+	uint64_t n = p->o.queue_bytes / (need ? need : 1);
 
 	return n < 1 ? 1 : n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
 }
