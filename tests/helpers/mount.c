@@ -1,6 +1,5 @@
 /* mount.c - scratch ramfs and tmpfs mounts and scratch directories for
  * the suites that need one. */
-#define _GNU_SOURCE
 #include <errno.h>
 #include <ftw.h>
 #include <sched.h>
