@@ -287,6 +287,42 @@ START_TEST(ask_is_followed)
 }
 END_TEST
 
+/*
+ * A slot left MIGRATING on its owner with no node importing it: a key the
+ * owner lacks is ASKed to the other node, which answers MOVED back, and
+ * so on.  After LINK_MAX_ROUNDS redirections the key is an error (never
+ * a miss), and the tier says once why, where before it said nothing.
+ */
+START_TEST(redirect_loop_is_said)
+{
+	struct kvp_remote *r = open_cluster(NODES, "");
+	struct kvp_test_stderr cap;
+	char rkey[256], said[4096];
+	unsigned res[3], slot;
+	uint64_t k = 7;
+	int from;
+	redisReply *rep;
+
+	publish(r, 50);
+	fetch(r, 50, res);
+	ck_assert_uint_eq(res[0], 50);
+	slot = rkey_of(k, rkey, sizeof(rkey));
+	from = owner(slot);
+	cmd_ok(from, "CLUSTER SETSLOT %u MIGRATING %s",
+	       node_id((from + 1) % NODES), slot, "");
+	rep = kvp_test_redis_cmd(&nodes[from], "DEL %s", rkey);
+	ck_assert_int_eq(rep->type, REDIS_REPLY_INTEGER);
+	freeReplyObject(rep);
+	kvp_test_stderr_start(&cap);
+	fetch(r, 50, res);
+	kvp_test_stderr_end(&cap, said, sizeof(said));
+	ck_assert_msg(res[0] == 49 && res[2] == 1, "%u hits, %u misses, %u "
+		      "errors", res[0], res[1], res[2]);
+	ck_assert_msg(strstr(said, "redirected"), "said: '%s'", said);
+	kvp_remote_close(r);
+}
+END_TEST
+
 START_TEST(master_killed_mid_run)
 {
 	struct kvp_remote *r = open_cluster(NODES, "");
@@ -607,6 +643,7 @@ int main(void)
 	tcase_add_test(tc, moved_to_the_same_host);
 	tcase_add_test(tc, no_hostname_announced);
 	tcase_add_test(tc, ask_is_followed);
+	tcase_add_test(tc, redirect_loop_is_said);
 	tcase_add_test(tc, master_killed_mid_run);
 	tcase_add_test(tc, stopped_masters_cost_one_timeout);
 	tcase_add_test(tc, stopped_masters_with_password);

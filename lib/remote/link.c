@@ -944,7 +944,7 @@ void link_run(struct rlink *l, struct rop *ops, size_t n, link_take_fn take,
 {
 	struct rop **group = malloc((n ? n : 1) * sizeof(*group));
 	sigset_t pipe_set, old;
-	bool pipe_pending, refreshed = false;
+	bool pipe_pending, refreshed = false, looped = false;
 	size_t i, k;
 	int round;
 
@@ -1044,8 +1044,17 @@ void link_run(struct rlink *l, struct rop *ops, size_t n, link_take_fn take,
 			break;
 	}
 	for (i = 0; i < n; i++)
-		if (ops[i].status == 1)
+		if (ops[i].status == 1) {
 			ops[i].status = -EIO; /* redirected too many times */
+			looped = true;
+		}
+	if (looped)
+		remote_warn(l->r,
+			    "a key was redirected %d times with no answer: the "
+			    "nodes disagree on who serves its slot (a slot "
+			    "migration stopped half way? compare CLUSTER NODES "
+			    "on each)",
+			    LINK_MAX_ROUNDS);
 out:
 	pthread_mutex_unlock(&l->lock);
 	if (!pipe_pending) {
